@@ -1,0 +1,24 @@
+#pragma once
+// app/make_model.h — `tessera make-model`: random-weight Hugging Face model folders with the
+// real architectures' config.json fields and tensor names, for tests and benchmarks.
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace tessera::app {
+
+struct MakeModelOptions {
+    std::string arch = "qwen3";     // llama, qwen2, qwen3, qwen3-moe, deepseek-v2
+    std::string preset = "tiny";    // tiny (unit tests), small (Qwen3-0.6B shapes)
+    std::string dtype = "bf16";     // f32, bf16
+    std::string tokenizer;          // "", qwen3, llama3: copy the real tokenizer files in
+    std::string tokenizer_dir;      // folder holding <tokenizer>/tokenizer.json
+    std::uint64_t seed = 0;
+    std::string out;
+};
+
+Status make_model(const MakeModelOptions& options);
+
+}  // namespace tessera::app

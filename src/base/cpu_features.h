@@ -1,0 +1,20 @@
+#pragma once
+// base/cpu_features.h — what the CPU can run, read once from CPUID (and XGETBV for the OS
+// enabling the AVX-512 state). Immutable after first use; thread-safe.
+
+namespace tessera {
+
+struct CpuFeatures {
+    bool avx2 = false;
+    bool fma = false;
+    bool f16c = false;
+    bool avx512f = false;
+    bool avx512bw = false;
+    bool avx512vl = false;
+    bool avx512_bf16 = false;
+    bool avx512_vnni = false;
+};
+
+const CpuFeatures& cpu_features();
+
+}  // namespace tessera

@@ -1,0 +1,54 @@
+#pragma once
+// kernels/matmul.h — y = x · Wᵀ for linear layers: one packed weight layout serves both the
+// decode GEMV (m = 1..8, bandwidth bound) and the prefill GEMM (compute bound), so a rank
+// keeps a single copy of its weights.
+//
+// Packed layout (rows of W are output features, padded to a multiple of 16; K padded to 2):
+//   bf16: [n_padded/16][k_padded/2][16][2]  — a 64-byte block holds 16 outputs × 2 k, which is
+//         exactly one _mm512_dpbf16_ps operand; padding is zero.
+//   f32:  [n_padded/16][k_padded][16]
+// Thread-safety: a PackedWeight is immutable after packing; matmul() may run concurrently on
+// the same weight. matmul() splits work over `pool` (nullptr: the calling thread only).
+
+#include <cstdint>
+
+#include "base/aligned_buffer.h"
+#include "kernels/isa.h"
+#include "tensor/dtype.h"
+
+namespace tessera {
+class ThreadPool;
+}
+
+namespace tessera::kernels {
+
+struct PackedWeight {
+    DType dtype = DType::kF32;  // kF32 or kBF16: the compute weight type
+    std::int64_t n = 0;         // output features
+    std::int64_t k = 0;         // input features
+    std::int64_t n_padded = 0;  // n rounded up to 16
+    std::int64_t k_padded = 0;  // k rounded up to 2
+    AlignedBuffer data;
+
+    std::size_t bytes() const { return data.size(); }
+};
+
+// Packs a row-major [n, k] matrix of `src_type` into the layout above, in `dst_type`
+// (kF32 or kBF16; f32 → bf16 rounds to nearest even).
+PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int64_t k,
+                         DType dst_type);
+
+// Back to row-major f32 [n, k] (tests, reference paths).
+void unpack_weight(const PackedWeight& w, float* out);
+
+// y f32 [m, n] = x f32 [m, k] · Wᵀ. x rows are `x_stride` floats apart, y rows `y_stride`
+// (0 = k and n). The bf16 paths round x to bf16 (as the hardware dot product consumes it)
+// and accumulate in f32.
+void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool,
+            Isa isa = active_isa(), std::int64_t x_stride = 0, std::int64_t y_stride = 0);
+
+// Plain triple loop over a row-major f32 [n, k] weight: the trusted twin in tests.
+void matmul_reference(const float* x, std::int64_t m, const float* w, std::int64_t n,
+                      std::int64_t k, float* y);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,105 @@
+#include "kernels/ops.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+
+namespace tessera::kernels {
+
+namespace {
+void rms_norm_rows(const float* x, const float* weight, float* y, std::int64_t begin,
+                   std::int64_t end, std::int64_t dim, float eps) {
+    for (std::int64_t r = begin; r < end; ++r) {
+        const float* xr = x + r * dim;
+        float* yr = y + r * dim;
+        // Eight partial sums let the compiler vectorise without reassociating one chain.
+        float partial[8] = {};
+        std::int64_t i = 0;
+        for (; i + 8 <= dim; i += 8)
+            for (int l = 0; l < 8; ++l) partial[l] += xr[i + l] * xr[i + l];
+        float sum = 0.0f;
+        for (float p : partial) sum += p;
+        for (; i < dim; ++i) sum += xr[i] * xr[i];
+        const float inv = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
+        for (std::int64_t j = 0; j < dim; ++j) yr[j] = xr[j] * inv * weight[j];
+    }
+}
+
+inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+}  // namespace
+
+void rms_norm(const float* x, const float* weight, float* y, std::int64_t rows, std::int64_t dim,
+              float eps, ThreadPool* pool) {
+    if (pool == nullptr || rows < 8) {
+        rms_norm_rows(x, weight, y, 0, rows, dim, eps);
+        return;
+    }
+    pool->parallel_for(rows, [&](std::int64_t b, std::int64_t e) {
+        rms_norm_rows(x, weight, y, b, e, dim, eps);
+    });
+}
+
+void add_inplace(float* x, const float* residual, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) x[i] += residual[i];
+}
+
+void rope(float* x, std::int64_t n_tokens, std::int64_t n_heads, std::int64_t head_dim,
+          const std::int32_t* positions, const float* inv_freq, bool neox,
+          std::int64_t token_stride) {
+    const std::int64_t half = head_dim / 2;
+    if (token_stride == 0) token_stride = n_heads * head_dim;
+    TSR_CHECK_LE(half, 512) << "head_dim above 1024 is not supported by rope()";
+    float cos_t[512];
+    float sin_t[512];
+    for (std::int64_t t = 0; t < n_tokens; ++t) {
+        const float pos = static_cast<float>(positions[t]);
+        for (std::int64_t i = 0; i < half; ++i) {
+            // The angle is rounded to f32 first, as the reference implementations do.
+            const float angle = pos * inv_freq[i];
+            cos_t[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+            sin_t[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+        }
+        for (std::int64_t h = 0; h < n_heads; ++h) {
+            float* v = x + t * token_stride + h * head_dim;
+            for (std::int64_t i = 0; i < half; ++i) {
+                const std::int64_t a = neox ? i : 2 * i;
+                const std::int64_t b = neox ? i + half : 2 * i + 1;
+                const float x0 = v[a];
+                const float x1 = v[b];
+                v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+                v[b] = x1 * cos_t[i] + x0 * sin_t[i];
+            }
+        }
+    }
+}
+
+void silu_and_mul(const float* gate_up, float* out, std::int64_t rows, std::int64_t dim,
+                  ThreadPool* pool) {
+    auto body = [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r) {
+            const float* g = gate_up + r * 2 * dim;
+            const float* u = g + dim;
+            float* o = out + r * dim;
+            for (std::int64_t i = 0; i < dim; ++i) o[i] = silu(g[i]) * u[i];
+        }
+    };
+    if (pool == nullptr || rows < 8) {
+        body(0, rows);
+    } else {
+        pool->parallel_for(rows, body);
+    }
+}
+
+void embedding_lookup(const void* table, DType table_type, const std::int32_t* ids, std::int64_t n,
+                      std::int64_t dim, float* out) {
+    const auto* bytes = static_cast<const unsigned char*>(table);
+    const std::size_t row_bytes = static_cast<std::size_t>(dim) * dtype_size(table_type);
+    for (std::int64_t i = 0; i < n; ++i) {
+        convert_to_f32(bytes + static_cast<std::size_t>(ids[i]) * row_bytes, table_type,
+                       out + i * dim, static_cast<std::size_t>(dim));
+    }
+}
+
+}  // namespace tessera::kernels

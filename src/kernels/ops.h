@@ -1,0 +1,40 @@
+#pragma once
+// kernels/ops.h — element-wise and row-wise kernels of the dense decoder: RMSNorm, RoPE,
+// SiLU-and-mul, residual add, embedding lookup. Plain loops the compiler vectorises for
+// the baseline ISA (AVX2); all math in f32. Stateless and thread-safe; rows are split over
+// `pool` when it is given (nullptr: the calling thread).
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace tessera {
+class ThreadPool;
+}
+
+namespace tessera::kernels {
+
+// y f32 [rows, dim] = x / sqrt(mean(x²) + eps) * weight f32 [dim]. y may alias x.
+void rms_norm(const float* x, const float* weight, float* y, std::int64_t rows, std::int64_t dim,
+              float eps, ThreadPool* pool = nullptr);
+
+// x f32 [rows, dim] += residual f32 [rows, dim]
+void add_inplace(float* x, const float* residual, std::int64_t n);
+
+// Rotary position embedding, in place on x f32 [n_tokens, n_heads, head_dim] (token rows
+// `token_stride` floats apart, 0 = n_heads·head_dim). Token t is at positions[t]; the angle
+// of pair i is positions[t] · inv_freq[i] (inv_freq f32 [head_dim/2], any scaling already
+// folded in). neox: pairs are (i, i + head_dim/2) (HF rotate_half); otherwise (2i, 2i+1).
+void rope(float* x, std::int64_t n_tokens, std::int64_t n_heads, std::int64_t head_dim,
+          const std::int32_t* positions, const float* inv_freq, bool neox,
+          std::int64_t token_stride = 0);
+
+// out f32 [rows, dim] = silu(gate_up[:, :dim]) * gate_up[:, dim:], gate_up f32 [rows, 2·dim].
+void silu_and_mul(const float* gate_up, float* out, std::int64_t rows, std::int64_t dim,
+                  ThreadPool* pool = nullptr);
+
+// out f32 [n, dim] = table[ids[i]] for a row-major table of `table_type` [vocab, dim].
+void embedding_lookup(const void* table, DType table_type, const std::int32_t* ids, std::int64_t n,
+                      std::int64_t dim, float* out);
+
+}  // namespace tessera::kernels

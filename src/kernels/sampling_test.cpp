@@ -1,0 +1,61 @@
+#include "kernels/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+namespace tessera::kernels {
+namespace {
+
+std::map<int, int> histogram(const std::vector<float>& logits, const SamplingParams& p, int draws) {
+    Rng rng(p.seed);
+    std::vector<std::pair<float, std::int32_t>> scratch;
+    std::map<int, int> h;
+    for (int i = 0; i < draws; ++i)
+        h[sample(logits.data(), static_cast<std::int64_t>(logits.size()), p, rng, scratch)]++;
+    return h;
+}
+
+const std::vector<float> kLogits = {0.0f, 2.0f, 1.0f, 2.0f, -1.0f};
+
+TEST(SamplingTest, GreedyPicksTheFirstMaximum) {
+    EXPECT_EQ(argmax(kLogits.data(), 5), 1);
+    auto h = histogram(kLogits, SamplingParams{}, 10);
+    EXPECT_EQ(h.size(), 1u);
+    EXPECT_EQ(h[1], 10);
+}
+
+TEST(SamplingTest, TopKKeepsOnlyTheKMostLikely) {
+    SamplingParams p{.temperature = 1.0f, .top_k = 2, .seed = 3};
+    auto h = histogram(kLogits, p, 2000);
+    EXPECT_EQ(h.size(), 2u);
+    EXPECT_GT(h[1], 800);
+    EXPECT_GT(h[3], 800);
+}
+
+TEST(SamplingTest, TopPAndMinPCutTheTail) {
+    // Probabilities ∝ e^0, e^2, e^1, e^2, e^-1 → 0.056, 0.41, 0.15, 0.41, 0.02.
+    SamplingParams top_p{.temperature = 1.0f, .top_p = 0.8f, .seed = 1};
+    auto h = histogram(kLogits, top_p, 3000);
+    EXPECT_EQ(h.size(), 2u) << "0.41 + 0.41 reaches 0.8";
+    SamplingParams min_p{.temperature = 1.0f, .min_p = 0.3f, .seed = 1};
+    h = histogram(kLogits, min_p, 3000);
+    EXPECT_EQ(h.size(), 3u) << "0.15 >= 0.3 · 0.41 stays; 0.056 goes";
+    EXPECT_EQ(h.count(0), 0u);
+}
+
+TEST(SamplingTest, FrequenciesFollowTheSoftmaxAndSeedsRepeat) {
+    SamplingParams p{.temperature = 1.0f, .seed = 42};
+    auto a = histogram(kLogits, p, 20000);
+    auto b = histogram(kLogits, p, 20000);
+    EXPECT_EQ(a, b);
+    EXPECT_NEAR(a[2] / 20000.0, 0.151, 0.015);
+    // Lower temperature sharpens towards the two maxima.
+    SamplingParams cold{.temperature = 0.2f, .seed = 42};
+    auto c = histogram(kLogits, cold, 5000);
+    EXPECT_GT(c[1] + c[3], 4900);
+}
+
+}  // namespace
+}  // namespace tessera::kernels

@@ -1,0 +1,25 @@
+#include "kvcache/kv_cache.h"
+
+#include <string>
+
+namespace tessera::kvcache {
+
+KvCache::KvCache(const KvCacheShape& shape, std::int64_t capacity)
+    : shape_(shape), capacity_(capacity) {
+    const auto bytes = static_cast<std::size_t>(capacity * shape.row_floats() * 4);
+    for (std::int64_t l = 0; l < shape.n_layers; ++l) {
+        k_.emplace_back(bytes);
+        v_.emplace_back(bytes);
+    }
+}
+
+Status KvCache::check_fits(std::int64_t start, std::int64_t n) const {
+    if (start < 0 || n < 0 || start + n > capacity_) {
+        return Status::OutOfRange("sequence of " + std::to_string(start + n) +
+                                  " tokens does not fit the KV cache of " +
+                                  std::to_string(capacity_) + " tokens");
+    }
+    return Status::Ok();
+}
+
+}  // namespace tessera::kvcache

@@ -1,0 +1,46 @@
+#pragma once
+// kvcache/kv_cache.h — the K/V store of one sequence: per layer, f32
+// [capacity, n_kv_heads, head_dim] for K and for V, positions 0..capacity-1 in order.
+// The paged, multi-request pool of the serving engine builds on the same row layout.
+// Owned and used by one thread (the rank's executor thread).
+
+#include <cstdint>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/status.h"
+
+namespace tessera::kvcache {
+
+struct KvCacheShape {
+    std::int64_t n_layers = 0;
+    std::int64_t n_kv_heads = 0;
+    std::int64_t head_dim = 0;
+
+    std::int64_t row_floats() const { return n_kv_heads * head_dim; }
+    // Bytes of K and V for one token over all layers.
+    std::int64_t bytes_per_token() const { return 2 * n_layers * row_floats() * 4; }
+};
+
+class KvCache {
+ public:
+    KvCache(const KvCacheShape& shape, std::int64_t capacity);
+
+    const KvCacheShape& shape() const { return shape_; }
+    std::int64_t capacity() const { return capacity_; }
+
+    // f32 [capacity, n_kv_heads, head_dim]
+    float* k(std::int64_t layer) { return k_[layer].as<float>(); }
+    float* v(std::int64_t layer) { return v_[layer].as<float>(); }
+
+    // Fails with a message naming the limit when positions [start, start + n) do not fit.
+    Status check_fits(std::int64_t start, std::int64_t n) const;
+
+ private:
+    KvCacheShape shape_;
+    std::int64_t capacity_;
+    std::vector<AlignedBuffer> k_;
+    std::vector<AlignedBuffer> v_;
+};
+
+}  // namespace tessera::kvcache

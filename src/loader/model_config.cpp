@@ -1,0 +1,186 @@
+#include "loader/model_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::loader {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ArchitectureInfo {
+    const char* name;
+    ModelFamily family;
+};
+
+constexpr ArchitectureInfo kArchitectures[] = {
+    {"LlamaForCausalLM", ModelFamily::kLlama},
+    {"Qwen2ForCausalLM", ModelFamily::kQwen2},
+    {"Qwen3ForCausalLM", ModelFamily::kQwen3},
+    {"Qwen3MoeForCausalLM", ModelFamily::kQwen3Moe},
+    {"DeepseekV2ForCausalLM", ModelFamily::kDeepseekV2},
+    {"DeepseekV3ForCausalLM", ModelFamily::kDeepseekV2},
+};
+
+StatusOr<json> read_json(const fs::path& path) {
+    std::ifstream in(path);
+    if (!in) return Status::NotFound(path.string() + ": cannot open");
+    try {
+        return json::parse(in);
+    } catch (const json::exception& e) {
+        return Status::InvalidArgument(path.string() + ": not valid JSON: " + e.what());
+    }
+}
+
+// Reads an integer field; `required` fields must be present and positive.
+Status read_int(const json& j, const std::string& file, const char* key, std::int64_t* out,
+                bool required) {
+    if (!j.contains(key) || j[key].is_null()) {
+        if (required) return Status::InvalidArgument(file + ": missing field \"" + key + "\"");
+        return Status::Ok();
+    }
+    if (!j[key].is_number_integer())
+        return Status::InvalidArgument(file + ": field \"" + key + "\" must be an integer");
+    *out = j[key].get<std::int64_t>();
+    if (required && *out <= 0)
+        return Status::InvalidArgument(file + ": field \"" + key + "\" must be positive, got " +
+                                       std::to_string(*out));
+    return Status::Ok();
+}
+
+std::vector<std::int32_t> read_token_ids(const json& v) {
+    std::vector<std::int32_t> ids;
+    if (v.is_number_integer()) ids.push_back(v.get<std::int32_t>());
+    if (v.is_array())
+        for (const auto& e : v)
+            if (e.is_number_integer()) ids.push_back(e.get<std::int32_t>());
+    return ids;
+}
+
+}  // namespace
+
+std::vector<std::string> supported_architectures() {
+    std::vector<std::string> names;
+    for (const auto& a : kArchitectures) names.emplace_back(a.name);
+    return names;
+}
+
+StatusOr<ModelConfig> load_model_config(const std::string& model_dir) {
+    const fs::path path = fs::path(model_dir) / "config.json";
+    const std::string file = path.string();
+    if (!fs::exists(path)) return Status::NotFound(file + ": no config.json in the model folder");
+    TSR_ASSIGN_OR_RETURN(json j, read_json(path));
+    ModelConfig c;
+    if (!j.contains("architectures") || !j["architectures"].is_array() ||
+        j["architectures"].empty() || !j["architectures"][0].is_string()) {
+        return Status::InvalidArgument(file + ": missing \"architectures\" list");
+    }
+    c.architecture = j["architectures"][0].get<std::string>();
+    bool known = false;
+    for (const auto& a : kArchitectures) {
+        if (c.architecture == a.name) {
+            c.family = a.family;
+            known = true;
+        }
+    }
+    if (!known) {
+        std::string list;
+        for (const auto& a : kArchitectures) list += std::string(list.empty() ? "" : ", ") + a.name;
+        return Status::Unimplemented(file + ": unsupported architecture " + c.architecture +
+                                     "; supported: " + list);
+    }
+    TSR_RETURN_IF_ERROR(read_int(j, file, "hidden_size", &c.hidden_size, true));
+    TSR_RETURN_IF_ERROR(read_int(j, file, "intermediate_size", &c.intermediate_size, true));
+    TSR_RETURN_IF_ERROR(read_int(j, file, "num_hidden_layers", &c.num_hidden_layers, true));
+    TSR_RETURN_IF_ERROR(read_int(j, file, "num_attention_heads", &c.num_attention_heads, true));
+    TSR_RETURN_IF_ERROR(read_int(j, file, "vocab_size", &c.vocab_size, true));
+    c.num_key_value_heads = c.num_attention_heads;
+    TSR_RETURN_IF_ERROR(read_int(j, file, "num_key_value_heads", &c.num_key_value_heads, false));
+    c.max_position_embeddings = 4096;
+    TSR_RETURN_IF_ERROR(
+        read_int(j, file, "max_position_embeddings", &c.max_position_embeddings, false));
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+    TSR_RETURN_IF_ERROR(read_int(j, file, "head_dim", &c.head_dim, false));
+    if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
+        return Status::InvalidArgument(file + ": num_attention_heads (" +
+                                       std::to_string(c.num_attention_heads) +
+                                       ") must be a multiple of num_key_value_heads (" +
+                                       std::to_string(c.num_key_value_heads) + ")");
+    }
+    if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+        return Status::InvalidArgument(file + ": head_dim must be positive and even, got " +
+                                       std::to_string(c.head_dim));
+    if (j.contains("rms_norm_eps") && j["rms_norm_eps"].is_number())
+        c.rms_norm_eps = j["rms_norm_eps"].get<double>();
+    if (j.contains("rope_theta") && j["rope_theta"].is_number())
+        c.rope_theta = j["rope_theta"].get<double>();
+    if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+        const json& rs = j["rope_scaling"];
+        std::string type = rs.value("rope_type", rs.value("type", std::string()));
+        if (type == "default") type = "";
+        if (!type.empty() && type != "linear" && type != "llama3") {
+            return Status::Unimplemented(file + ": rope_scaling type \"" + type +
+                                         "\" is not supported yet (supported: linear, llama3)");
+        }
+        c.rope_scaling.type = type;
+        c.rope_scaling.factor = rs.value("factor", 1.0);
+        c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0);
+        c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0);
+        c.rope_scaling.original_max_position_embeddings =
+            rs.value("original_max_position_embeddings", std::int64_t{8192});
+    }
+    c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+    c.attention_bias = c.family == ModelFamily::kQwen2 || j.value("attention_bias", false);
+    c.qk_norm = c.family == ModelFamily::kQwen3 || c.family == ModelFamily::kQwen3Moe;
+    if (j.contains("torch_dtype") && j["torch_dtype"].is_string())
+        c.torch_dtype = parse_dtype(j["torch_dtype"].get<std::string>());
+    if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
+        c.bos_token_id = j["bos_token_id"].get<std::int32_t>();
+    if (j.contains("eos_token_id")) c.eos_token_ids = read_token_ids(j["eos_token_id"]);
+    const fs::path gen_path = fs::path(model_dir) / "generation_config.json";
+    if (fs::exists(gen_path)) {
+        auto gen = read_json(gen_path);
+        if (gen.ok() && gen->contains("eos_token_id")) {
+            auto ids = read_token_ids((*gen)["eos_token_id"]);
+            if (!ids.empty()) c.eos_token_ids = ids;
+        }
+    }
+    return c;
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+    const std::int64_t half = c.head_dim / 2;
+    std::vector<float> inv(static_cast<std::size_t>(half));
+    for (std::int64_t i = 0; i < half; ++i) {
+        // As the reference computes it: in f32, base^(2i/d).
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+        inv[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
+    }
+    const RopeScaling& rs = c.rope_scaling;
+    if (rs.type == "linear") {
+        for (auto& f : inv) f = static_cast<float>(f / rs.factor);
+    } else if (rs.type == "llama3") {
+        // Long wavelengths are slowed by `factor`, short ones kept, the band between blended.
+        const double old_ctx = static_cast<double>(rs.original_max_position_embeddings);
+        const double low_wavelen = old_ctx / rs.low_freq_factor;
+        const double high_wavelen = old_ctx / rs.high_freq_factor;
+        for (auto& f : inv) {
+            const double wavelen = 2.0 * M_PI / f;
+            if (wavelen > low_wavelen) {
+                f = static_cast<float>(f / rs.factor);
+            } else if (wavelen >= high_wavelen) {
+                const double smooth =
+                    (old_ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+                f = static_cast<float>((1.0 - smooth) * f / rs.factor + smooth * f);
+            }
+        }
+    }
+    return inv;
+}
+
+}  // namespace tessera::loader

@@ -1,0 +1,17 @@
+#pragma once
+// models/dense_decoder.h — Llama, Qwen2 and Qwen3: pre-norm decoder layers of GQA attention
+// with RoPE (Qwen2: bias on q/k/v; Qwen3: RMSNorm of q and k per head) and a SiLU-gated MLP.
+// Immutable after load; forward() is called by one thread at a time per KvCache.
+
+#include <memory>
+
+#include "loader/weight_source.h"
+#include "models/model.h"
+
+namespace tessera::models {
+
+StatusOr<std::unique_ptr<Model>> load_dense_decoder(const loader::ModelConfig& config,
+                                                    const loader::WeightSource& source,
+                                                    DType compute_dtype);
+
+}  // namespace tessera::models
