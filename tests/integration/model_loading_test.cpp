@@ -1,0 +1,194 @@
+// Loading generated models end to end, and the errors a user sees for broken model folders:
+// each names the file and the tensor or field at fault.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/make_model.h"
+#include "base/thread_pool.h"
+#include "executor/generator.h"
+#include "loader/safetensors.h"
+#include "models/model.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ModelFolderTest : public ::testing::Test {
+ protected:
+    void SetUp() override {
+        dir_ = fs::temp_directory_path() /
+               ("tessera_model_test_" + std::to_string(::getpid()) + "_" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::remove_all(dir_);
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+
+    std::string make(const std::string& arch, const std::string& dtype = "f32") {
+        app::MakeModelOptions o;
+        o.arch = arch;
+        o.dtype = dtype;
+        o.seed = 3;
+        o.out = (dir_ / arch).string();
+        EXPECT_TRUE(app::make_model(o).ok());
+        return o.out;
+    }
+
+    // Rewrites model.safetensors of `folder` after `edit` changed the tensor list.
+    void rewrite_tensors(const std::string& folder,
+                         const std::function<void(std::vector<loader::TensorToWrite>&)>& edit) {
+        const std::string path = folder + "/model.safetensors";
+        std::vector<loader::TensorToWrite> tensors;
+        {
+            auto file = loader::SafetensorsFile::open(path);
+            ASSERT_TRUE(file.ok());
+            for (const auto& [name, t] : (*file)->tensors()) {
+                loader::TensorToWrite w{name, t.dtype, t.shape, {}};
+                w.bytes.assign(t.data, t.data + t.bytes);
+                tensors.push_back(std::move(w));
+            }
+        }
+        edit(tensors);
+        ASSERT_TRUE(loader::write_safetensors(path, tensors).ok());
+    }
+
+    Status load_error(const std::string& folder) {
+        auto model = models::load_model({folder, "auto"});
+        EXPECT_FALSE(model.ok()) << "loading " << folder << " should fail";
+        return model.ok() ? Status::Ok() : model.status();
+    }
+
+    fs::path dir_;
+};
+
+TEST_F(ModelFolderTest, MissingTensorNamesTheTensorAndTheFile) {
+    const std::string m = make("llama");
+    rewrite_tensors(m, [](auto& tensors) {
+        std::erase_if(tensors, [](const auto& t) { return t.name == "model.layers.1.mlp.up_proj.weight"; });
+    });
+    Status s = load_error(m);
+    EXPECT_NE(s.message().find("missing tensor 'model.layers.1.mlp.up_proj.weight'"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("model.safetensors"), std::string::npos) << s.message();
+}
+
+TEST_F(ModelFolderTest, WrongShapeSaysWhatConfigImplies) {
+    const std::string m = make("qwen2");
+    rewrite_tensors(m, [](auto& tensors) {
+        for (auto& t : tensors) {
+            if (t.name == "model.layers.0.self_attn.k_proj.bias") {
+                t.shape = {32};
+                t.bytes.resize(32 * 4);
+            }
+        }
+    });
+    Status s = load_error(m);
+    EXPECT_NE(s.message().find("'model.layers.0.self_attn.k_proj.bias' has shape [32], but config.json implies [64]"),
+              std::string::npos)
+        << s.message();
+}
+
+TEST_F(ModelFolderTest, UnsupportedDtypeIsNamed) {
+    const std::string m = make("qwen3");
+    // An I8 tensor cannot be produced by our writer; write the header by hand.
+    const std::string header = R"({"model.norm.weight":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}})";
+    std::ofstream out(m + "/model.safetensors", std::ios::binary | std::ios::trunc);
+    const std::uint64_t len = header.size();
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out << header << "abcd";
+    out.close();
+    Status s = load_error(m);
+    EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+    EXPECT_NE(s.message().find("tensor 'model.norm.weight' has dtype I8; supported dtypes: F32, BF16, F16"),
+              std::string::npos)
+        << s.message();
+}
+
+TEST_F(ModelFolderTest, TruncatedFileIsReportedAsSuch) {
+    const std::string m = make("qwen3");
+    const std::string path = m + "/model.safetensors";
+    fs::resize_file(path, fs::file_size(path) / 2);
+    Status s = load_error(m);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("truncated file"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+    fs::resize_file(path, 5);
+    s = load_error(m);
+    EXPECT_NE(s.message().find("truncated file"), std::string::npos) << s.message();
+}
+
+TEST_F(ModelFolderTest, UnsupportedArchitectureListsTheSupportedOnes) {
+    const std::string m = make("llama");
+    nlohmann::json config;
+    std::ifstream(m + "/config.json") >> config;
+    config["architectures"] = {"MambaForCausalLM"};
+    std::ofstream(m + "/config.json") << config.dump();
+    Status s = load_error(m);
+    EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+    EXPECT_NE(s.message().find("unsupported architecture MambaForCausalLM; supported: LlamaForCausalLM"),
+              std::string::npos)
+        << s.message();
+}
+
+TEST_F(ModelFolderTest, MoeModelsAreWrittenButNotYetRunnable) {
+    for (const std::string arch : {"qwen3-moe", "deepseek-v2"}) {
+        const std::string m = make(arch, "bf16");
+        auto file = loader::SafetensorsFile::open(m + "/model.safetensors");
+        ASSERT_TRUE(file.ok());
+        EXPECT_NE((*file)->find("model.layers.1.mlp.experts.7.down_proj.weight"), nullptr) << arch;
+        Status s = load_error(m);
+        EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.message();
+        EXPECT_NE(s.message().find("not run yet"), std::string::npos) << s.message();
+    }
+}
+
+TEST_F(ModelFolderTest, MissingFolderAndBadConfigFields) {
+    Status s = load_error((dir_ / "nothing").string());
+    EXPECT_NE(s.message().find("no config.json"), std::string::npos) << s.message();
+    const std::string m = make("qwen3");
+    nlohmann::json config;
+    std::ifstream(m + "/config.json") >> config;
+    config["num_key_value_heads"] = 3;
+    std::ofstream(m + "/config.json") << config.dump();
+    s = load_error(m);
+    EXPECT_NE(s.message().find("num_attention_heads (4) must be a multiple of num_key_value_heads (3)"),
+              std::string::npos)
+        << s.message();
+}
+
+// The KV cache path must give the logits of a full recompute, with any thread count.
+TEST_F(ModelFolderTest, DecodeWithCacheEqualsFullRecompute) {
+    for (const std::string arch : {"llama", "qwen2", "qwen3"}) {
+        auto model = models::load_model({make(arch), "auto"});
+        ASSERT_TRUE(model.ok()) << model.status().message();
+        const std::vector<std::int32_t> prompt = {5, 17, 99, 3, 250, 8, 1, 42, 7};
+        executor::GenerateOptions gen;
+        gen.max_new_tokens = 6;
+        gen.capture_logits = true;
+        gen.ignore_eos = true;
+        ThreadPool two(2);
+        auto cached = executor::generate(**model, prompt, gen, &two);
+        ASSERT_TRUE(cached.ok());
+        auto single = executor::generate(**model, prompt, gen, nullptr);
+        ASSERT_TRUE(single.ok());
+        EXPECT_EQ(cached->output_ids, single->output_ids) << arch;
+
+        std::vector<std::int32_t> full = prompt;
+        full.insert(full.end(), cached->output_ids.begin(), cached->output_ids.end() - 1);
+        kvcache::KvCache cache((*model)->kv_cache_shape(), static_cast<std::int64_t>(full.size()));
+        std::vector<float> logits;
+        ASSERT_TRUE((*model)->forward({full, 0, true}, cache, nullptr, &logits).ok());
+        ASSERT_EQ(logits.size(), cached->logits.size());
+        double max_diff = 0;
+        for (std::size_t i = 0; i < logits.size(); ++i)
+            max_diff = std::max(max_diff, double(std::abs(logits[i] - cached->logits[i])));
+        EXPECT_LT(max_diff, 1e-3) << arch;
+    }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,395 @@
+#!/usr/bin/python3
+"""Independent float32 PyTorch reference for tessera's dense decoder models.
+
+Implements, from the Hugging Face transformers formulas, the forward pass of
+``LlamaForCausalLM``, ``Qwen2ForCausalLM`` and ``Qwen3ForCausalLM`` reading a
+model folder (``config.json`` plus one ``model.safetensors`` or several shards
+listed in ``model.safetensors.index.json``) and greedily decodes from a prompt.
+
+Everything is computed in float32; BF16/F16 weights are upcast exactly.  The
+code deliberately avoids tessera and any third-party model code so that it can
+serve as an independent oracle for ``tests/reference/check_numerics.py``.
+
+Usage:
+    /usr/bin/python3 tests/reference/torch_reference.py --model-path DIR \
+        --prompt-ids 1,2,3 --max-new-tokens N \
+        --out-logits FILE.npy --out-json FILE.json
+
+Output contract:
+    FILE.json  {"output_ids": [the N generated token ids]}
+    FILE.npy   float32 [P + N - 1, vocab]: rows 0..P-1 are the logits at each
+               prompt position (row P-1 predicts the first new token); row
+               P+i (i = 0..N-2) holds the logits after appending generated
+               token i, i.e. the ones that predicted generated token i+1.
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+SUPPORTED_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+
+
+# ----------------------------------------------------------------------------
+# safetensors loading (the format is simple enough that we parse it ourselves)
+# ----------------------------------------------------------------------------
+
+def _decode_tensor(raw: np.ndarray, dtype: str, shape: List[int], name: str) -> np.ndarray:
+    """Turns the raw bytes of one tensor into an exact float32 array."""
+    if dtype == "F32":
+        values = raw.view("<f4").astype(np.float32)
+    elif dtype == "F16":
+        values = raw.view("<f2").astype(np.float32)  # every f16 is exact in f32
+    elif dtype == "BF16":
+        # bf16 is the top half of an f32: widening is a 16-bit left shift.
+        values = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        raise ValueError(f"tensor {name}: unsupported safetensors dtype {dtype}")
+    expected = int(np.prod(shape)) if shape else 1
+    if values.size != expected:
+        raise ValueError(f"tensor {name}: {values.size} elements, shape {shape} needs {expected}")
+    return values.reshape(shape)
+
+
+def read_safetensors(path: str) -> Dict[str, np.ndarray]:
+    """Reads every tensor of one .safetensors file as float32."""
+    with open(path, "rb") as f:
+        header_len = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(header_len))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_len)
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        if not 0 <= begin <= end <= data.size:
+            raise ValueError(f"{path}: tensor {name} has offsets {begin}..{end} outside the data")
+        tensors[name] = _decode_tensor(np.array(data[begin:end]), info["dtype"], info["shape"], name)
+    return tensors
+
+
+def load_checkpoint(model_dir: str) -> Dict[str, torch.Tensor]:
+    """Loads all weights of a model folder, single file or sharded."""
+    index_path = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index_path):
+        with open(index_path) as f:
+            weight_map = json.load(f)["weight_map"]
+        files = sorted(set(weight_map.values()))
+    elif os.path.exists(os.path.join(model_dir, "model.safetensors")):
+        weight_map = None
+        files = ["model.safetensors"]
+    else:
+        raise FileNotFoundError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
+
+    tensors: Dict[str, torch.Tensor] = {}
+    for file_name in files:
+        for name, array in read_safetensors(os.path.join(model_dir, file_name)).items():
+            if name in tensors:
+                raise ValueError(f"tensor {name} appears in more than one shard")
+            if weight_map is not None and weight_map.get(name) != file_name:
+                raise ValueError(f"tensor {name} found in {file_name}, index says {weight_map.get(name)}")
+            tensors[name] = torch.from_numpy(array)
+    if weight_map is not None:
+        missing = set(weight_map) - set(tensors)
+        if missing:
+            raise ValueError(f"index lists tensors absent from the shards: {sorted(missing)[:5]}")
+    return tensors
+
+
+# ----------------------------------------------------------------------------
+# configuration
+# ----------------------------------------------------------------------------
+
+@dataclass
+class DecoderConfig:
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: Optional[dict]
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    o_proj_bias: bool
+    mlp_bias: bool
+
+    @staticmethod
+    def from_json(path: str) -> "DecoderConfig":
+        with open(path) as f:
+            raw = json.load(f)
+        architectures = raw.get("architectures") or []
+        if len(architectures) != 1 or architectures[0] not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(f"unsupported architectures {architectures}")
+        arch = SUPPORTED_ARCHITECTURES[architectures[0]]
+        if raw.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"unsupported hidden_act {raw['hidden_act']}")
+        if raw.get("use_sliding_window"):
+            raise ValueError("sliding-window attention is not supported by the reference")
+        num_heads = raw["num_attention_heads"]
+        head_dim = raw.get("head_dim") or raw["hidden_size"] // num_heads
+        attention_bias = bool(raw.get("attention_bias", False))
+        return DecoderConfig(
+            arch=arch,
+            vocab_size=raw["vocab_size"],
+            hidden_size=raw["hidden_size"],
+            intermediate_size=raw["intermediate_size"],
+            num_layers=raw["num_hidden_layers"],
+            num_heads=num_heads,
+            num_kv_heads=raw.get("num_key_value_heads") or num_heads,
+            head_dim=head_dim,
+            rms_norm_eps=float(raw["rms_norm_eps"]),
+            rope_theta=float(raw.get("rope_theta", 10000.0)),
+            rope_scaling=raw.get("rope_scaling"),
+            # LlamaConfig, Qwen2Config and Qwen3Config all default this to False.
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            # Qwen2 always has q/k/v biases; Llama and Qwen3 follow attention_bias,
+            # which in transformers also governs o_proj (Qwen2's o_proj never has one).
+            qkv_bias=arch == "qwen2" or attention_bias,
+            o_proj_bias=arch != "qwen2" and attention_bias,
+            mlp_bias=arch == "llama" and bool(raw.get("mlp_bias", False)),
+        )
+
+
+# ----------------------------------------------------------------------------
+# building blocks
+# ----------------------------------------------------------------------------
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """y = x W^T (+ b), the nn.Linear convention (weight is [out, in])."""
+    y = x @ weight.t()
+    return y + bias if bias is not None else y
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x * rsqrt(mean(x^2) + eps) * weight over the last axis."""
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+
+
+def rope_inverse_frequencies(config: DecoderConfig) -> torch.Tensor:
+    """inv_freq[j] = theta^(-2j/d), adjusted for the configured rope_scaling."""
+    d = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    scaling = config.rope_scaling
+    rope_type = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
+    if rope_type in (None, "default"):
+        return inv_freq
+    if rope_type == "linear":
+        # Dividing every frequency by the factor is the same as dividing positions.
+        return inv_freq / float(scaling["factor"])
+    if rope_type == "llama3":
+        return _llama3_inverse_frequencies(inv_freq, scaling)
+    raise ValueError(f"unsupported rope_scaling type {rope_type!r}")
+
+
+def _llama3_inverse_frequencies(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    """Llama 3.1 frequency remapping.
+
+    Wavelengths shorter than original_len/high_freq_factor are kept, those
+    longer than original_len/low_freq_factor are slowed down by `factor`, and
+    the band in between is linearly interpolated in original_len/wavelength.
+    """
+    factor = float(scaling["factor"])
+    low_freq_factor = float(scaling["low_freq_factor"])
+    high_freq_factor = float(scaling["high_freq_factor"])
+    original_len = float(scaling["original_max_position_embeddings"])
+    low_freq_wavelen = original_len / low_freq_factor
+    high_freq_wavelen = original_len / high_freq_factor
+
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    interpolated = (1 - smooth) * scaled / factor + smooth * scaled
+    in_band = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(in_band, interpolated, scaled)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """[x1, x2] -> [-x2, x1] on the last axis (neox / HF rotary layout)."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + rotate_half(x) * sin
+
+
+# ----------------------------------------------------------------------------
+# the model
+# ----------------------------------------------------------------------------
+
+class DecoderModel:
+    """A dense pre-norm decoder; forward() maps token ids to float32 logits."""
+
+    def __init__(self, model_dir: str):
+        self.config = DecoderConfig.from_json(os.path.join(model_dir, "config.json"))
+        tensors = load_checkpoint(model_dir)
+        self.weights = self._take_expected_weights(tensors)
+        self.inv_freq = rope_inverse_frequencies(self.config)
+
+    def _expected_shapes(self) -> Dict[str, tuple]:
+        c = self.config
+        q_dim, kv_dim = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        shapes = {"model.embed_tokens.weight": (c.vocab_size, c.hidden_size),
+                  "model.norm.weight": (c.hidden_size,)}
+        if not c.tie_word_embeddings:
+            shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
+        for i in range(c.num_layers):
+            p = f"model.layers.{i}."
+            shapes[p + "input_layernorm.weight"] = (c.hidden_size,)
+            shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
+            shapes[p + "self_attn.q_proj.weight"] = (q_dim, c.hidden_size)
+            shapes[p + "self_attn.k_proj.weight"] = (kv_dim, c.hidden_size)
+            shapes[p + "self_attn.v_proj.weight"] = (kv_dim, c.hidden_size)
+            shapes[p + "self_attn.o_proj.weight"] = (c.hidden_size, q_dim)
+            if c.qkv_bias:
+                shapes[p + "self_attn.q_proj.bias"] = (q_dim,)
+                shapes[p + "self_attn.k_proj.bias"] = (kv_dim,)
+                shapes[p + "self_attn.v_proj.bias"] = (kv_dim,)
+            if c.o_proj_bias:
+                shapes[p + "self_attn.o_proj.bias"] = (c.hidden_size,)
+            if c.arch == "qwen3":
+                shapes[p + "self_attn.q_norm.weight"] = (c.head_dim,)
+                shapes[p + "self_attn.k_norm.weight"] = (c.head_dim,)
+            shapes[p + "mlp.gate_proj.weight"] = (c.intermediate_size, c.hidden_size)
+            shapes[p + "mlp.up_proj.weight"] = (c.intermediate_size, c.hidden_size)
+            shapes[p + "mlp.down_proj.weight"] = (c.hidden_size, c.intermediate_size)
+            if c.mlp_bias:
+                shapes[p + "mlp.gate_proj.bias"] = (c.intermediate_size,)
+                shapes[p + "mlp.up_proj.bias"] = (c.intermediate_size,)
+                shapes[p + "mlp.down_proj.bias"] = (c.hidden_size,)
+        return shapes
+
+    def _take_expected_weights(self, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Checks names and shapes strictly, so a checkpoint the reference would
+        read differently from the config (a stray bias, a missing lm_head) fails
+        loudly instead of being silently ignored."""
+        expected = self._expected_shapes()
+        missing = sorted(set(expected) - set(tensors))
+        # transformers may serialise the rotary buffer; it carries no weights.
+        unexpected = sorted(n for n in set(tensors) - set(expected) if not n.endswith("rotary_emb.inv_freq"))
+        if missing or unexpected:
+            raise ValueError(f"checkpoint does not match config: missing {missing[:8]}, unexpected {unexpected[:8]}")
+        for name, shape in expected.items():
+            if tuple(tensors[name].shape) != shape:
+                raise ValueError(f"tensor {name}: shape {tuple(tensors[name].shape)}, expected {shape}")
+        weights = {name: tensors[name] for name in expected}
+        if self.config.tie_word_embeddings:
+            weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+        return weights
+
+    def _bias(self, name: str) -> Optional[torch.Tensor]:
+        return self.weights.get(name)
+
+    def _attention(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        c, w, p = self.config, self.weights, f"model.layers.{i}.self_attn."
+        seq_len = x.shape[0]
+        q = linear(x, w[p + "q_proj.weight"], self._bias(p + "q_proj.bias"))
+        k = linear(x, w[p + "k_proj.weight"], self._bias(p + "k_proj.bias"))
+        v = linear(x, w[p + "v_proj.weight"], self._bias(p + "v_proj.bias"))
+        # [T, heads*d] -> [heads, T, d]
+        q = q.view(seq_len, c.num_heads, c.head_dim).transpose(0, 1)
+        k = k.view(seq_len, c.num_kv_heads, c.head_dim).transpose(0, 1)
+        v = v.view(seq_len, c.num_kv_heads, c.head_dim).transpose(0, 1)
+        if c.arch == "qwen3":
+            # Qwen3 normalises each head's q and k before the rotation.
+            q = rms_norm(q, w[p + "q_norm.weight"], c.rms_norm_eps)
+            k = rms_norm(k, w[p + "k_norm.weight"], c.rms_norm_eps)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+        # GQA: query head h reads kv head h // (num_heads / num_kv_heads).
+        group = c.num_heads // c.num_kv_heads
+        k = k.repeat_interleave(group, dim=0)
+        v = v.repeat_interleave(group, dim=0)
+
+        scores = (q @ k.transpose(1, 2)) / math.sqrt(c.head_dim)
+        future = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
+        scores = scores.masked_fill(future, float("-inf"))
+        context = torch.softmax(scores, dim=-1) @ v
+        context = context.transpose(0, 1).reshape(seq_len, c.num_heads * c.head_dim)
+        return linear(context, w[p + "o_proj.weight"], self._bias(p + "o_proj.bias"))
+
+    def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        w, p = self.weights, f"model.layers.{i}.mlp."
+        gate = linear(x, w[p + "gate_proj.weight"], self._bias(p + "gate_proj.bias"))
+        up = linear(x, w[p + "up_proj.weight"], self._bias(p + "up_proj.bias"))
+        return linear(torch.nn.functional.silu(gate) * up, w[p + "down_proj.weight"], self._bias(p + "down_proj.bias"))
+
+    @torch.no_grad()
+    def forward(self, token_ids: List[int]) -> torch.Tensor:
+        """Logits [T, vocab] for every position of the sequence (no cache)."""
+        c, w = self.config, self.weights
+        ids = torch.tensor(token_ids, dtype=torch.int64)
+        if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= c.vocab_size:
+            raise ValueError(f"token ids must be non-empty and in [0, {c.vocab_size})")
+        positions = torch.arange(len(token_ids), dtype=torch.float32)
+        angles = positions[:, None] * self.inv_freq[None, :]
+        angles = torch.cat((angles, angles), dim=-1)  # both halves share a frequency
+        cos, sin = angles.cos(), angles.sin()
+
+        h = w["model.embed_tokens.weight"][ids]
+        for i in range(c.num_layers):
+            p = f"model.layers.{i}."
+            h = h + self._attention(i, rms_norm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps), cos, sin)
+            h = h + self._mlp(i, rms_norm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps))
+        h = rms_norm(h, w["model.norm.weight"], c.rms_norm_eps)
+        return linear(h, w["lm_head.weight"], None)
+
+
+def greedy_decode(model: DecoderModel, prompt_ids: List[int], max_new_tokens: int):
+    """Returns (generated ids, logits rows) following the module's row contract.
+
+    The whole sequence is recomputed every step: the models are tiny and this
+    keeps the reference free of any cache bookkeeping that could hide a bug.
+    """
+    sequence = list(prompt_ids)
+    generated: List[int] = []
+    rows: List[torch.Tensor] = []
+    for step in range(max_new_tokens):
+        logits = model.forward(sequence)
+        rows.append(logits if step == 0 else logits[-1:])
+        next_id = int(torch.argmax(logits[-1]))
+        generated.append(next_id)
+        sequence.append(next_id)
+    return generated, torch.cat(rows, dim=0).numpy().astype(np.float32)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--prompt-ids", required=True, help="comma separated token ids")
+    parser.add_argument("--max-new-tokens", type=int, required=True)
+    parser.add_argument("--out-logits", required=True)
+    parser.add_argument("--out-json", required=True)
+    args = parser.parse_args()
+    if args.max_new_tokens < 1:
+        parser.error("--max-new-tokens must be at least 1")
+
+    torch.set_num_threads(1)  # the machine is shared with compiles
+    prompt_ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
+    model = DecoderModel(args.model_path)
+    generated, logits = greedy_decode(model, prompt_ids, args.max_new_tokens)
+    np.save(args.out_logits, logits)
+    with open(args.out_json, "w") as f:
+        json.dump({"output_ids": generated}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
