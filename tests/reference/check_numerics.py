@@ -241,8 +241,9 @@ def main() -> int:
             if os.path.exists(stale):
                 os.remove(stale)
 
+        # --ignore-eos: the reference never stops early, so neither may tessera.
         stdout = run([tessera, "generate", "--model-path", model_dir, "--prompt-ids", prompt_arg,
-                      "--max-new-tokens", str(NEW_TOKENS), "--json", "--threads", "1",
+                      "--max-new-tokens", str(NEW_TOKENS), "--ignore-eos", "--json", "--threads", "1",
                       "--logits-out", tessera_logits_path], "tessera generate")
         tessera_ids = generated_ids(stdout, prompt, "tessera generate")
         run([sys.executable, REFERENCE_SCRIPT, "--model-path", model_dir, "--prompt-ids", prompt_arg,
