@@ -10,12 +10,12 @@ tokens from a fixed 32-token prompt with `tessera generate` and with
 torch_reference.py, then require identical tokens and matching logits on the
 prompt rows and the first 16 decode rows (tolerances below).
 
-One exception, for bf16 only: if the token streams diverge at a step where
-the reference's two candidates are closer than the bf16 logit tolerance (an
-exact tie that activation rounding can flip), the reference is re-run along
-tessera's tokens and the check continues on that path: every logits row must
-still match, and every tessera token must be the reference argmax or within
-the tolerance of it.
+For bf16 models the reference runs twice. The gating run rounds every linear
+layer's input to bf16, which is the documented compute contract of tessera's
+bf16 kernels (and of any bf16 x bf16 -> f32 dot product): tokens must then be
+identical and logits close (the sides differ only in f32 summation order). The
+second run keeps f32 activations, i.e. the exact model: its prompt rows must be
+within a looser bound that measures what bf16 inference costs.
 
 Exit status: 0 pass, 1 failure (numerics mismatch, or tessera output that
 breaks the format contract), 2 setup error (missing binary, failing command,
@@ -28,7 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -41,17 +41,21 @@ MODEL_SEED = 7
 #
 # f32: both sides compute in f32 and differ only in summation order, which moves
 #      logits by ~1e-5 on these models; 1e-3 is an absolute bound with ample room.
-# bf16: the weights are identical (bf16 widens exactly to f32), but tessera
-#      rounds every matmul input activation to bf16 (unit roundoff 2^-9 ~ 0.2%)
-#      whereas the reference keeps f32.  Those are many small, independent
-#      relative errors, so the logit error scales with the logit magnitude:
-#      emulating the rounding in the reference on 3-layer tiny models gives
-#      rms error ~0.35% and max error (over ~50k logits) ~1.4-1.7% of the logit
-#      std.  We allow 5% of max(1, std): ~3x headroom over that, while real bugs
-#      (wrong RoPE pairing, GQA mapping, missing bias or norm) move logits by
-#      tens of percent of the std.  The max(1, .) floor keeps the bound
-#      meaningful if a model's logits are nearly flat.
+# bf16, gating run (reference rounds linear inputs to bf16 like tessera): the
+#      weights and the rounded inputs are identical on both sides, products of
+#      two bf16 values are exact in f32, so only f32 summation order differs.
+#      That can move an activation across a bf16 rounding boundary now and then
+#      (one ulp, 2^-8 relative, of one element), which propagates to logits at
+#      the 1e-3 level on these models.  BF16_ABS_TOLERANCE = 2e-2 leaves ~10x room;
+#      a real bug moves logits by whole units (logit std ~5).
+# bf16, exact-model run (reference keeps f32 activations): rounding activations
+#      to bf16 (unit roundoff 2^-9 ~ 0.2%) before each matmul gives many small
+#      independent relative errors, measured at 1.4-2.6% of the logit std at
+#      worst over ~30k logits.  The prompt rows (where both sides see the same
+#      tokens) must stay within 5% of max(1, std).  Decode rows are not gated
+#      against this run: there, a flipped near-tie is legitimate.
 F32_ABS_TOLERANCE = 1e-3
+BF16_ABS_TOLERANCE = 2e-2
 BF16_RELATIVE_TOLERANCE = 0.05
 
 REFERENCE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_reference.py")
@@ -102,8 +106,9 @@ def generated_ids(stdout: str, prompt: List[int], source: str, error=ContractErr
     return ids
 
 
-def load_logits(path: str, vocab_size: int, source: str, error=ContractError) -> np.ndarray:
-    expected = (PROMPT_LEN + NEW_TOKENS - 1, vocab_size)
+def load_logits(path: str, vocab_size: int, source: str, error=ContractError,
+                rows: int = PROMPT_LEN + NEW_TOKENS - 1) -> np.ndarray:
+    expected = (rows, vocab_size)
     try:
         logits = np.load(path)
     except (OSError, ValueError) as e:
@@ -126,9 +131,8 @@ def tolerance_for(dtype: str, ref_logits: np.ndarray, gated_rows: int) -> float:
     if dtype == "f32":
         print(f"tolerance (f32): max|diff| < {F32_ABS_TOLERANCE:g} (absolute)")
         return F32_ABS_TOLERANCE
-    tolerance = BF16_RELATIVE_TOLERANCE * max(1.0, std)
-    print(f"tolerance (bf16): max|diff| < {BF16_RELATIVE_TOLERANCE:g} x max(1, std) = {tolerance:.4f}")
-    return tolerance
+    print(f"tolerance (bf16, reference with bf16 linear inputs): max|diff| < {BF16_ABS_TOLERANCE:g}")
+    return BF16_ABS_TOLERANCE
 
 
 def describe_rows(name: str, rows: range, diff: np.ndarray, tolerance: float, gated: bool) -> bool:
@@ -166,45 +170,30 @@ def reference_preference(ref_logits: np.ndarray, step: int, ref_token: int, othe
     return float(row[ref_token] - row[other_token])
 
 
-def tokens_are_near_ties(tessera_ids: List[int], forced_logits: np.ndarray, tolerance: float) -> bool:
-    """Along tessera's own token path, each tessera token must be the reference's
-    argmax or within `tolerance` of it, i.e. a tie that rounding can flip."""
-    ok = True
-    for step, token in enumerate(tessera_ids):
-        row = forced_logits[PROMPT_LEN - 1 + step]
-        shortfall = float(row.max() - row[token])
-        if shortfall > 0:
-            within = shortfall < tolerance
-            ok = ok and within
-            print(f"  step {step}: tessera token {token} is {shortfall:.4g} below the reference argmax "
-                  f"{int(row.argmax())} ({'near-tie, accepted' if within else 'beyond tolerance'})")
-    return ok
-
-
 def judge(dtype: str, tessera_ids: List[int], tessera_logits: np.ndarray, ref_ids: List[int],
-          ref_logits: np.ndarray, reference_along: Callable[[List[int]], np.ndarray]) -> bool:
-    """Applies the pass rules, printing the summary; True on pass."""
+          ref_logits: np.ndarray) -> bool:
+    """Identical greedy tokens and logits within the dtype's tolerance; True on pass."""
     tolerance = tolerance_for(dtype, ref_logits, PROMPT_LEN + GATED_DECODE_ROWS)
     diverged_at = first_mismatch(tessera_ids, ref_ids)
     if diverged_at is None:
         print(f"greedy tokens: all {NEW_TOKENS} identical")
         return compare_logits(tessera_logits, ref_logits, NEW_TOKENS - 1, tolerance)
-
     preference = reference_preference(ref_logits, diverged_at, ref_ids[diverged_at], tessera_ids[diverged_at])
     print(f"greedy tokens: first mismatch at generated token {diverged_at} (tessera {tessera_ids[diverged_at]}, "
           f"reference {ref_ids[diverged_at]}); the reference prefers its token by {preference:.4g}\n"
           f"  tessera:   {tessera_ids}\n  reference: {ref_ids}")
-    if dtype == "bf16" and preference < tolerance:
-        # bf16 rounding legitimately flips exact ties between logits (seen in
-        # emulation at margins ~1e-3).  Follow tessera's tokens with the
-        # reference so every row can still be compared and every later step is
-        # held to the same near-tie rule.
-        print("the divergence is a near-tie within the bf16 tolerance: re-running the reference along tessera's tokens")
-        forced_logits = reference_along(tessera_ids)
-        tokens_ok = tokens_are_near_ties(tessera_ids, forced_logits, tolerance)
-        return compare_logits(tessera_logits, forced_logits, NEW_TOKENS - 1, tolerance) and tokens_ok
     compare_logits(tessera_logits, ref_logits, diverged_at, tolerance)  # shows where the logits drift apart
     return False
+
+
+def judge_against_exact_model(tessera_logits: np.ndarray, exact_logits: np.ndarray) -> bool:
+    """bf16 only: the prompt rows against the f32-activation reference."""
+    std = float(exact_logits[:PROMPT_LEN].std())
+    tolerance = BF16_RELATIVE_TOLERANCE * max(1.0, std)
+    print(f"bf16 vs the exact model (f32 activations): prompt rows must be within "
+          f"{BF16_RELATIVE_TOLERANCE:g} x max(1, std {std:.3f}) = {tolerance:.4f}")
+    diff = np.abs(tessera_logits[:PROMPT_LEN].astype(np.float64) - exact_logits[:PROMPT_LEN].astype(np.float64))
+    return describe_rows("prompt", range(0, PROMPT_LEN), diff, tolerance, gated=True)
 
 
 def main() -> int:
@@ -235,9 +224,9 @@ def main() -> int:
         tessera_logits_path = os.path.join(args.workdir, "tessera_logits.npy")
         ref_logits_path = os.path.join(args.workdir, "reference_logits.npy")
         ref_json_path = os.path.join(args.workdir, "reference.json")
-        forced_logits_path = os.path.join(args.workdir, "reference_forced_logits.npy")
-        forced_json_path = os.path.join(args.workdir, "reference_forced.json")
-        for stale in (tessera_logits_path, ref_logits_path, ref_json_path, forced_logits_path, forced_json_path):
+        exact_logits_path = os.path.join(args.workdir, "reference_exact_logits.npy")
+        exact_json_path = os.path.join(args.workdir, "reference_exact.json")
+        for stale in (tessera_logits_path, ref_logits_path, ref_json_path, exact_logits_path, exact_json_path):
             if os.path.exists(stale):
                 os.remove(stale)
 
@@ -248,25 +237,26 @@ def main() -> int:
         tessera_ids = generated_ids(stdout, prompt, "tessera generate")
         run([sys.executable, REFERENCE_SCRIPT, "--model-path", model_dir, "--prompt-ids", prompt_arg,
              "--max-new-tokens", str(NEW_TOKENS), "--out-logits", ref_logits_path,
-             "--out-json", ref_json_path], "torch_reference.py")
+             "--out-json", ref_json_path] + (["--bf16-activations"] if args.dtype == "bf16" else []),
+            "torch_reference.py")
         with open(ref_json_path) as f:
             ref_ids = generated_ids(f.read(), prompt, "torch_reference.py", error=SetupError)
         tessera_logits = load_logits(tessera_logits_path, vocab_size, "tessera generate")
         ref_logits = load_logits(ref_logits_path, vocab_size, "torch_reference.py", error=SetupError)
-        if len(tessera_ids) != NEW_TOKENS:
-            raise ContractError(f"tessera generate returned {len(tessera_ids)} new tokens, expected {NEW_TOKENS}")
-
-        def reference_along(tokens: List[int]) -> np.ndarray:
-            """Reference logits rows for prompt + tokens[:-1] (teacher forcing)."""
-            run([sys.executable, REFERENCE_SCRIPT, "--model-path", model_dir,
-                 "--prompt-ids", ",".join(map(str, prompt + tokens[:-1])), "--max-new-tokens", "1",
-                 "--out-logits", forced_logits_path, "--out-json", forced_json_path],
-                "torch_reference.py (teacher-forced)")
-            return load_logits(forced_logits_path, vocab_size, "torch_reference.py", error=SetupError)
+        if len(tessera_ids) != NEW_TOKENS or not all(0 <= t < vocab_size for t in tessera_ids):
+            raise ContractError(f"tessera generate returned {len(tessera_ids)} new tokens {tessera_ids}, "
+                                f"expected {NEW_TOKENS} ids in [0, {vocab_size})")
 
         print(f"\n== numerics: arch {args.arch}, dtype {args.dtype}, vocab {vocab_size}, "
               f"prompt {PROMPT_LEN} tokens, {NEW_TOKENS} new tokens ==")
-        passed = judge(args.dtype, tessera_ids, tessera_logits, ref_ids, ref_logits, reference_along)
+        passed = judge(args.dtype, tessera_ids, tessera_logits, ref_ids, ref_logits)
+        if args.dtype == "bf16":
+            run([sys.executable, REFERENCE_SCRIPT, "--model-path", model_dir, "--prompt-ids", prompt_arg,
+                 "--max-new-tokens", "1", "--out-logits", exact_logits_path, "--out-json", exact_json_path],
+                "torch_reference.py (f32 activations)")
+            exact_logits = load_logits(exact_logits_path, vocab_size, "torch_reference.py", error=SetupError,
+                                       rows=PROMPT_LEN)
+            passed = judge_against_exact_model(tessera_logits, exact_logits) and passed
     except SetupError as e:
         print(f"SETUP ERROR: {e}", file=sys.stderr)
         return 2
