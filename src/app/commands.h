@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <string>
 
+#include "server/server_args.h"
+
 namespace tessera::app {
 
 struct GenerateCommandOptions {
-    std::string model_path;
+    server::ServerArgs server;  // model, dtype, threads and the parallel/scheduling flags
     std::string prompt_ids;  // "1,2,3"
     std::string prompt;      // text: needs the tokenizer (not built yet)
     std::int64_t max_new_tokens = 16;
@@ -18,8 +20,6 @@ struct GenerateCommandOptions {
     float min_p = 0.0f;
     std::uint64_t seed = 0;
     bool ignore_eos = false;
-    std::string dtype = "auto";
-    int threads = 0;  // 0: the cores this process may use
     bool json = false;
     std::string logits_out;  // .npy path, f32 [rows, vocab]
 };

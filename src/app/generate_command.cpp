@@ -73,11 +73,11 @@ int run_generate(const GenerateCommandOptions& o) {
     if (!prompt.ok()) return fail(prompt.status());
 
     const auto t_load = std::chrono::steady_clock::now();
-    auto model = models::load_model({o.model_path, o.dtype});
+    auto model = models::load_model({o.server.model_path, o.server.dtype});
     if (!model.ok()) return fail(model.status());
     const double load_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-    const int threads = o.threads > 0 ? o.threads : default_thread_count();
+    const int threads = o.server.threads_per_rank > 0 ? o.server.threads_per_rank : default_thread_count();
     ThreadPool pool(threads);
     TSR_LOG(INFO, "model loaded in {:.2f} s: {:.1f} MB of {} weights; {} threads, {} kernels",
             load_s, (*model)->weight_bytes() / 1e6, dtype_name((*model)->compute_dtype()), threads,

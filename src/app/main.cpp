@@ -7,6 +7,7 @@
 #include "app/make_model.h"
 #include "base/env.h"
 #include "base/logging.h"
+#include "server/server_args.h"
 
 namespace {
 
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
 
     tessera::app::GenerateCommandOptions gen;
     auto* generate = app.add_subcommand("generate", "offline generation for one prompt, no server");
-    generate->add_option("--model-path,--model", gen.model_path, "Hugging Face model folder")->required();
+    tessera::server::FlagTable generate_flags(*generate, gen.server);
     generate->add_option("--prompt-ids", gen.prompt_ids, "prompt token ids, e.g. 1,2,3");
     generate->add_option("--prompt", gen.prompt, "prompt text (needs the tokenizer)");
     generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to generate")
@@ -69,12 +70,6 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     generate->add_option("--seed", gen.seed, "sampling seed")->capture_default_str();
     generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past end-of-sequence tokens");
-    generate->add_option("--dtype", gen.dtype, "compute weight type: auto (the checkpoint's), f32, bf16")
-        ->check(CLI::IsMember({"auto", "f32", "bf16", "float32", "bfloat16"}))
-        ->capture_default_str();
-    generate->add_option("--threads-per-rank,--threads", gen.threads,
-                         "compute threads (default: the cores this process may use)")
-        ->check(CLI::Range(0, 1024));
     generate->add_flag("--json", gen.json, "print exactly one JSON object on stdout (logs on stderr)");
     generate->add_option("--logits-out", gen.logits_out,
                          "write every logits row (prompt and decode steps) as .npy f32 [rows, vocab]");
@@ -90,6 +85,15 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (generate->parsed()) return tessera::app::run_generate(gen);
+    if (generate->parsed()) {
+        tessera::Status s = generate_flags.check_unimplemented();
+        if (s.ok()) s = gen.server.resolve();
+        if (!s.ok()) {
+            TSR_LOG(ERROR, "{}", s.message());
+            return 2;
+        }
+        for (const auto& note : gen.server.notes) TSR_LOG(INFO, "{}", note);
+        return tessera::app::run_generate(gen);
+    }
     return 1;
 }

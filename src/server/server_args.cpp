@@ -1,0 +1,153 @@
+#include "server/server_args.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::server {
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+Status invalid(std::string message) { return Status::InvalidArgument(std::move(message)); }
+
+bool one_of(const std::string& v, std::initializer_list<const char*> options) {
+    return std::any_of(options.begin(), options.end(), [&](const char* o) { return v == o; });
+}
+
+// a2a backends whose dispatch spans the whole TP group: SGLang forces ep_size = tp_size.
+constexpr std::initializer_list<const char*> kEpSpanningBackends = {
+    "megamoe", "deepep", "deepep_v2", "mooncake", "nixl", "ascend_fuseep", "flashinfer", "mori", "pplx"};
+
+}  // namespace
+
+dist::ParallelConfig ServerArgs::parallel_config() const {
+    dist::ParallelConfig c;
+    c.tp_size = tp_size;
+    c.pp_size = pp_size;
+    c.dp_size = dp_size;
+    c.ep_size = ep_size;
+    c.moe_dp_size = moe_dp_size;
+    c.attn_cp_size = attn_cp_size;
+    c.enable_dp_attention = enable_dp_attention;
+    c.moe_dense_tp_size = moe_dense_tp_size;
+    c.nnodes = nnodes;
+    c.node_rank = node_rank;
+    return c;
+}
+
+Status ServerArgs::resolve() {
+    notes.clear();
+    // Missing defaults.
+    if (tokenizer_path.empty()) tokenizer_path = model_path;
+    if (served_model_name.empty()) served_model_name = model_path;
+    if (!page_size) page_size = 1;
+
+    // Data parallelism (§1.4): nothing to split with dp 1; DP-attention shares the budgets.
+    if (dp_size == 1) {
+        enable_dp_attention = false;
+        enable_dp_lm_head = false;
+    }
+    if (enable_dp_lm_head && !enable_dp_attention)
+        return invalid("Please enable dp attention when setting enable_dp_lm_head: --enable-dp-lm-head needs "
+                       "--enable-dp-attention");
+    if (enable_dp_attention) {
+        schedule_conservativeness *= 0.3;
+        if (chunked_prefill_size && *chunked_prefill_size > 0) *chunked_prefill_size /= dp_size;
+        notes.push_back("DP attention is enabled: schedule_conservativeness scaled by 0.3 to " +
+                        std::to_string(schedule_conservativeness) + ", chunked_prefill_size divided by dp_size");
+    }
+    if (one_of(moe_a2a_backend, kEpSpanningBackends) && ep_size != tp_size) {
+        notes.push_back("--moe-a2a-backend " + moe_a2a_backend + " spans the TP group: ep_size set to tp_size (" +
+                        str(tp_size) + ")");
+        ep_size = tp_size;
+    }
+    if (pp_size > 1 && !disable_overlap_schedule) {
+        disable_overlap_schedule = true;
+        notes.push_back("Pipeline parallelism is incompatible with overlap schedule.");
+    }
+    if (enable_eplb && expert_distribution_recorder_mode.empty()) {
+        expert_distribution_recorder_mode = "stat";
+        notes.push_back("EPLB is enabled. The expert_distribution_recorder_mode is automatically set.");
+    }
+    if (expert_balancedness_report_mode != "off" && expert_distribution_recorder_mode.empty())
+        expert_distribution_recorder_mode = "stat";
+    if (!expert_distribution_recorder_buffer_size && !expert_distribution_recorder_mode.empty())
+        expert_distribution_recorder_buffer_size = eplb_rebalance_num_iterations;
+    if ((enable_eplb || init_expert_location != "trivial") && ep_dispatch_algorithm.empty())
+        ep_dispatch_algorithm = moe_a2a_backend == "none" ? "dynamic" : "static";
+
+    // Parallel sizes and groups (§1.5, §1.6).
+    TSR_RETURN_IF_ERROR(dist::ParallelLayout::create(parallel_config()).status());
+
+    // Scheduling and memory (§1.2, §1.5).
+    if (pp_max_micro_batch_size && *pp_max_micro_batch_size < 1)
+        return invalid("--pp-max-micro-batch-size must be at least 1, got " + str(*pp_max_micro_batch_size));
+    if (pp_async_batch_depth < 0)
+        return invalid("--pp-async-batch-depth must be >= 0, got " + str(pp_async_batch_depth));
+    if (*page_size < 1) return invalid("--page-size must be at least 1, got " + str(*page_size));
+    if (chunked_prefill_size && *chunked_prefill_size > 0 && *chunked_prefill_size % *page_size != 0)
+        return invalid("chunked_prefill_size must be divisible by page_size: --chunked-prefill-size " +
+                       str(*chunked_prefill_size) + " with --page-size " + str(*page_size));
+    if (chunked_prefill_size && *chunked_prefill_size == 0)
+        return invalid("--chunked-prefill-size 0 is not valid: use a positive size, or -1 to disable chunking");
+    if (schedule_conservativeness < 0)
+        return invalid("--schedule-conservativeness must be >= 0, got " + std::to_string(schedule_conservativeness));
+    if (prefill_decode_interval < 0)
+        return invalid("--prefill-decode-interval must be >= 0, got " + str(prefill_decode_interval));
+    if (base_gpu_id < 0) return invalid("--base-gpu-id must be >= 0, got " + str(base_gpu_id));
+    if (gpu_id_step < 1) return invalid("--gpu-id-step must be >= 1, got " + str(gpu_id_step));
+    if (enable_priority_scheduling && !one_of(schedule_policy, {"fcfs", "lof"}))
+        return invalid("--enable-priority-scheduling requires --schedule-policy fcfs or lof, got " + schedule_policy);
+    if (retraction_policy == "priority" && !enable_priority_scheduling)
+        return invalid("--retraction-policy priority requires --enable-priority-scheduling");
+    if (mem_fraction_static && (*mem_fraction_static <= 0.0 || *mem_fraction_static > 1.0))
+        return invalid("--mem-fraction-static must be in (0, 1], got " + std::to_string(*mem_fraction_static));
+    if (max_running_requests && *max_running_requests < 1)
+        return invalid("--max-running-requests must be at least 1, got " + str(*max_running_requests));
+    if (max_total_tokens && *max_total_tokens < 1)
+        return invalid("--max-total-tokens must be at least 1, got " + str(*max_total_tokens));
+    if (max_prefill_tokens < 1) return invalid("--max-prefill-tokens must be at least 1, got " + str(max_prefill_tokens));
+    if (threads_per_rank < 0) return invalid("--threads-per-rank must be >= 0 (0 = automatic)");
+    if (nnodes > 1 && dist_init_addr.empty())
+        return invalid("--nnodes " + str(nnodes) + " needs --dist-init-addr HOST:PORT (the address node 0 serves "
+                       "the rendezvous on)");
+
+    // MoE (§1.3, §1.7).
+    if (enable_two_batch_overlap && moe_a2a_backend == "none" && !enable_dp_attention)
+        return invalid("When enabling two batch overlap without an EP a2a backend (moe_a2a_backend='none'), "
+                       "--enable-dp-attention is required");
+    if (disable_shared_experts_fusion && enforce_shared_experts_fusion)
+        return invalid("--disable-shared-experts-fusion and --enforce-shared-experts-fusion are mutually exclusive");
+    if (moe_a2a_backend == "none" && one_of(ep_dispatch_algorithm, {"static", "lp"}))
+        return invalid("--ep-dispatch-algorithm " + ep_dispatch_algorithm +
+                       " picks a different physical replica per rank, but with --moe-a2a-backend none every EP "
+                       "rank runs the MoE on the same tokens. Use --ep-dispatch-algorithm dynamic with "
+                       "--moe-a2a-backend none");
+    if (enable_eplb && ep_size <= 1)
+        return invalid("--enable-eplb requires --ep-size > 1 (got " + str(ep_size) + ")");
+    if (expert_distribution_recorder_buffer_size && *expert_distribution_recorder_buffer_size > 0 &&
+        enable_eplb && eplb_rebalance_num_iterations < *expert_distribution_recorder_buffer_size)
+        return invalid("eplb_rebalance_num_iterations must be greater than expert_distribution_recorder_buffer_size: "
+                       "--eplb-rebalance-num-iterations " + str(eplb_rebalance_num_iterations) +
+                       " < --expert-distribution-recorder-buffer-size " +
+                       str(*expert_distribution_recorder_buffer_size));
+    if (eplb_min_rebalancing_utilization_threshold < 0.0 || eplb_min_rebalancing_utilization_threshold > 1.0)
+        return invalid("--eplb-min-rebalancing-utilization-threshold must be in [0, 1]");
+    if (moe_a2a_backend == "pplx") {
+        if (deepep_mode == "normal") return invalid("moe_a2a_backend='pplx' only supports low-latency mode");
+        if (!enable_dp_attention || dp_size < 2)
+            return invalid("--moe-a2a-backend pplx requires --enable-dp-attention with at least 2 DP groups "
+                           "(--dp-size >= 2)");
+    }
+    if (moe_a2a_backend == "flashinfer" && (!enable_dp_attention || dp_size != tp_size))
+        return invalid("--moe-a2a-backend flashinfer requires --enable-dp-attention and --dp-size == --tp-size");
+    if (one_of(moe_runner_backend, {"flashinfer_cutlass", "flashinfer_cutedsl"}) && ep_size != 1 && ep_size != tp_size)
+        return invalid("The expert parallel size must be 1 or the same as the tensor parallel size (--moe-runner-backend " +
+                       moe_runner_backend + ")");
+    if (ep_num_redundant_experts < 0)
+        return invalid("--ep-num-redundant-experts must be >= 0");
+    return Status::Ok();
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,133 @@
+#pragma once
+// server/server_args.h — every launch flag of `tessera serve` / `tessera generate`, with
+// SGLang's names, aliases and defaults (reference §1). The flag table in
+// server_args_cli.cpp is the one place flags are defined and also drives --help;
+// resolve() applies SGLang's rewrites and validation rules in its order. Plain value.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "dist/parallel_layout.h"
+
+namespace CLI {
+class App;
+}
+
+namespace tessera::server {
+
+struct ServerArgs {
+    // Model and process
+    std::string model_path;
+    std::string tokenizer_path;  // default: model_path
+    std::string served_model_name;  // default: model_path
+    std::string dtype = "auto";
+    std::string host = "127.0.0.1";
+    int port = 30000;
+    std::optional<std::int64_t> random_seed;
+    std::optional<std::int64_t> context_length;
+    int threads_per_rank = 0;  // 0: cores on the host / ranks on the host
+    std::string log_level = "info";
+    bool log_all_ranks = false;
+
+    // Topology (§1.1)
+    int tp_size = 1;
+    int pp_size = 1;
+    int dp_size = 1;
+    int ep_size = 1;
+    int moe_dp_size = 1;
+    int attn_cp_size = 1;
+    int dcp_size = 1;
+    bool enable_dp_attention = false;
+    bool enable_dp_lm_head = false;
+    std::optional<int> moe_dense_tp_size;
+    int nnodes = 1;
+    int node_rank = 0;
+    std::string dist_init_addr;
+    std::optional<int> nccl_port;
+    std::optional<int> dist_timeout;  // seconds
+    int base_gpu_id = 0;
+    int gpu_id_step = 1;
+    std::string load_balance_method = "auto";
+    bool enable_p2p_check = false;
+    std::optional<int> pp_max_micro_batch_size;
+    int pp_async_batch_depth = 0;
+
+    // Memory and scheduling (§1.2)
+    std::optional<double> mem_fraction_static;
+    std::optional<int> max_running_requests;
+    std::optional<int> max_queued_requests;
+    std::optional<std::int64_t> max_total_tokens;
+    std::optional<int> chunked_prefill_size;
+    bool enable_dynamic_chunking = false;
+    int max_prefill_tokens = 16384;
+    std::optional<int> prefill_max_requests;
+    int prefill_decode_interval = 0;
+    std::string schedule_policy = "fcfs";
+    bool enable_priority_scheduling = false;
+    int priority_scheduling_preemption_threshold = 10;
+    std::string retraction_policy = "length";
+    double schedule_conservativeness = 1.0;
+    std::optional<int> page_size;
+    bool disable_radix_cache = false;
+    std::string radix_eviction_policy = "lru";
+    bool disable_overlap_schedule = false;
+    int num_continuous_decode_steps = 1;
+    int scheduler_recv_interval = 1;
+    bool enable_mixed_chunk = false;
+    int decode_log_interval = 40;
+    int stream_interval = 1;
+    bool enable_metrics = false;
+    std::string kv_cache_dtype = "auto";
+    std::string quantization;
+
+    // MoE / EP / EPLB (§1.3)
+    std::string moe_a2a_backend = "none";
+    std::string moe_runner_backend = "auto";
+    std::string deepep_mode = "auto";
+    int ep_num_redundant_experts = 0;
+    std::string ep_dispatch_algorithm;
+    std::string init_expert_location = "trivial";
+    bool enable_eplb = false;
+    std::string eplb_algorithm = "auto";
+    int eplb_rebalance_num_iterations = 1000;
+    std::optional<int> eplb_rebalance_layers_per_chunk;
+    double eplb_min_rebalancing_utilization_threshold = 1.0;
+    std::string expert_distribution_recorder_mode;
+    std::optional<int> expert_distribution_recorder_buffer_size;
+    std::string expert_balancedness_report_mode = "off";
+    bool enable_two_batch_overlap = false;
+    bool enable_single_batch_overlap = false;
+    bool disable_shared_experts_fusion = false;
+    bool enforce_shared_experts_fusion = false;
+
+    dist::ParallelConfig parallel_config() const;
+
+    // SGLang's resolution pass: defaults rewritten from other flags (§1.4), then every
+    // validation rule (§1.5-§1.7). Messages name the clashing flags and what would work.
+    Status resolve();
+
+    // Warnings produced by resolve() (a rewritten default the user should know about).
+    std::vector<std::string> notes;
+};
+
+// Registers every flag of the table on `app` (a `serve` or `generate` subcommand).
+// After parsing, check_unimplemented() fails for any flag the user gave that tessera
+// accepts for compatibility but does not implement yet.
+class FlagTable {
+ public:
+    FlagTable(CLI::App& app, ServerArgs& args);
+    ~FlagTable();
+    FlagTable(const FlagTable&) = delete;
+    FlagTable& operator=(const FlagTable&) = delete;
+    Status check_unimplemented() const;
+
+    struct Impl;  // defined in server_args_cli.cpp, the only place that uses CLI11
+
+ private:
+    Impl* impl_;
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,177 @@
+#include "server/server_args.h"
+
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+
+namespace tessera::server {
+namespace {
+
+// Parses a command line through the flag table, as `tessera generate` does.
+struct Parsed {
+    ServerArgs args;
+    Status status;
+};
+
+Parsed parse(std::vector<std::string> argv) {
+    Parsed p;
+    CLI::App app("test");
+    FlagTable table(app, p.args);
+    // CLI11 takes the arguments in reverse order.
+    std::vector<std::string> args = {"--model-path", "/models/x"};
+    args.insert(args.end(), argv.begin(), argv.end());
+    std::reverse(args.begin(), args.end());
+    try {
+        app.parse(args);
+    } catch (const CLI::ParseError& e) {
+        p.status = Status::InvalidArgument(e.what());
+        return p;
+    }
+    p.status = table.check_unimplemented();
+    return p;
+}
+
+TEST(FlagTableTest, AliasesSetTheSameField) {
+    for (const char* spelling : {"--tp", "--tp-size", "--tensor-parallel-size"}) {
+        Parsed p = parse({spelling, "4"});
+        EXPECT_EQ(p.args.tp_size, 4) << spelling;
+    }
+    for (const char* spelling : {"--ep", "--ep-size", "--expert-parallel-size"}) {
+        EXPECT_EQ(parse({spelling, "2"}).args.ep_size, 2) << spelling;
+    }
+    EXPECT_EQ(parse({"--dist-init-addr", "127.0.0.1:5000"}).args.dist_init_addr, "127.0.0.1:5000");
+    EXPECT_EQ(parse({"--nccl-init-addr", "127.0.0.1:5001"}).args.dist_init_addr, "127.0.0.1:5001");
+    EXPECT_EQ(parse({"--threads", "3"}).args.threads_per_rank, 3);
+}
+
+TEST(FlagTableTest, DefaultsAreSglangs) {
+    Parsed p = parse({});
+    EXPECT_TRUE(p.status.ok());
+    const ServerArgs& a = p.args;
+    EXPECT_EQ(a.max_prefill_tokens, 16384);
+    EXPECT_EQ(a.schedule_policy, "fcfs");
+    EXPECT_EQ(a.schedule_conservativeness, 1.0);
+    EXPECT_EQ(a.decode_log_interval, 40);
+    EXPECT_EQ(a.eplb_rebalance_num_iterations, 1000);
+    EXPECT_EQ(a.moe_a2a_backend, "none");
+    EXPECT_FALSE(a.chunked_prefill_size.has_value());
+    EXPECT_FALSE(a.mem_fraction_static.has_value());
+}
+
+TEST(FlagTableTest, UnimplementedFlagsFailLoudlyOnlyWhenGiven) {
+    Parsed p = parse({"--enable-eplb"});
+    EXPECT_EQ(p.status.code(), StatusCode::kUnimplemented);
+    EXPECT_NE(p.status.message().find("--enable-eplb is accepted for SGLang compatibility but tessera does not "
+                                      "implement it yet"),
+              std::string::npos)
+        << p.status.message();
+    EXPECT_TRUE(parse({"--dtype", "bfloat16"}).status.ok());
+}
+
+TEST(FlagTableTest, ChoicesAreChecked) {
+    EXPECT_FALSE(parse({"--schedule-policy", "sjf"}).status.ok());
+    EXPECT_FALSE(parse({"--moe-a2a-backend", "nccl"}).status.ok());
+}
+
+// One test per rule of reference §1.4-§1.7: the message names the flags.
+struct Rule {
+    const char* name;
+    std::function<void(ServerArgs&)> set;
+    const char* message;
+};
+
+TEST(ServerArgsTest, EveryValidationRule) {
+    const Rule rules[] = {
+        {"nodes divide ranks", [](ServerArgs& a) { a.tp_size = 3; a.nnodes = 2; a.dist_init_addr = "h:1"; },
+         "tp_size must be divisible by number of nodes"},
+        {"multi-node DP", [](ServerArgs& a) { a.tp_size = 2; a.dp_size = 2; a.nnodes = 2; a.dist_init_addr = "h:1"; },
+         "multi-node data parallel is not supported unless dp attention"},
+        {"dp attention divisibility", [](ServerArgs& a) { a.tp_size = 4; a.dp_size = 3; a.enable_dp_attention = true; },
+         "--enable-dp-attention needs --tp-size divisible by --dp-size"},
+        {"attn cp divides tp", [](ServerArgs& a) { a.tp_size = 4; a.attn_cp_size = 3; },
+         "tp_size must be divisible by attn_cp_size"},
+        {"moe dense tp", [](ServerArgs& a) { a.tp_size = 4; a.moe_dense_tp_size = 2; },
+         "moe_dense_tp_size only supports None, 1, or tp_size"},
+        {"moe dp with pp", [](ServerArgs& a) { a.tp_size = 4; a.pp_size = 2; a.moe_dp_size = 2; },
+         "PP is not supported with context parallelism"},
+        {"micro batch size", [](ServerArgs& a) { a.pp_max_micro_batch_size = 0; },
+         "--pp-max-micro-batch-size must be at least 1"},
+        {"chunk vs page", [](ServerArgs& a) { a.chunked_prefill_size = 100; a.page_size = 64; },
+         "chunked_prefill_size must be divisible by page_size"},
+        {"conservativeness", [](ServerArgs& a) { a.schedule_conservativeness = -0.5; },
+         "--schedule-conservativeness must be >= 0"},
+        {"prefill decode interval", [](ServerArgs& a) { a.prefill_decode_interval = -1; },
+         "--prefill-decode-interval must be >= 0"},
+        {"base gpu id", [](ServerArgs& a) { a.base_gpu_id = -1; }, "--base-gpu-id must be >= 0"},
+        {"gpu id step", [](ServerArgs& a) { a.gpu_id_step = 0; }, "--gpu-id-step must be >= 1"},
+        {"priority policy", [](ServerArgs& a) { a.enable_priority_scheduling = true; a.schedule_policy = "lpm"; },
+         "--enable-priority-scheduling requires --schedule-policy fcfs or lof"},
+        {"priority retraction", [](ServerArgs& a) { a.retraction_policy = "priority"; },
+         "--retraction-policy priority requires --enable-priority-scheduling"},
+        {"dp lm head", [](ServerArgs& a) { a.tp_size = 2; a.dp_size = 2; a.enable_dp_lm_head = true; },
+         "Please enable dp attention when setting enable_dp_lm_head"},
+        {"two batch overlap", [](ServerArgs& a) { a.enable_two_batch_overlap = true; },
+         "--enable-dp-attention is required"},
+        {"shared experts fusion", [](ServerArgs& a) { a.disable_shared_experts_fusion = a.enforce_shared_experts_fusion = true; },
+         "mutually exclusive"},
+        {"static dispatch with a2a none", [](ServerArgs& a) { a.ep_dispatch_algorithm = "static"; },
+         "Use --ep-dispatch-algorithm dynamic with --moe-a2a-backend none"},
+        {"eplb needs ep", [](ServerArgs& a) { a.enable_eplb = true; }, "--enable-eplb requires --ep-size > 1"},
+        {"eplb window", [](ServerArgs& a) { a.tp_size = 2; a.ep_size = 2; a.enable_eplb = true;
+                                            a.expert_distribution_recorder_buffer_size = 2000; },
+         "eplb_rebalance_num_iterations must be greater than expert_distribution_recorder_buffer_size"},
+        {"pplx mode", [](ServerArgs& a) { a.moe_a2a_backend = "pplx"; a.deepep_mode = "normal"; },
+         "moe_a2a_backend='pplx' only supports low-latency mode"},
+        {"pplx dp groups", [](ServerArgs& a) { a.moe_a2a_backend = "pplx"; },
+         "requires --enable-dp-attention with at least 2 DP groups"},
+        {"flashinfer a2a", [](ServerArgs& a) { a.tp_size = 2; a.moe_a2a_backend = "flashinfer"; },
+         "--moe-a2a-backend flashinfer requires --enable-dp-attention"},
+        {"flashinfer runner ep", [](ServerArgs& a) { a.tp_size = 4; a.ep_size = 2; a.moe_runner_backend = "flashinfer_cutlass"; },
+         "The expert parallel size must be 1 or the same as the tensor parallel size"},
+        {"mem fraction", [](ServerArgs& a) { a.mem_fraction_static = 1.5; }, "--mem-fraction-static must be in (0, 1]"},
+        {"multi-node needs address", [](ServerArgs& a) { a.tp_size = 2; a.nnodes = 2; }, "needs --dist-init-addr"},
+    };
+    for (const Rule& rule : rules) {
+        ServerArgs a;
+        a.model_path = "/m";
+        rule.set(a);
+        Status s = a.resolve();
+        ASSERT_FALSE(s.ok()) << rule.name;
+        EXPECT_NE(s.message().find(rule.message), std::string::npos) << rule.name << ": " << s.message();
+    }
+}
+
+TEST(ServerArgsTest, RewritesDefaultsAsSglang) {
+    ServerArgs a;
+    a.model_path = "/m";
+    a.tp_size = 8;
+    a.dp_size = 4;
+    a.enable_dp_attention = true;
+    a.chunked_prefill_size = 8192;
+    a.moe_a2a_backend = "deepep";
+    ASSERT_TRUE(a.resolve().ok());
+    EXPECT_DOUBLE_EQ(a.schedule_conservativeness, 0.3);
+    EXPECT_EQ(*a.chunked_prefill_size, 2048);
+    EXPECT_EQ(a.ep_size, 8) << "deepep spans the TP group";
+    EXPECT_EQ(a.tokenizer_path, "/m");
+    EXPECT_EQ(a.served_model_name, "/m");
+    EXPECT_EQ(*a.page_size, 1);
+
+    ServerArgs b;
+    b.model_path = "/m";
+    b.pp_size = 2;
+    b.dp_size = 1;
+    b.enable_dp_attention = true;
+    b.tp_size = 2;
+    b.ep_size = 2;
+    b.enable_eplb = true;
+    ASSERT_TRUE(b.resolve().ok());
+    EXPECT_TRUE(b.disable_overlap_schedule);
+    EXPECT_FALSE(b.enable_dp_attention) << "dp_size 1 turns DP attention off";
+    EXPECT_EQ(b.expert_distribution_recorder_mode, "stat");
+    EXPECT_EQ(*b.expert_distribution_recorder_buffer_size, 1000);
+    EXPECT_EQ(b.ep_dispatch_algorithm, "dynamic");
+}
+
+}  // namespace
+}  // namespace tessera::server
