@@ -9,7 +9,9 @@ packages=(
   g++ cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev googletest
+  libicu-dev                    # Unicode classes and NFC for the tokenizer
   python3-numpy python3-torch   # the independent numerics reference in tests/reference
+  python3-jinja2                # regenerating the chat-template goldens
 )
 
 missing=()

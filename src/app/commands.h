@@ -3,6 +3,7 @@
 // these option structs; each command returns the process exit code.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "server/server_args.h"
@@ -12,7 +13,8 @@ namespace tessera::app {
 struct GenerateCommandOptions {
     server::ServerArgs server;  // model, dtype, threads and the parallel/scheduling flags
     std::string prompt_ids;  // "1,2,3"
-    std::string prompt;      // text: needs the tokenizer (not built yet)
+    std::string prompt;      // text, encoded with the model's tokenizer
+    bool chat = false;       // render `prompt` as a user message with the chat template
     std::int64_t max_new_tokens = 16;
     float temperature = 0.0f;
     int top_k = -1;
@@ -24,6 +26,18 @@ struct GenerateCommandOptions {
     std::string logits_out;  // .npy path, f32 [rows, vocab]
 };
 
-int run_generate(const GenerateCommandOptions& options);
+// `internal_rank` / `internal_store`: set in a rank process started by the launcher.
+int run_generate(const GenerateCommandOptions& options, std::optional<int> internal_rank = std::nullopt,
+                 const std::string& internal_store = "");
+
+struct TokenizeCommandOptions {
+    std::string model_path;
+    bool add_special_tokens = false;
+    bool decode = false;
+    bool skip_special_tokens = false;
+    bool chat = false;
+};
+
+int run_tokenize(const TokenizeCommandOptions& options);
 
 }  // namespace tessera::app

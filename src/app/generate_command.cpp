@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "app/rank_runtime.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "executor/generator.h"
@@ -55,6 +58,22 @@ Status write_npy(const std::string& path, const std::vector<float>& data, std::i
     return Status::Ok();
 }
 
+// Text → ids as SGLang does: plain text with the tokenizer's special tokens (e.g. Llama 3's
+// BOS); with --chat the text is one user message rendered by the chat template, which
+// carries its own special tokens.
+StatusOr<std::vector<std::int32_t>> encode_prompt(const tokenizer::Tokenizer& tok, const std::string& text,
+                                                  bool chat) {
+    if (!chat) return tok.encode(text, /*add_special_tokens=*/true);
+    if (tok.chat_template().empty())
+        return Status::InvalidArgument("--chat: the model's tokenizer_config.json has no chat_template");
+    TSR_ASSIGN_OR_RETURN(auto tmpl, tokenizer::ChatTemplate::compile(tok.chat_template(), tok.bos_token(),
+                                                                     tok.eos_token()));
+    nlohmann::json request = {{"messages", {{{"role", "user"}, {"content", text}}}},
+                              {"add_generation_prompt", true}};
+    TSR_ASSIGN_OR_RETURN(std::string rendered, tmpl.render(request));
+    return tok.encode(rendered, /*add_special_tokens=*/false);
+}
+
 int fail(const Status& s) {
     TSR_LOG(ERROR, "{}", s.message());
     return 1;
@@ -62,22 +81,37 @@ int fail(const Status& s) {
 
 }  // namespace
 
-int run_generate(const GenerateCommandOptions& o) {
+int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_rank,
+                 const std::string& internal_store) {
+    if (o.prompt.empty() == o.prompt_ids.empty())
+        return fail(Status::InvalidArgument("give the prompt either as text (--prompt \"...\") or as token ids "
+                                            "(--prompt-ids 1,2,3)"));
+    if (o.chat && o.prompt.empty())
+        return fail(Status::InvalidArgument("--chat renders --prompt as a user message; give --prompt TEXT"));
+    std::unique_ptr<tokenizer::Tokenizer> tok;
+    StatusOr<std::vector<std::int32_t>> prompt = Status::InvalidArgument("no prompt");
     if (!o.prompt.empty()) {
-        return fail(Status::Unimplemented(
-            "--prompt needs the tokenizer, which this build does not have yet; pass token ids "
-            "with --prompt-ids 1,2,3"));
+        auto loaded = tokenizer::Tokenizer::load(o.server.tokenizer_path);
+        if (!loaded.ok()) return fail(loaded.status());
+        tok = std::move(loaded).value();
+        prompt = encode_prompt(*tok, o.prompt, o.chat);
+    } else {
+        prompt = parse_ids(o.prompt_ids);
     }
-    if (o.prompt_ids.empty()) return fail(Status::InvalidArgument("give the prompt with --prompt-ids 1,2,3"));
-    auto prompt = parse_ids(o.prompt_ids);
     if (!prompt.ok()) return fail(prompt.status());
 
+    auto runtime = init_rank_runtime(o.server, internal_rank, internal_store);
+    if (!runtime.ok()) return fail(runtime.status());
     const auto t_load = std::chrono::steady_clock::now();
-    auto model = models::load_model({o.server.model_path, o.server.dtype});
+    models::LoadOptions load{o.server.model_path, o.server.dtype};
+    load.tp_rank = runtime->coords.tp_rank;
+    load.tp_size = o.server.tp_size;
+    load.tp_group = runtime->tp_group.get();
+    auto model = models::load_model(load);
     if (!model.ok()) return fail(model.status());
     const double load_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-    const int threads = o.server.threads_per_rank > 0 ? o.server.threads_per_rank : default_thread_count();
+    const int threads = runtime->threads;
     ThreadPool pool(threads);
     TSR_LOG(INFO, "model loaded in {:.2f} s: {:.1f} MB of {} weights; {} threads, {} kernels",
             load_s, (*model)->weight_bytes() / 1e6, dtype_name((*model)->compute_dtype()), threads,
@@ -91,6 +125,7 @@ int run_generate(const GenerateCommandOptions& o) {
     auto result = executor::generate(**model, *prompt, gen, &pool);
     if (!result.ok()) return fail(result.status());
     const auto& r = *result;
+    if (!runtime->is_output_rank()) return 0;  // every rank computed the same tokens; one reports
 
     const auto n_prompt = static_cast<double>(prompt->size());
     const auto n_out = static_cast<double>(r.output_ids.size());
@@ -102,6 +137,7 @@ int run_generate(const GenerateCommandOptions& o) {
         Status s = write_npy(o.logits_out, r.logits, rows, vocab);
         if (!s.ok()) return fail(s);
     }
+    const std::string text = tok ? tok->decode(r.output_ids, /*skip_special_tokens=*/true) : "";
     if (o.json) {
         nlohmann::json j = {{"output_ids", r.output_ids},
                             {"finish_reason", r.finish_reason},
@@ -116,10 +152,12 @@ int run_generate(const GenerateCommandOptions& o) {
                             {"threads", threads},
                             {"dtype", dtype_name((*model)->compute_dtype())},
                             {"kernels", kernels::isa_name(kernels::active_isa())}};
+        if (tok) j["text"] = text;
         std::printf("%s\n", j.dump().c_str());
     } else {
         std::string ids;
         for (auto t : r.output_ids) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+        if (tok) std::printf("text: %s\n", text.c_str());
         std::printf("output_ids: %s\n", ids.c_str());
         std::printf("finish_reason: %s\n", r.finish_reason.c_str());
         std::printf("prompt: %zu tokens, prefill %.1f tok/s (ttft %.3f s)\n", prompt->size(),

@@ -1,9 +1,12 @@
 // The one `tessera` binary: subcommands make-model and generate (serve, bench, gateway,
 // plan and tokenize arrive with their capabilities).
 
+#include <csignal>
+
 #include <CLI/CLI.hpp>
 
 #include "app/commands.h"
+#include "app/launcher.h"
 #include "app/make_model.h"
 #include "base/env.h"
 #include "base/logging.h"
@@ -22,6 +25,8 @@ void set_log_level(const std::string& level) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A peer that dies must surface as an error from its socket, not kill this process.
+    std::signal(SIGPIPE, SIG_IGN);
     CLI::App app{"tessera: a native LLM serving engine with SGLang's multi-device parallelism"};
     app.require_subcommand(1);
     std::string log_level = tessera::env().log_level.empty() ? "info" : tessera::env().log_level;
@@ -53,8 +58,14 @@ int main(int argc, char** argv) {
     tessera::app::GenerateCommandOptions gen;
     auto* generate = app.add_subcommand("generate", "offline generation for one prompt, no server");
     tessera::server::FlagTable generate_flags(*generate, gen.server);
+    // Set by the launcher in the rank processes it starts; hidden from --help.
+    std::optional<int> internal_rank;
+    std::string internal_store;
+    generate->add_option_function<int>("--internal-rank", [&](const int& r) { internal_rank = r; })->group("");
+    generate->add_option("--internal-store", internal_store)->group("");
     generate->add_option("--prompt-ids", gen.prompt_ids, "prompt token ids, e.g. 1,2,3");
-    generate->add_option("--prompt", gen.prompt, "prompt text (needs the tokenizer)");
+    generate->add_option("--prompt", gen.prompt, "prompt text, encoded with the model's tokenizer");
+    generate->add_flag("--chat", gen.chat, "render --prompt as a user message with the model's chat template");
     generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to generate")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
         ->capture_default_str();
@@ -74,6 +85,18 @@ int main(int argc, char** argv) {
     generate->add_option("--logits-out", gen.logits_out,
                          "write every logits row (prompt and decode steps) as .npy f32 [rows, vocab]");
 
+    tessera::app::TokenizeCommandOptions tk;
+    auto* tokenize = app.add_subcommand(
+        "tokenize", "the model's tokenizer on stdin/stdout, one JSON value per line: a string in, ids out; "
+                    "with --decode ids in, a string out; with --chat messages in, the prompt out");
+    tokenize->add_option("--model-path,--model", tk.model_path, "folder with tokenizer.json")->required();
+    tokenize->add_flag("--add-special-tokens", tk.add_special_tokens, "apply BOS / post-processing when encoding");
+    tokenize->add_flag("--decode", tk.decode, "decode arrays of ids");
+    tokenize->add_flag("--skip-special-tokens", tk.skip_special_tokens, "drop special tokens when decoding");
+    tokenize->add_flag("--chat", tk.chat,
+                       "render a messages array, or {\"messages\": [...], \"add_generation_prompt\": true, "
+                       "\"enable_thinking\": false, \"tools\": [...]}, with the model's chat template");
+
     CLI11_PARSE(app, argc, argv);
     set_log_level(log_level);
 
@@ -85,6 +108,7 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
+    if (tokenize->parsed()) return tessera::app::run_tokenize(tk);
     if (generate->parsed()) {
         tessera::Status s = generate_flags.check_unimplemented();
         if (s.ok()) s = gen.server.resolve();
@@ -92,8 +116,19 @@ int main(int argc, char** argv) {
             TSR_LOG(ERROR, "{}", s.message());
             return 2;
         }
-        for (const auto& note : gen.server.notes) TSR_LOG(INFO, "{}", note);
-        return tessera::app::run_generate(gen);
+        if (!internal_rank) {
+            for (const auto& note : gen.server.notes) TSR_LOG(INFO, "{}", note);
+        }
+        auto layout = tessera::dist::ParallelLayout::create(gen.server.parallel_config());
+        if (!internal_rank && layout.ok() && layout->world_size() > 1) {
+            tessera::app::LaunchOptions launch;
+            launch.argv.assign(argv, argv + argc);
+            launch.dist_init_addr = gen.server.dist_init_addr;
+            launch.nnodes = gen.server.nnodes;
+            launch.node_rank = gen.server.node_rank;
+            return tessera::app::launch_local_ranks(*layout, launch);
+        }
+        return tessera::app::run_generate(gen, internal_rank, internal_store);
     }
     return 1;
 }

@@ -35,13 +35,15 @@ TEST(SamplingTest, TopKKeepsOnlyTheKMostLikely) {
 }
 
 TEST(SamplingTest, TopPAndMinPCutTheTail) {
-    // Probabilities ∝ e^0, e^2, e^1, e^2, e^-1 → 0.056, 0.41, 0.15, 0.41, 0.02.
-    SamplingParams top_p{.temperature = 1.0f, .top_p = 0.8f, .seed = 1};
+    // Probabilities ∝ e^0, e^2, e^1, e^2, e^-1 → 0.053, 0.392, 0.144, 0.392, 0.020.
+    SamplingParams top_p{.temperature = 1.0f, .top_p = 0.75f, .seed = 1};
     auto h = histogram(kLogits, top_p, 3000);
-    EXPECT_EQ(h.size(), 2u) << "0.41 + 0.41 reaches 0.8";
+    EXPECT_EQ(h.size(), 2u) << "0.392 + 0.392 reaches 0.75";
+    top_p.top_p = 0.8f;
+    EXPECT_EQ(histogram(kLogits, top_p, 3000).size(), 3u) << "0.784 < 0.8 needs a third token";
     SamplingParams min_p{.temperature = 1.0f, .min_p = 0.3f, .seed = 1};
     h = histogram(kLogits, min_p, 3000);
-    EXPECT_EQ(h.size(), 3u) << "0.15 >= 0.3 · 0.41 stays; 0.056 goes";
+    EXPECT_EQ(h.size(), 3u) << "0.144 >= 0.3 · 0.392 stays; 0.053 goes";
     EXPECT_EQ(h.count(0), 0u);
 }
 

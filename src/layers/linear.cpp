@@ -6,43 +6,53 @@
 
 namespace tessera::layers {
 
-StatusOr<Linear> Linear::load(const loader::WeightSource& source,
-                              const std::vector<std::string>& names,
-                              const std::vector<std::int64_t>& out_features, std::int64_t in_features,
-                              bool with_bias, DType compute_dtype) {
-    std::int64_t total_out = 0;
-    for (auto o : out_features) total_out += o;
-    std::vector<const loader::TensorView*> parts;
-    for (std::size_t i = 0; i < names.size(); ++i) {
-        TSR_ASSIGN_OR_RETURN(auto t, source.get(names[i], {out_features[i], in_features}));
-        parts.push_back(t);
+namespace {
+std::int64_t rows_of(const LinearPart& p) { return p.row_count < 0 ? p.out_features - p.row_begin : p.row_count; }
+
+Status check_range(const std::string& what, std::int64_t begin, std::int64_t count, std::int64_t total) {
+    if (begin < 0 || count < 0 || begin + count > total) {
+        return Status::InvalidArgument(what + ": shard [" + std::to_string(begin) + ", " +
+                                       std::to_string(begin + count) + ") is outside [0, " +
+                                       std::to_string(total) + ")");
+    }
+    return Status::Ok();
+}
+}  // namespace
+
+StatusOr<Linear> Linear::load(const loader::WeightSource& source, const LinearSpec& spec) {
+    const std::int64_t cols = spec.col_count < 0 ? spec.in_features - spec.col_begin : spec.col_count;
+    TSR_RETURN_IF_ERROR(check_range("columns of " + spec.parts.at(0).name, spec.col_begin, cols, spec.in_features));
+    std::int64_t total_rows = 0;
+    for (const auto& p : spec.parts) total_rows += rows_of(p);
+
+    // Only this rank's rows and columns are read from the mapping, then packed once.
+    std::vector<float> kept(static_cast<std::size_t>(total_rows * cols));
+    std::int64_t out_row = 0;
+    for (const auto& p : spec.parts) {
+        TSR_ASSIGN_OR_RETURN(auto t, source.get(p.name, {p.out_features, spec.in_features}));
+        const std::int64_t rows = rows_of(p);
+        TSR_RETURN_IF_ERROR(check_range("rows of " + p.name, p.row_begin, rows, p.out_features));
+        const auto* base = reinterpret_cast<const unsigned char*>(t->data);
+        const std::size_t elem = dtype_size(t->dtype);
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const std::size_t offset = (static_cast<std::size_t>(p.row_begin + r) * spec.in_features + spec.col_begin) * elem;
+            convert_to_f32(base + offset, t->dtype, kept.data() + (out_row + r) * cols, static_cast<std::size_t>(cols));
+        }
+        out_row += rows;
     }
     Linear linear;
-    if (parts.size() == 1) {
-        linear.weight_ = kernels::pack_weight(parts[0]->data, parts[0]->dtype, total_out,
-                                              in_features, compute_dtype);
-    } else {
-        // Concatenate in f32 first: the parts may differ in storage dtype.
-        std::vector<float> joined(static_cast<std::size_t>(total_out * in_features));
+    linear.weight_ = kernels::pack_weight(kept.data(), DType::kF32, total_rows, cols, spec.compute_dtype);
+    if (spec.bias) {
+        linear.bias_.resize(static_cast<std::size_t>(total_rows));
         std::int64_t row = 0;
-        for (const auto* t : parts) {
-            convert_to_f32(t->data, t->dtype, joined.data() + row * in_features,
-                           static_cast<std::size_t>(t->numel()));
-            row += t->shape[0];
-        }
-        linear.weight_ = kernels::pack_weight(joined.data(), DType::kF32, total_out, in_features,
-                                              compute_dtype);
-    }
-    if (with_bias) {
-        linear.bias_.resize(static_cast<std::size_t>(total_out));
-        std::int64_t row = 0;
-        for (std::size_t i = 0; i < names.size(); ++i) {
-            std::string bias_name = names[i];
+        for (const auto& p : spec.parts) {
+            std::string bias_name = p.name;
             bias_name.replace(bias_name.rfind(".weight"), 7, ".bias");
-            TSR_ASSIGN_OR_RETURN(auto b, source.get(bias_name, {out_features[i]}));
-            convert_to_f32(b->data, b->dtype, linear.bias_.data() + row,
-                           static_cast<std::size_t>(out_features[i]));
-            row += out_features[i];
+            TSR_ASSIGN_OR_RETURN(auto b, source.get(bias_name, {p.out_features}));
+            const auto* base = reinterpret_cast<const unsigned char*>(b->data);
+            convert_to_f32(base + static_cast<std::size_t>(p.row_begin) * dtype_size(b->dtype), b->dtype,
+                           linear.bias_.data() + row, static_cast<std::size_t>(rows_of(p)));
+            row += rows_of(p);
         }
     }
     return linear;

@@ -1,12 +1,13 @@
 #pragma once
 // layers/linear.h — Linear: y = x·Wᵀ (+ b) with W f32/bf16 [out, in] packed for
-// kernels::matmul. Several checkpoint tensors with the same input (q/k/v, gate/up) can be
-// fused into one Linear whose output rows are their concatenation, so one pass over x
-// serves all of them. Unsharded here; the tensor-parallel variants state their partition
-// in their own headers. Immutable after load; forward() is thread-safe.
+// kernels::matmul. A Linear is built from one or more checkpoint tensors with the same
+// input (q/k/v, gate/up), concatenated along the output rows, so one pass over x serves all
+// of them; each part may keep only a range of its rows (column parallelism: this rank's
+// output features) and the whole may keep only a range of input columns (row parallelism).
+// The partition itself is decided by layers/tensor_parallel.h. Immutable after load;
+// forward() is thread-safe.
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,17 +23,28 @@ class WeightSource;
 
 namespace tessera::layers {
 
+struct LinearPart {
+    std::string name;           // checkpoint tensor "<...>.weight", [out_features, in_features]
+    std::int64_t out_features;  // rows of the checkpoint tensor
+    std::int64_t row_begin = 0;
+    std::int64_t row_count = -1;  // -1: all rows
+};
+
+struct LinearSpec {
+    std::vector<LinearPart> parts;
+    std::int64_t in_features = 0;  // columns of the checkpoint tensors
+    std::int64_t col_begin = 0;
+    std::int64_t col_count = -1;  // -1: all columns
+    bool bias = false;            // load "<...>.bias" of each part, narrowed like its rows
+    DType compute_dtype = DType::kF32;
+};
+
 class Linear {
  public:
     Linear() = default;
-    // Loads and concatenates the tensors `names` (each [out_i, in]) along the output rows,
-    // with a bias per part when `with_bias` (tensor name with ".weight" → ".bias").
-    static StatusOr<Linear> load(const loader::WeightSource& source,
-                                 const std::vector<std::string>& names,
-                                 const std::vector<std::int64_t>& out_features,
-                                 std::int64_t in_features, bool with_bias, DType compute_dtype);
+    static StatusOr<Linear> load(const loader::WeightSource& source, const LinearSpec& spec);
 
-    // y f32 [m, out] = x f32 [m, in] · Wᵀ + b
+    // y f32 [m, out] = x f32 [m, in] · Wᵀ + b, with out / in this rank's kept rows / columns.
     void forward(const float* x, std::int64_t m, float* y, ThreadPool* pool) const;
 
     std::int64_t in_features() const { return weight_.k; }

@@ -6,7 +6,9 @@
 #include "base/aligned_buffer.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
+#include "dist/process_group.h"
 #include "layers/linear.h"
+#include "layers/tensor_parallel.h"
 
 namespace tessera::models {
 
@@ -15,14 +17,15 @@ namespace {
 using loader::ModelConfig;
 using loader::WeightSource;
 
+// Shapes are this rank's: heads, kv_heads and intermediate are the TP shard's.
 struct DecoderLayer {
     std::vector<float> input_norm;      // f32 [hidden]
-    layers::Linear qkv_proj;            // [(n_heads + 2·n_kv_heads)·head_dim, hidden]
+    layers::Linear qkv_proj;            // [(heads + 2·kv_heads)·head_dim, hidden]
     std::vector<float> q_norm, k_norm;  // f32 [head_dim] (Qwen3) or empty
-    layers::Linear o_proj;              // [hidden, n_heads·head_dim]
+    layers::Linear o_proj;              // [hidden, heads·head_dim], row parallel
     std::vector<float> post_attention_norm;
     layers::Linear gate_up_proj;        // [2·intermediate, hidden]: gate rows, then up rows
-    layers::Linear down_proj;           // [hidden, intermediate]
+    layers::Linear down_proj;           // [hidden, intermediate], row parallel
 };
 
 StatusOr<std::vector<float>> load_vector(const WeightSource& source, const std::string& name,
@@ -35,15 +38,18 @@ StatusOr<std::vector<float>> load_vector(const WeightSource& source, const std::
 
 class DenseDecoder final : public Model {
  public:
-    DenseDecoder(ModelConfig config, DType compute_dtype)
-        : config_(std::move(config)), compute_dtype_(compute_dtype) {}
+    DenseDecoder(ModelConfig config, DType compute_dtype, const LoadOptions& options)
+        : config_(std::move(config)),
+          compute_dtype_(compute_dtype),
+          tp_{options.tp_rank, options.tp_size},
+          tp_group_(options.tp_group) {}
 
     Status load(const WeightSource& source);
 
     // Model
     const ModelConfig& config() const override { return config_; }
     kvcache::KvCacheShape kv_cache_shape() const override {
-        return {config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim};
+        return {config_.num_hidden_layers, n_kv_heads_, config_.head_dim};
     }
     DType compute_dtype() const override { return compute_dtype_; }
     std::size_t weight_bytes() const override;
@@ -54,71 +60,140 @@ class DenseDecoder final : public Model {
                    std::vector<float>* logits) override;
 
  private:
-    std::int64_t q_dim() const { return config_.num_attention_heads * config_.head_dim; }
-    std::int64_t kv_dim() const { return config_.num_key_value_heads * config_.head_dim; }
+    std::int64_t q_dim() const { return n_heads_ * config_.head_dim; }
+    std::int64_t kv_dim() const { return n_kv_heads_ * config_.head_dim; }
+    // Sums partial results over the TP group (no-op on one rank).
+    Status tp_all_reduce(std::vector<float>& v, std::int64_t n);
+    void embed(std::span<const std::int32_t> tokens, float* out);
+    Status gather_logits(std::int64_t n_rows, std::vector<float>* logits);
 
     const ModelConfig config_;
     const DType compute_dtype_;
+    const layers::TpShard tp_;
+    dist::ProcessGroup* const tp_group_;  // nullptr when tp_.size == 1
+    std::int64_t n_heads_ = 0;     // this rank's query heads
+    std::int64_t n_kv_heads_ = 0;  // this rank's KV heads
+    std::int64_t intermediate_ = 0;
+    layers::VocabShard vocab_shard_;
     DType embedding_dtype_ = DType::kF32;
-    AlignedBuffer embedding_;  // embedding_dtype_ [vocab, hidden], as stored in the checkpoint
+    AlignedBuffer embedding_;  // embedding_dtype_ [vocab_shard_.rows.count, hidden], as stored
     std::vector<DecoderLayer> layers_;
     std::vector<float> final_norm_;
     layers::Linear lm_head_;  // [vocab, hidden]; the embedding itself when tied
     std::vector<float> inv_freq_;
 
     // Activations, reused across steps. f32 [n_tokens, ...]
-    std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, last_;
+    std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, last_, shard_logits_, gathered_;
 };
 
 Status DenseDecoder::load(const WeightSource& source) {
     const ModelConfig& c = config_;
     const std::int64_t hidden = c.hidden_size;
+    const std::int64_t hd = c.head_dim;
+    TSR_ASSIGN_OR_RETURN(auto heads, layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, tp_));
+    TSR_ASSIGN_OR_RETURN(auto inter, layers::even_shard("intermediate_size", c.intermediate_size, tp_));
+    n_heads_ = heads.q_heads.count;
+    n_kv_heads_ = heads.kv_heads.count;
+    intermediate_ = inter.count;
+    vocab_shard_ = layers::shard_vocab(c.vocab_size, tp_);
+
     TSR_ASSIGN_OR_RETURN(auto embed, source.get("model.embed_tokens.weight", {c.vocab_size, hidden}));
     embedding_dtype_ = embed->dtype == DType::kF16 ? DType::kF32 : embed->dtype;
-    embedding_ = AlignedBuffer(static_cast<std::size_t>(embed->numel()) * dtype_size(embedding_dtype_));
+    const std::int64_t shard_rows = vocab_shard_.rows.count;
+    embedding_ = AlignedBuffer(static_cast<std::size_t>(shard_rows * hidden) * dtype_size(embedding_dtype_));
+    const auto* embed_rows = reinterpret_cast<const unsigned char*>(embed->data) +
+                             static_cast<std::size_t>(vocab_shard_.rows.begin * hidden) * dtype_size(embed->dtype);
     if (embed->dtype == DType::kF16) {
-        convert_to_f32(embed->data, embed->dtype, embedding_.as<float>(),
-                       static_cast<std::size_t>(embed->numel()));
+        convert_to_f32(embed_rows, embed->dtype, embedding_.as<float>(), static_cast<std::size_t>(shard_rows * hidden));
     } else {
-        std::memcpy(embedding_.data(), embed->data, embed->bytes);
+        std::memcpy(embedding_.data(), embed_rows, embedding_.size());
     }
+    const auto column_parallel = [&](std::vector<layers::LinearPart> parts, bool bias) {
+        return layers::Linear::load(source, {std::move(parts), hidden, 0, -1, bias, compute_dtype_});
+    };
+    const auto row_parallel = [&](const std::string& name, layers::Range cols) {
+        return layers::Linear::load(source, {{{name, hidden}}, cols.count * tp_.size, cols.begin, cols.count, false,
+                                             compute_dtype_});
+    };
+    const layers::Range q_rows{heads.q_heads.begin * hd, heads.q_heads.count * hd};
+    const layers::Range kv_rows{heads.kv_heads.begin * hd, heads.kv_heads.count * hd};
+    const std::int64_t q_total = c.num_attention_heads * hd;
+    const std::int64_t kv_total = c.num_key_value_heads * hd;
     for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         DecoderLayer layer;
         TSR_ASSIGN_OR_RETURN(layer.input_norm, load_vector(source, p + "input_layernorm.weight", hidden));
-        TSR_ASSIGN_OR_RETURN(
-            layer.qkv_proj,
-            layers::Linear::load(source,
-                                 {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                                  p + "self_attn.v_proj.weight"},
-                                 {q_dim(), kv_dim(), kv_dim()}, hidden, c.attention_bias,
-                                 compute_dtype_));
+        TSR_ASSIGN_OR_RETURN(layer.qkv_proj,
+                             column_parallel({{p + "self_attn.q_proj.weight", q_total, q_rows.begin, q_rows.count},
+                                              {p + "self_attn.k_proj.weight", kv_total, kv_rows.begin, kv_rows.count},
+                                              {p + "self_attn.v_proj.weight", kv_total, kv_rows.begin, kv_rows.count}},
+                                             c.attention_bias));
         if (c.qk_norm) {
-            TSR_ASSIGN_OR_RETURN(layer.q_norm, load_vector(source, p + "self_attn.q_norm.weight", c.head_dim));
-            TSR_ASSIGN_OR_RETURN(layer.k_norm, load_vector(source, p + "self_attn.k_norm.weight", c.head_dim));
+            TSR_ASSIGN_OR_RETURN(layer.q_norm, load_vector(source, p + "self_attn.q_norm.weight", hd));
+            TSR_ASSIGN_OR_RETURN(layer.k_norm, load_vector(source, p + "self_attn.k_norm.weight", hd));
         }
-        TSR_ASSIGN_OR_RETURN(layer.o_proj,
-                             layers::Linear::load(source, {p + "self_attn.o_proj.weight"}, {hidden},
-                                                  q_dim(), false, compute_dtype_));
+        TSR_ASSIGN_OR_RETURN(layer.o_proj, row_parallel(p + "self_attn.o_proj.weight", q_rows));
         TSR_ASSIGN_OR_RETURN(layer.post_attention_norm,
                              load_vector(source, p + "post_attention_layernorm.weight", hidden));
-        TSR_ASSIGN_OR_RETURN(
-            layer.gate_up_proj,
-            layers::Linear::load(source, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                                 {c.intermediate_size, c.intermediate_size}, hidden, false,
-                                 compute_dtype_));
-        TSR_ASSIGN_OR_RETURN(layer.down_proj,
-                             layers::Linear::load(source, {p + "mlp.down_proj.weight"}, {hidden},
-                                                  c.intermediate_size, false, compute_dtype_));
+        TSR_ASSIGN_OR_RETURN(layer.gate_up_proj,
+                             column_parallel({{p + "mlp.gate_proj.weight", c.intermediate_size, inter.begin, inter.count},
+                                              {p + "mlp.up_proj.weight", c.intermediate_size, inter.begin, inter.count}},
+                                             false));
+        TSR_ASSIGN_OR_RETURN(layer.down_proj, row_parallel(p + "mlp.down_proj.weight", inter));
         layers_.push_back(std::move(layer));
     }
     TSR_ASSIGN_OR_RETURN(final_norm_, load_vector(source, "model.norm.weight", hidden));
     const bool tied = c.tie_word_embeddings || !source.contains("lm_head.weight");
-    TSR_ASSIGN_OR_RETURN(lm_head_,
-                         layers::Linear::load(source,
-                                              {tied ? "model.embed_tokens.weight" : "lm_head.weight"},
-                                              {c.vocab_size}, hidden, false, compute_dtype_));
+    TSR_ASSIGN_OR_RETURN(lm_head_, column_parallel({{tied ? "model.embed_tokens.weight" : "lm_head.weight",
+                                                     c.vocab_size, vocab_shard_.rows.begin, vocab_shard_.rows.count}},
+                                                   false));
     inv_freq_ = loader::rope_inv_freq(c);
+    return Status::Ok();
+}
+
+Status DenseDecoder::tp_all_reduce(std::vector<float>& v, std::int64_t n) {
+    if (tp_group_ == nullptr) return Status::Ok();
+    return tp_group_->all_reduce(std::span<float>(v.data(), static_cast<std::size_t>(n)));
+}
+
+void DenseDecoder::embed(std::span<const std::int32_t> tokens, float* out) {
+    const std::int64_t hidden = config_.hidden_size;
+    const std::size_t row_bytes = static_cast<std::size_t>(hidden) * dtype_size(embedding_dtype_);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        const std::int64_t row = tokens[i] - vocab_shard_.rows.begin;
+        float* dst = out + static_cast<std::int64_t>(i) * hidden;
+        if (row < 0 || row >= vocab_shard_.rows.count) {
+            std::fill(dst, dst + hidden, 0.0f);  // another rank's row: it contributes through the all_reduce
+        } else {
+            convert_to_f32(embedding_.data() + static_cast<std::size_t>(row) * row_bytes, embedding_dtype_, dst,
+                           static_cast<std::size_t>(hidden));
+        }
+    }
+}
+
+Status DenseDecoder::gather_logits(std::int64_t n_rows, std::vector<float>* logits) {
+    const std::int64_t vocab = config_.vocab_size;
+    const std::int64_t per = vocab_shard_.rows_per_rank;
+    const std::int64_t local = vocab_shard_.rows.count;
+    logits->resize(static_cast<std::size_t>(n_rows * vocab));
+    if (tp_group_ == nullptr) {
+        std::copy(shard_logits_.begin(), shard_logits_.begin() + n_rows * vocab, logits->begin());
+        return Status::Ok();
+    }
+    // Pad every shard to `per` columns so that all ranks send the same count.
+    std::vector<float> padded(static_cast<std::size_t>(n_rows * per), 0.0f);
+    for (std::int64_t r = 0; r < n_rows; ++r)
+        std::copy(shard_logits_.begin() + r * local, shard_logits_.begin() + (r + 1) * local, padded.begin() + r * per);
+    gathered_.resize(static_cast<std::size_t>(tp_.size * n_rows * per));
+    TSR_RETURN_IF_ERROR(tp_group_->all_gather(padded, gathered_));
+    for (int rank = 0; rank < tp_.size; ++rank) {
+        const std::int64_t begin = rank * per;
+        const std::int64_t count = std::max<std::int64_t>(0, std::min(vocab, begin + per) - begin);
+        for (std::int64_t r = 0; r < n_rows; ++r) {
+            const float* src = gathered_.data() + (rank * n_rows + r) * per;
+            std::copy(src, src + count, logits->data() + r * vocab + begin);
+        }
+    }
     return Status::Ok();
 }
 
@@ -145,8 +220,8 @@ double DenseDecoder::linear_flops_per_token() const {
 
 double DenseDecoder::attention_flops_at(std::int64_t pos) const {
     // QKᵀ and PV over pos + 1 keys, per head and layer.
-    return 2.0 * 2.0 * static_cast<double>(pos + 1) * config_.head_dim *
-           config_.num_attention_heads * config_.num_hidden_layers;
+    return 2.0 * 2.0 * static_cast<double>(pos + 1) * config_.head_dim * n_heads_ *
+           config_.num_hidden_layers;
 }
 
 Status DenseDecoder::forward(const ForwardInput& input, kvcache::KvCache& cache, ThreadPool* pool,
@@ -164,7 +239,7 @@ Status DenseDecoder::forward(const ForwardInput& input, kvcache::KvCache& cache,
     }
     const std::int64_t hidden = c.hidden_size;
     const std::int64_t qkv_dim = q_dim() + 2 * kv_dim();
-    const std::int64_t inter = c.intermediate_size;
+    const std::int64_t inter = intermediate_;
     x_.resize(n * hidden);
     h_.resize(n * hidden);
     qkv_.resize(n * qkv_dim);
@@ -174,10 +249,10 @@ Status DenseDecoder::forward(const ForwardInput& input, kvcache::KvCache& cache,
     std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) positions[i] = static_cast<std::int32_t>(input.start_pos + i);
 
-    kernels::embedding_lookup(embedding_.data(), embedding_dtype_, input.tokens.data(), n, hidden,
-                              x_.data());
+    embed(input.tokens, x_.data());
+    TSR_RETURN_IF_ERROR(tp_all_reduce(x_, n * hidden));
     const float eps = static_cast<float>(c.rms_norm_eps);
-    const kernels::AttentionShape attn_shape{c.num_attention_heads, c.num_key_value_heads,
+    const kernels::AttentionShape attn_shape{n_heads_, n_kv_heads_,
                                              c.head_dim,
                                              1.0f / std::sqrt(static_cast<float>(c.head_dim))};
     for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -188,13 +263,13 @@ Status DenseDecoder::forward(const ForwardInput& input, kvcache::KvCache& cache,
             float* q = qkv_.data() + t * qkv_dim;
             float* k = q + q_dim();
             if (c.qk_norm) {
-                kernels::rms_norm(q, layer.q_norm.data(), q, c.num_attention_heads, c.head_dim, eps);
-                kernels::rms_norm(k, layer.k_norm.data(), k, c.num_key_value_heads, c.head_dim, eps);
+                kernels::rms_norm(q, layer.q_norm.data(), q, n_heads_, c.head_dim, eps);
+                kernels::rms_norm(k, layer.k_norm.data(), k, n_kv_heads_, c.head_dim, eps);
             }
         }
-        kernels::rope(qkv_.data(), n, c.num_attention_heads, c.head_dim, positions.data(),
+        kernels::rope(qkv_.data(), n, n_heads_, c.head_dim, positions.data(),
                       inv_freq_.data(), /*neox=*/true, qkv_dim);
-        kernels::rope(qkv_.data() + q_dim(), n, c.num_key_value_heads, c.head_dim, positions.data(),
+        kernels::rope(qkv_.data() + q_dim(), n, n_kv_heads_, c.head_dim, positions.data(),
                       inv_freq_.data(), /*neox=*/true, qkv_dim);
         float* k_cache = cache.k(l);
         float* v_cache = cache.v(l);
@@ -214,28 +289,31 @@ Status DenseDecoder::forward(const ForwardInput& input, kvcache::KvCache& cache,
         args.q_stride = qkv_dim;
         kernels::attention(args, attn_shape, pool);
         layer.o_proj.forward(attn_.data(), n, h_.data(), pool);
+        TSR_RETURN_IF_ERROR(tp_all_reduce(h_, n * hidden));
         kernels::add_inplace(x_.data(), h_.data(), n * hidden);
 
         kernels::rms_norm(x_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden, eps, pool);
         layer.gate_up_proj.forward(h_.data(), n, gate_up_.data(), pool);
         kernels::silu_and_mul(gate_up_.data(), act_.data(), n, inter, pool);
         layer.down_proj.forward(act_.data(), n, h_.data(), pool);
+        TSR_RETURN_IF_ERROR(tp_all_reduce(h_, n * hidden));
         kernels::add_inplace(x_.data(), h_.data(), n * hidden);
     }
     const std::int64_t n_out = input.all_logits ? n : 1;
     const float* rows = x_.data() + (n - n_out) * hidden;
     last_.resize(n_out * hidden);
     kernels::rms_norm(rows, final_norm_.data(), last_.data(), n_out, hidden, eps, pool);
-    logits->resize(static_cast<std::size_t>(n_out * c.vocab_size));
-    lm_head_.forward(last_.data(), n_out, logits->data(), pool);
-    return Status::Ok();
+    shard_logits_.resize(static_cast<std::size_t>(n_out * vocab_shard_.rows.count));
+    lm_head_.forward(last_.data(), n_out, shard_logits_.data(), pool);
+    return gather_logits(n_out, logits);
 }
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> load_dense_decoder(const ModelConfig& config,
-                                                    const WeightSource& source, DType compute_dtype) {
-    auto model = std::make_unique<DenseDecoder>(config, compute_dtype);
+                                                    const WeightSource& source, DType compute_dtype,
+                                                    const LoadOptions& options) {
+    auto model = std::make_unique<DenseDecoder>(config, compute_dtype, options);
     TSR_RETURN_IF_ERROR(model->load(source));
     return std::unique_ptr<Model>(std::move(model));
 }

@@ -10,8 +10,11 @@
 
 namespace tessera::models {
 
+// Under tensor parallelism (options.tp_size > 1) the layers are split as
+// layers/tensor_parallel.h describes; forward() then issues, per layer, one all_reduce after
+// o_proj and one after down_proj, one for the embedding and one all_gather of the logits.
 StatusOr<std::unique_ptr<Model>> load_dense_decoder(const loader::ModelConfig& config,
                                                     const loader::WeightSource& source,
-                                                    DType compute_dtype);
+                                                    DType compute_dtype, const LoadOptions& options);
 
 }  // namespace tessera::models

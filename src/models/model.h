@@ -16,6 +16,9 @@
 namespace tessera {
 class ThreadPool;
 }
+namespace tessera::dist {
+class ProcessGroup;
+}
 
 namespace tessera::models {
 
@@ -51,6 +54,11 @@ class Model {
 struct LoadOptions {
     std::string model_path;
     std::string dtype = "auto";  // auto (the checkpoint's), f32, bf16
+    // Tensor parallelism: this rank's place in its TP group, and the group (nullptr when
+    // tp_size is 1). The model keeps only its shard of every weight.
+    int tp_rank = 0;
+    int tp_size = 1;
+    dist::ProcessGroup* tp_group = nullptr;
 };
 
 // Reads config.json and the weights; fails with errors naming the file and tensor.

@@ -35,7 +35,9 @@ StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
     TSR_LOG_C(INFO, "loader", "loading {} ({} layers, hidden {}, vocab {}) with {} weights",
               config.architecture, config.num_hidden_layers, config.hidden_size, config.vocab_size,
               dtype_name(dtype));
-    return load_dense_decoder(config, *source, dtype);
+    if (options.tp_size > 1 && options.tp_group == nullptr)
+        return Status::Internal("tensor parallel load without a TP process group");
+    return load_dense_decoder(config, *source, dtype, options);
 }
 
 }  // namespace tessera::models

@@ -67,7 +67,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a) : impl_(new Impl) {
     Impl& t = *impl_;
     // Model and process.
     value(app, t, "--model-path,--model", a.model_path, "Hugging Face model folder", kYes)->required();
-    value(app, t, "--tokenizer-path", a.tokenizer_path, "tokenizer folder (default: --model-path)", kNotYet);
+    value(app, t, "--tokenizer-path", a.tokenizer_path, "tokenizer folder (default: --model-path)", kYes);
     value(app, t, "--served-model-name", a.served_model_name, "model name in the API (default: --model-path)", kNotYet);
     value(app, t, "--dtype", a.dtype, "compute weight type", kYes)
         ->check(CLI::IsMember({"auto", "half", "float16", "bfloat16", "bf16", "float", "float32", "f32"}));
@@ -78,10 +78,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a) : impl_(new Impl) {
     value(app, t, "--threads-per-rank,--threads", a.threads_per_rank,
           "compute threads per rank (0: the host's cores / its ranks)", kYes)
         ->check(CLI::Range(0, 1024));
-    flag(app, t, "--log-all-ranks", a.log_all_ranks, "INFO logs from every rank, not only rank 0", kNotYet);
+    flag(app, t, "--log-all-ranks", a.log_all_ranks, "INFO logs from every rank, not only rank 0", kYes);
 
     // Topology (reference §1.1).
-    value(app, t, "--tp-size,--tp,--tensor-parallel-size", a.tp_size, "tensor parallel size", kNotYet);
+    value(app, t, "--tp-size,--tp,--tensor-parallel-size", a.tp_size, "tensor parallel size", kYes);
     value(app, t, "--pp-size,--pipeline-parallel-size", a.pp_size, "pipeline parallel size", kNotYet);
     value(app, t, "--dp-size,--data-parallel-size", a.dp_size,
           "data parallel size (replicas; attention DP groups with --enable-dp-attention)", kNotYet);
@@ -96,12 +96,12 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a) : impl_(new Impl) {
     flag(app, t, "--enable-dp-lm-head", a.enable_dp_lm_head, "vocab-parallel LM head across the attention-TP group",
          kNotYet);
     optional(app, t, "--moe-dense-tp-size", a.moe_dense_tp_size, "TP width of dense MLPs in MoE models", kNotYet);
-    value(app, t, "--nnodes", a.nnodes, "number of nodes", kNotYet);
-    value(app, t, "--node-rank", a.node_rank, "this node's rank", kNotYet);
+    value(app, t, "--nnodes", a.nnodes, "number of nodes", kYes);
+    value(app, t, "--node-rank", a.node_rank, "this node's rank", kYes);
     value(app, t, "--dist-init-addr,--nccl-init-addr", a.dist_init_addr, "HOST:PORT of the rendezvous (node 0)",
-          kNotYet);
+          kYes);
     optional(app, t, "--nccl-port", a.nccl_port, "port of the collective backend", kNotYet);
-    optional(app, t, "--dist-timeout", a.dist_timeout, "collective timeout in seconds", kNotYet);
+    optional(app, t, "--dist-timeout", a.dist_timeout, "collective timeout in seconds", kYes);
     value(app, t, "--base-gpu-id", a.base_gpu_id, "first device id", kNotYet);
     value(app, t, "--gpu-id-step", a.gpu_id_step, "device id step", kNotYet);
     value(app, t, "--load-balance-method", a.load_balance_method, "DP request routing", kNotYet)

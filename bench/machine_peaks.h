@@ -1,0 +1,31 @@
+#pragma once
+// bench/machine_peaks.h — what this machine can do at best, measured: memory bandwidth
+// (STREAM-like triad and read-only sum) and the register-resident multiply-add peak, so that
+// benchmarks can report their results as a fraction of it.
+// Each call takes from tens of milliseconds (peaks) to a few seconds (bandwidth: it touches
+// ~768 MB). Thread-safety: do not run two at once (they would measure each other).
+
+namespace tessera {
+class ThreadPool;
+}
+
+namespace tessera::bench {
+
+// Triad a[i] = b[i] + s * c[i] over three f64 arrays far larger than L3 (256 MB each), split
+// over `pool` (nullptr: the calling thread). Counts 24 bytes per element (two reads, one
+// write; the write-allocate read is not counted, as in STREAM). Best of several runs, GB/s.
+double measure_triad_bandwidth_gbs(ThreadPool* pool);
+
+// Read-only sum over a 512 MB array, split over `pool`. Best of several repetitions, GB/s.
+double measure_read_bandwidth_gbs(ThreadPool* pool);
+
+// Peak GFLOP/s of independent _mm512_dpbf16_ps chains (64 FLOP per instruction: 16 lanes ×
+// 2 products × multiply and add) on every thread of `pool`. Falls back to the AVX2 FMA peak
+// when the CPU lacks AVX-512 BF16.
+double measure_peak_bf16_gflops(ThreadPool* pool);
+
+// Peak GFLOP/s of independent f32 FMA chains (_mm512_fmadd_ps when the CPU has AVX-512 BF16
+// support, i.e. our AVX-512 path, else 256-bit FMA), 2 FLOP per lane.
+double measure_peak_f32_gflops(ThreadPool* pool);
+
+}  // namespace tessera::bench

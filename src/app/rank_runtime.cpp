@@ -1,0 +1,80 @@
+#include "app/rank_runtime.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "app/launcher.h"
+#include "base/logging.h"
+#include "base/thread_pool.h"
+#include "dist/group_factory.h"
+
+namespace tessera::app {
+
+namespace {
+
+// The local address this host uses to reach `host`: what peers on other nodes can reach
+// our Gloo device at (on one host: the loopback address itself).
+std::string local_address_towards(const std::string& host) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_DGRAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return host;
+    std::string result = host;
+    const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+        sockaddr_in local{};
+        socklen_t len = sizeof(local);
+        char text[INET_ADDRSTRLEN] = {};
+        if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+            inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)) != nullptr) {
+            result = text;
+        }
+    }
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return result;
+}
+
+}  // namespace
+
+StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::optional<int> internal_rank,
+                                        const std::string& internal_store) {
+    TSR_ASSIGN_OR_RETURN(auto layout, dist::ParallelLayout::create(args.parallel_config()));
+    const int rank = internal_rank.value_or(0);
+    if (rank < 0 || rank >= layout.world_size())
+        return Status::InvalidArgument("--internal-rank " + std::to_string(rank) + " is outside the world of " +
+                                       std::to_string(layout.world_size()));
+    RankRuntime rt{layout, layout.coords(rank), nullptr, nullptr, 1};
+    const int local_ranks = static_cast<int>(layout.ranks_on_node(args.node_rank).size());
+    rt.threads = args.threads_per_rank > 0 ? args.threads_per_rank
+                                           : std::max(1, default_thread_count() / std::max(1, local_ranks));
+    if (layout.world_size() == 1) return rt;
+
+    // Every line of this rank names it; INFO only from rank 0 unless --log-all-ranks.
+    logging::set_prefix("tp" + std::to_string(rt.coords.tp_rank) +
+                        (args.pp_size > 1 ? " pp" + std::to_string(rt.coords.pp_rank) : ""));
+    if (rank != 0 && !args.log_all_ranks) logging::set_min_level(logging::Level::kWarn);
+
+    TSR_ASSIGN_OR_RETURN(auto host_port, parse_host_port(internal_store, "--internal-store"));
+    dist::TcpStoreOptions so;
+    so.host = host_port.first;
+    so.port = host_port.second;
+    TSR_ASSIGN_OR_RETURN(rt.store, dist::make_tcp_store(so));
+
+    dist::GroupFactoryOptions go;
+    if (args.dist_timeout) go.timeout = std::chrono::seconds(*args.dist_timeout);
+    go.hostname = local_address_towards(so.host);
+    TSR_ASSIGN_OR_RETURN(rt.tp_group, dist::create_group(layout, dist::GroupKind::kTp, rank, *rt.store, go));
+    if (rt.tp_group->size() == 1) rt.tp_group.reset();
+    TSR_LOG(INFO, "rank {} of {}: tp_rank {} on node {}, tp group over {}, {} threads", rank, layout.world_size(),
+            rt.coords.tp_rank, rt.coords.node, rt.tp_group ? rt.tp_group->backend_name() : "none", rt.threads);
+    return rt;
+}
+
+}  // namespace tessera::app

@@ -1,0 +1,34 @@
+#pragma once
+// app/rank_runtime.h — what one rank process sets up before running a model: its place in
+// the ParallelLayout, the rendezvous store client, its process groups, its thread count and
+// its log prefix. A single-process run (world size 1) gets the same struct with no groups.
+// Setup only; owned by the rank's main thread.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "dist/parallel_layout.h"
+#include "dist/process_group.h"
+#include "dist/store.h"
+#include "server/server_args.h"
+
+namespace tessera::app {
+
+struct RankRuntime {
+    dist::ParallelLayout layout;
+    dist::RankCoords coords;
+    std::unique_ptr<dist::Store> store;           // null in a single-process run
+    std::unique_ptr<dist::ProcessGroup> tp_group;  // null when tp_size == 1
+    int threads = 1;
+
+    bool is_output_rank() const { return coords.global_rank == 0; }
+};
+
+// `internal_rank` / `internal_store` come from the launcher (--internal-rank, --internal-store);
+// absent for a single-process run.
+StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::optional<int> internal_rank,
+                                        const std::string& internal_store);
+
+}  // namespace tessera::app

@@ -1,0 +1,30 @@
+#include "dist/group_factory.h"
+
+#include <algorithm>
+
+namespace tessera::dist {
+
+StatusOr<std::unique_ptr<ProcessGroup>> create_group(const ParallelLayout& layout, GroupKind kind,
+                                                     int global_rank, Store& store,
+                                                     const GroupFactoryOptions& options) {
+    const std::vector<int> members = layout.group_of(kind, global_rank);
+    if (members.empty())
+        return Status::Internal("rank " + std::to_string(global_rank) + " is in no " + group_kind_name(kind) + " group");
+    // Groups of one kind are told apart by their first member.
+    const std::string name = group_kind_name(kind) + std::to_string(members.front());
+    if (members.size() == 1) return make_single_group(name);
+    const int node = layout.coords(members.front()).node;
+    const bool one_node = std::all_of(members.begin(), members.end(),
+                                      [&](int r) { return layout.coords(r).node == node; });
+    ProcessGroupOptions o;
+    o.name = name;
+    o.rank = static_cast<int>(std::find(members.begin(), members.end(), global_rank) - members.begin());
+    o.size = static_cast<int>(members.size());
+    o.timeout = options.timeout;
+    o.hostname = options.hostname;
+    auto prefixed = make_prefix_store(name, store);
+    if (one_node && !options.force_gloo) return make_shm_group(*prefixed, o);
+    return make_gloo_group(*prefixed, o);
+}
+
+}  // namespace tessera::dist

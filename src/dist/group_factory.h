@@ -1,0 +1,28 @@
+#pragma once
+// dist/group_factory.h — builds the ProcessGroup of one rank for one group kind of the
+// ParallelLayout: shared memory when every member runs on the same node (--node-rank), Gloo
+// over TCP otherwise (ranks of different nodes always talk over Gloo, even on one host).
+// Every member of the group must call it (rendezvous through the store). Setup only.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "dist/parallel_layout.h"
+#include "dist/process_group.h"
+#include "dist/store.h"
+
+namespace tessera::dist {
+
+struct GroupFactoryOptions {
+    std::chrono::milliseconds timeout{300'000};
+    std::string hostname = "127.0.0.1";  // the address peers reach this rank's Gloo device at
+    bool force_gloo = false;             // tests and benchmarks: skip the shared-memory path
+};
+
+StatusOr<std::unique_ptr<ProcessGroup>> create_group(const ParallelLayout& layout, GroupKind kind,
+                                                     int global_rank, Store& store,
+                                                     const GroupFactoryOptions& options);
+
+}  // namespace tessera::dist

@@ -1,0 +1,237 @@
+// dist/store_test.cpp — HashStore, PrefixStore and TcpStore (server + clients on 127.0.0.1).
+
+#include "dist/store.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tessera::dist {
+namespace {
+
+using std::chrono::milliseconds;
+using Bytes = std::vector<std::uint8_t>;
+
+Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+
+struct TcpFixture {
+    std::unique_ptr<Store> server;
+    int port = 0;
+    std::unique_ptr<Store> client() {
+        TcpStoreOptions o;
+        o.port = port;
+        o.connect_timeout = milliseconds(2000);
+        auto c = make_tcp_store(o);
+        EXPECT_TRUE(c.ok()) << c.status().to_string();
+        return std::move(c).value();
+    }
+};
+
+TcpFixture start_tcp() {
+    TcpStoreOptions o;
+    o.is_server = true;
+    o.port = 0;
+    TcpFixture f;
+    auto s = make_tcp_store(o, &f.port);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    f.server = std::move(s).value();
+    EXPECT_GT(f.port, 0);
+    return f;
+}
+
+// The same behaviour checks for every Store implementation.
+void exercise(Store& a, Store& b) {
+    ASSERT_TRUE(a.set("k", bytes("v1")).ok());
+    auto got = b.get("k", milliseconds(100));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(got.value(), bytes("v1"));
+    EXPECT_TRUE(b.check("k").value());
+    EXPECT_FALSE(b.check("absent").value());
+
+    // Empty values round-trip.
+    ASSERT_TRUE(a.set("empty", {}).ok());
+    EXPECT_TRUE(b.get("empty", milliseconds(100)).value().empty());
+
+    // add: starts from 0, is atomic across clients.
+    EXPECT_EQ(a.add("ctr", 5).value(), 5);
+    EXPECT_EQ(b.add("ctr", -2).value(), 3);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            Store& s = (t % 2) ? a : b;
+            for (int i = 0; i < 50; ++i) ASSERT_TRUE(s.add("ctr", 1).ok());
+        });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(a.add("ctr", 0).value(), 203);
+    EXPECT_EQ(b.get("ctr", milliseconds(100)).value(), bytes("203"));
+    // add on a non-integer value is an error, not a crash.
+    EXPECT_FALSE(a.add("k", 1).ok());
+
+    // get blocks until another thread sets the key.
+    std::thread setter([&] {
+        std::this_thread::sleep_for(milliseconds(50));
+        ASSERT_TRUE(a.set("late", bytes("x")).ok());
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    auto late = b.get("late", milliseconds(2000));
+    setter.join();
+    ASSERT_TRUE(late.ok()) << late.status().to_string();
+    EXPECT_EQ(late.value(), bytes("x"));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1500));
+
+    // get timeout names the key.
+    t0 = std::chrono::steady_clock::now();
+    auto missing = b.get("never", milliseconds(150));
+    auto waited = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.status().code(), StatusCode::kDeadlineExceeded);
+    EXPECT_NE(missing.status().message().find("never"), std::string::npos)
+        << missing.status().message();
+    EXPECT_GE(waited, milliseconds(140));
+    EXPECT_LT(waited, milliseconds(1500));
+
+    // Large values.
+    Bytes big(3 << 20);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint8_t>(i * 7);
+    ASSERT_TRUE(a.set("big", big).ok());
+    EXPECT_EQ(b.get("big", milliseconds(1000)).value(), big);
+}
+
+TEST(HashStoreTest, Basics) {
+    auto s = make_hash_store();
+    exercise(*s, *s);
+}
+
+TEST(PrefixStoreTest, IsolatesKeys) {
+    auto base = make_hash_store();
+    auto p1 = make_prefix_store("g1", *base);
+    auto p2 = make_prefix_store("g2", *base);
+    ASSERT_TRUE(p1->set("k", bytes("one")).ok());
+    ASSERT_TRUE(p2->set("k", bytes("two")).ok());
+    EXPECT_EQ(p1->get("k", milliseconds(10)).value(), bytes("one"));
+    EXPECT_EQ(p2->get("k", milliseconds(10)).value(), bytes("two"));
+    EXPECT_EQ(base->get("g1/k", milliseconds(10)).value(), bytes("one"));
+    exercise(*p1, *p1);
+}
+
+TEST(TcpStoreTest, ServerAndClient) {
+    auto f = start_tcp();
+    auto c = f.client();
+    exercise(*f.server, *c);
+}
+
+TEST(TcpStoreTest, TwoClients) {
+    auto f = start_tcp();
+    auto c1 = f.client();
+    auto c2 = f.client();
+    exercise(*c1, *c2);
+}
+
+TEST(TcpStoreTest, AddCountersFromManyClients) {
+    auto f = start_tcp();
+    constexpr int kClients = 4, kAdds = 100;
+    std::vector<std::thread> threads;
+    std::vector<std::int64_t> seen;
+    std::mutex mu;
+    for (int c = 0; c < kClients; ++c) {
+        threads.emplace_back([&] {
+            auto client = f.client();
+            for (int i = 0; i < kAdds; ++i) {
+                auto v = client->add("counter", 1);
+                ASSERT_TRUE(v.ok());
+                std::lock_guard<std::mutex> lock(mu);
+                seen.push_back(v.value());
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    // Every intermediate value was handed out exactly once.
+    std::sort(seen.begin(), seen.end());
+    ASSERT_EQ(seen.size(), static_cast<size_t>(kClients * kAdds));
+    for (int i = 0; i < kClients * kAdds; ++i) EXPECT_EQ(seen[i], i + 1);
+}
+
+TEST(TcpStoreTest, GetTimeoutFromClient) {
+    auto f = start_tcp();
+    auto c = f.client();
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = c->get("missing/key", milliseconds(200));
+    auto waited = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+    EXPECT_NE(r.status().message().find("missing/key"), std::string::npos);
+    EXPECT_GE(waited, milliseconds(190));
+    EXPECT_LT(waited, milliseconds(1000));
+    // The connection is still usable afterwards.
+    ASSERT_TRUE(c->set("a", bytes("b")).ok());
+    EXPECT_EQ(c->get("a", milliseconds(100)).value(), bytes("b"));
+}
+
+TEST(TcpStoreTest, ClientSeesServerShutdown) {
+    auto f = start_tcp();
+    auto c = f.client();
+    std::thread stopper([&] {
+        std::this_thread::sleep_for(milliseconds(100));
+        f.server.reset();  // the hosting rank exits while a client waits
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = c->get("never", milliseconds(5000));
+    stopper.join();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2000));
+    EXPECT_FALSE(c->set("x", {}).ok());
+}
+
+TEST(TcpStoreTest, ConnectTimeoutWithoutServer) {
+    // Bind a server to learn a free port, then close it.
+    int port = 0;
+    {
+        auto f = start_tcp();
+        port = f.port;
+    }
+    TcpStoreOptions o;
+    o.port = port;
+    o.connect_timeout = milliseconds(200);
+    auto t0 = std::chrono::steady_clock::now();
+    auto c = make_tcp_store(o);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1500));
+}
+
+TEST(TcpStoreTest, ClientStartsBeforeServer) {
+    int port = 0;
+    {
+        auto f = start_tcp();
+        port = f.port;
+    }
+    std::unique_ptr<Store> server;
+    std::thread later([&] {
+        std::this_thread::sleep_for(milliseconds(100));
+        TcpStoreOptions o;
+        o.is_server = true;
+        o.port = port;
+        auto s = make_tcp_store(o);
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        server = std::move(s).value();
+    });
+    TcpStoreOptions o;
+    o.port = port;
+    o.connect_timeout = milliseconds(3000);
+    auto c = make_tcp_store(o);
+    later.join();
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    ASSERT_TRUE(c.value()->set("k", bytes("v")).ok());
+    EXPECT_EQ(server->get("k", milliseconds(100)).value(), bytes("v"));
+}
+
+}  // namespace
+}  // namespace tessera::dist

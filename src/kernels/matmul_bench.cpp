@@ -1,0 +1,184 @@
+// kernels/matmul_bench.cpp — throughput of kernels::matmul on the linear-layer shapes of a
+// small LLM, one JSON line per measurement (GFLOP/s and weight GB/s), plus one line of
+// machine peaks to compare with. Decode (m = 1) cycles through enough copies of the weight
+// to defeat the L3 cache, as a real decode step does; prefill (m = 512) reuses one copy.
+//
+// Usage: matmul_bench [--isa=avx512|avx2|reference] [--m=N] [--n=N] [--dtype=bf16|f32]
+//                     [--threads=N] [--no-peaks]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "bench/machine_peaks.h"
+#include "kernels/matmul.h"
+
+namespace tessera::kernels {
+namespace {
+
+constexpr std::size_t kColdBytes = std::size_t{512} << 20;  // > 16 × the 32 MB L3
+constexpr int kMaxColdCopies = 64;
+constexpr double kMinSeconds = 0.4;
+constexpr int kMinRepetitions = 3;
+
+struct Options {
+    Isa isa = active_isa();
+    std::int64_t only_m = 0;
+    std::string only_dtype;
+    std::int64_t only_n = 0;
+    int only_threads = 0;
+    bool peaks = true;
+};
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        const auto value = [&](std::string_view key) -> std::string_view {
+            return arg.substr(0, key.size()) == key ? arg.substr(key.size()) : std::string_view();
+        };
+        if (arg == "--no-peaks") {
+            o.peaks = false;
+        } else if (auto v = value("--m="); !v.empty()) {
+            o.only_m = std::stoll(std::string(v));
+        } else if (auto v = value("--n="); !v.empty()) {
+            o.only_n = std::stoll(std::string(v));
+        } else if (auto v = value("--dtype="); !v.empty()) {
+            o.only_dtype = v;
+        } else if (auto v = value("--threads="); !v.empty()) {
+            o.only_threads = std::stoi(std::string(v));
+        } else if (auto v = value("--isa="); !v.empty()) {
+            for (Isa isa : {Isa::kReference, Isa::kAvx2, Isa::kAvx512Bf16}) {
+                if (v == isa_name(isa)) o.isa = isa;
+            }
+        } else {
+            std::fprintf(stderr, "matmul_bench: unknown argument %s\n", argv[i]);
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+// Cheap deterministic values in [-1, 1): generating 150M weights with <random> takes seconds.
+void fill(std::vector<float>& v, std::uint64_t seed) {
+    std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (float& e : v) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        e = static_cast<float>(static_cast<std::int32_t>(s >> 32)) * (1.0f / 2147483648.0f);
+    }
+}
+
+double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
+               const std::vector<float>& w_f32, ThreadPool* pools[2]) {
+    std::vector<PackedWeight> copies;
+    copies.push_back(pack_weight(w_f32.data(), DType::kF32, n, k, dtype));
+    const std::size_t bytes = copies[0].bytes();
+
+    for (std::int64_t m : {1, 512}) {
+        if (opt.only_m != 0 && m != opt.only_m) continue;
+        if (m == 1) {
+            // Copies share the data pattern; only the addresses matter for caching.
+            const std::size_t want =
+                std::min<std::size_t>(kMaxColdCopies, (kColdBytes + bytes - 1) / bytes);
+            while (copies.size() < want) {
+                PackedWeight c;
+                c.dtype = copies[0].dtype;
+                c.n = n;
+                c.k = k;
+                c.n_padded = copies[0].n_padded;
+                c.k_padded = copies[0].k_padded;
+                c.data = AlignedBuffer(bytes);
+                std::memcpy(c.data.data(), copies[0].data.data(), bytes);
+                copies.push_back(std::move(c));
+            }
+        }
+        std::vector<float> x(m * k);
+        fill(x, 7);
+        std::vector<float> y(m * n);
+        for (int t = 0; t < 2; ++t) {
+            const int threads = t + 1;
+            if (opt.only_threads != 0 && threads != opt.only_threads) continue;
+            ThreadPool* pool = pools[t];
+            const std::size_t n_copies = m == 1 ? copies.size() : 1;
+            std::size_t next = 0;
+            matmul(x.data(), m, copies[0], y.data(), pool, opt.isa);  // warm up
+            double best = 1e30;
+            const double start = now_seconds();
+            int reps = 0;
+            while (reps < kMinRepetitions || now_seconds() - start < kMinSeconds) {
+                // Per call: small-m calls are short, so time a batch across all copies.
+                const std::size_t batch = m == 1 ? n_copies : 1;
+                const double t0 = now_seconds();
+                for (std::size_t b = 0; b < batch; ++b) {
+                    matmul(x.data(), m, copies[next], y.data(), pool, opt.isa);
+                    next = (next + 1) % n_copies;
+                }
+                best = std::min(best, (now_seconds() - t0) / static_cast<double>(batch));
+                ++reps;
+            }
+            const double gflops = 2.0 * m * n * k / best * 1e-9;
+            const double gbs = static_cast<double>(bytes) / best * 1e-9;
+            std::printf(
+                "{\"bench\":\"matmul\",\"isa\":\"%s\",\"dtype\":\"%s\",\"m\":%lld,\"k\":%lld,"
+                "\"n\":%lld,\"threads\":%d,\"us\":%.1f,\"gflops\":%.1f,\"weight_gbs\":%.2f,"
+                "\"weight_mb\":%.1f,\"cold_copies\":%zu}\n",
+                std::string(isa_name(opt.isa)).c_str(), std::string(dtype_name(dtype)).c_str(),
+                static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
+                threads, best * 1e6, gflops, gbs, bytes / 1e6, n_copies);
+            std::fflush(stdout);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace tessera::kernels
+
+int main(int argc, char** argv) {
+    using namespace tessera;
+    using namespace tessera::kernels;
+    const Options opt = parse(argc, argv);
+    ThreadPool pool1(1);
+    ThreadPool pool2(2);
+    ThreadPool* pools[2] = {&pool1, &pool2};
+
+    if (opt.peaks) {
+        for (int t = 0; t < 2; ++t) {
+            if (opt.only_threads != 0 && t + 1 != opt.only_threads) continue;
+            std::printf(
+                "{\"bench\":\"machine_peaks\",\"threads\":%d,\"read_gbs\":%.2f,"
+                "\"triad_gbs\":%.2f,\"peak_bf16_gflops\":%.1f,\"peak_f32_gflops\":%.1f}\n",
+                t + 1, bench::measure_read_bandwidth_gbs(pools[t]),
+                bench::measure_triad_bandwidth_gbs(pools[t]),
+                bench::measure_peak_bf16_gflops(pools[t]),
+                bench::measure_peak_f32_gflops(pools[t]));
+            std::fflush(stdout);
+        }
+    }
+
+    const std::pair<std::int64_t, std::int64_t> shapes[] = {
+        {1024, 2048}, {1024, 3072}, {3072, 1024}, {1024, 151936}};
+    for (const auto& [k, n] : shapes) {
+        if (opt.only_n != 0 && n != opt.only_n) continue;
+        std::vector<float> w(static_cast<std::size_t>(n * k));
+        fill(w, static_cast<std::uint64_t>(n * 31 + k));
+        for (DType dtype : {DType::kBF16, DType::kF32}) {
+            if (!opt.only_dtype.empty() && opt.only_dtype != dtype_name(dtype)) continue;
+            run_shape(opt, k, n, dtype, w, pools);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,250 @@
+#!/usr/bin/python3
+"""Tensor parallelism end to end, through `tessera generate` as a user runs it.
+
+  equivalence  TP = 2 and 4 (4 > the tiny models' 2 KV heads: replicated KV heads) give the
+               same greedy tokens as TP = 1 and logits within 1e-3 (f32 weights: only the
+               summation order of the all-reduces differs), for llama, qwen2 and qwen3.
+  two-node     the same command twice, differing only in --node-rank, on loopback (ranks of
+               different nodes talk over Gloo) gives the TP = 1 tokens.
+  netns        two network namespaces joined by a veth pair (when run as root with `ip`).
+  kill         killing one rank mid-generation makes every process exit non-zero within the
+               timeout, with a message naming the lost rank, and leaves no process behind.
+
+Usage: tp_test.py --tessera PATH --case {equivalence,two-node,netns,kill} --workdir DIR
+Exit 0 pass, 1 fail, 77 skipped (CTest SKIP_RETURN_CODE).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+PROMPT = "3,14,15,92,65,35,89,79,32,38,46,26,43,38,32,79"
+NEW_TOKENS = 16
+LOGIT_TOLERANCE = 1e-3
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_model(tessera, arch, workdir):
+    out = os.path.join(workdir, arch)
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--dtype", "f32", "--seed", "11",
+                    "--out", out], check=True, capture_output=True)
+    return out
+
+
+def generate(tessera, model, extra, logits=None, timeout=120):
+    cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", str(NEW_TOKENS),
+           "--ignore-eos", "--json", "--threads", "1"] + extra
+    if logits:
+        cmd += ["--logits-out", logits]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout)["output_ids"]
+
+
+def equivalence(tessera, workdir):
+    ok = True
+    for arch in ("llama", "qwen2", "qwen3"):
+        model = make_model(tessera, arch, workdir)
+        base_logits = os.path.join(workdir, f"{arch}_tp1.npy")
+        base = generate(tessera, model, ["--tp", "1"], base_logits)
+        for tp in (2, 4):
+            logits = os.path.join(workdir, f"{arch}_tp{tp}.npy")
+            ids = generate(tessera, model, ["--tp", str(tp)], logits)
+            diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
+            good = ids == base and diff < LOGIT_TOLERANCE
+            ok &= good
+            print(f"{arch} tp{tp}: tokens {'same' if ids == base else 'DIFFER'}, max|logit diff| {diff:.2e} "
+                  f"{'ok' if good else 'FAIL'}")
+            if ids != base:
+                print(f"  tp1: {base}\n  tp{tp}: {ids}")
+    return ok
+
+
+def two_node_commands(tessera, model, addr, new_tokens=NEW_TOKENS):
+    common = ["--tp", "2", "--nnodes", "2", "--dist-init-addr", addr, "--dist-timeout", "20"]
+    def cmd(node):
+        return [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens",
+                str(new_tokens), "--ignore-eos", "--json", "--threads", "1", "--node-rank", str(node)] + common
+    return cmd(0), cmd(1)
+
+
+def two_node(tessera, workdir):
+    model = make_model(tessera, "qwen3", workdir)
+    base = generate(tessera, model, ["--tp", "1"])
+    node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}")
+    n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        p0 = subprocess.run(node0, capture_output=True, text=True, timeout=120)
+        out1, err1 = n1.communicate(timeout=60)
+    finally:
+        if n1.poll() is None:
+            n1.kill()
+    if p0.returncode != 0 or n1.returncode != 0:
+        print(f"node 0 exited {p0.returncode}:\n{p0.stderr[-2000:]}\nnode 1 exited {n1.returncode}:\n{err1[-2000:]}")
+        return False
+    ids = json.loads(p0.stdout)["output_ids"]
+    gloo = "tp group over gloo" in p0.stderr
+    print(f"two nodes x TP2 on loopback: tokens {'same' if ids == base else 'DIFFER'} as TP1; "
+          f"cross-node group over gloo: {gloo}; node 1 printed {len(out1)} bytes (expected 0)")
+    return ids == base and gloo and out1 == ""
+
+
+def netns(tessera, workdir):
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        print("netns: needs root and iproute2; skipped")
+        return None
+    tag = f"tsr{os.getpid() % 100000}"
+    ns = [f"{tag}a", f"{tag}b"]
+    setup = [
+        ["ip", "netns", "add", ns[0]], ["ip", "netns", "add", ns[1]],
+        ["ip", "link", "add", f"{tag}va", "type", "veth", "peer", "name", f"{tag}vb"],
+        ["ip", "link", "set", f"{tag}va", "netns", ns[0]], ["ip", "link", "set", f"{tag}vb", "netns", ns[1]],
+        ["ip", "-n", ns[0], "addr", "add", "10.233.0.1/24", "dev", f"{tag}va"],
+        ["ip", "-n", ns[1], "addr", "add", "10.233.0.2/24", "dev", f"{tag}vb"],
+        ["ip", "-n", ns[0], "link", "set", f"{tag}va", "up"], ["ip", "-n", ns[1], "link", "set", f"{tag}vb", "up"],
+        ["ip", "-n", ns[0], "link", "set", "lo", "up"], ["ip", "-n", ns[1], "link", "set", "lo", "up"],
+    ]
+    try:
+        for c in setup:
+            r = subprocess.run(c, capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"netns: '{' '.join(c)}' failed ({r.stderr.strip()}); skipped")
+                return None
+        model = make_model(tessera, "llama", workdir)
+        base = generate(tessera, model, ["--tp", "1"])
+        node0, node1 = two_node_commands(tessera, model, "10.233.0.1:29555")
+        n1 = subprocess.Popen(["ip", "netns", "exec", ns[1]] + node1, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        try:
+            p0 = subprocess.run(["ip", "netns", "exec", ns[0]] + node0, capture_output=True, text=True, timeout=120)
+            _, err1 = n1.communicate(timeout=60)
+        finally:
+            if n1.poll() is None:
+                n1.kill()
+        if p0.returncode != 0 or n1.returncode != 0:
+            print(f"netns node 0 exited {p0.returncode}:\n{p0.stderr[-2000:]}\nnode 1: {err1[-2000:]}")
+            return False
+        ids = json.loads(p0.stdout)["output_ids"]
+        print(f"two network namespaces over a veth pair: tokens {'same' if ids == base else 'DIFFER'} as TP1")
+        return ids == base
+    finally:
+        # Private test addresses only exist inside the namespaces, which go away here.
+        for n in ns:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def children_of(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_rank(tessera, workdir):
+    model = make_model(tessera, "llama", workdir)
+    ok = True
+    # One node: the launcher sees its child die and stops the rest.
+    cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", "4000",
+           "--ignore-eos", "--json", "--threads", "1", "--tp", "2", "--dist-timeout", "10"]
+    launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ranks = []
+    deadline = time.time() + 20
+    while len(ranks) < 2 and time.time() < deadline:
+        ranks = children_of(launcher.pid)
+        time.sleep(0.1)
+    time.sleep(1.0)  # mid-generation
+    victim = ranks[-1]
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.time()
+    try:
+        _, err = launcher.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        print("kill (one node): the launcher did not exit within 30 s")
+        return False
+    elapsed = time.time() - t0
+    leftovers = [p for p in ranks if alive(p)]
+    named = "was killed by signal 9" in err and "rank 1" in err
+    good = launcher.returncode != 0 and not leftovers and named
+    print(f"kill (one node): launcher exit {launcher.returncode} after {elapsed:.1f} s, message names the rank: "
+          f"{named}, leftover processes: {leftovers} {'ok' if good else 'FAIL'}")
+    if not good:
+        print(err[-2000:])
+    ok &= good
+
+    # Two nodes: node 0's rank notices through the collective (Gloo) and fails.
+    node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}", new_tokens=4000)
+    n0 = subprocess.Popen(node0, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ranks1 = []
+    deadline = time.time() + 20
+    while not ranks1 and time.time() < deadline:
+        ranks1 = children_of(n1.pid)
+        time.sleep(0.1)
+    ranks0 = children_of(n0.pid)
+    time.sleep(1.5)
+    for p in ranks1:
+        os.kill(p, signal.SIGKILL)
+    t0 = time.time()
+    try:
+        _, err0 = n0.communicate(timeout=40)
+        n1.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        n0.kill()
+        n1.kill()
+        print("kill (two nodes): node 0 did not exit within 40 s")
+        return False
+    elapsed = time.time() - t0
+    leftovers = [p for p in ranks0 + ranks1 if alive(p)]
+    reported = "all_reduce" in err0 or "all_gather" in err0
+    good = n0.returncode != 0 and n1.returncode != 0 and not leftovers and reported
+    print(f"kill (two nodes): node 0 exit {n0.returncode} after {elapsed:.1f} s, node 1 exit {n1.returncode}, "
+          f"leftover processes: {leftovers} {'ok' if good else 'FAIL'}")
+    print("  node 0 said: " + next((l for l in err0.splitlines() if " E]" in l), "(no error line)"))
+    return ok and good
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tessera", required=True)
+    ap.add_argument("--case", required=True, choices=["equivalence", "two-node", "netns", "kill"])
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    tessera = os.path.abspath(args.tessera)
+    result = {"equivalence": equivalence, "two-node": two_node, "netns": netns, "kill": kill_rank}[args.case](
+        tessera, args.workdir)
+    if result is None:
+        return 77
+    print("RESULT:", "PASS" if result else "FAIL")
+    return 0 if result else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
