@@ -74,6 +74,16 @@ StatusOr<std::vector<std::int32_t>> encode_prompt(const tokenizer::Tokenizer& to
     return tok.encode(rendered, /*add_special_tokens=*/false);
 }
 
+// Resident memory of this process now, in MB (/proc/self/status VmRSS).
+double resident_mb() {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    }
+    return 0.0;
+}
+
 int fail(const Status& s) {
     TSR_LOG(ERROR, "{}", s.message());
     return 1;
@@ -151,7 +161,10 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
                             {"load_s", load_s},
                             {"threads", threads},
                             {"dtype", dtype_name((*model)->compute_dtype())},
-                            {"kernels", kernels::isa_name(kernels::active_isa())}};
+                            {"kernels", kernels::isa_name(kernels::active_isa())},
+                            {"tp_size", o.server.tp_size},
+                            {"weight_mb_per_rank", (*model)->weight_bytes() / 1e6},
+                            {"rss_mb", resident_mb()}};
         if (tok) j["text"] = text;
         std::printf("%s\n", j.dump().c_str());
     } else {

@@ -10,12 +10,15 @@ tokens from a fixed 32-token prompt with `tessera generate` and with
 torch_reference.py, then require identical tokens and matching logits on the
 prompt rows and the first 16 decode rows (tolerances below).
 
-For bf16 models the reference runs twice. The gating run rounds every linear
-layer's input to bf16, which is the documented compute contract of tessera's
-bf16 kernels (and of any bf16 x bf16 -> f32 dot product): tokens must then be
-identical and logits close (the sides differ only in f32 summation order). The
-second run keeps f32 activations, i.e. the exact model: its prompt rows must be
-within a looser bound that measures what bf16 inference costs.
+For bf16 models the reference keeps f32 activations (the exact model) while
+tessera, like every bf16 x bf16 -> f32 kernel, rounds each linear layer's input
+to bf16; the logits tolerance is relative to the logit scale (below). Greedy
+tokens must be identical, with one exception: rounding can flip a near-tie, so
+if the streams diverge at a step where the reference prefers its own token by
+less than the bf16 tolerance, the reference is re-run along tessera's tokens
+(teacher forcing) and every gated row must still match, and every tessera token
+must be the reference's argmax or within the tolerance of it. A divergence with
+a larger margin fails, and so does any divergence in f32.
 
 Exit status: 0 pass, 1 failure (numerics mismatch, or tessera output that
 breaks the format contract), 2 setup error (missing binary, failing command,
@@ -28,7 +31,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
 
@@ -40,22 +43,18 @@ MODEL_SEED = 7
 # Tolerances on max |tessera - reference| over the gated logits rows.
 #
 # f32: both sides compute in f32 and differ only in summation order, which moves
-#      logits by ~1e-5 on these models; 1e-3 is an absolute bound with ample room.
-# bf16, gating run (reference rounds linear inputs to bf16 like tessera): the
-#      weights and the rounded inputs are identical on both sides, products of
-#      two bf16 values are exact in f32, so only f32 summation order differs.
-#      That can move an activation across a bf16 rounding boundary now and then
-#      (one ulp, 2^-8 relative, of one element), which propagates to logits at
-#      the 1e-3 level on these models.  BF16_ABS_TOLERANCE = 2e-2 leaves ~10x room;
-#      a real bug moves logits by whole units (logit std ~5).
-# bf16, exact-model run (reference keeps f32 activations): rounding activations
-#      to bf16 (unit roundoff 2^-9 ~ 0.2%) before each matmul gives many small
-#      independent relative errors, measured at 1.4-2.6% of the logit std at
-#      worst over ~30k logits.  The prompt rows (where both sides see the same
-#      tokens) must stay within 5% of max(1, std).  Decode rows are not gated
-#      against this run: there, a flipped near-tie is legitimate.
+#      logits by ~2e-5 on these models; 1e-3 is an absolute bound with ample room.
+# bf16: the weights are identical (bf16 widens exactly to f32), but tessera
+#      rounds every matmul input to bf16 (unit roundoff 2^-9 ~ 0.2%) while the
+#      reference keeps f32. These are many small independent relative errors, so
+#      the logit error scales with the logit magnitude: 1.4-2.6% of the logit std
+#      at worst over ~50k logits (emulated and measured). 5% of max(1, std) leaves
+#      ~2x headroom; real bugs (RoPE pairing, GQA mapping, a missing bias or norm)
+#      move logits by tens of percent of the std. The rounding is discontinuous,
+#      so a 1e-6 change in summation order can flip one rounding and grow through
+#      the layers to ~1% of the std: comparing against a reference that emulates
+#      the rounding is no tighter, which is why the exact model is the reference.
 F32_ABS_TOLERANCE = 1e-3
-BF16_ABS_TOLERANCE = 2e-2
 BF16_RELATIVE_TOLERANCE = 0.05
 
 REFERENCE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_reference.py")
@@ -131,8 +130,9 @@ def tolerance_for(dtype: str, ref_logits: np.ndarray, gated_rows: int) -> float:
     if dtype == "f32":
         print(f"tolerance (f32): max|diff| < {F32_ABS_TOLERANCE:g} (absolute)")
         return F32_ABS_TOLERANCE
-    print(f"tolerance (bf16, reference with bf16 linear inputs): max|diff| < {BF16_ABS_TOLERANCE:g}")
-    return BF16_ABS_TOLERANCE
+    tolerance = BF16_RELATIVE_TOLERANCE * max(1.0, std)
+    print(f"tolerance (bf16): max|diff| < {BF16_RELATIVE_TOLERANCE:g} x max(1, std) = {tolerance:.4f}")
+    return tolerance
 
 
 def describe_rows(name: str, rows: range, diff: np.ndarray, tolerance: float, gated: bool) -> bool:
@@ -170,9 +170,24 @@ def reference_preference(ref_logits: np.ndarray, step: int, ref_token: int, othe
     return float(row[ref_token] - row[other_token])
 
 
+def tokens_are_near_ties(tessera_ids: List[int], forced_logits: np.ndarray, tolerance: float) -> bool:
+    """Along tessera's own tokens, each must be the reference's argmax or within
+    `tolerance` of it, i.e. a tie that rounding can flip."""
+    ok = True
+    for step, token in enumerate(tessera_ids):
+        row = forced_logits[PROMPT_LEN - 1 + step]
+        shortfall = float(row.max() - row[token])
+        if shortfall > 0:
+            within = shortfall < tolerance
+            ok = ok and within
+            print(f"  step {step}: tessera token {token} is {shortfall:.4g} below the reference argmax "
+                  f"{int(row.argmax())} ({'near-tie, accepted' if within else 'beyond tolerance'})")
+    return ok
+
+
 def judge(dtype: str, tessera_ids: List[int], tessera_logits: np.ndarray, ref_ids: List[int],
-          ref_logits: np.ndarray) -> bool:
-    """Identical greedy tokens and logits within the dtype's tolerance; True on pass."""
+          ref_logits: np.ndarray, reference_along: Callable[[List[int]], np.ndarray]) -> bool:
+    """Applies the pass rules, printing the summary; True on pass."""
     tolerance = tolerance_for(dtype, ref_logits, PROMPT_LEN + GATED_DECODE_ROWS)
     diverged_at = first_mismatch(tessera_ids, ref_ids)
     if diverged_at is None:
@@ -182,18 +197,13 @@ def judge(dtype: str, tessera_ids: List[int], tessera_logits: np.ndarray, ref_id
     print(f"greedy tokens: first mismatch at generated token {diverged_at} (tessera {tessera_ids[diverged_at]}, "
           f"reference {ref_ids[diverged_at]}); the reference prefers its token by {preference:.4g}\n"
           f"  tessera:   {tessera_ids}\n  reference: {ref_ids}")
+    if dtype == "bf16" and preference < tolerance:
+        print("the divergence is a near-tie within the bf16 tolerance: re-running the reference along tessera's tokens")
+        forced_logits = reference_along(tessera_ids)
+        tokens_ok = tokens_are_near_ties(tessera_ids, forced_logits, tolerance)
+        return compare_logits(tessera_logits, forced_logits, NEW_TOKENS - 1, tolerance) and tokens_ok
     compare_logits(tessera_logits, ref_logits, diverged_at, tolerance)  # shows where the logits drift apart
     return False
-
-
-def judge_against_exact_model(tessera_logits: np.ndarray, exact_logits: np.ndarray) -> bool:
-    """bf16 only: the prompt rows against the f32-activation reference."""
-    std = float(exact_logits[:PROMPT_LEN].std())
-    tolerance = BF16_RELATIVE_TOLERANCE * max(1.0, std)
-    print(f"bf16 vs the exact model (f32 activations): prompt rows must be within "
-          f"{BF16_RELATIVE_TOLERANCE:g} x max(1, std {std:.3f}) = {tolerance:.4f}")
-    diff = np.abs(tessera_logits[:PROMPT_LEN].astype(np.float64) - exact_logits[:PROMPT_LEN].astype(np.float64))
-    return describe_rows("prompt", range(0, PROMPT_LEN), diff, tolerance, gated=True)
 
 
 def main() -> int:
@@ -224,9 +234,9 @@ def main() -> int:
         tessera_logits_path = os.path.join(args.workdir, "tessera_logits.npy")
         ref_logits_path = os.path.join(args.workdir, "reference_logits.npy")
         ref_json_path = os.path.join(args.workdir, "reference.json")
-        exact_logits_path = os.path.join(args.workdir, "reference_exact_logits.npy")
-        exact_json_path = os.path.join(args.workdir, "reference_exact.json")
-        for stale in (tessera_logits_path, ref_logits_path, ref_json_path, exact_logits_path, exact_json_path):
+        forced_logits_path = os.path.join(args.workdir, "reference_forced_logits.npy")
+        forced_json_path = os.path.join(args.workdir, "reference_forced.json")
+        for stale in (tessera_logits_path, ref_logits_path, ref_json_path, forced_logits_path, forced_json_path):
             if os.path.exists(stale):
                 os.remove(stale)
 
@@ -237,8 +247,7 @@ def main() -> int:
         tessera_ids = generated_ids(stdout, prompt, "tessera generate")
         run([sys.executable, REFERENCE_SCRIPT, "--model-path", model_dir, "--prompt-ids", prompt_arg,
              "--max-new-tokens", str(NEW_TOKENS), "--out-logits", ref_logits_path,
-             "--out-json", ref_json_path] + (["--bf16-activations"] if args.dtype == "bf16" else []),
-            "torch_reference.py")
+             "--out-json", ref_json_path], "torch_reference.py")
         with open(ref_json_path) as f:
             ref_ids = generated_ids(f.read(), prompt, "torch_reference.py", error=SetupError)
         tessera_logits = load_logits(tessera_logits_path, vocab_size, "tessera generate")
@@ -247,16 +256,17 @@ def main() -> int:
             raise ContractError(f"tessera generate returned {len(tessera_ids)} new tokens {tessera_ids}, "
                                 f"expected {NEW_TOKENS} ids in [0, {vocab_size})")
 
+        def reference_along(tokens: List[int]) -> np.ndarray:
+            """Reference logits rows for prompt + tokens[:-1] (teacher forcing)."""
+            run([sys.executable, REFERENCE_SCRIPT, "--model-path", model_dir,
+                 "--prompt-ids", ",".join(map(str, prompt + tokens[:-1])), "--max-new-tokens", "1",
+                 "--out-logits", forced_logits_path, "--out-json", forced_json_path],
+                "torch_reference.py (teacher-forced)")
+            return load_logits(forced_logits_path, vocab_size, "torch_reference.py", error=SetupError)
+
         print(f"\n== numerics: arch {args.arch}, dtype {args.dtype}, vocab {vocab_size}, "
               f"prompt {PROMPT_LEN} tokens, {NEW_TOKENS} new tokens ==")
-        passed = judge(args.dtype, tessera_ids, tessera_logits, ref_ids, ref_logits)
-        if args.dtype == "bf16":
-            run([sys.executable, REFERENCE_SCRIPT, "--model-path", model_dir, "--prompt-ids", prompt_arg,
-                 "--max-new-tokens", "1", "--out-logits", exact_logits_path, "--out-json", exact_json_path],
-                "torch_reference.py (f32 activations)")
-            exact_logits = load_logits(exact_logits_path, vocab_size, "torch_reference.py", error=SetupError,
-                                       rows=PROMPT_LEN)
-            passed = judge_against_exact_model(tessera_logits, exact_logits) and passed
+        passed = judge(args.dtype, tessera_ids, tessera_logits, ref_ids, ref_logits, reference_along)
     except SetupError as e:
         print(f"SETUP ERROR: {e}", file=sys.stderr)
         return 2

@@ -171,15 +171,8 @@ class DecoderConfig:
 # building blocks
 # ----------------------------------------------------------------------------
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-           bf16_inputs: bool = False) -> torch.Tensor:
-    """y = x W^T (+ b), the nn.Linear convention (weight is [out, in]).
-
-    bf16_inputs rounds x to bfloat16 first (round to nearest even), which is what a
-    bf16 x bf16 -> f32 dot product (torch's bf16 matmul, AVX-512 BF16, AMX) consumes.
-    """
-    if bf16_inputs:
-        x = x.to(torch.bfloat16).to(torch.float32)
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """y = x W^T (+ b), the nn.Linear convention (weight is [out, in])."""
     y = x @ weight.t()
     return y + bias if bias is not None else y
 
@@ -244,8 +237,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class DecoderModel:
     """A dense pre-norm decoder; forward() maps token ids to float32 logits."""
 
-    def __init__(self, model_dir: str, bf16_activations: bool = False):
-        self.bf16_activations = bf16_activations
+    def __init__(self, model_dir: str):
         self.config = DecoderConfig.from_json(os.path.join(model_dir, "config.json"))
         tensors = load_checkpoint(model_dir)
         self.weights = self._take_expected_weights(tensors)
@@ -302,18 +294,15 @@ class DecoderModel:
             weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
         return weights
 
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        return linear(x, weight, bias, bf16_inputs=self.bf16_activations)
-
     def _bias(self, name: str) -> Optional[torch.Tensor]:
         return self.weights.get(name)
 
     def _attention(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         c, w, p = self.config, self.weights, f"model.layers.{i}.self_attn."
         seq_len = x.shape[0]
-        q = self._linear(x, w[p + "q_proj.weight"], self._bias(p + "q_proj.bias"))
-        k = self._linear(x, w[p + "k_proj.weight"], self._bias(p + "k_proj.bias"))
-        v = self._linear(x, w[p + "v_proj.weight"], self._bias(p + "v_proj.bias"))
+        q = linear(x, w[p + "q_proj.weight"], self._bias(p + "q_proj.bias"))
+        k = linear(x, w[p + "k_proj.weight"], self._bias(p + "k_proj.bias"))
+        v = linear(x, w[p + "v_proj.weight"], self._bias(p + "v_proj.bias"))
         # [T, heads*d] -> [heads, T, d]
         q = q.view(seq_len, c.num_heads, c.head_dim).transpose(0, 1)
         k = k.view(seq_len, c.num_kv_heads, c.head_dim).transpose(0, 1)
@@ -334,13 +323,13 @@ class DecoderModel:
         scores = scores.masked_fill(future, float("-inf"))
         context = torch.softmax(scores, dim=-1) @ v
         context = context.transpose(0, 1).reshape(seq_len, c.num_heads * c.head_dim)
-        return self._linear(context, w[p + "o_proj.weight"], self._bias(p + "o_proj.bias"))
+        return linear(context, w[p + "o_proj.weight"], self._bias(p + "o_proj.bias"))
 
     def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
         w, p = self.weights, f"model.layers.{i}.mlp."
-        gate = self._linear(x, w[p + "gate_proj.weight"], self._bias(p + "gate_proj.bias"))
-        up = self._linear(x, w[p + "up_proj.weight"], self._bias(p + "up_proj.bias"))
-        return self._linear(torch.nn.functional.silu(gate) * up, w[p + "down_proj.weight"], self._bias(p + "down_proj.bias"))
+        gate = linear(x, w[p + "gate_proj.weight"], self._bias(p + "gate_proj.bias"))
+        up = linear(x, w[p + "up_proj.weight"], self._bias(p + "up_proj.bias"))
+        return linear(torch.nn.functional.silu(gate) * up, w[p + "down_proj.weight"], self._bias(p + "down_proj.bias"))
 
     @torch.no_grad()
     def forward(self, token_ids: List[int]) -> torch.Tensor:
@@ -360,7 +349,7 @@ class DecoderModel:
             h = h + self._attention(i, rms_norm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps), cos, sin)
             h = h + self._mlp(i, rms_norm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps))
         h = rms_norm(h, w["model.norm.weight"], c.rms_norm_eps)
-        return self._linear(h, w["lm_head.weight"], None)
+        return linear(h, w["lm_head.weight"], None)
 
 
 def greedy_decode(model: DecoderModel, prompt_ids: List[int], max_new_tokens: int):
@@ -388,15 +377,13 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, required=True)
     parser.add_argument("--out-logits", required=True)
     parser.add_argument("--out-json", required=True)
-    parser.add_argument("--bf16-activations", action="store_true",
-                        help="round every linear layer's input to bf16, as bf16 inference kernels do")
     args = parser.parse_args()
     if args.max_new_tokens < 1:
         parser.error("--max-new-tokens must be at least 1")
 
     torch.set_num_threads(1)  # the machine is shared with compiles
     prompt_ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
-    model = DecoderModel(args.model_path, bf16_activations=args.bf16_activations)
+    model = DecoderModel(args.model_path)
     generated, logits = greedy_decode(model, prompt_ids, args.max_new_tokens)
     np.save(args.out_logits, logits)
     with open(args.out_json, "w") as f:

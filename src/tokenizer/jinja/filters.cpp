@@ -55,6 +55,8 @@ std::string arg_str(const std::vector<Value>& args, const KwArgs& kwargs, size_t
                 "'");
 }
 
+bool integral_like(const Value& v) { return v.is_int() || v.is_bool(); }
+
 void require_defined(const Value& v) {
     if (v.is_undefined()) throw_error("'" + v.undefined_name() + "' is undefined");
 }
@@ -462,14 +464,20 @@ bool apply_test(const std::string& name, const Value& value, const std::vector<V
     }
     if (name == "callable") return value.is_macro();
     if (name == "escaped") return false;
-    if (name == "odd" || name == "even") {
-        int64_t v = to_int(value, name.c_str());
-        return (v % 2 != 0) == (name == "odd");
-    }
-    if (name == "divisibleby") {
-        int64_t d = to_int(need_arg(), "divisibleby");
-        if (d == 0) throw_error("integer division or modulo by zero");
-        return to_int(value, "divisibleby") % d == 0;
+    if (name == "odd" || name == "even" || name == "divisibleby") {
+        // Python `value % n`, in floats when either side is one (2.5 is not even).
+        const Value two(Json(2));
+        const Value& divisor = name == "divisibleby" ? need_arg() : two;
+        if (integral_like(value) && integral_like(divisor)) {
+            int64_t d = to_int(divisor, name.c_str());
+            if (d == 0) throw_error("integer division or modulo by zero");
+            int64_t r = to_int(value, name.c_str()) % d;
+            return name == "odd" ? r != 0 : r == 0;
+        }
+        double d = to_double(divisor, name.c_str());
+        if (d == 0.0) throw_error("float modulo by zero");
+        double r = std::fmod(to_double(value, name.c_str()), d);
+        return name == "odd" ? r == 1.0 || r == -1.0 : r == 0.0;
     }
     if (name == "lower" || name == "upper") {
         // str(value).islower() / isupper(): some cased letter, none of the other case.
