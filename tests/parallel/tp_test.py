@@ -166,6 +166,20 @@ def alive(pid):
         return False
 
 
+def wait_for_line(stream, needle, timeout=30):
+    """Reads `stream` until a line contains `needle`; returns everything read."""
+    seen = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            break
+    return "".join(seen)
+
+
 def kill_rank(tessera, workdir):
     model = make_model(tessera, "llama", workdir)
     ok = True
@@ -173,17 +187,19 @@ def kill_rank(tessera, workdir):
     cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", "4000",
            "--ignore-eos", "--json", "--threads", "1", "--tp", "2", "--dist-timeout", "10"]
     launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ranks = []
-    deadline = time.time() + 20
-    while len(ranks) < 2 and time.time() < deadline:
-        ranks = children_of(launcher.pid)
-        time.sleep(0.1)
-    time.sleep(1.0)  # mid-generation
+    # Generation starts right after rank 0 reports the model loaded: kill then, mid-generation.
+    head = wait_for_line(launcher.stderr, "model loaded")
+    ranks = children_of(launcher.pid)
+    if len(ranks) != 2:
+        print(f"kill (one node): expected 2 rank processes, found {ranks}\n{head}")
+        launcher.kill()
+        return False
     victim = ranks[-1]
     os.kill(victim, signal.SIGKILL)
     t0 = time.time()
     try:
         _, err = launcher.communicate(timeout=30)
+        err = head + err
     except subprocess.TimeoutExpired:
         launcher.kill()
         print("kill (one node): the launcher did not exit within 30 s")
@@ -202,18 +218,14 @@ def kill_rank(tessera, workdir):
     node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}", new_tokens=4000)
     n0 = subprocess.Popen(node0, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ranks1 = []
-    deadline = time.time() + 20
-    while not ranks1 and time.time() < deadline:
-        ranks1 = children_of(n1.pid)
-        time.sleep(0.1)
-    ranks0 = children_of(n0.pid)
-    time.sleep(1.5)
+    head0 = wait_for_line(n0.stderr, "model loaded")
+    ranks0, ranks1 = children_of(n0.pid), children_of(n1.pid)
     for p in ranks1:
         os.kill(p, signal.SIGKILL)
     t0 = time.time()
     try:
         _, err0 = n0.communicate(timeout=40)
+        err0 = head0 + err0
         n1.communicate(timeout=10)
     except subprocess.TimeoutExpired:
         n0.kill()
