@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "base/aligned_buffer.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
 
@@ -15,8 +17,9 @@ namespace tessera::kernels {
 namespace {
 
 constexpr std::int64_t kKeyBlock = 64;    // keys per online-softmax step
-constexpr std::int64_t kQueryBlock = 8;   // query tokens sharing one pass over a key block
+constexpr std::int64_t kQueryBlock = 64;  // query tokens sharing one transposed key block
 constexpr std::int64_t kMaxHeadDim = 512;
+
 
 // exp(x) for x <= 0 (softmax arguments after subtracting the max), 8 lanes at a time:
 // 2^(x·log2 e) split into an integer power and a degree-6 polynomial on [-0.5, 0.5];
@@ -46,34 +49,76 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-inline float dot(const float* a, const float* b, std::int64_t n) {
-    __m256 s0 = _mm256_setzero_ps();
-    __m256 s1 = _mm256_setzero_ps();
-    std::int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+// Scores of two query rows against a key block held transposed (kt f32 [dim][kKeyBlock]):
+// s0[j] = q0 · k_j, s1[j] = q1 · k_j for j < kKeyBlock. Two rows share every load of kt;
+// the block is swept in halves of 32 keys so the 8 accumulators, 2 broadcasts and the load
+// fit the 16 AVX2 registers without spilling.
+inline void scores_two_rows(const float* q0, const float* q1, const float* kt, std::int64_t dim,
+                            float* s0, float* s1) {
+    for (int half = 0; half < kKeyBlock; half += 32) {
+        __m256 a0[4], a1[4];
+        for (int v = 0; v < 4; ++v) a0[v] = a1[v] = _mm256_setzero_ps();
+        for (std::int64_t d = 0; d < dim; ++d) {
+            const __m256 b0 = _mm256_broadcast_ss(q0 + d);
+            const __m256 b1 = _mm256_broadcast_ss(q1 + d);
+            const float* row = kt + d * kKeyBlock + half;
+            for (int v = 0; v < 4; ++v) {
+                const __m256 k = _mm256_load_ps(row + 8 * v);
+                a0[v] = _mm256_fmadd_ps(b0, k, a0[v]);
+                a1[v] = _mm256_fmadd_ps(b1, k, a1[v]);
+            }
+        }
+        for (int v = 0; v < 4; ++v) {
+            _mm256_storeu_ps(s0 + half + 8 * v, a0[v]);
+            _mm256_storeu_ps(s1 + half + 8 * v, a1[v]);
+        }
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; ++i) s += a[i] * b[i];
-    return s;
 }
 
-// acc[d] = acc[d] * scale + sum_j p[j] · v_j[d]
-inline void scale_and_accumulate(float* acc, float scale, const float* p, const float* v,
-                                 std::int64_t n_keys, std::int64_t kv_stride, std::int64_t dim) {
-    for (std::int64_t d = 0; d < dim; ++d) acc[d] *= scale;
-    for (std::int64_t j = 0; j < n_keys; ++j) {
-        const float pj = p[j];
-        if (pj == 0.0f) continue;
-        const float* vj = v + j * kv_stride;
-        for (std::int64_t d = 0; d < dim; ++d) acc[d] += pj * vj[d];
+// Two rows at once: acc_w f32 [dim] = acc_w · correction_w + Σ_j p_w[j] · v_j for w = 0, 1,
+// over a packed value block (vb f32 [n_keys][dim]); both rows share every load of v. Rows
+// that see fewer keys have p = 0 past what they see.
+inline void accumulate_two_rows(float* acc0, float* acc1, float c0, float c1, const float* p0,
+                                const float* p1, const float* vb, std::int64_t n_keys, std::int64_t dim) {
+    const __m256 vc0 = _mm256_set1_ps(c0);
+    const __m256 vc1 = _mm256_set1_ps(c1);
+    std::int64_t d0 = 0;
+    for (; d0 + 32 <= dim; d0 += 32) {
+        __m256 r0[4], r1[4];
+        for (int u = 0; u < 4; ++u) {
+            r0[u] = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d0 + 8 * u), vc0);
+            r1[u] = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d0 + 8 * u), vc1);
+        }
+        for (std::int64_t j = 0; j < n_keys; ++j) {
+            const __m256 w0 = _mm256_broadcast_ss(p0 + j);
+            const __m256 w1 = _mm256_broadcast_ss(p1 + j);
+            const float* vj = vb + j * dim + d0;
+            for (int u = 0; u < 4; ++u) {
+                const __m256 v = _mm256_loadu_ps(vj + 8 * u);
+                r0[u] = _mm256_fmadd_ps(w0, v, r0[u]);
+                r1[u] = _mm256_fmadd_ps(w1, v, r1[u]);
+            }
+        }
+        for (int u = 0; u < 4; ++u) {
+            _mm256_storeu_ps(acc0 + d0 + 8 * u, r0[u]);
+            _mm256_storeu_ps(acc1 + d0 + 8 * u, r1[u]);
+        }
+    }
+    for (std::int64_t d = d0; d < dim; ++d) {
+        float x0 = acc0[d] * c0;
+        float x1 = acc1[d] * c1;
+        for (std::int64_t j = 0; j < n_keys; ++j) {
+            x0 += p0[j] * vb[j * dim + d];
+            x1 += p1[j] * vb[j * dim + d];
+        }
+        acc0[d] = x0;
+        acc1[d] = x1;
     }
 }
 
 // One (kv head, block of query tokens): every query head of the group, every token of the
-// block, swept once over the keys in blocks of kKeyBlock.
+// block, swept once over the keys in blocks of kKeyBlock. Each key block is transposed once
+// and then serves all rows of the group.
 void attend_block(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head,
                   std::int64_t q_begin, std::int64_t q_end) {
     const std::int64_t group = s.n_heads / s.n_kv_heads;
@@ -81,59 +126,90 @@ void attend_block(const AttentionArgs& a, const AttentionShape& s, std::int64_t 
     const std::int64_t n_rows = (q_end - q_begin) * group;
     const std::int64_t last_key = a.start_pos + q_end - 1;  // inclusive, for the last query
 
-    float row_max[kQueryBlock * 64];
-    float row_sum[kQueryBlock * 64];
+    // Rows are token-major: row = (token - q_begin) · group + g; one extra row pads odd counts.
+    std::vector<float> row_max(static_cast<std::size_t>(n_rows + 1), -std::numeric_limits<float>::infinity());
+    std::vector<float> row_sum(static_cast<std::size_t>(n_rows + 1), 0.0f);
     std::vector<float> accum(static_cast<std::size_t>(n_rows * dim), 0.0f);
-    alignas(32) float p[kKeyBlock];
-    std::fill(row_max, row_max + n_rows, -std::numeric_limits<float>::infinity());
-    std::fill(row_sum, row_sum + n_rows, 0.0f);
+    std::vector<float> pad_accum(static_cast<std::size_t>(dim), 0.0f);
+    std::vector<const float*> q_rows(static_cast<std::size_t>(n_rows + 1));
+    std::vector<std::int64_t> q_pos(static_cast<std::size_t>(n_rows + 1));
+    for (std::int64_t r = 0; r < n_rows; ++r) {
+        const std::int64_t qi = q_begin + r / group;
+        q_rows[r] = a.q + qi * a.q_stride + (kv_head * group + r % group) * dim;
+        q_pos[r] = a.start_pos + qi;
+    }
+    q_rows[n_rows] = q_rows[0];
+    q_pos[n_rows] = -1;
+    // The key block transposed, f32 [dim][kKeyBlock], and the value block packed, f32
+    // [kKeyBlock][dim]: cache rows sit kv_heads·head_dim floats apart (4 KB for 8 × 128),
+    // which would make every row of a block hit the same L1 sets.
+    thread_local AlignedBuffer block_storage;
+    const auto block_bytes = static_cast<std::size_t>(2 * dim * kKeyBlock) * sizeof(float);
+    if (block_storage.size() < block_bytes) block_storage = AlignedBuffer(block_bytes);
+    float* kt = block_storage.as<float>();
+    float* vb = kt + dim * kKeyBlock;
+    alignas(32) float scores[2][kKeyBlock];
 
     const float* k_head = a.k + kv_head * dim;
     const float* v_head = a.v + kv_head * dim;
     for (std::int64_t kb = 0; kb <= last_key; kb += kKeyBlock) {
-        for (std::int64_t qi = q_begin; qi < q_end; ++qi) {
-            const std::int64_t q_pos = a.start_pos + qi;
-            if (kb > q_pos) continue;  // the whole key block is in this query's future
-            const std::int64_t n_keys = std::min(kKeyBlock, q_pos + 1 - kb);
-            for (std::int64_t g = 0; g < group; ++g) {
-                const std::int64_t head = kv_head * group + g;
-                const std::int64_t row = (qi - q_begin) * group + g;
-                const float* q = a.q + qi * a.q_stride + head * dim;
+        const std::int64_t n_keys = std::min(kKeyBlock, last_key + 1 - kb);
+        for (std::int64_t j = 0; j < n_keys; ++j) {
+            const float* kj = k_head + (kb + j) * a.kv_stride;
+            for (std::int64_t d = 0; d < dim; ++d) kt[d * kKeyBlock + j] = kj[d];
+        }
+        for (std::int64_t j = n_keys; j < kKeyBlock; ++j)
+            for (std::int64_t d = 0; d < dim; ++d) kt[d * kKeyBlock + j] = 0.0f;
+        for (std::int64_t j = 0; j < n_keys; ++j)
+            std::memcpy(vb + j * dim, v_head + (kb + j) * a.kv_stride, static_cast<std::size_t>(dim) * sizeof(float));
+        for (std::int64_t r = 0; r < n_rows; r += 2) {
+            if (q_pos[r] < kb && q_pos[r + 1] < kb) continue;  // both rows see none of this block
+            scores_two_rows(q_rows[r], q_rows[r + 1], kt, dim, scores[0], scores[1]);
+            float correction[2] = {1.0f, 1.0f};
+            std::int64_t most_visible = 0;
+            for (std::int64_t w = 0; w < 2; ++w) {
+                const std::int64_t row = r + w;
+                float* p = scores[w];
+                // Causal: this row sees keys kb .. q_pos (none when q_pos < kb; the pad row sees none).
+                const std::int64_t visible = std::clamp<std::int64_t>(q_pos[row] + 1 - kb, 0, n_keys);
+                most_visible = std::max(most_visible, visible);
+                std::fill(p + visible, p + kKeyBlock, 0.0f);
+                if (visible == 0) continue;
                 float block_max = -std::numeric_limits<float>::infinity();
-                for (std::int64_t j = 0; j < n_keys; ++j) {
-                    p[j] = dot(q, k_head + (kb + j) * a.kv_stride, dim) * s.scale;
+                for (std::int64_t j = 0; j < visible; ++j) {
+                    p[j] *= s.scale;
                     block_max = std::max(block_max, p[j]);
                 }
                 const float new_max = std::max(row_max[row], block_max);
                 const __m256 vmax = _mm256_set1_ps(new_max);
-                std::int64_t j = 0;
                 __m256 vsum = _mm256_setzero_ps();
-                for (; j + 8 <= n_keys; j += 8) {
+                std::int64_t j = 0;
+                for (; j + 8 <= visible; j += 8) {
                     const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
                     _mm256_storeu_ps(p + j, e);
                     vsum = _mm256_add_ps(vsum, e);
                 }
                 float block_sum = hsum(vsum);
-                for (; j < n_keys; ++j) {
+                for (; j < visible; ++j) {
                     p[j] = std::exp(p[j] - new_max);
                     block_sum += p[j];
                 }
-                const float correction = std::exp(row_max[row] - new_max);  // 0 on the first block
-                row_sum[row] = row_sum[row] * correction + block_sum;
+                correction[w] = std::exp(row_max[row] - new_max);  // 0 on the first block
+                row_sum[row] = row_sum[row] * correction[w] + block_sum;
                 row_max[row] = new_max;
-                scale_and_accumulate(accum.data() + row * dim, correction, p,
-                                     v_head + kb * a.kv_stride, n_keys, a.kv_stride, dim);
             }
+            // The pad row (odd row counts) accumulates into scratch that is never read.
+            float* acc1 = r + 1 < n_rows ? accum.data() + (r + 1) * dim : pad_accum.data();
+            accumulate_two_rows(accum.data() + r * dim, acc1, correction[0], correction[1], scores[0], scores[1],
+                                vb, most_visible, dim);
         }
     }
-    for (std::int64_t qi = q_begin; qi < q_end; ++qi) {
-        for (std::int64_t g = 0; g < group; ++g) {
-            const std::int64_t head = kv_head * group + g;
-            const std::int64_t row = (qi - q_begin) * group + g;
-            float* out = a.out + (qi * s.n_heads + head) * dim;
-            const float inv = 1.0f / row_sum[row];
-            for (std::int64_t d = 0; d < dim; ++d) out[d] = accum[row * dim + d] * inv;
-        }
+    for (std::int64_t r = 0; r < n_rows; ++r) {
+        const std::int64_t qi = q_begin + r / group;
+        const std::int64_t head = kv_head * group + r % group;
+        float* out = a.out + (qi * s.n_heads + head) * dim;
+        const float inv = 1.0f / row_sum[r];
+        for (std::int64_t d = 0; d < dim; ++d) out[d] = accum[r * dim + d] * inv;
     }
 }
 
