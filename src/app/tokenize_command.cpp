@@ -17,7 +17,8 @@ namespace tessera::app {
 
 namespace {
 
-using json = nlohmann::json;
+// Ordered: tools in a chat request must reach the template (tojson) in the client's key order.
+using json = nlohmann::ordered_json;
 
 StatusOr<json> handle_line(const TokenizeCommandOptions& o, const tokenizer::Tokenizer& tok,
                            const tokenizer::ChatTemplate* chat, const json& in) {
