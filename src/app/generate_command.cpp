@@ -169,7 +169,10 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
         std::printf("%s\n", j.dump().c_str());
     } else {
         std::string ids;
-        for (auto t : r.output_ids) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+        for (auto t : r.output_ids) {
+            if (!ids.empty()) ids += ',';
+            ids += std::to_string(t);
+        }
         if (tok) std::printf("text: %s\n", text.c_str());
         std::printf("output_ids: %s\n", ids.c_str());
         std::printf("finish_reason: %s\n", r.finish_reason.c_str());
