@@ -116,6 +116,10 @@ inline void accumulate_two_rows(float* acc0, float* acc1, float c0, float c1, co
     }
 }
 
+inline std::int64_t key_row(const AttentionArgs& a, std::int64_t position) {
+    return a.kv_slots == nullptr ? position : a.kv_slots[position];
+}
+
 // One (kv head, block of query tokens): every query head of the group, every token of the
 // block, swept once over the keys in blocks of kKeyBlock. Each key block is transposed once
 // and then serves all rows of the group.
@@ -155,13 +159,14 @@ void attend_block(const AttentionArgs& a, const AttentionShape& s, std::int64_t 
     for (std::int64_t kb = 0; kb <= last_key; kb += kKeyBlock) {
         const std::int64_t n_keys = std::min(kKeyBlock, last_key + 1 - kb);
         for (std::int64_t j = 0; j < n_keys; ++j) {
-            const float* kj = k_head + (kb + j) * a.kv_stride;
+            const float* kj = k_head + key_row(a, kb + j) * a.kv_stride;
             for (std::int64_t d = 0; d < dim; ++d) kt[d * kKeyBlock + j] = kj[d];
         }
         for (std::int64_t j = n_keys; j < kKeyBlock; ++j)
             for (std::int64_t d = 0; d < dim; ++d) kt[d * kKeyBlock + j] = 0.0f;
         for (std::int64_t j = 0; j < n_keys; ++j)
-            std::memcpy(vb + j * dim, v_head + (kb + j) * a.kv_stride, static_cast<std::size_t>(dim) * sizeof(float));
+            std::memcpy(vb + j * dim, v_head + key_row(a, kb + j) * a.kv_stride,
+                        static_cast<std::size_t>(dim) * sizeof(float));
         for (std::int64_t r = 0; r < n_rows; r += 2) {
             if (q_pos[r] < kb && q_pos[r + 1] < kb) continue;  // both rows see none of this block
             scores_two_rows(q_rows[r], q_rows[r + 1], kt, dim, scores[0], scores[1]);
@@ -266,7 +271,8 @@ void attention_reference(const AttentionArgs& args, const AttentionShape& shape)
             const float* q = a.q + qi * a.q_stride + h * dim;
             double max_score = -std::numeric_limits<double>::infinity();
             for (std::int64_t j = 0; j < n_keys; ++j) {
-                const float* k = a.k + j * a.kv_stride + kvh * dim;
+                const std::int64_t row = a.kv_slots == nullptr ? j : a.kv_slots[j];
+                const float* k = a.k + row * a.kv_stride + kvh * dim;
                 double sdot = 0.0;
                 for (std::int64_t d = 0; d < dim; ++d) sdot += static_cast<double>(q[d]) * k[d];
                 scores[j] = sdot * shape.scale;
@@ -280,8 +286,10 @@ void attention_reference(const AttentionArgs& args, const AttentionShape& shape)
             float* out = a.out + (qi * shape.n_heads + h) * dim;
             for (std::int64_t d = 0; d < dim; ++d) {
                 double o = 0.0;
-                for (std::int64_t j = 0; j < n_keys; ++j)
-                    o += scores[j] * a.v[j * a.kv_stride + kvh * dim + d];
+                for (std::int64_t j = 0; j < n_keys; ++j) {
+                    const std::int64_t row = a.kv_slots == nullptr ? j : a.kv_slots[j];
+                    o += scores[j] * a.v[row * a.kv_stride + kvh * dim + d];
+                }
                 out[d] = static_cast<float>(o / total);
             }
         }

@@ -22,7 +22,8 @@ struct AttentionShape {
 
 // q   f32 [n_q, n_heads, head_dim] (token rows q_stride floats apart; 0 = n_heads·head_dim)
 // k,v f32 [n_kv, n_kv_heads, head_dim] (rows kv_stride apart; 0 = n_kv_heads·head_dim):
-//     the cache holding positions 0 .. start_pos + n_q - 1
+//     the cache holding positions 0 .. start_pos + n_q - 1: position p is row p, or row
+//     kv_slots[p] when kv_slots is given (a paged pool shared by many sequences)
 // out f32 [n_q, n_heads, head_dim]
 // Query i sits at position start_pos + i and attends keys 0 .. start_pos + i.
 struct AttentionArgs {
@@ -34,6 +35,7 @@ struct AttentionArgs {
     std::int64_t start_pos = 0;
     std::int64_t q_stride = 0;
     std::int64_t kv_stride = 0;
+    const std::int32_t* kv_slots = nullptr;  // I32 [start_pos + n_q] or nullptr (identity)
 };
 
 void attention(const AttentionArgs& args, const AttentionShape& shape, ThreadPool* pool);

@@ -51,6 +51,37 @@ TEST(AttentionTest, FlashMatchesReferenceOnOddShapes) {
     }
 }
 
+TEST(AttentionTest, SlotIndexedCacheEqualsContiguousCache) {
+    const AttentionShape shape{6, 2, 20, 0.2f};
+    const std::int64_t n = 75, start = 30;
+    std::mt19937 gen(11);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const std::int64_t row = 2 * 20;
+    std::vector<float> q(n * 6 * 20), k((start + n) * row), v((start + n) * row);
+    for (auto* vec : {&q, &k, &v})
+        for (auto& x : *vec) x = dist(gen);
+    // The same rows scattered over a larger pool in a shuffled order.
+    const std::int64_t pool_rows = 3 * (start + n);
+    std::vector<std::int32_t> slots(static_cast<std::size_t>(start + n));
+    for (std::int64_t i = 0; i < start + n; ++i) slots[i] = static_cast<std::int32_t>((i * 11 + 3) % pool_rows);  // 11 is coprime with 315: distinct
+    std::vector<float> kp(pool_rows * row, NAN), vp(pool_rows * row, NAN);
+    for (std::int64_t i = 0; i < start + n; ++i) {
+        std::copy(k.begin() + i * row, k.begin() + (i + 1) * row, kp.begin() + slots[i] * row);
+        std::copy(v.begin() + i * row, v.begin() + (i + 1) * row, vp.begin() + slots[i] * row);
+    }
+    std::vector<float> contiguous(q.size()), paged(q.size()), reference(q.size());
+    AttentionArgs args{q.data(), k.data(), v.data(), contiguous.data(), n, start};
+    attention(args, shape, nullptr);
+    AttentionArgs paged_args{q.data(), kp.data(), vp.data(), paged.data(), n, start, 0, 0, slots.data()};
+    attention(paged_args, shape, nullptr);
+    paged_args.out = reference.data();
+    attention_reference(paged_args, shape);
+    for (std::size_t i = 0; i < q.size(); ++i) {
+        ASSERT_EQ(paged[i], contiguous[i]) << i;
+        ASSERT_NEAR(reference[i], contiguous[i], 2e-5) << i;
+    }
+}
+
 TEST(AttentionTest, DecodeOfAPrefixEqualsTheLastRowOfPrefill) {
     const AttentionShape shape{4, 2, 16, 0.25f};
     const std::int64_t n = 37;

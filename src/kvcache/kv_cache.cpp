@@ -13,6 +13,15 @@ KvCache::KvCache(const KvCacheShape& shape, std::int64_t capacity)
     }
 }
 
+KvView KvCache::view() {
+    KvView view;
+    for (std::int64_t l = 0; l < shape_.n_layers; ++l) {
+        view.k.push_back(k(l));
+        view.v.push_back(v(l));
+    }
+    return view;
+}
+
 Status KvCache::check_fits(std::int64_t start, std::int64_t n) const {
     if (start < 0 || n < 0 || start + n > capacity_) {
         return Status::OutOfRange("sequence of " + std::to_string(start + n) +

@@ -12,6 +12,12 @@
 
 namespace tessera::kvcache {
 
+// Per layer, the K and V rows a forward reads and writes (a KvCache or a shared pool).
+struct KvView {
+    std::vector<float*> k;  // [layer] → f32 [rows, n_kv_heads, head_dim]
+    std::vector<float*> v;
+};
+
 struct KvCacheShape {
     std::int64_t n_layers = 0;
     std::int64_t n_kv_heads = 0;
@@ -32,6 +38,8 @@ class KvCache {
     // f32 [capacity, n_kv_heads, head_dim]
     float* k(std::int64_t layer) { return k_[layer].as<float>(); }
     float* v(std::int64_t layer) { return v_[layer].as<float>(); }
+
+    KvView view();
 
     // Fails with a message naming the limit when positions [start, start + n) do not fit.
     Status check_fits(std::int64_t start, std::int64_t n) const;

@@ -56,7 +56,8 @@ class DenseDecoder final : public Model {
     std::size_t weight_bytes_per_token() const override;
     double linear_flops_per_token() const override;
     double attention_flops_at(std::int64_t pos) const override;
-    Status forward(const ForwardInput& input, kvcache::KvCache& cache, ThreadPool* pool,
+    using Model::forward;
+    Status forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
                    std::vector<float>* logits) override;
 
  private:
@@ -224,13 +225,17 @@ double DenseDecoder::attention_flops_at(std::int64_t pos) const {
            config_.num_hidden_layers;
 }
 
-Status DenseDecoder::forward(const ForwardInput& input, kvcache::KvCache& cache, ThreadPool* pool,
+Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
                              std::vector<float>* logits) {
     const ModelConfig& c = config_;
-    const auto n = static_cast<std::int64_t>(input.tokens.size());
+    const auto n = static_cast<std::int64_t>(batch.tokens.size());
     if (n == 0) return Status::InvalidArgument("forward of zero tokens");
-    TSR_RETURN_IF_ERROR(cache.check_fits(input.start_pos, n));
-    for (std::int32_t t : input.tokens) {
+    std::int64_t covered = 0;
+    for (const auto& seq : batch.seqs) covered += seq.n_tokens;
+    if (covered != n)
+        return Status::InvalidArgument("batch sequences cover " + std::to_string(covered) + " of " +
+                                       std::to_string(n) + " tokens");
+    for (std::int32_t t : batch.tokens) {
         if (t < 0 || t >= c.vocab_size) {
             return Status::InvalidArgument("token id " + std::to_string(t) +
                                            " is outside the vocabulary [0, " +
@@ -246,10 +251,26 @@ Status DenseDecoder::forward(const ForwardInput& input, kvcache::KvCache& cache,
     attn_.resize(n * q_dim());
     gate_up_.resize(n * 2 * inter);
     act_.resize(n * inter);
+    // Position and KV row of every new token, in batch order.
     std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) positions[i] = static_cast<std::int32_t>(input.start_pos + i);
+    std::vector<std::int64_t> kv_rows(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> logit_rows;  // token index whose hidden state yields a logits row
+    std::int64_t t0 = 0;
+    for (const auto& seq : batch.seqs) {
+        for (std::int64_t i = 0; i < seq.n_tokens; ++i) {
+            const std::int64_t pos = seq.start_pos + i;
+            positions[t0 + i] = static_cast<std::int32_t>(pos);
+            kv_rows[t0 + i] = seq.slots == nullptr ? pos : seq.slots[pos];
+        }
+        if (seq.logits == LogitsMode::kAll) {
+            for (std::int64_t i = 0; i < seq.n_tokens; ++i) logit_rows.push_back(t0 + i);
+        } else if (seq.logits == LogitsMode::kLast && seq.n_tokens > 0) {
+            logit_rows.push_back(t0 + seq.n_tokens - 1);
+        }
+        t0 += seq.n_tokens;
+    }
 
-    embed(input.tokens, x_.data());
+    embed(batch.tokens, x_.data());
     TSR_RETURN_IF_ERROR(tp_all_reduce(x_, n * hidden));
     const float eps = static_cast<float>(c.rms_norm_eps);
     const kernels::AttentionShape attn_shape{n_heads_, n_kv_heads_,
@@ -271,23 +292,28 @@ Status DenseDecoder::forward(const ForwardInput& input, kvcache::KvCache& cache,
                       inv_freq_.data(), /*neox=*/true, qkv_dim);
         kernels::rope(qkv_.data() + q_dim(), n, n_kv_heads_, c.head_dim, positions.data(),
                       inv_freq_.data(), /*neox=*/true, qkv_dim);
-        float* k_cache = cache.k(l);
-        float* v_cache = cache.v(l);
+        float* k_cache = kv.k[l];
+        float* v_cache = kv.v[l];
         for (std::int64_t t = 0; t < n; ++t) {
             const float* k = qkv_.data() + t * qkv_dim + q_dim();
-            const std::int64_t row = (input.start_pos + t) * kv_dim();
+            const std::int64_t row = kv_rows[t] * kv_dim();
             std::memcpy(k_cache + row, k, static_cast<std::size_t>(kv_dim()) * 4);
             std::memcpy(v_cache + row, k + kv_dim(), static_cast<std::size_t>(kv_dim()) * 4);
         }
-        kernels::AttentionArgs args;
-        args.q = qkv_.data();
-        args.k = k_cache;
-        args.v = v_cache;
-        args.out = attn_.data();
-        args.n_q = n;
-        args.start_pos = input.start_pos;
-        args.q_stride = qkv_dim;
-        kernels::attention(args, attn_shape, pool);
+        std::int64_t first = 0;
+        for (const auto& seq : batch.seqs) {
+            kernels::AttentionArgs args;
+            args.q = qkv_.data() + first * qkv_dim;
+            args.k = k_cache;
+            args.v = v_cache;
+            args.out = attn_.data() + first * q_dim();
+            args.n_q = seq.n_tokens;
+            args.start_pos = seq.start_pos;
+            args.q_stride = qkv_dim;
+            args.kv_slots = seq.slots;
+            if (seq.n_tokens > 0) kernels::attention(args, attn_shape, pool);
+            first += seq.n_tokens;
+        }
         layer.o_proj.forward(attn_.data(), n, h_.data(), pool);
         TSR_RETURN_IF_ERROR(tp_all_reduce(h_, n * hidden));
         kernels::add_inplace(x_.data(), h_.data(), n * hidden);
@@ -299,10 +325,15 @@ Status DenseDecoder::forward(const ForwardInput& input, kvcache::KvCache& cache,
         TSR_RETURN_IF_ERROR(tp_all_reduce(h_, n * hidden));
         kernels::add_inplace(x_.data(), h_.data(), n * hidden);
     }
-    const std::int64_t n_out = input.all_logits ? n : 1;
-    const float* rows = x_.data() + (n - n_out) * hidden;
+    const auto n_out = static_cast<std::int64_t>(logit_rows.size());
+    logits->clear();
+    // Every rank runs the same batch, so all of them skip (or issue) the gather together.
+    if (n_out == 0) return Status::Ok();
     last_.resize(n_out * hidden);
-    kernels::rms_norm(rows, final_norm_.data(), last_.data(), n_out, hidden, eps, pool);
+    for (std::int64_t r = 0; r < n_out; ++r)
+        std::copy(x_.begin() + logit_rows[r] * hidden, x_.begin() + (logit_rows[r] + 1) * hidden,
+                  last_.begin() + r * hidden);
+    kernels::rms_norm(last_.data(), final_norm_.data(), last_.data(), n_out, hidden, eps, pool);
     shard_logits_.resize(static_cast<std::size_t>(n_out * vocab_shard_.rows.count));
     lm_head_.forward(last_.data(), n_out, shard_logits_.data(), pool);
     return gather_logits(n_out, logits);

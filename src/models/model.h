@@ -22,6 +22,23 @@ class ProcessGroup;
 
 namespace tessera::models {
 
+enum class LogitsMode { kNone, kLast, kAll };
+
+// One sequence of a batched forward: its new tokens are consecutive in BatchInput::tokens.
+struct SequenceInput {
+    std::int64_t n_tokens = 0;
+    std::int64_t start_pos = 0;            // position of its first new token
+    const std::int32_t* slots = nullptr;   // I32 [start_pos + n_tokens]: KV row of every position
+                                           // (nullptr: position p is row p)
+    LogitsMode logits = LogitsMode::kLast;
+};
+
+struct BatchInput {
+    std::span<const std::int32_t> tokens;  // I32 [Σ n_tokens]
+    std::vector<SequenceInput> seqs;
+};
+
+// A single sequence over a cache of its own (positions are rows).
 struct ForwardInput {
     std::span<const std::int32_t> tokens;  // I32 [n_tokens]
     std::int64_t start_pos = 0;            // position of tokens[0]; the cache holds 0..start_pos-1
@@ -46,9 +63,21 @@ class Model {
     virtual double linear_flops_per_token() const = 0;
     virtual double attention_flops_at(std::int64_t pos) const = 0;
 
-    // logits f32 [n_tokens or 1, vocab_size]; writes K/V of the new tokens into `cache`.
-    virtual Status forward(const ForwardInput& input, kvcache::KvCache& cache, ThreadPool* pool,
+    // One step over several sequences: every linear layer runs on all their new tokens at
+    // once, attention per sequence over its own KV rows. Writes the new tokens' K/V into
+    // `kv`; logits f32 [rows, vocab_size] with, per sequence in order, 0, 1 or n_tokens rows
+    // as its LogitsMode says.
+    virtual Status forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
                            std::vector<float>* logits) = 0;
+
+    // logits f32 [n_tokens or 1, vocab_size]; writes K/V of the new tokens into `cache`.
+    Status forward(const ForwardInput& input, kvcache::KvCache& cache, ThreadPool* pool, std::vector<float>* logits) {
+        TSR_RETURN_IF_ERROR(cache.check_fits(input.start_pos, static_cast<std::int64_t>(input.tokens.size())));
+        BatchInput batch{input.tokens,
+                         {{static_cast<std::int64_t>(input.tokens.size()), input.start_pos, nullptr,
+                           input.all_logits ? LogitsMode::kAll : LogitsMode::kLast}}};
+        return forward(batch, cache.view(), pool, logits);
+    }
 };
 
 struct LoadOptions {

@@ -190,5 +190,62 @@ TEST_F(ModelFolderTest, DecodeWithCacheEqualsFullRecompute) {
     }
 }
 
+// A batch of sequences in different phases (a prefill, a chunk after a cached prefix, a
+// decode step) over one shared, scattered KV pool gives each sequence's own logits.
+TEST_F(ModelFolderTest, BatchedForwardOverSharedSlotsEqualsSeparateForwards) {
+    auto model = models::load_model({make("qwen2"), "auto"});
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    models::Model& m = **model;
+    const std::vector<std::vector<std::int32_t>> seqs = {{5, 9, 13, 2, 7}, {100, 200, 300, 400, 500, 600, 700}, {42, 43}};
+    const std::vector<std::int64_t> cached = {0, 4, 1};  // tokens already in the pool before this step
+    // Reference: each sequence alone, all logits of its full token list.
+    std::vector<std::vector<float>> expected;
+    for (const auto& s : seqs) {
+        kvcache::KvCache cache(m.kv_cache_shape(), static_cast<std::int64_t>(s.size()));
+        std::vector<float> logits;
+        ASSERT_TRUE(m.forward({s, 0, true}, cache, nullptr, &logits).ok());
+        expected.push_back(logits);
+    }
+    // The pool: 64 rows, each sequence's positions scattered over it.
+    const std::int64_t rows = 64;
+    kvcache::KvCache pool(m.kv_cache_shape(), rows);
+    std::vector<std::vector<std::int32_t>> slots(seqs.size());
+    std::int32_t k = 0;  // 37 is coprime with 64: every position gets its own row
+    for (std::size_t i = 0; i < seqs.size(); ++i)
+        for (std::size_t p = 0; p < seqs[i].size(); ++p) slots[i].push_back(static_cast<std::int32_t>((k++ * 37 + 5) % rows));
+    // Step 1: the cached prefixes.
+    models::BatchInput prefix;
+    std::vector<std::int32_t> prefix_tokens;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+        if (cached[i] == 0) continue;
+        prefix_tokens.insert(prefix_tokens.end(), seqs[i].begin(), seqs[i].begin() + cached[i]);
+        prefix.seqs.push_back({cached[i], 0, slots[i].data(), models::LogitsMode::kNone});
+    }
+    prefix.tokens = prefix_tokens;
+    std::vector<float> logits;
+    ASSERT_TRUE(m.forward(prefix, pool.view(), nullptr, &logits).ok());
+    EXPECT_TRUE(logits.empty());
+    // Step 2: the rest of every sequence in one batch, all logits.
+    models::BatchInput step;
+    std::vector<std::int32_t> step_tokens;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+        step_tokens.insert(step_tokens.end(), seqs[i].begin() + cached[i], seqs[i].end());
+        step.seqs.push_back({static_cast<std::int64_t>(seqs[i].size()) - cached[i], cached[i], slots[i].data(),
+                             models::LogitsMode::kAll});
+    }
+    step.tokens = step_tokens;
+    ThreadPool two(2);
+    ASSERT_TRUE(m.forward(step, pool.view(), &two, &logits).ok());
+    const std::int64_t vocab = m.config().vocab_size;
+    std::size_t row = 0;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+        for (std::size_t p = cached[i]; p < seqs[i].size(); ++p, ++row) {
+            for (std::int64_t v = 0; v < vocab; ++v)
+                ASSERT_NEAR(logits[row * vocab + v], expected[i][p * vocab + v], 1e-4) << "seq " << i << " pos " << p;
+        }
+    }
+    EXPECT_EQ(row * vocab, logits.size());
+}
+
 }  // namespace
 }  // namespace tessera

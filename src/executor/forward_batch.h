@@ -1,0 +1,61 @@
+#pragma once
+// executor/forward_batch.h — one step of work for the model runner, as the scheduler decides
+// it: several sequences, each extending its KV by some new tokens (a prefill chunk, or one
+// decode token), with the KV slots already allocated by the scheduler. The runner computes
+// the step and samples one next token for every sequence that asks for it.
+// Plain data; built by the scheduler thread, read by the executor.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/sampling.h"
+
+namespace tessera::executor {
+
+struct SequenceSampling {
+    kernels::SamplingParams params;  // temperature, top_k, top_p, min_p, seed
+    float frequency_penalty = 0.0f;  // OpenAI semantics: logit -= f · count(token in output)
+    float presence_penalty = 0.0f;   // logit -= p · [token in output]
+    int top_logprobs = 0;            // > 0: also return the top-k log-probabilities
+    bool logprobs = false;           // return the chosen token's log-probability
+};
+
+struct ForwardSequence {
+    std::string rid;                       // request id (for errors and traces)
+    std::vector<std::int32_t> tokens;      // I32 [n_new]: the tokens this step feeds
+    std::int64_t start_pos = 0;            // position of tokens[0]
+    std::vector<std::int32_t> slots;       // I32 [start_pos + n_new]: KV slot of every position
+    bool need_token = false;               // sample a next token after this step
+    SequenceSampling sampling;
+    std::vector<std::int32_t> output_ids;  // tokens generated so far (penalties, seeded RNG step)
+};
+
+struct ForwardBatch {
+    std::vector<ForwardSequence> seqs;
+    std::int64_t total_new_tokens() const {
+        std::int64_t n = 0;
+        for (const auto& s : seqs) n += static_cast<std::int64_t>(s.tokens.size());
+        return n;
+    }
+};
+
+struct SampledToken {
+    std::int32_t token = -1;
+    float logprob = 0.0f;                                      // when requested
+    std::vector<std::pair<std::int32_t, float>> top_logprobs;  // when requested, best first
+};
+
+// What the scheduler drives: the model on this rank (or, in tests, a fake).
+class BatchRunner {
+ public:
+    virtual ~BatchRunner() = default;
+    // One SampledToken per sequence (token -1 where need_token is false). An error fails
+    // the whole step (the scheduler aborts the batch's requests with it).
+    virtual StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) = 0;
+};
+
+}  // namespace tessera::executor

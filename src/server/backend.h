@@ -1,0 +1,99 @@
+#pragma once
+// server/backend.h — what the HTTP server needs from the engine, and nothing more: submit a
+// generation, stream its events back, abort it, and read server state. The engine side
+// (tokenizer manager + scheduler) implements it; tests use a fake with a known schedule.
+// Implementations are thread-safe; event callbacks run on an engine thread and must not
+// block (the HTTP layer posts them to the connection's strand).
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "base/status.h"
+
+namespace tessera::server {
+
+struct GenerationParams {
+    std::int64_t max_new_tokens = 16;
+    float temperature = 1.0f;
+    float top_p = 1.0f;
+    int top_k = -1;
+    float min_p = 0.0f;
+    std::optional<std::uint64_t> seed;
+    std::vector<std::string> stop;             // stop strings (not included in the output)
+    std::vector<std::int32_t> stop_token_ids;  // extra end tokens
+    bool ignore_eos = false;
+    bool skip_special_tokens = true;
+    float frequency_penalty = 0.0f;
+    float presence_penalty = 0.0f;
+    bool logprobs = false;
+    int top_logprobs = 0;
+};
+
+struct GenerationInput {
+    // Exactly one of: text (completions, /generate), input_ids, or a chat request
+    // ({"messages": [...], "tools": [...], and template flags such as "enable_thinking"},
+    // key order preserved).
+    std::optional<std::string> text;
+    std::optional<std::vector<std::int32_t>> input_ids;
+    std::optional<std::string> chat_json;  // serialized ordered JSON object
+};
+
+struct GenerationRequest {
+    std::string request_id;
+    GenerationInput input;
+    GenerationParams params;
+};
+
+struct TokenLogprob {
+    std::int32_t token = 0;
+    std::string text;
+    float logprob = 0.0f;
+    std::vector<std::pair<std::string, float>> top;  // top_logprobs: (token text, logprob)
+};
+
+struct Usage {
+    std::int64_t prompt_tokens = 0;
+    std::int64_t completion_tokens = 0;
+    std::int64_t cached_tokens = 0;
+};
+
+// One step of a request's output. The last event of a request has finish_reason set
+// ("stop", "length" or "abort") or error set; no event follows it.
+struct GenerationEvent {
+    std::string text;                     // new text since the previous event (UTF-8 complete)
+    std::vector<std::int32_t> token_ids;  // tokens since the previous event
+    std::vector<TokenLogprob> logprobs;   // one per token when requested
+    std::optional<std::string> finish_reason;
+    std::optional<std::string> matched_stop;  // the stop string or token that ended it
+    Usage usage;                               // cumulative
+    std::optional<Status> error;               // InvalidArgument → 400, ResourceExhausted → 503 ...
+};
+
+using EventCallback = std::function<void(GenerationEvent)>;
+
+class Backend {
+ public:
+    virtual ~Backend() = default;
+    // Validates and queues the request. A non-OK status means it was rejected before
+    // queuing (bad input → InvalidArgument, full queue → ResourceExhausted, over a length
+    // limit → OutOfRange) and no event will follow.
+    virtual Status submit(GenerationRequest request, EventCallback on_event) = 0;
+    // Stops a request (client gone); its KV is freed; a final "abort" event follows.
+    virtual void abort(const std::string& request_id) = 0;
+
+    virtual std::string served_model_name() const = 0;
+    virtual std::int64_t max_model_len() const = 0;
+    virtual bool ready() const = 0;  // false while starting or draining
+    virtual nlohmann::json server_info() const = 0;  // /get_server_info body
+    virtual std::string metrics_text() const = 0;     // Prometheus text format
+    virtual Status flush_cache() = 0;
+    // Stop accepting, finish what is in flight, then return (SIGTERM).
+    virtual void drain() = 0;
+};
+
+}  // namespace tessera::server
