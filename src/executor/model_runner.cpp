@@ -1,0 +1,78 @@
+#include "executor/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace tessera::executor {
+
+SampledToken sample_row(std::vector<float>& row, const SequenceSampling& s, const std::vector<std::int32_t>& output_ids,
+                        std::vector<std::pair<float, std::int32_t>>& scratch) {
+    const auto vocab = static_cast<std::int64_t>(row.size());
+    if (s.frequency_penalty != 0.0f || s.presence_penalty != 0.0f) {
+        std::unordered_map<std::int32_t, int> counts;
+        for (std::int32_t t : output_ids) ++counts[t];
+        for (const auto& [token, count] : counts) {
+            if (token < 0 || token >= vocab) continue;
+            row[token] -= s.frequency_penalty * static_cast<float>(count) + s.presence_penalty;
+        }
+    }
+    SampledToken out;
+    float log_norm = 0.0f;
+    if (s.logprobs || s.top_logprobs > 0) {
+        const float max_logit = *std::max_element(row.begin(), row.end());
+        double sum = 0.0;
+        for (float v : row) sum += std::exp(static_cast<double>(v - max_logit));
+        log_norm = max_logit + static_cast<float>(std::log(sum));
+    }
+    // Step n of a request always draws from the same generator state.
+    kernels::Rng rng(s.params.seed * 0x9E3779B97F4A7C15ull + output_ids.size() + 1);
+    out.token = kernels::sample(row.data(), vocab, s.params, rng, scratch);
+    if (s.logprobs || s.top_logprobs > 0) {
+        out.logprob = row[out.token] - log_norm;
+        if (s.top_logprobs > 0) {
+            const auto k = std::min<std::int64_t>(s.top_logprobs, vocab);
+            std::vector<std::int32_t> ids(static_cast<std::size_t>(vocab));
+            for (std::int64_t i = 0; i < vocab; ++i) ids[i] = static_cast<std::int32_t>(i);
+            std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
+                return row[a] > row[b] || (row[a] == row[b] && a < b);
+            });
+            for (std::int64_t i = 0; i < k; ++i) out.top_logprobs.emplace_back(ids[i], row[ids[i]] - log_norm);
+        }
+    }
+    return out;
+}
+
+ModelRunner::ModelRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool)
+    : model_(model), kv_(std::move(kv)), pool_(pool) {}
+
+StatusOr<std::vector<SampledToken>> ModelRunner::run(const ForwardBatch& batch) {
+    models::BatchInput input;
+    std::vector<std::int32_t> tokens;
+    tokens.reserve(static_cast<std::size_t>(batch.total_new_tokens()));
+    for (const auto& seq : batch.seqs) {
+        const auto n_new = static_cast<std::int64_t>(seq.tokens.size());
+        if (static_cast<std::int64_t>(seq.slots.size()) < seq.start_pos + n_new) {
+            return Status::Internal("request " + seq.rid + ": " + std::to_string(seq.slots.size()) +
+                                    " KV slots for " + std::to_string(seq.start_pos + n_new) + " positions");
+        }
+        tokens.insert(tokens.end(), seq.tokens.begin(), seq.tokens.end());
+        input.seqs.push_back({n_new, seq.start_pos, seq.slots.data(),
+                              seq.need_token ? models::LogitsMode::kLast : models::LogitsMode::kNone});
+    }
+    input.tokens = tokens;
+    TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &logits_));
+    const std::int64_t vocab = model_.config().vocab_size;
+    std::vector<SampledToken> out(batch.seqs.size());
+    std::int64_t row = 0;
+    for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+        const auto& seq = batch.seqs[i];
+        if (!seq.need_token) continue;
+        row_.assign(logits_.begin() + row * vocab, logits_.begin() + (row + 1) * vocab);
+        out[i] = sample_row(row_, seq.sampling, seq.output_ids, scratch_);
+        ++row;
+    }
+    return out;
+}
+
+}  // namespace tessera::executor

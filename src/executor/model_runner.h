@@ -1,0 +1,43 @@
+#pragma once
+// executor/model_runner.h — the BatchRunner of one rank: runs a ForwardBatch through the
+// model over the rank's shared KV pool and samples the next tokens (penalties, seeded
+// sampling, log-probabilities). Owned and called by the rank's scheduler thread.
+
+#include <memory>
+#include <vector>
+
+#include "executor/forward_batch.h"
+#include "kvcache/kv_cache.h"
+#include "models/model.h"
+
+namespace tessera {
+class ThreadPool;
+}
+
+namespace tessera::executor {
+
+class ModelRunner final : public BatchRunner {
+ public:
+    // `kv`: the pool's K/V rows per layer; slots in every batch index into it.
+    ModelRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool);
+
+    StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override;
+
+ private:
+    models::Model& model_;
+    kvcache::KvView kv_;
+    ThreadPool* pool_;
+    std::vector<float> logits_;
+    std::vector<float> row_;
+    std::vector<std::pair<float, std::int32_t>> scratch_;
+};
+
+// The sampling of one logits row f32 [vocab] for one sequence, as ModelRunner does it:
+// penalties over `output_ids`, then log-probabilities (of the penalised logits, before
+// temperature) when asked, then the seeded sampler. The RNG of step n is seeded from
+// (seed, n), so a request samples the same tokens whatever it is batched with.
+SampledToken sample_row(std::vector<float>& row, const SequenceSampling& sampling,
+                        const std::vector<std::int32_t>& output_ids,
+                        std::vector<std::pair<float, std::int32_t>>& scratch);
+
+}  // namespace tessera::executor
