@@ -1,0 +1,83 @@
+#include "executor/model_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "executor/tp_batch_runner.h"
+
+namespace tessera::executor {
+namespace {
+
+TEST(SampleRowTest, PenaltiesShiftTheChoice) {
+    std::vector<std::pair<float, std::int32_t>> scratch;
+    SequenceSampling greedy;
+    std::vector<float> row = {1.0f, 3.0f, 2.5f};
+    EXPECT_EQ(sample_row(row, greedy, {}, scratch).token, 1);
+    // Token 1 was produced twice: 3 - 2·0.3 - 0 = 2.4 < 2.5.
+    greedy.frequency_penalty = 0.3f;
+    row = {1.0f, 3.0f, 2.5f};
+    EXPECT_EQ(sample_row(row, greedy, {1, 1}, scratch).token, 2);
+    SequenceSampling presence;
+    presence.presence_penalty = 0.6f;
+    row = {1.0f, 3.0f, 2.5f};
+    EXPECT_EQ(sample_row(row, presence, {1}, scratch).token, 2);
+}
+
+TEST(SampleRowTest, LogprobsAreTheLogSoftmax) {
+    std::vector<std::pair<float, std::int32_t>> scratch;
+    SequenceSampling s;
+    s.logprobs = true;
+    s.top_logprobs = 2;
+    std::vector<float> row = {0.0f, 2.0f, 1.0f};
+    SampledToken t = sample_row(row, s, {}, scratch);
+    const double norm = std::log(std::exp(0.0) + std::exp(2.0) + std::exp(1.0));
+    EXPECT_EQ(t.token, 1);
+    EXPECT_NEAR(t.logprob, 2.0 - norm, 1e-6);
+    ASSERT_EQ(t.top_logprobs.size(), 2u);
+    EXPECT_EQ(t.top_logprobs[0].first, 1);
+    EXPECT_EQ(t.top_logprobs[1].first, 2);
+    EXPECT_NEAR(t.top_logprobs[1].second, 1.0 - norm, 1e-6);
+}
+
+TEST(SampleRowTest, SeededStepsRepeat) {
+    std::vector<std::pair<float, std::int32_t>> scratch;
+    SequenceSampling s;
+    s.params.temperature = 1.0f;
+    s.params.seed = 1234;
+    std::vector<std::int32_t> a, b;
+    for (int step = 0; step < 20; ++step) {
+        std::vector<float> row(50, 0.0f);
+        a.push_back(sample_row(row, s, a, scratch).token);
+    }
+    for (int step = 0; step < 20; ++step) {
+        std::vector<float> row(50, 0.0f);
+        b.push_back(sample_row(row, s, b, scratch).token);
+    }
+    EXPECT_EQ(a, b);
+    EXPECT_GT(std::set<std::int32_t>(a.begin(), a.end()).size(), 5u) << "uniform logits must spread";
+}
+
+TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
+    ForwardBatch batch;
+    batch.seqs.push_back({"a", {1, 2, 3}, 4, {9, 8, 7, 6, 5, 4, 3}, true, {}, {}});
+    batch.seqs.push_back({"b", {7}, 0, {11}, false, {}, {}});
+    auto bytes = encode_step(batch);
+    auto back = decode_step(bytes);
+    ASSERT_TRUE(back.ok());
+    ASSERT_EQ(back->seqs.size(), 2u);
+    EXPECT_EQ(back->seqs[0].tokens, batch.seqs[0].tokens);
+    EXPECT_EQ(back->seqs[0].slots, batch.seqs[0].slots);
+    EXPECT_EQ(back->seqs[0].start_pos, 4);
+    EXPECT_TRUE(back->seqs[0].need_token);
+    EXPECT_FALSE(back->seqs[1].need_token);
+    bytes.pop_back();
+    EXPECT_FALSE(decode_step(bytes).ok());
+    bytes.push_back(0);
+    bytes.push_back(0);
+    EXPECT_FALSE(decode_step(bytes).ok());
+}
+
+}  // namespace
+}  // namespace tessera::executor
