@@ -40,4 +40,8 @@ struct TokenizeCommandOptions {
 
 int run_tokenize(const TokenizeCommandOptions& options);
 
+// `tessera serve` (as one rank process when internal_rank is set).
+int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank = std::nullopt,
+              const std::string& internal_store = "");
+
 }  // namespace tessera::app

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
 
     tessera::app::GenerateCommandOptions gen;
     auto* generate = app.add_subcommand("generate", "offline generation for one prompt, no server");
-    tessera::server::FlagTable generate_flags(*generate, gen.server);
+    tessera::server::FlagTable generate_flags(*generate, gen.server, tessera::server::FlagTable::Mode::kGenerate);
     // Set by the launcher in the rank processes it starts; hidden from --help.
     std::optional<int> internal_rank;
     std::string internal_store;
@@ -85,6 +85,14 @@ int main(int argc, char** argv) {
     generate->add_option("--logits-out", gen.logits_out,
                          "write every logits row (prompt and decode steps) as .npy f32 [rows, vocab]");
 
+    tessera::server::ServerArgs serve_args;
+    auto* serve = app.add_subcommand("serve", "the OpenAI-compatible HTTP server");
+    tessera::server::FlagTable serve_flags(*serve, serve_args, tessera::server::FlagTable::Mode::kServe);
+    std::optional<int> serve_rank;
+    std::string serve_store;
+    serve->add_option_function<int>("--internal-rank", [&](const int& r) { serve_rank = r; })->group("");
+    serve->add_option("--internal-store", serve_store)->group("");
+
     tessera::app::TokenizeCommandOptions tk;
     auto* tokenize = app.add_subcommand(
         "tokenize", "the model's tokenizer on stdin/stdout, one JSON value per line: a string in, ids out; "
@@ -109,6 +117,25 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (tokenize->parsed()) return tessera::app::run_tokenize(tk);
+    if (serve->parsed()) {
+        tessera::Status s = serve_flags.check_unimplemented();
+        if (s.ok()) s = serve_args.resolve();
+        if (!s.ok()) {
+            TSR_LOG(ERROR, "{}", s.message());
+            return 2;
+        }
+        auto layout = tessera::dist::ParallelLayout::create(serve_args.parallel_config());
+        if (!serve_rank && layout.ok() && layout->world_size() > 1) {
+            for (const auto& note : serve_args.notes) TSR_LOG(INFO, "{}", note);
+            tessera::app::LaunchOptions launch;
+            launch.argv.assign(argv, argv + argc);
+            launch.dist_init_addr = serve_args.dist_init_addr;
+            launch.nnodes = serve_args.nnodes;
+            launch.node_rank = serve_args.node_rank;
+            return tessera::app::launch_local_ranks(*layout, launch);
+        }
+        return tessera::app::run_serve(serve_args, serve_rank, serve_store);
+    }
     if (generate->parsed()) {
         tessera::Status s = generate_flags.check_unimplemented();
         if (s.ok()) s = gen.server.resolve();

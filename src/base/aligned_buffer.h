@@ -1,6 +1,10 @@
 #pragma once
 // base/aligned_buffer.h — an owning, 64-byte aligned, zero-initialised byte buffer.
+// Large buffers (>= 2 MiB) are anonymous mappings: the kernel zero-fills their pages on
+// first touch, so a big KV pool costs no time or resident memory until it is used.
 // Move-only. Not thread-safe (plain data).
+
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdlib>
@@ -15,23 +19,35 @@ class AlignedBuffer {
     static constexpr std::size_t kAlignment = 64;
 
     AlignedBuffer() = default;
+    static constexpr std::size_t kMapThreshold = std::size_t{1} << 21;
+
     explicit AlignedBuffer(std::size_t bytes) : size_(bytes) {
         if (bytes == 0) return;
         const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+        if (rounded >= kMapThreshold) {
+            void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) throw std::bad_alloc();
+            data_ = static_cast<std::byte*>(p);
+            mapped_ = rounded;
+            return;
+        }
         data_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded));
         if (data_ == nullptr) throw std::bad_alloc();
         std::memset(data_, 0, rounded);
     }
-    ~AlignedBuffer() { std::free(data_); }
+    ~AlignedBuffer() { release(); }
     AlignedBuffer(const AlignedBuffer&) = delete;
     AlignedBuffer& operator=(const AlignedBuffer&) = delete;
     AlignedBuffer(AlignedBuffer&& o) noexcept
-        : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+        : data_(std::exchange(o.data_, nullptr)),
+          size_(std::exchange(o.size_, 0)),
+          mapped_(std::exchange(o.mapped_, 0)) {}
     AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
         if (this != &o) {
-            std::free(data_);
+            release();
             data_ = std::exchange(o.data_, nullptr);
             size_ = std::exchange(o.size_, 0);
+            mapped_ = std::exchange(o.mapped_, 0);
         }
         return *this;
     }
@@ -45,8 +61,19 @@ class AlignedBuffer {
     const T* as() const { return reinterpret_cast<const T*>(data_); }
 
  private:
+    void release() {
+        if (mapped_ != 0) {
+            munmap(data_, mapped_);
+        } else {
+            std::free(data_);
+        }
+        data_ = nullptr;
+        mapped_ = 0;
+    }
+
     std::byte* data_ = nullptr;
     std::size_t size_ = 0;
+    std::size_t mapped_ = 0;  // bytes mapped with mmap; 0 for heap buffers
 };
 
 }  // namespace tessera

@@ -18,7 +18,7 @@
 namespace tessera::server {
 
 struct GenerationParams {
-    std::int64_t max_new_tokens = 16;
+    std::int64_t max_new_tokens = 16;  // < 0: up to the context length (chat without max_tokens)
     float temperature = 1.0f;
     float top_p = 1.0f;
     int top_k = -1;

@@ -118,7 +118,10 @@ struct ServerArgs {
 // accepts for compatibility but does not implement yet.
 class FlagTable {
  public:
-    FlagTable(CLI::App& app, ServerArgs& args);
+    // kServe: flags of the serving loop are live; kGenerate: offline generation does not
+    // schedule yet, so those flags fail loudly there too.
+    enum class Mode { kServe, kGenerate };
+    FlagTable(CLI::App& app, ServerArgs& args, Mode mode);
     ~FlagTable();
     FlagTable(const FlagTable&) = delete;
     FlagTable& operator=(const FlagTable&) = delete;

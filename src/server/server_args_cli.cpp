@@ -12,31 +12,37 @@ namespace tessera::server {
 namespace {
 
 enum class Support {
-    kYes,     // implemented
-    kNotYet,  // accepted for SGLang compatibility; setting it is an error until implemented
+    kYes,        // implemented
+    kServeOnly,  // implemented by `serve`; `generate` does not schedule yet, so it rejects it
+    kNotYet,     // accepted for SGLang compatibility; setting it is an error until implemented
 };
 
 }  // namespace
 
 struct FlagTable::Impl {
+    bool serve = true;
     std::vector<std::pair<CLI::Option*, std::string>> not_yet;  // option, its first name
 
     void track(CLI::Option* option, Support support) {
-        if (support == Support::kNotYet) not_yet.emplace_back(option, option->get_name());
+        if (support == Support::kNotYet || (support == Support::kServeOnly && !serve))
+            not_yet.emplace_back(option, option->get_name());
+    }
+    Support effective(Support support) const {
+        return support == Support::kServeOnly ? (serve ? Support::kYes : Support::kNotYet) : support;
     }
 };
 
 namespace {
 
-std::string help_text(const std::string& help, Support support) {
-    return support == Support::kNotYet ? help + " [not implemented yet: setting it is an error]" : help;
+std::string help_text(const std::string& help, Support support, const FlagTable::Impl& impl) {
+    return impl.effective(support) == Support::kNotYet ? help + " [not implemented yet: setting it is an error]" : help;
 }
 
 // --name value (with CLI11 check `check` when given).
 template <typename T>
 CLI::Option* value(CLI::App& app, FlagTable::Impl& impl, const std::string& names, T& field,
                    const std::string& help, Support support) {
-    CLI::Option* o = app.add_option(names, field, help_text(help, support))->capture_default_str();
+    CLI::Option* o = app.add_option(names, field, help_text(help, support, impl))->capture_default_str();
     impl.track(o, support);
     return o;
 }
@@ -46,35 +52,37 @@ template <typename T>
 CLI::Option* optional(CLI::App& app, FlagTable::Impl& impl, const std::string& names, std::optional<T>& field,
                       const std::string& help, Support support) {
     CLI::Option* o = app.add_option_function<T>(names, [&field](const T& v) { field = v; },
-                                                 help_text(help + " [default: auto]", support));
+                                                 help_text(help + " [default: auto]", support, impl));
     impl.track(o, support);
     return o;
 }
 
 CLI::Option* flag(CLI::App& app, FlagTable::Impl& impl, const std::string& names, bool& field,
                   const std::string& help, Support support) {
-    CLI::Option* o = app.add_flag(names, field, help_text(help, support));
+    CLI::Option* o = app.add_flag(names, field, help_text(help, support, impl));
     impl.track(o, support);
     return o;
 }
 
 constexpr Support kYes = Support::kYes;
 constexpr Support kNotYet = Support::kNotYet;
+constexpr Support kServe = Support::kServeOnly;
 
 }  // namespace
 
-FlagTable::FlagTable(CLI::App& app, ServerArgs& a) : impl_(new Impl) {
+FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) {
     Impl& t = *impl_;
+    t.serve = mode == Mode::kServe;
     // Model and process.
     value(app, t, "--model-path,--model", a.model_path, "Hugging Face model folder", kYes)->required();
     value(app, t, "--tokenizer-path", a.tokenizer_path, "tokenizer folder (default: --model-path)", kYes);
-    value(app, t, "--served-model-name", a.served_model_name, "model name in the API (default: --model-path)", kNotYet);
+    value(app, t, "--served-model-name", a.served_model_name, "model name in the API (default: --model-path)", kServe);
     value(app, t, "--dtype", a.dtype, "compute weight type", kYes)
         ->check(CLI::IsMember({"auto", "half", "float16", "bfloat16", "bf16", "float", "float32", "f32"}));
-    value(app, t, "--host", a.host, "HTTP listen address", kNotYet);
-    value(app, t, "--port", a.port, "HTTP port", kNotYet);
-    optional(app, t, "--random-seed", a.random_seed, "server-wide random seed", kNotYet);
-    optional(app, t, "--context-length", a.context_length, "override the model's context length", kNotYet);
+    value(app, t, "--host", a.host, "HTTP listen address", kServe);
+    value(app, t, "--port", a.port, "HTTP port", kServe);
+    optional(app, t, "--random-seed", a.random_seed, "server-wide random seed", kServe);
+    optional(app, t, "--context-length", a.context_length, "override the model's context length", kServe);
     value(app, t, "--threads-per-rank,--threads", a.threads_per_rank,
           "compute threads per rank (0: the host's cores / its ranks)", kYes)
         ->check(CLI::Range(0, 1024));
@@ -111,26 +119,26 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a) : impl_(new Impl) {
     value(app, t, "--pp-async-batch-depth", a.pp_async_batch_depth, "extra in-flight PP micro-batches", kNotYet);
 
     // Memory and scheduling (§1.2).
-    optional(app, t, "--mem-fraction-static", a.mem_fraction_static, "(weights + KV pool) / rank memory", kNotYet);
-    optional(app, t, "--max-running-requests", a.max_running_requests, "cap on running requests", kNotYet);
-    optional(app, t, "--max-queued-requests", a.max_queued_requests, "cap on queued requests", kNotYet);
-    optional(app, t, "--max-total-tokens", a.max_total_tokens, "cap on the KV pool size in tokens", kNotYet);
+    optional(app, t, "--mem-fraction-static", a.mem_fraction_static, "(weights + KV pool) / rank memory", kServe);
+    optional(app, t, "--max-running-requests", a.max_running_requests, "cap on running requests", kServe);
+    optional(app, t, "--max-queued-requests", a.max_queued_requests, "cap on queued requests", kServe);
+    optional(app, t, "--max-total-tokens", a.max_total_tokens, "cap on the KV pool size in tokens", kServe);
     optional(app, t, "--chunked-prefill-size", a.chunked_prefill_size, "max tokens per prefill chunk; -1 disables",
-             kNotYet);
+             kServe);
     flag(app, t, "--enable-dynamic-chunking", a.enable_dynamic_chunking, "dynamic chunk sizes under PP", kNotYet);
-    value(app, t, "--max-prefill-tokens", a.max_prefill_tokens, "max tokens in one prefill batch", kNotYet);
-    optional(app, t, "--prefill-max-requests", a.prefill_max_requests, "max requests in one prefill batch", kNotYet);
+    value(app, t, "--max-prefill-tokens", a.max_prefill_tokens, "max tokens in one prefill batch", kServe);
+    optional(app, t, "--prefill-max-requests", a.prefill_max_requests, "max requests in one prefill batch", kServe);
     value(app, t, "--prefill-decode-interval", a.prefill_decode_interval, "decode rounds between prefills", kNotYet);
-    value(app, t, "--schedule-policy", a.schedule_policy, "waiting-queue order", kNotYet)
+    value(app, t, "--schedule-policy", a.schedule_policy, "waiting-queue order", kServe)
         ->check(CLI::IsMember({"lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key"}));
     flag(app, t, "--enable-priority-scheduling", a.enable_priority_scheduling, "schedule by request priority", kNotYet);
     value(app, t, "--priority-scheduling-preemption-threshold", a.priority_scheduling_preemption_threshold,
           "min priority gap to preempt", kNotYet);
     value(app, t, "--retraction-policy", a.retraction_policy, "which requests to retract when KV is full", kNotYet)
         ->check(CLI::IsMember({"length", "priority"}));
-    value(app, t, "--schedule-conservativeness", a.schedule_conservativeness, "admission conservativeness", kNotYet);
-    optional(app, t, "--page-size", a.page_size, "tokens per KV page (default 1)", kNotYet);
-    flag(app, t, "--disable-radix-cache", a.disable_radix_cache, "no prefix reuse", kNotYet);
+    value(app, t, "--schedule-conservativeness", a.schedule_conservativeness, "admission conservativeness", kServe);
+    optional(app, t, "--page-size", a.page_size, "tokens per KV page (default 1)", kServe);
+    flag(app, t, "--disable-radix-cache", a.disable_radix_cache, "no prefix reuse", kServe);
     value(app, t, "--radix-eviction-policy", a.radix_eviction_policy, "prefix cache eviction", kNotYet)
         ->check(CLI::IsMember({"lru", "lfu", "slru", "priority"}));
     flag(app, t, "--disable-overlap-schedule", a.disable_overlap_schedule, "no CPU/compute overlap", kNotYet);
@@ -138,9 +146,9 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a) : impl_(new Impl) {
           kNotYet);
     value(app, t, "--scheduler-recv-interval", a.scheduler_recv_interval, "steps between request polls", kNotYet);
     flag(app, t, "--enable-mixed-chunk", a.enable_mixed_chunk, "mix a prefill chunk into the decode batch", kNotYet);
-    value(app, t, "--decode-log-interval", a.decode_log_interval, "decode steps between log lines", kNotYet);
+    value(app, t, "--decode-log-interval", a.decode_log_interval, "decode steps between log lines", kServe);
     value(app, t, "--stream-interval", a.stream_interval, "tokens between stream chunks", kNotYet);
-    flag(app, t, "--enable-metrics", a.enable_metrics, "Prometheus metrics", kNotYet);
+    flag(app, t, "--enable-metrics", a.enable_metrics, "Prometheus metrics", kServe);
     value(app, t, "--kv-cache-dtype", a.kv_cache_dtype, "KV cache element type", kNotYet)
         ->check(CLI::IsMember({"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
                                "fp4_mx_block16", "fp4_e2m1"}));

@@ -16,7 +16,7 @@ struct Parsed {
 Parsed parse(std::vector<std::string> argv) {
     Parsed p;
     CLI::App app("test");
-    FlagTable table(app, p.args);
+    FlagTable table(app, p.args, FlagTable::Mode::kServe);
     // CLI11 takes the arguments in reverse order.
     std::vector<std::string> args = {"--model-path", "/models/x"};
     args.insert(args.end(), argv.begin(), argv.end());
@@ -66,6 +66,18 @@ TEST(FlagTableTest, UnimplementedFlagsFailLoudlyOnlyWhenGiven) {
               std::string::npos)
         << p.status.message();
     EXPECT_TRUE(parse({"--dtype", "bfloat16"}).status.ok());
+}
+
+TEST(FlagTableTest, ServingFlagsFailLoudlyInGenerate) {
+    ServerArgs args;
+    CLI::App app("test");
+    FlagTable table(app, args, FlagTable::Mode::kGenerate);
+    std::vector<std::string> argv = {"2048", "--chunked-prefill-size", "/m", "--model-path"};
+    app.parse(argv);
+    Status s = table.check_unimplemented();
+    EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+    EXPECT_NE(s.message().find("--chunked-prefill-size"), std::string::npos);
+    EXPECT_TRUE(parse({"--chunked-prefill-size", "2048"}).status.ok()) << "serve implements it";
 }
 
 TEST(FlagTableTest, ChoicesAreChecked) {

@@ -1,0 +1,293 @@
+#include "app/engine.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/logging.h"
+
+namespace tessera::app {
+
+namespace {
+
+server::TokenLogprob to_logprob(const tokenizer::Tokenizer& tok, const executor::SampledToken& t) {
+    server::TokenLogprob lp;
+    lp.token = t.token;
+    lp.text = tok.token_bytes(t.token);
+    lp.logprob = t.logprob;
+    for (const auto& [id, value] : t.top_logprobs) lp.top.emplace_back(tok.token_bytes(id), value);
+    return lp;
+}
+
+}  // namespace
+
+Engine::Engine(EngineConfig config, const tokenizer::Tokenizer& tokenizer,
+               std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner)
+    : config_(std::move(config)),
+      tokenizer_(tokenizer),
+      chat_template_(std::move(chat_template)),
+      scheduler_(config_.scheduler, runner),
+      seed_rng_(config_.random_seed) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() {
+    if (running_.exchange(true)) return;
+    thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+    stop_requested_.store(true);
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    running_.store(false);
+}
+
+StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationInput& input) const {
+    if (input.input_ids) {
+        for (std::int32_t id : *input.input_ids) {
+            if (id < 0 || id >= tokenizer_.vocab_size())
+                return Status::InvalidArgument("input id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                               std::to_string(tokenizer_.vocab_size()) + ")");
+        }
+        return *input.input_ids;
+    }
+    if (input.text) return tokenizer_.encode(*input.text, /*add_special_tokens=*/true);
+    if (input.chat_json) {
+        if (!chat_template_)
+            return Status::InvalidArgument("this model has no chat_template in tokenizer_config.json; use "
+                                           "/v1/completions with a prompt");
+        nlohmann::ordered_json request;
+        try {
+            request = nlohmann::ordered_json::parse(*input.chat_json);
+        } catch (const nlohmann::json::exception& e) {
+            return Status::InvalidArgument(std::string("chat request is not valid JSON: ") + e.what());
+        }
+        if (!request.contains("add_generation_prompt")) request["add_generation_prompt"] = true;
+        TSR_ASSIGN_OR_RETURN(std::string text, chat_template_->render(request));
+        return tokenizer_.encode(text, /*add_special_tokens=*/false);
+    }
+    return Status::InvalidArgument("the request has no prompt");
+}
+
+Status Engine::submit(server::GenerationRequest request, server::EventCallback on_event) {
+    if (!ready()) return Status(StatusCode::kUnavailable, "the server is not accepting requests (starting or draining)");
+    TSR_ASSIGN_OR_RETURN(auto ids, prompt_ids(request.input));
+    const auto n_prompt = static_cast<std::int64_t>(ids.size());
+    const auto& p = request.params;
+    if (n_prompt == 0) return Status::InvalidArgument("the prompt is empty");
+    if (p.max_new_tokens < 1) return Status::InvalidArgument("max_tokens must be at least 1");
+    if (n_prompt + p.max_new_tokens > config_.context_len) {
+        return Status::OutOfRange("the prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
+                                  std::to_string(p.max_new_tokens) + ") exceeds the context length of " +
+                                  std::to_string(config_.context_len) + " tokens");
+    }
+    if (n_prompt + p.max_new_tokens > scheduler_.max_req_len()) {
+        return Status::OutOfRange("the prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
+                                  std::to_string(p.max_new_tokens) + ") exceeds the KV pool of this server (" +
+                                  std::to_string(scheduler_.max_req_len()) + " tokens per request)");
+    }
+    scheduler::Req req;
+    req.rid = request.request_id;
+    req.input_ids = std::move(ids);
+    req.max_new_tokens = p.max_new_tokens;
+    req.stop_token_ids = p.stop_token_ids;
+    req.eos_token_ids = config_.eos_token_ids;
+    req.ignore_eos = p.ignore_eos;
+    req.sampling.params = {p.temperature, p.top_k, p.top_p, p.min_p, 0};
+    req.sampling.frequency_penalty = p.frequency_penalty;
+    req.sampling.presence_penalty = p.presence_penalty;
+    req.sampling.logprobs = p.logprobs || p.top_logprobs > 0;
+    req.sampling.top_logprobs = p.top_logprobs;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.count(req.rid) != 0) return Status::InvalidArgument("request id " + req.rid + " is already running");
+    req.sampling.params.seed = p.seed ? *p.seed : seed_rng_();
+    // The output stream is created on the scheduler thread when the request arrives there.
+    pending_[req.rid] = std::move(on_event);
+    stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0};
+    Command c{Command::Kind::kAdd, std::move(req), {}};
+    inbox_.push_back(std::move(c));
+    cv_.notify_all();
+    return Status::Ok();
+}
+
+void Engine::abort(const std::string& request_id) { push({Command::Kind::kAbort, {}, request_id}); }
+
+void Engine::push(Command command) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        inbox_.push_back(std::move(command));
+    }
+    cv_.notify_all();
+}
+
+Status Engine::flush_cache() {
+    std::unique_lock<std::mutex> lock(mu_);
+    flush_result_.reset();
+    inbox_.push_back({Command::Kind::kFlush, {}, {}});
+    cv_.notify_all();
+    cv_.wait_for(lock, std::chrono::seconds(30), [this] { return flush_result_.has_value(); });
+    if (!flush_result_ || !*flush_result_)
+        return Status(StatusCode::kUnavailable, "cannot flush the cache while requests are running");
+    return Status::Ok();
+}
+
+void Engine::drain() {
+    draining_.store(true);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return (idle_ && inbox_.empty()) || stop_requested_.load(); });
+}
+
+void Engine::loop() {
+    while (!stop_requested_.load()) {
+        std::deque<Command> commands;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [this] { return stop_requested_.load() || !inbox_.empty() || !idle_; });
+            commands.swap(inbox_);
+        }
+        for (auto& c : commands) {
+            switch (c.kind) {
+                case Command::Kind::kAdd: {
+                    const std::string rid = c.req.rid;
+                    server::EventCallback cb;
+                    StreamParams sp;
+                    {
+                        std::lock_guard<std::mutex> lock(mu_);
+                        cb = std::move(pending_[rid]);
+                        sp = stream_params_[rid];
+                        stream_params_.erase(rid);
+                    }
+                    streams_.emplace(rid, Stream{std::move(cb),
+                                                 tokenizer::OutputStream(tokenizer_, sp.skip_special_tokens, sp.stop),
+                                                 sp.logprobs, false});
+                    c.req.sink = [this](const scheduler::ReqEvent& e) { on_req_event(e); };
+                    Status s = scheduler_.add_request(std::move(c.req));
+                    if (!s.ok()) {
+                        server::GenerationEvent ev;
+                        ev.error = s;
+                        auto it = streams_.find(rid);
+                        if (it != streams_.end()) {
+                            it->second.on_event(std::move(ev));
+                            streams_.erase(it);
+                        }
+                        std::lock_guard<std::mutex> lock(mu_);
+                        pending_.erase(rid);
+                    }
+                    break;
+                }
+                case Command::Kind::kAbort:
+                    scheduler_.abort(c.rid);
+                    break;
+                case Command::Kind::kFlush: {
+                    const bool ok = scheduler_.flush_cache();
+                    std::lock_guard<std::mutex> lock(mu_);
+                    flush_result_ = ok;
+                    break;
+                }
+            }
+        }
+        scheduler_.step();
+        for (const auto& rid : stop_matched_) scheduler_.abort(rid);
+        stop_matched_.clear();
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stats_ = scheduler_.stats();
+            idle_ = scheduler_.idle();
+        }
+        cv_.notify_all();
+    }
+}
+
+void Engine::on_req_event(const scheduler::ReqEvent& e) {
+    auto it = streams_.find(std::string(e.rid));
+    if (it == streams_.end()) return;
+    Stream& stream = it->second;
+    if (stream.done) {
+        if (e.finished) streams_.erase(it);
+        return;
+    }
+    server::GenerationEvent ev;
+    ev.usage = {e.prompt_tokens, e.completion_tokens, e.cached_tokens};
+    if (e.token) {
+        ev.token_ids.push_back(e.token->token);
+        if (stream.logprobs) ev.logprobs.push_back(to_logprob(tokenizer_, *e.token));
+        auto delta = stream.output.add(e.token->token);
+        ev.text = std::move(delta.text);
+        if (delta.matched_stop) {
+            // A stop string ended the output: report "stop" now and end the request after the step.
+            ev.finish_reason = "stop";
+            ev.matched_stop = delta.matched_stop;
+            stream.done = true;
+            if (!e.finished) stop_matched_.emplace_back(e.rid);
+        }
+    }
+    if (e.finished && !stream.done) {
+        ev.text += stream.output.finish();
+        ev.finish_reason = std::string(scheduler::finish_reason_name(e.finish_reason));
+        if (!e.error.empty()) ev.error = Status(StatusCode::kResourceExhausted, std::string(e.error));
+        stream.done = true;
+    }
+    const bool last = stream.done;
+    stream.on_event(std::move(ev));
+    if (last) {
+        if (e.finished) streams_.erase(it);
+        std::lock_guard<std::mutex> lock(mu_);
+        pending_.erase(std::string(e.rid));
+    }
+}
+
+nlohmann::json Engine::server_info() const {
+    scheduler::SchedulerStats s;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        s = stats_;
+    }
+    nlohmann::json info = nlohmann::json::parse(config_.startup_info_json, nullptr, false);
+    if (!info.is_object()) info = nlohmann::json::object();
+    info["model_path"] = config_.model_path;
+    info["served_model_name"] = config_.served_model_name;
+    info["context_len"] = config_.context_len;
+    info["max_total_num_tokens"] = s.max_total_num_tokens;
+    info["internal_states"] = {{{"num_running_reqs", s.num_running_reqs},
+                                {"num_queue_reqs", s.num_queue_reqs},
+                                {"num_used_tokens", s.num_used_tokens},
+                                {"kv_available_tokens", s.available_tokens},
+                                {"kv_evictable_tokens", s.evictable_tokens},
+                                {"token_usage", s.token_usage},
+                                {"cache_hit_rate", s.cache_hit_rate},
+                                {"last_gen_throughput", s.gen_throughput},
+                                {"new_token_ratio", s.new_token_ratio},
+                                {"num_retractions", s.total_retracted_reqs}}};
+    return info;
+}
+
+std::string Engine::metrics_text() const {
+    scheduler::SchedulerStats s;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        s = stats_;
+    }
+    const std::string label = fmt::format("{{model_name=\"{}\"}}", config_.served_model_name);
+    std::string out;
+    auto gauge = [&](const char* name, const char* help, double value) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{} {}\n", name, help, name, name, label, value);
+    };
+    gauge("sglang:num_running_reqs", "Running requests.", static_cast<double>(s.num_running_reqs));
+    gauge("sglang:num_queue_reqs", "Waiting requests.", static_cast<double>(s.num_queue_reqs));
+    gauge("sglang:num_used_tokens", "KV slots in use.", static_cast<double>(s.num_used_tokens));
+    gauge("sglang:kv_available_tokens", "Free KV slots.", static_cast<double>(s.available_tokens));
+    gauge("sglang:kv_evictable_tokens", "KV slots held only by the prefix cache.", static_cast<double>(s.evictable_tokens));
+    gauge("sglang:kv_used_tokens", "KV slots in use.", static_cast<double>(s.num_used_tokens));
+    gauge("sglang:token_usage", "Fraction of the KV pool in use.", s.token_usage);
+    gauge("sglang:cache_hit_rate", "Prefix cache hit rate of the last prefill batch.", s.cache_hit_rate);
+    gauge("sglang:gen_throughput", "Generation throughput (token/s).", s.gen_throughput);
+    gauge("sglang:new_token_ratio", "Admission estimate of new tokens per request.", s.new_token_ratio);
+    out += fmt::format("# HELP sglang:num_retractions Requests retracted under KV pressure.\n"
+                       "# TYPE sglang:num_retractions counter\nsglang:num_retractions{} {}\n",
+                       label, s.total_retracted_reqs);
+    return out;
+}
+
+}  // namespace tessera::app

@@ -1,0 +1,108 @@
+#pragma once
+// app/engine.h — the serving engine of the leader rank: implements server::Backend on top of
+// the tokenizer (text, chat template, streaming detokenization, stop strings) and the
+// scheduler, which it drives on its own thread. HTTP threads call submit/abort; those only
+// queue commands for the scheduler thread, which owns the Scheduler and every request's
+// output stream and calls the event callbacks.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "executor/forward_batch.h"
+#include "scheduler/scheduler.h"
+#include "server/backend.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/output_stream.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tessera::app {
+
+struct EngineConfig {
+    std::string served_model_name;
+    std::string model_path;
+    std::int64_t context_len = 0;
+    std::vector<std::int32_t> eos_token_ids;
+    std::uint64_t random_seed = 0;
+    scheduler::SchedulerConfig scheduler;
+    std::string startup_info_json = "{}";  // resolved launch settings for /get_server_info
+};
+
+class Engine final : public server::Backend {
+ public:
+    // `tokenizer` and `runner` must outlive the engine.
+    Engine(EngineConfig config, const tokenizer::Tokenizer& tokenizer,
+           std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner);
+    ~Engine() override;
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    void start();  // starts the scheduler thread
+    void stop();   // stops it (after drain() for a graceful stop); idempotent
+
+    // server::Backend
+    Status submit(server::GenerationRequest request, server::EventCallback on_event) override;
+    void abort(const std::string& request_id) override;
+    std::string served_model_name() const override { return config_.served_model_name; }
+    std::int64_t max_model_len() const override { return config_.context_len; }
+    bool ready() const override { return running_.load() && !draining_.load(); }
+    nlohmann::json server_info() const override;
+    std::string metrics_text() const override;
+    Status flush_cache() override;
+    void drain() override;
+
+ private:
+    struct Command {
+        enum class Kind { kAdd, kAbort, kFlush } kind;
+        scheduler::Req req;  // kAdd
+        std::string rid;     // kAbort
+    };
+    struct StreamParams {
+        bool skip_special_tokens = true;
+        std::vector<std::string> stop;
+        bool logprobs = false;
+    };
+    struct Stream {
+        server::EventCallback on_event;
+        tokenizer::OutputStream output;
+        bool logprobs = false;
+        bool done = false;
+    };
+
+    StatusOr<std::vector<std::int32_t>> prompt_ids(const server::GenerationInput& input) const;
+    void push(Command command);
+    void loop();
+    void on_req_event(const scheduler::ReqEvent& event);  // REQUIRES: scheduler thread
+
+    const EngineConfig config_;
+    const tokenizer::Tokenizer& tokenizer_;
+    const std::optional<tokenizer::ChatTemplate> chat_template_;
+    scheduler::Scheduler scheduler_;  // scheduler thread only
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Command> inbox_;                                           // GUARDED_BY(mu_)
+    std::unordered_map<std::string, server::EventCallback> pending_;     // GUARDED_BY(mu_)
+    std::unordered_map<std::string, StreamParams> stream_params_;        // GUARDED_BY(mu_)
+    std::mt19937_64 seed_rng_;                                            // GUARDED_BY(mu_)
+    scheduler::SchedulerStats stats_;                                     // GUARDED_BY(mu_)
+    bool idle_ = true;                                                    // GUARDED_BY(mu_)
+    std::optional<bool> flush_result_;                                    // GUARDED_BY(mu_)
+
+    std::unordered_map<std::string, Stream> streams_;  // scheduler thread only
+    std::vector<std::string> stop_matched_;            // scheduler thread only: abort after step
+    std::atomic<bool> running_{false};
+    std::atomic<bool> draining_{false};
+    std::atomic<bool> stop_requested_{false};
+    std::thread thread_;
+};
+
+}  // namespace tessera::app

@@ -1,0 +1,99 @@
+#include "kvcache/kv_pool.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace tessera::kvcache {
+
+// ---- KvPool -------------------------------------------------------------------------------
+
+KvPool::KvPool(const KvPoolConfig& config) : config_(config) {
+    TSR_CHECK(config.page_size >= 1) << "page_size " << config.page_size;
+    TSR_CHECK(config.n_slots % config.page_size == 0)
+        << "n_slots " << config.n_slots << " is not a multiple of page_size " << config.page_size;
+    // One extra page in front: slot 0 (and the rest of page 0) is the padding row that
+    // padded positions may point at without touching a live sequence's K/V.
+    const auto rows = config.n_slots + config.page_size;
+    const auto bytes = static_cast<std::size_t>(rows * config.shape.row_floats()) * sizeof(float);
+    k_.reserve(static_cast<std::size_t>(config.shape.n_layers));
+    v_.reserve(static_cast<std::size_t>(config.shape.n_layers));
+    for (std::int64_t l = 0; l < config.shape.n_layers; ++l) {
+        k_.emplace_back(bytes);
+        v_.emplace_back(bytes);
+    }
+}
+
+// ---- SlotAllocator --------------------------------------------------------------------------
+// Page p (1-based; page 0 is the padding page) covers slots [p·page_size, (p+1)·page_size).
+// A page is owned by one sequence (or by the prefix cache) from its first slot on, so the
+// sequence may keep filling it; used_in_page_ counts the slots actually handed out.
+
+SlotAllocator::SlotAllocator(std::int64_t n_slots, std::int64_t page_size)
+    : n_slots_(n_slots), page_size_(page_size) {
+    TSR_CHECK(page_size >= 1) << "page_size " << page_size;
+    TSR_CHECK(n_slots >= 0 && n_slots % page_size == 0)
+        << "n_slots " << n_slots << " is not a multiple of page_size " << page_size;
+    const auto n_pages = n_slots / page_size;
+    used_in_page_.assign(static_cast<std::size_t>(n_pages + 1), 0);
+    // A stack popped from the back: push in reverse so that page 1 is handed out first,
+    // which keeps slot numbers small and test expectations readable.
+    free_pages_.reserve(static_cast<std::size_t>(n_pages));
+    for (auto p = n_pages; p >= 1; --p) free_pages_.push_back(static_cast<std::int32_t>(p));
+}
+
+std::optional<std::vector<std::int32_t>> SlotAllocator::alloc(std::int64_t n,
+                                                              std::int32_t last_slot) {
+    std::vector<std::int32_t> out;
+    if (n <= 0) return out;
+    out.reserve(static_cast<std::size_t>(n));
+
+    // Room left in the sequence's current page.
+    std::int64_t take_in_page = 0;
+    std::int32_t page = -1;
+    if (last_slot >= 0 && page_size_ > 1) {
+        page = static_cast<std::int32_t>(last_slot / page_size_);
+        TSR_CHECK(page >= 1 && page < static_cast<std::int64_t>(used_in_page_.size()))
+            << "last_slot " << last_slot << " is outside the pool";
+        const std::int64_t room = (page + 1) * page_size_ - (last_slot + 1);
+        take_in_page = std::min(room, n);
+        if (take_in_page > 0) {
+            // The sequence must own the page up to last_slot and nothing after it.
+            TSR_CHECK_EQ(used_in_page_[page], last_slot % page_size_ + 1);
+        }
+    }
+    const std::int64_t rest = n - take_in_page;
+    const std::int64_t pages_needed = (rest + page_size_ - 1) / page_size_;
+    if (pages_needed > static_cast<std::int64_t>(free_pages_.size())) return std::nullopt;
+
+    for (std::int64_t i = 1; i <= take_in_page; ++i) out.push_back(last_slot + static_cast<std::int32_t>(i));
+    if (take_in_page > 0) used_in_page_[page] += static_cast<std::int32_t>(take_in_page);
+
+    std::int64_t left = rest;
+    for (std::int64_t i = 0; i < pages_needed; ++i) {
+        const std::int32_t p = free_pages_.back();
+        free_pages_.pop_back();
+        const std::int64_t used = std::min(left, page_size_);
+        const auto first = static_cast<std::int32_t>(p * page_size_);
+        for (std::int64_t s = 0; s < used; ++s) out.push_back(first + static_cast<std::int32_t>(s));
+        used_in_page_[p] = static_cast<std::int32_t>(used);
+        left -= used;
+    }
+    return out;
+}
+
+void SlotAllocator::free(const std::vector<std::int32_t>& slots) {
+    for (const std::int32_t slot : slots) {
+        const std::int64_t page = slot / page_size_;
+        TSR_CHECK(page >= 1 && page < static_cast<std::int64_t>(used_in_page_.size()))
+            << "freeing slot " << slot << " outside the pool (or the padding page)";
+        TSR_CHECK(used_in_page_[page] > 0) << "double free of slot " << slot;
+        if (--used_in_page_[page] == 0) free_pages_.push_back(static_cast<std::int32_t>(page));
+    }
+}
+
+std::int64_t SlotAllocator::available() const {
+    return static_cast<std::int64_t>(free_pages_.size()) * page_size_;
+}
+
+}  // namespace tessera::kvcache

@@ -1,0 +1,60 @@
+#pragma once
+// kvcache/kv_pool.h — the paged K/V storage of one rank, shared by all requests: per layer,
+// f32 K and V rows [n_slots, n_kv_heads, head_dim]. A slot holds one token's K/V; slots are
+// handed out a page (page_size consecutive slots) at a time by SlotAllocator. Slot 0 is
+// reserved as padding and never handed out. Owned by the rank's executor thread.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/status.h"
+#include "kvcache/kv_cache.h"
+
+namespace tessera::kvcache {
+
+struct KvPoolConfig {
+    KvCacheShape shape;          // layers, kv heads and head_dim on this rank
+    std::int64_t n_slots = 0;    // usable token slots (max_total_num_tokens), multiple of page_size
+    std::int64_t page_size = 1;
+};
+
+class KvPool {
+ public:
+    explicit KvPool(const KvPoolConfig& config);
+    const KvPoolConfig& config() const { return config_; }
+    // f32 [n_slots + page_size, n_kv_heads, head_dim]; row s is slot s (slot 0 = padding).
+    float* k(std::int64_t layer) { return k_[layer].as<float>(); }
+    float* v(std::int64_t layer) { return v_[layer].as<float>(); }
+    std::int64_t row_floats() const { return config_.shape.row_floats(); }
+
+ private:
+    KvPoolConfig config_;
+    std::vector<AlignedBuffer> k_;
+    std::vector<AlignedBuffer> v_;
+};
+
+// Free list of pages. alloc(n) returns n slots (ceil(n / page_size) pages' worth, the
+// first n of them in order) or nullopt when the pool is short: running out is normal control
+// flow for the scheduler (it evicts cache or retracts), not an error.
+class SlotAllocator {
+ public:
+    SlotAllocator(std::int64_t n_slots, std::int64_t page_size);
+    // Slots for `n` more tokens of a sequence whose last slot is `last_slot` (-1 for none):
+    // continues the sequence's current page while it has room, then takes whole pages.
+    std::optional<std::vector<std::int32_t>> alloc(std::int64_t n, std::int32_t last_slot = -1);
+    // Returns slots; a page goes back to the free list when all its slots are free.
+    void free(const std::vector<std::int32_t>& slots);
+    std::int64_t available() const;  // free slots, counting whole free pages only
+    std::int64_t capacity() const { return n_slots_; }
+    std::int64_t page_size() const { return page_size_; }
+
+ private:
+    std::int64_t n_slots_;
+    std::int64_t page_size_;
+    std::vector<std::int32_t> free_pages_;
+    std::vector<std::int32_t> used_in_page_;  // per page: slots in use
+};
+
+}  // namespace tessera::kvcache

@@ -1,0 +1,50 @@
+#pragma once
+// kvcache/prefix_cache.h — reuse of K/V across requests that share a token prefix
+// (SGLang's BasePrefixCache). RadixCache keeps a radix tree of token sequences → slots with
+// LRU eviction and lock counts (a locked node is in use by a running request and cannot be
+// evicted); ChunkCache is the no-reuse variant behind --disable-radix-cache. Both only
+// book-keep slots: the caller owns the SlotAllocator and the K/V data.
+// Owned by the scheduler thread; not thread-safe.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace tessera::kvcache {
+
+class SlotAllocator;
+
+// Opaque handle of a tree node (a matched prefix end). 0 = the root (empty prefix).
+using NodeId = std::int64_t;
+
+struct MatchResult {
+    std::vector<std::int32_t> slots;  // slots of the longest cached prefix, one per token
+    NodeId last_node = 0;             // lock this node while the request uses the prefix
+};
+
+class PrefixCache {
+ public:
+    virtual ~PrefixCache() = default;
+    // Longest cached prefix of `tokens`, in whole pages (a partial last page is not reused).
+    virtual MatchResult match_prefix(std::span<const std::int32_t> tokens) = 0;
+    // Inserts tokens → slots (same length). Slots of a prefix that was already cached are
+    // returned to the allocator (the tree keeps its own copy). Returns the node of the end.
+    virtual NodeId insert(std::span<const std::int32_t> tokens, std::span<const std::int32_t> slots) = 0;
+    // lock: +1 on every node from `node` to the root; unlock: -1. Locked nodes are not evicted.
+    virtual void inc_lock_ref(NodeId node) = 0;
+    virtual void dec_lock_ref(NodeId node) = 0;
+    // Frees at least `n_tokens` slots of unlocked leaves, least recently used first
+    // (fewer if not enough is evictable). Returns the number freed.
+    virtual std::int64_t evict(std::int64_t n_tokens) = 0;
+    virtual std::int64_t evictable_size() const = 0;  // cached tokens in unlocked nodes
+    virtual std::int64_t protected_size() const = 0;  // cached tokens in locked nodes
+    virtual std::int64_t total_size() const = 0;
+    // Drops everything unlocked (/flush_cache); false when some node is still locked.
+    virtual bool reset() = 0;
+};
+
+std::unique_ptr<PrefixCache> make_radix_cache(SlotAllocator& allocator, std::int64_t page_size);
+std::unique_ptr<PrefixCache> make_chunk_cache(SlotAllocator& allocator);
+
+}  // namespace tessera::kvcache

@@ -1,0 +1,268 @@
+// kvcache/radix_cache.cpp — RadixCache: the PrefixCache behind the default (radix cache on)
+// configuration. A radix tree whose edges are token runs (whole pages when page_size > 1)
+// and whose values are the KV slots of those tokens. Owned by the scheduler thread.
+//
+// Invariants:
+//   * every non-root node has a non-empty key, a multiple of page_size long, and
+//     value.size() == key.size(); children are keyed by their first page of tokens;
+//   * lock_ref of a node >= lock_ref of each child (locks are taken on whole root paths);
+//   * evictable_ + protected_ == Σ key lengths; a node counts as protected iff lock_ref > 0.
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <queue>
+#include <unordered_map>
+
+#include "base/check.h"
+#include "kvcache/kv_pool.h"
+#include "kvcache/prefix_cache.h"
+
+namespace tessera::kvcache {
+namespace {
+
+using Page = std::vector<std::int32_t>;  // the first page_size tokens of an edge
+
+struct Node {
+    NodeId id = 0;
+    Node* parent = nullptr;
+    std::vector<std::int32_t> key;    // I32 [edge_len] tokens of the edge into this node
+    std::vector<std::int32_t> value;  // I32 [edge_len] their KV slots
+    std::map<Page, Node*> children;
+    std::int64_t lock_ref = 0;
+    std::uint64_t last_access = 0;  // logical clock: deterministic LRU order
+};
+
+class RadixCache final : public PrefixCache {
+ public:
+    RadixCache(SlotAllocator& allocator, std::int64_t page_size)
+        : allocator_(allocator), page_size_(page_size) {
+        TSR_CHECK(page_size >= 1) << "page_size " << page_size;
+        init_root();
+    }
+
+    // ---- PrefixCache ----------------------------------------------------------------------
+    MatchResult match_prefix(std::span<const std::int32_t> tokens) override;
+    NodeId insert(std::span<const std::int32_t> tokens,
+                  std::span<const std::int32_t> slots) override;
+    void inc_lock_ref(NodeId node) override;
+    void dec_lock_ref(NodeId node) override;
+    std::int64_t evict(std::int64_t n_tokens) override;
+    std::int64_t evictable_size() const override { return evictable_; }
+    std::int64_t protected_size() const override { return protected_; }
+    std::int64_t total_size() const override { return evictable_ + protected_; }
+    bool reset() override;
+
+ private:
+    void init_root();
+    std::int64_t aligned(std::size_t n) const {
+        return static_cast<std::int64_t>(n) / page_size_ * page_size_;
+    }
+    Page page_at(std::span<const std::int32_t> tokens, std::int64_t pos) const {
+        return Page(tokens.begin() + pos, tokens.begin() + pos + page_size_);
+    }
+    // Length of the common prefix of a node's key and `tokens`, in whole pages.
+    std::int64_t common_len(const Node& node, std::span<const std::int32_t> tokens) const;
+    Node* find_child(Node* node, std::span<const std::int32_t> tokens, std::int64_t pos) const;
+    // Cuts `child`'s edge after `len` tokens; returns the new node holding the first part.
+    Node* split(Node* child, std::int64_t len);
+    Node* node_of(NodeId id) const;
+    void erase_leaf(Node* leaf);
+
+    SlotAllocator& allocator_;
+    const std::int64_t page_size_;
+    std::unordered_map<NodeId, std::unique_ptr<Node>> nodes_;
+    Node* root_ = nullptr;
+    NodeId next_id_ = 0;
+    std::uint64_t clock_ = 0;
+    std::int64_t evictable_ = 0;
+    std::int64_t protected_ = 0;
+};
+
+void RadixCache::init_root() {
+    nodes_.clear();
+    next_id_ = 0;
+    auto root = std::make_unique<Node>();
+    root->id = next_id_++;
+    root->lock_ref = 1;  // the root is never evicted
+    root_ = root.get();
+    nodes_.emplace(root->id, std::move(root));
+    evictable_ = 0;
+    protected_ = 0;
+}
+
+Node* RadixCache::node_of(NodeId id) const {
+    auto it = nodes_.find(id);
+    TSR_CHECK(it != nodes_.end()) << "unknown radix node " << id << " (evicted while in use?)";
+    return it->second.get();
+}
+
+std::int64_t RadixCache::common_len(const Node& node, std::span<const std::int32_t> tokens) const {
+    const auto n = std::min(static_cast<std::int64_t>(node.key.size()),
+                            static_cast<std::int64_t>(tokens.size()));
+    std::int64_t i = 0;
+    while (i < n && node.key[i] == tokens[i]) ++i;
+    return i / page_size_ * page_size_;  // a partially matching page does not count
+}
+
+Node* RadixCache::find_child(Node* node, std::span<const std::int32_t> tokens,
+                             std::int64_t pos) const {
+    auto it = node->children.find(page_at(tokens, pos));
+    return it == node->children.end() ? nullptr : it->second;
+}
+
+Node* RadixCache::split(Node* child, std::int64_t len) {
+    TSR_CHECK(len > 0 && len < static_cast<std::int64_t>(child->key.size()));
+    auto owned = std::make_unique<Node>();
+    Node* mid = owned.get();
+    mid->id = next_id_++;
+    mid->parent = child->parent;
+    mid->key.assign(child->key.begin(), child->key.begin() + len);
+    mid->value.assign(child->value.begin(), child->value.begin() + len);
+    // The new parent inherits the child's locks: every lock on the child is a lock on its
+    // root path, which now runs through `mid`. Size counters are unchanged.
+    mid->lock_ref = child->lock_ref;
+    mid->last_access = child->last_access;
+    child->key.erase(child->key.begin(), child->key.begin() + len);
+    child->value.erase(child->value.begin(), child->value.begin() + len);
+    child->parent = mid;
+    mid->children.emplace(Page(child->key.begin(), child->key.begin() + page_size_), child);
+    mid->parent->children[Page(mid->key.begin(), mid->key.begin() + page_size_)] = mid;
+    nodes_.emplace(mid->id, std::move(owned));
+    return mid;
+}
+
+MatchResult RadixCache::match_prefix(std::span<const std::int32_t> tokens) {
+    MatchResult result;
+    const std::int64_t n = aligned(tokens.size());
+    const std::uint64_t now = ++clock_;
+    Node* node = root_;
+    std::int64_t pos = 0;
+    while (pos < n) {
+        Node* child = find_child(node, tokens, pos);
+        if (child == nullptr) break;
+        child->last_access = now;
+        const auto rest = tokens.subspan(static_cast<std::size_t>(pos),
+                                         static_cast<std::size_t>(n - pos));
+        const std::int64_t len = common_len(*child, rest);
+        const bool partial = len < static_cast<std::int64_t>(child->key.size());
+        // Splitting on a partial match makes the returned node end exactly at the prefix,
+        // so locking it protects exactly the matched tokens.
+        if (partial) child = split(child, len);
+        result.slots.insert(result.slots.end(), child->value.begin(), child->value.end());
+        node = child;
+        pos += len;
+        if (partial) break;
+    }
+    result.last_node = node->id;
+    return result;
+}
+
+NodeId RadixCache::insert(std::span<const std::int32_t> tokens,
+                          std::span<const std::int32_t> slots) {
+    TSR_CHECK_EQ(tokens.size(), slots.size());
+    // Only whole pages are cached; the caller keeps (and frees) a trailing partial page.
+    const std::int64_t n = aligned(tokens.size());
+    const std::uint64_t now = ++clock_;
+    Node* node = root_;
+    std::int64_t pos = 0;
+    std::vector<std::int32_t> duplicates;
+    while (pos < n) {
+        Node* child = find_child(node, tokens, pos);
+        if (child == nullptr) {
+            auto owned = std::make_unique<Node>();
+            Node* leaf = owned.get();
+            leaf->id = next_id_++;
+            leaf->parent = node;
+            leaf->key.assign(tokens.begin() + pos, tokens.begin() + n);
+            leaf->value.assign(slots.begin() + pos, slots.begin() + n);
+            leaf->last_access = now;
+            node->children.emplace(page_at(tokens, pos), leaf);
+            nodes_.emplace(leaf->id, std::move(owned));
+            evictable_ += n - pos;
+            node = leaf;
+            break;
+        }
+        child->last_access = now;
+        const auto rest = tokens.subspan(static_cast<std::size_t>(pos),
+                                         static_cast<std::size_t>(n - pos));
+        const std::int64_t len = common_len(*child, rest);
+        // These tokens are already cached: the tree keeps its slots. The caller's slots for
+        // them are returned unless they are the tree's own (a prefix it matched earlier).
+        for (std::int64_t i = 0; i < len; ++i) {
+            if (slots[pos + i] != child->value[i]) duplicates.push_back(slots[pos + i]);
+        }
+        if (len < static_cast<std::int64_t>(child->key.size())) child = split(child, len);
+        node = child;
+        pos += len;
+    }
+    if (!duplicates.empty()) allocator_.free(duplicates);
+    return node->id;
+}
+
+void RadixCache::inc_lock_ref(NodeId id) {
+    for (Node* node = node_of(id); node != root_; node = node->parent) {
+        if (node->lock_ref++ == 0) {
+            const auto len = static_cast<std::int64_t>(node->key.size());
+            evictable_ -= len;
+            protected_ += len;
+        }
+    }
+}
+
+void RadixCache::dec_lock_ref(NodeId id) {
+    for (Node* node = node_of(id); node != root_; node = node->parent) {
+        TSR_CHECK(node->lock_ref > 0) << "unbalanced dec_lock_ref on radix node " << node->id;
+        if (--node->lock_ref == 0) {
+            const auto len = static_cast<std::int64_t>(node->key.size());
+            evictable_ += len;
+            protected_ -= len;
+        }
+    }
+}
+
+void RadixCache::erase_leaf(Node* leaf) {
+    allocator_.free(leaf->value);
+    evictable_ -= static_cast<std::int64_t>(leaf->key.size());
+    leaf->parent->children.erase(Page(leaf->key.begin(), leaf->key.begin() + page_size_));
+    nodes_.erase(leaf->id);
+}
+
+std::int64_t RadixCache::evict(std::int64_t n_tokens) {
+    // Min-heap of unlocked leaves by (last access, id): least recently used first; the id
+    // breaks ties so the order does not depend on hash-map iteration.
+    using Entry = std::pair<std::uint64_t, NodeId>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+    for (const auto& [id, node] : nodes_) {
+        if (node.get() != root_ && node->children.empty() && node->lock_ref == 0)
+            heap.emplace(node->last_access, id);
+    }
+    std::int64_t freed = 0;
+    while (freed < n_tokens && !heap.empty()) {
+        Node* leaf = node_of(heap.top().second);
+        heap.pop();
+        Node* parent = leaf->parent;
+        freed += static_cast<std::int64_t>(leaf->key.size());
+        erase_leaf(leaf);
+        if (parent != root_ && parent->children.empty() && parent->lock_ref == 0)
+            heap.emplace(parent->last_access, parent->id);
+    }
+    return freed;
+}
+
+bool RadixCache::reset() {
+    if (protected_ > 0) return false;
+    for (const auto& [id, node] : nodes_) {
+        if (node.get() != root_) allocator_.free(node->value);
+    }
+    init_root();
+    return true;
+}
+
+}  // namespace
+
+std::unique_ptr<PrefixCache> make_radix_cache(SlotAllocator& allocator, std::int64_t page_size) {
+    return std::make_unique<RadixCache>(allocator, page_size);
+}
+
+}  // namespace tessera::kvcache

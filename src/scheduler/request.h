@@ -1,0 +1,87 @@
+#pragma once
+// scheduler/request.h — Req: one generation request as the scheduler tracks it, from arrival
+// (waiting) through prefill chunks and decode (running) to finished, plus the event the
+// loop emits for it (new token / finish). The caller fills the request part; the Scheduler
+// owns the Req after add_request and is the only one to touch the bookkeeping part.
+// Not thread-safe: lives on the scheduler thread; the event sink is called on that thread.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "executor/forward_batch.h"
+#include "kvcache/prefix_cache.h"
+
+namespace tessera::scheduler {
+
+enum class ReqState { kWaiting, kRunning, kFinished };
+
+// SGLang's finish reasons as the API reports them: "stop" (eos / stop token), "length"
+// (max_new_tokens), "abort" (client abort, error, or out of memory).
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+std::string_view finish_reason_name(FinishReason reason);
+
+// What the loop tells the request's owner after a step. `token` is set when a new output
+// token was produced; `finished` on the request's last event (then `finish_reason`, and
+// `error` for an abort with a cause). Counters are totals so far.
+struct ReqEvent {
+    std::string_view rid;
+    std::optional<executor::SampledToken> token;
+    bool finished = false;
+    FinishReason finish_reason = FinishReason::kNone;
+    std::string_view error;
+    std::int64_t prompt_tokens = 0;
+    std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+    std::int64_t completion_tokens = 0;
+};
+using ReqEventSink = std::function<void(const ReqEvent&)>;
+
+struct Req {
+    // ---- set by the caller ------------------------------------------------------------
+    std::string rid;
+    std::vector<std::int32_t> input_ids;   // I32 [n_input], non-empty
+    std::int64_t max_new_tokens = 128;     // clamped at add_request to the context budget
+    std::vector<std::int32_t> stop_token_ids;  // user's stop ids
+    std::vector<std::int32_t> eos_token_ids;   // the model's eos ids
+    bool ignore_eos = false;                   // disables both lists above (SGLang semantics)
+    executor::SequenceSampling sampling;
+    int priority = 0;        // used by --schedule-policy priority
+    ReqEventSink sink;       // may be empty (no events)
+
+    // ---- owned by the scheduler -------------------------------------------------------
+    std::vector<std::int32_t> output_ids;  // I32 [n_output] generated so far
+    // I32 [kv_len]: KV slot of every position computed so far. slots[0, prefix_len) belong
+    // to the prefix cache (held by the lock on last_node); the rest belong to this request.
+    std::vector<std::int32_t> slots;
+    std::int64_t prefix_len = 0;            // multiple of page_size
+    kvcache::NodeId last_node = 0;          // locked radix node ending at prefix_len; 0 = root
+    ReqState state = ReqState::kWaiting;
+    FinishReason finish_reason = FinishReason::kNone;
+    std::string finish_error;               // cause of an abort, empty otherwise
+    std::uint64_t arrival = 0;              // order of add_request (fcfs key)
+    std::int64_t cached_tokens = 0;         // prefix-cache hit of the first admission
+    std::int64_t n_retracted = 0;           // times retracted under KV pressure
+    bool admitted_once = false;
+
+    std::int64_t kv_len() const { return static_cast<std::int64_t>(slots.size()); }
+    // Input followed by output: what the KV must hold. In decode, kv_len == fill_len() - 1
+    // (the last sampled token is fed next step).
+    std::int64_t fill_len() const {
+        return static_cast<std::int64_t>(input_ids.size() + output_ids.size());
+    }
+    std::int32_t fill_id(std::int64_t i) const {
+        const auto n_in = static_cast<std::int64_t>(input_ids.size());
+        return i < n_in ? input_ids[i] : output_ids[i - n_in];
+    }
+    std::vector<std::int32_t> fill_ids(std::int64_t begin, std::int64_t end) const;
+    bool finished() const { return finish_reason != FinishReason::kNone; }
+
+    // Sets finish_reason after a token was appended, in SGLang's order: length first, then
+    // eos / stop ids unless ignore_eos.
+    void check_finished();
+};
+
+}  // namespace tessera::scheduler

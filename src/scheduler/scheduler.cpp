@@ -1,0 +1,662 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <unordered_set>
+
+#include <fmt/core.h>
+
+#include "base/check.h"
+#include "base/logging.h"
+
+namespace tessera::scheduler {
+namespace {
+
+constexpr std::size_t kChunkedId = std::numeric_limits<std::size_t>::max();
+
+// The adder's view of the pool: free slots plus what the cache could give back.
+class PoolBudgetView final : public KvBudgetView {
+ public:
+    PoolBudgetView(const kvcache::SlotAllocator& alloc, kvcache::PrefixCache& cache)
+        : alloc_(alloc), cache_(cache) {}
+    std::int64_t available_and_evictable() const override {
+        return alloc_.available() + cache_.evictable_size();
+    }
+    void inc_lock_ref(kvcache::NodeId node) override { cache_.inc_lock_ref(node); }
+    void dec_lock_ref(kvcache::NodeId node) override { cache_.dec_lock_ref(node); }
+
+ private:
+    const kvcache::SlotAllocator& alloc_;
+    kvcache::PrefixCache& cache_;
+};
+
+double steady_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void erase_ptr(std::vector<Req*>& v, const Req* r) { std::erase(v, r); }
+
+}  // namespace
+
+Status SchedulerConfig::validate() const {
+    if (page_size < 1) return Status::InvalidArgument(fmt::format("page_size ({}) must be >= 1", page_size));
+    if (max_total_num_tokens <= 0 || max_total_num_tokens % page_size != 0) {
+        return Status::InvalidArgument(fmt::format(
+            "max_total_num_tokens ({}) must be > 0 and a multiple of page_size ({})",
+            max_total_num_tokens, page_size));
+    }
+    if (max_running_requests < 1)
+        return Status::InvalidArgument(fmt::format("max_running_requests ({}) must be >= 1", max_running_requests));
+    if (max_prefill_tokens < 1)
+        return Status::InvalidArgument(fmt::format("max_prefill_tokens ({}) must be >= 1", max_prefill_tokens));
+    if (chunked_prefill_size != -1 && chunked_prefill_size < page_size) {
+        return Status::InvalidArgument(fmt::format(
+            "chunked_prefill_size ({}) must be -1 (off) or at least page_size ({})",
+            chunked_prefill_size, page_size));
+    }
+    if (prefill_max_requests != -1 && prefill_max_requests < 1)
+        return Status::InvalidArgument(fmt::format("prefill_max_requests ({}) must be -1 or >= 1", prefill_max_requests));
+    if (new_token_ratio.schedule_conservativeness < 0)
+        return Status::InvalidArgument(fmt::format("schedule_conservativeness ({}) must be >= 0",
+                                                   new_token_ratio.schedule_conservativeness));
+    if (decode_log_interval < 1)
+        return Status::InvalidArgument(fmt::format("decode_log_interval ({}) must be >= 1", decode_log_interval));
+    if (context_len < 0) return Status::InvalidArgument(fmt::format("context_len ({}) must be >= 0", context_len));
+    return Status::Ok();
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, executor::BatchRunner& runner, Clock clock)
+    : config_(config),
+      runner_(runner),
+      clock_(clock ? std::move(clock) : Clock(steady_seconds)),
+      ratio_(config.new_token_ratio),
+      rng_(config.random_seed) {
+    const Status s = config.validate();
+    TSR_CHECK(s.ok()) << s.to_string();
+    max_req_len_ = config.max_total_num_tokens - 1;
+    if (config.context_len > 0) max_req_len_ = std::min(config.context_len - 1, max_req_len_);
+    max_req_input_len_ = max_req_len_ - 1;
+    allocator_ = std::make_unique<kvcache::SlotAllocator>(config.max_total_num_tokens, config.page_size);
+    cache_ = config.disable_radix_cache ? kvcache::make_chunk_cache(*allocator_)
+                                        : kvcache::make_radix_cache(*allocator_, config.page_size);
+    last_decode_log_time_ = clock_();
+}
+
+Scheduler::~Scheduler() = default;
+
+// ---- requests in and out -------------------------------------------------------------------
+
+Status Scheduler::add_request(Req req) {
+    if (req.rid.empty()) return Status::InvalidArgument("request id must not be empty");
+    if (reqs_.count(req.rid) != 0)
+        return Status::InvalidArgument(fmt::format("duplicate request id '{}'", req.rid));
+    if (req.input_ids.empty())
+        return Status::InvalidArgument(fmt::format("request '{}' has an empty prompt", req.rid));
+    const auto n_in = static_cast<std::int64_t>(req.input_ids.size());
+    if (n_in > max_req_input_len_) {
+        return Status::InvalidArgument(fmt::format(
+            "Input length ({} tokens) exceeds the maximum allowed length ({} tokens). Use a "
+            "shorter input or enable --allow-auto-truncate.",
+            n_in, max_req_input_len_));
+    }
+    if (req.max_new_tokens < 0)
+        return Status::InvalidArgument(fmt::format("max_new_tokens ({}) must be >= 0", req.max_new_tokens));
+    // Same clamp as SGLang: input + output must fit one request's context.
+    req.max_new_tokens = std::min(req.max_new_tokens, max_req_len_ - n_in - 1);
+    req.output_ids.clear();
+    req.slots.clear();
+    req.prefix_len = 0;
+    req.last_node = 0;
+    req.state = ReqState::kWaiting;
+    req.finish_reason = FinishReason::kNone;
+    req.arrival = next_arrival_++;
+    auto owned = std::make_unique<Req>(std::move(req));
+    waiting_.push_back(owned.get());
+    const std::string rid = owned->rid;
+    reqs_.emplace(rid, std::move(owned));
+    return Status::Ok();
+}
+
+bool Scheduler::abort(std::string_view rid) {
+    auto it = reqs_.find(std::string(rid));
+    if (it == reqs_.end()) return false;
+    Req& req = *it->second;
+    if (req.state != ReqState::kWaiting) {
+        // Its computed KV is valid: cache it like a finished request.
+        cache_finished_req(req);
+        batch_is_full_ = false;
+    }
+    if (chunked_req_ == &req) chunked_req_ = nullptr;
+    finish(req, FinishReason::kAbort, "aborted by request");
+    drop_finished();
+    return true;
+}
+
+void Scheduler::emit(Req& req, const executor::SampledToken* token) {
+    if (!req.sink) return;
+    ReqEvent ev;
+    ev.rid = req.rid;
+    if (token != nullptr) ev.token = *token;
+    ev.finished = req.finished();
+    ev.finish_reason = req.finish_reason;
+    ev.error = req.finish_error;
+    ev.prompt_tokens = static_cast<std::int64_t>(req.input_ids.size());
+    ev.cached_tokens = req.cached_tokens;
+    ev.completion_tokens = static_cast<std::int64_t>(req.output_ids.size());
+    req.sink(ev);
+}
+
+void Scheduler::finish(Req& req, FinishReason reason, std::string error) {
+    req.finish_reason = reason;
+    req.finish_error = std::move(error);
+    req.state = ReqState::kFinished;
+    emit(req, nullptr);
+}
+
+void Scheduler::drop_finished() {
+    const auto done = [](const Req* r) { return r->state == ReqState::kFinished; };
+    std::erase_if(waiting_, done);
+    std::erase_if(running_, done);
+    std::erase_if(last_prefill_, done);
+    if (chunked_req_ != nullptr && done(chunked_req_)) chunked_req_ = nullptr;
+    std::erase_if(reqs_, [](const auto& kv) { return kv.second->state == ReqState::kFinished; });
+}
+
+bool Scheduler::idle() const {
+    return waiting_.empty() && running_.empty() && last_prefill_.empty() && chunked_req_ == nullptr;
+}
+
+bool Scheduler::flush_cache() {
+    if (!idle()) {
+        TSR_LOG_C(WARN, "sched",
+                  "Cache not flushed because there are pending requests. #queue-req: {}, "
+                  "#running-req: {}",
+                  waiting_.size(), running_.size() + last_prefill_.size());
+        return false;
+    }
+    const bool ok = cache_->reset();
+    if (ok) TSR_LOG_C(INFO, "sched", "Cache flushed successfully!");
+    return ok;
+}
+
+// ---- KV bookkeeping ------------------------------------------------------------------------
+
+kvcache::MatchResult Scheduler::match(const Req& req) {
+    // At least the last token is recomputed: its logits give the next token.
+    return cache_->match_prefix(req.fill_ids(0, req.fill_len() - 1));
+}
+
+void Scheduler::evict_if_needed(std::int64_t n_tokens) {
+    // As SGLang: when short, evict n_tokens (not just the shortfall).
+    if (allocator_->available() < n_tokens) cache_->evict(n_tokens);
+}
+
+bool Scheduler::alloc_slots(Req& req, std::int64_t n) {
+    const std::int32_t last = req.slots.empty() ? -1 : req.slots.back();
+    auto fresh = allocator_->alloc(n, last);
+    if (!fresh) return false;
+    req.slots.insert(req.slots.end(), fresh->begin(), fresh->end());
+    return true;
+}
+
+void Scheduler::cache_finished_req(Req& req) {
+    const std::int64_t kv = req.kv_len();
+    const std::int64_t aligned = kv / config_.page_size * config_.page_size;
+    // The tree takes the whole pages (returning duplicates); the partial tail page is ours.
+    cache_->insert(req.fill_ids(0, aligned), std::span(req.slots).first(static_cast<std::size_t>(aligned)));
+    allocator_->free(std::vector<std::int32_t>(req.slots.begin() + aligned, req.slots.end()));
+    cache_->dec_lock_ref(req.last_node);
+    req.slots.clear();
+    req.prefix_len = 0;
+    req.last_node = 0;
+}
+
+void Scheduler::cache_unfinished_req(Req& req) {
+    // Without a radix tree there is nothing to share; the request keeps its slots.
+    if (config_.disable_radix_cache) return;
+    const std::int64_t aligned = req.kv_len() / config_.page_size * config_.page_size;
+    const std::vector<std::int32_t> tokens = req.fill_ids(0, aligned);
+    cache_->insert(tokens, std::span(req.slots).first(static_cast<std::size_t>(aligned)));
+    // Duplicates were freed by insert: switch to the tree's slots and lock the new end.
+    kvcache::MatchResult m = cache_->match_prefix(tokens);
+    TSR_CHECK_EQ(static_cast<std::int64_t>(m.slots.size()), aligned);
+    std::copy(m.slots.begin(), m.slots.end(), req.slots.begin());
+    cache_->inc_lock_ref(m.last_node);
+    cache_->dec_lock_ref(req.last_node);
+    req.last_node = m.last_node;
+    req.prefix_len = aligned;
+}
+
+void Scheduler::release_kv_no_insert(Req& req) {
+    allocator_->free(std::vector<std::int32_t>(req.slots.begin() + req.prefix_len, req.slots.end()));
+    cache_->dec_lock_ref(req.last_node);
+    req.slots.clear();
+    req.prefix_len = 0;
+    req.last_node = 0;
+}
+
+std::int64_t Scheduler::num_used_tokens() const {
+    return config_.max_total_num_tokens - (allocator_->available() + cache_->evictable_size());
+}
+
+Status Scheduler::check_invariants() const {
+    const std::int64_t P = config_.page_size;
+    std::unordered_set<std::int32_t> owned;
+    std::int64_t own_pages = 0;
+    for (const auto& [rid, r] : reqs_) {
+        if (r->state == ReqState::kWaiting && !r->slots.empty())
+            return Status::Internal(fmt::format("waiting request '{}' holds {} slots", rid, r->slots.size()));
+        if (r->prefix_len % P != 0 || r->prefix_len > r->kv_len())
+            return Status::Internal(fmt::format("request '{}': prefix_len {} vs kv_len {}", rid, r->prefix_len, r->kv_len()));
+        for (std::int64_t pos = r->prefix_len; pos < r->kv_len(); ++pos) {
+            const std::int32_t s = r->slots[pos];
+            if (s < P || s >= config_.max_total_num_tokens + P || s % P != pos % P)
+                return Status::Internal(fmt::format("request '{}': bad slot {} at position {}", rid, s, pos));
+            if (!owned.insert(s).second)
+                return Status::Internal(fmt::format("slot {} is held by two requests (one is '{}')", s, rid));
+        }
+        own_pages += (r->kv_len() + P - 1) / P - r->prefix_len / P;
+    }
+    const std::int64_t sum = allocator_->available() + cache_->total_size() + own_pages * P;
+    if (sum != allocator_->capacity()) {
+        return Status::Internal(fmt::format(
+            "KV accounting broken: available {} + cached {} + requests' own {} != capacity {}",
+            allocator_->available(), cache_->total_size(), own_pages * P, allocator_->capacity()));
+    }
+    return Status::Ok();
+}
+
+// ---- the loop ----------------------------------------------------------------------------
+
+StepKind Scheduler::step() {
+    merge_last_prefill();
+    std::vector<PrefillItem> items = get_new_batch_prefill();
+    if (!items.empty()) {
+        run_prefill(items);
+        return StepKind::kPrefill;
+    }
+    if (update_running_batch()) {
+        run_decode();
+        return StepKind::kDecode;
+    }
+    ratio_.on_idle();
+    return StepKind::kIdle;
+}
+
+void Scheduler::merge_last_prefill() {
+    running_.insert(running_.end(), last_prefill_.begin(), last_prefill_.end());
+    last_prefill_.clear();
+}
+
+std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
+    if ((batch_is_full_ || waiting_.empty()) && chunked_req_ == nullptr) return {};
+    const auto running_bs = static_cast<std::int64_t>(running_.size());
+    const std::int64_t allocatable = config_.max_running_requests - running_bs;
+    if (allocatable <= 0 && chunked_req_ == nullptr) {
+        batch_is_full_ = true;
+        return {};
+    }
+
+    // Order the queue (in place, as SGLang: the order persists across rounds).
+    const bool radix = !config_.disable_radix_cache;
+    const SchedulePolicy policy = effective_policy(config_.schedule_policy, waiting_.size(), radix);
+    if (policy != SchedulePolicy::kFcfs) {
+        std::vector<WaitingReqView> views;
+        views.reserve(waiting_.size());
+        for (const Req* r : waiting_) {
+            const std::int64_t prefix =
+                policy == SchedulePolicy::kLpm ? static_cast<std::int64_t>(match(*r).slots.size()) : 0;
+            views.push_back({.arrival = r->arrival, .prefix_len = prefix,
+                             .max_new_tokens = r->max_new_tokens, .priority = r->priority});
+        }
+        const auto order = order_waiting_queue(
+            policy, views,
+            {.radix_cache_enabled = radix,
+             .low_priority_values_first = config_.schedule_low_priority_values_first},
+            rng_);
+        std::vector<Req*> sorted;
+        sorted.reserve(waiting_.size());
+        for (const std::size_t i : order) sorted.push_back(waiting_[i]);
+        waiting_ = std::move(sorted);
+    }
+
+    std::vector<RunningReqView> running_views;
+    running_views.reserve(running_.size());
+    for (const Req* r : running_)
+        running_views.push_back({.max_new_tokens = r->max_new_tokens,
+                                 .output_len = static_cast<std::int64_t>(r->output_ids.size())});
+    PoolBudgetView view(*allocator_, *cache_);
+    PrefillAdder adder({.page_size = config_.page_size,
+                        .max_prefill_tokens = config_.max_prefill_tokens,
+                        .chunked_prefill_size = config_.chunked_prefill_size,
+                        .new_token_ratio = ratio_.value(),
+                        .max_new_reqs = allocatable,
+                        .prefill_max_requests = config_.prefill_max_requests,
+                        .clip_max_new_tokens = config_.clip_max_new_tokens},
+                       running_views, view);
+
+    Req* const old_chunked = chunked_req_;
+    if (old_chunked != nullptr) {
+        adder.add_chunked_req({.id = kChunkedId,
+                               .prefix_len = old_chunked->kv_len(),
+                               .extend_input_len = old_chunked->fill_len() - old_chunked->kv_len(),
+                               .max_new_tokens = old_chunked->max_new_tokens,
+                               .last_node = old_chunked->last_node});
+    }
+    std::unordered_map<std::size_t, kvcache::MatchResult> admitted_matches;
+    for (std::size_t i = 0; i < waiting_.size(); ++i) {
+        const Req& r = *waiting_[i];
+        kvcache::MatchResult m = radix ? match(r) : kvcache::MatchResult{};
+        const auto prefix = static_cast<std::int64_t>(m.slots.size());
+        const std::size_t before = adder.can_run().size();
+        const AddReqResult res = adder.add_one_req({.id = i,
+                                                    .prefix_len = prefix,
+                                                    .extend_input_len = r.fill_len() - prefix,
+                                                    .max_new_tokens = r.max_new_tokens,
+                                                    .last_node = m.last_node});
+        if (adder.can_run().size() > before) admitted_matches.emplace(i, std::move(m));
+        if (res != AddReqResult::kContinue) {
+            if (res == AddReqResult::kNoToken || res == AddReqResult::kReqLimit) batch_is_full_ = true;
+            break;
+        }
+    }
+    if (adder.can_run().empty()) return {};
+
+    // Admitted requests take their matched prefix (the adder holds its lock for them).
+    std::vector<PrefillItem> items;
+    std::unordered_set<const Req*> admitted;
+    for (const AdmittedPrefill& a : adder.can_run()) {
+        Req* req = a.id == kChunkedId ? old_chunked : waiting_[a.id];
+        if (a.id != kChunkedId) {
+            kvcache::MatchResult& m = admitted_matches.at(a.id);
+            req->slots = std::move(m.slots);
+            req->prefix_len = req->kv_len();
+            req->last_node = m.last_node;
+            req->state = ReqState::kRunning;
+            if (!req->admitted_once) {
+                req->admitted_once = true;
+                req->cached_tokens = req->prefix_len;
+                prompt_tokens_total_ += static_cast<std::int64_t>(req->input_ids.size());
+                cached_tokens_total_ += req->prefix_len;
+            }
+            admitted.insert(req);
+        }
+        items.push_back({.req = req, .extend_len = a.extend_len, .truncated = a.truncated});
+    }
+    std::erase_if(waiting_, [&](const Req* r) { return admitted.count(r) != 0; });
+    chunked_req_ = nullptr;
+    for (const PrefillItem& it : items)
+        if (it.truncated) chunked_req_ = it.req;
+
+    log_prefill(adder, static_cast<std::int64_t>(items.size()), running_bs);
+    if (!alloc_prefill_slots(items, old_chunked)) return {};
+    return items;
+}
+
+bool Scheduler::alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_chunked) {
+    const std::int64_t P = config_.page_size;
+    std::int64_t needed = 0;
+    for (const PrefillItem& it : items) {
+        const std::int64_t kv = it.req->kv_len();
+        needed += ((kv + it.extend_len + P - 1) / P - (kv + P - 1) / P) * P;
+    }
+    evict_if_needed(needed);
+    std::vector<std::int64_t> kv_before;
+    for (const PrefillItem& it : items) kv_before.push_back(it.req->kv_len());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (alloc_slots(*items[i].req, items[i].extend_len)) continue;
+        // Admission said it fits; if it still does not, undo this round and retry later
+        // rather than fail requests.
+        TSR_LOG_C(ERROR, "sched",
+                  "Prefill out of memory: {} slots needed, {} available; the batch is put back",
+                  needed, allocator_->available());
+        std::vector<Req*> back;
+        for (std::size_t j = 0; j < items.size(); ++j) {
+            Req& r = *items[j].req;
+            if (j < i) {
+                allocator_->free(std::vector<std::int32_t>(r.slots.begin() + kv_before[j], r.slots.end()));
+                r.slots.resize(static_cast<std::size_t>(kv_before[j]));
+            }
+            if (&r == old_chunked) continue;
+            cache_->dec_lock_ref(r.last_node);
+            r.slots.clear();
+            r.prefix_len = 0;
+            r.last_node = 0;
+            r.state = ReqState::kWaiting;
+            back.push_back(&r);
+        }
+        waiting_.insert(waiting_.begin(), back.begin(), back.end());
+        chunked_req_ = old_chunked;
+        batch_is_full_ = true;
+        return false;
+    }
+    return true;
+}
+
+void Scheduler::run_prefill(std::vector<PrefillItem>& items) {
+    executor::ForwardBatch batch;
+    batch.seqs.reserve(items.size());
+    for (const PrefillItem& it : items) {
+        Req& r = *it.req;
+        const std::int64_t start = r.kv_len() - it.extend_len;
+        batch.seqs.push_back({.rid = r.rid,
+                              .tokens = r.fill_ids(start, r.kv_len()),
+                              .start_pos = start,
+                              .slots = r.slots,
+                              .need_token = !it.truncated,
+                              .sampling = r.sampling,
+                              .output_ids = r.output_ids});
+    }
+    auto result = runner_.run(batch);
+    if (!result.ok()) {
+        std::vector<Req*> reqs;
+        for (const PrefillItem& it : items) reqs.push_back(it.req);
+        abort_batch(reqs, result.status());
+        return;
+    }
+    TSR_CHECK_EQ(result->size(), items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        Req& r = *items[i].req;
+        if (items[i].truncated) {
+            // Share the finished chunks through the tree; the next chunk starts from them.
+            cache_unfinished_req(r);
+            continue;
+        }
+        const executor::SampledToken& tok = (*result)[i];
+        r.output_ids.push_back(tok.token);
+        r.check_finished();
+        if (r.finished()) {
+            cache_finished_req(r);
+            r.state = ReqState::kFinished;
+        } else {
+            cache_unfinished_req(r);  // others can match this prompt right away
+            last_prefill_.push_back(&r);
+        }
+        emit(r, &tok);
+    }
+    drop_finished();
+}
+
+bool Scheduler::check_decode_mem(const std::vector<Req*>& reqs) {
+    // Each request whose last page is full needs a new page for its next token.
+    std::int64_t new_pages = 0;
+    for (const Req* r : reqs)
+        if (r->kv_len() % config_.page_size == 0) ++new_pages;
+    const std::int64_t needed = new_pages * config_.page_size;
+    evict_if_needed(needed);
+    return allocator_->available() >= needed;
+}
+
+bool Scheduler::update_running_batch() {
+    if (running_.empty()) {
+        batch_is_full_ = false;
+        return false;
+    }
+    const std::size_t initial = running_.size();
+    if (!check_decode_mem(running_)) {
+        retract_decode();
+    } else {
+        ratio_.on_decode_step();
+    }
+    if (running_.size() < initial) batch_is_full_ = false;
+    return !running_.empty();
+}
+
+void Scheduler::retract_decode() {
+    std::vector<RetractCandidate> cands;
+    cands.reserve(running_.size());
+    for (const Req* r : running_)
+        cands.push_back({.output_len = static_cast<std::int64_t>(r->output_ids.size()),
+                         .input_len = static_cast<std::int64_t>(r->input_ids.size())});
+    const std::vector<std::size_t> order = retraction_order(cands);
+    std::vector<Req*> remaining = running_;
+    std::vector<Req*> retracted;
+    std::size_t next = 0;
+    bool first = true;
+    while (first || !check_decode_mem(remaining)) {
+        if (remaining.size() == 1) {
+            // Even one request does not fit: abort it rather than stall the loop.
+            Req& last = *remaining.front();
+            release_kv_no_insert(last);
+            finish(last, FinishReason::kAbort,
+                   fmt::format("decode out of memory: KV pool of {} tokens cannot hold request "
+                               "'{}' ({} tokens); try a larger --mem-fraction-static",
+                               config_.max_total_num_tokens, last.rid, last.fill_len()));
+            remaining.clear();
+            break;
+        }
+        first = false;
+        Req* victim = running_[order[next++]];
+        erase_ptr(remaining, victim);
+        release_kv_no_insert(*victim);
+        // Use the memory freed by the release at once; keep room for a few steps of the rest.
+        evict_if_needed(static_cast<std::int64_t>(remaining.size()) * config_.retract_decode_steps);
+        victim->state = ReqState::kWaiting;
+        ++victim->n_retracted;
+        retracted.push_back(victim);
+    }
+    running_ = remaining;
+
+    std::int64_t decoded = 0;
+    std::int64_t max_new = 0;
+    for (const Req* r : running_) {
+        decoded += static_cast<std::int64_t>(r->output_ids.size());
+        max_new += r->max_new_tokens;
+    }
+    const double old_ratio = ratio_.value();
+    ratio_.set_after_retraction(ratio_after_retraction(
+        decoded, max_new, static_cast<std::int64_t>(running_.size()), config_.retract_decode_steps));
+    last_num_retracted_ = static_cast<std::int64_t>(retracted.size());
+    total_retracted_ += last_num_retracted_;
+    TSR_LOG_C(INFO, "sched",
+              "KV cache pool is full. Retract requests. #retracted_reqs: {}, #new_token_ratio: "
+              "{:.4f} -> {:.4f}",
+              retracted.size(), old_ratio, ratio_.value());
+    waiting_.insert(waiting_.end(), retracted.begin(), retracted.end());
+    drop_finished();
+}
+
+void Scheduler::run_decode() {
+    executor::ForwardBatch batch;
+    batch.seqs.reserve(running_.size());
+    for (Req* r : running_) {
+        const std::int64_t pos = r->kv_len();
+        TSR_CHECK(alloc_slots(*r, 1)) << "decode slot allocation failed after check_decode_mem";
+        batch.seqs.push_back({.rid = r->rid,
+                              .tokens = {r->fill_id(pos)},
+                              .start_pos = pos,
+                              .slots = r->slots,
+                              .need_token = true,
+                              .sampling = r->sampling,
+                              .output_ids = r->output_ids});
+    }
+    auto result = runner_.run(batch);
+    if (!result.ok()) {
+        abort_batch(running_, result.status());
+        return;
+    }
+    TSR_CHECK_EQ(result->size(), running_.size());
+    bool any_finished = false;
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+        Req& r = *running_[i];
+        const executor::SampledToken& tok = (*result)[i];
+        r.output_ids.push_back(tok.token);
+        ++generation_tokens_total_;
+        ++num_generated_since_log_;
+        r.check_finished();
+        if (r.finished()) {
+            cache_finished_req(r);
+            r.state = ReqState::kFinished;
+            any_finished = true;
+        }
+        emit(r, &tok);
+    }
+    if (any_finished) batch_is_full_ = false;
+    drop_finished();
+    if (++forward_ct_decode_ % config_.decode_log_interval == 0) log_decode();
+}
+
+void Scheduler::abort_batch(const std::vector<Req*>& reqs, const Status& status) {
+    TSR_LOG_C(ERROR, "sched", "batch of {} requests failed: {}", reqs.size(), status.to_string());
+    const std::vector<Req*> copy = reqs;  // `reqs` may be running_, which drop_finished edits
+    for (Req* r : copy) {
+        // The step's K/V may be half written: free it, do not cache it.
+        release_kv_no_insert(*r);
+        finish(*r, FinishReason::kAbort, status.to_string());
+    }
+    batch_is_full_ = false;
+    drop_finished();
+}
+
+// ---- logs and stats -----------------------------------------------------------------------
+
+void Scheduler::log_prefill(const PrefillAdder& adder, std::int64_t n_new_seqs,
+                            std::int64_t running_bs) {
+    const std::int64_t hit = adder.log_hit_tokens();
+    const std::int64_t input = adder.log_input_tokens();
+    last_cache_hit_rate_ = hit + input > 0 ? static_cast<double>(hit) / static_cast<double>(hit + input) : 0.0;
+    TSR_LOG_C(INFO, "sched",
+              "Prefill batch. #new-seq: {}, #new-token: {}, #cached-token: {}, token usage: {:.2f}, "
+              "#running-req: {}, #queue-req: {}",
+              n_new_seqs, input, hit,
+              static_cast<double>(num_used_tokens()) / static_cast<double>(config_.max_total_num_tokens),
+              running_bs, waiting_.size());
+}
+
+void Scheduler::log_decode() {
+    const double now = clock_();
+    const double gap = now - last_decode_log_time_;
+    last_gen_throughput_ = gap > 0 ? static_cast<double>(num_generated_since_log_) / gap : 0.0;
+    last_decode_log_time_ = now;
+    num_generated_since_log_ = 0;
+    const std::int64_t used = num_used_tokens();
+    TSR_LOG_C(INFO, "sched",
+              "Decode batch. #running-req: {}, #token: {}, token usage: {:.2f}, gen throughput "
+              "(token/s): {:.2f}, #queue-req: {}",
+              running_.size(), used,
+              static_cast<double>(used) / static_cast<double>(config_.max_total_num_tokens),
+              last_gen_throughput_, waiting_.size());
+}
+
+SchedulerStats Scheduler::stats() const {
+    SchedulerStats s;
+    s.num_running_reqs = static_cast<std::int64_t>(running_.size() + last_prefill_.size());
+    s.num_queue_reqs = static_cast<std::int64_t>(waiting_.size());
+    s.max_total_num_tokens = config_.max_total_num_tokens;
+    s.available_tokens = allocator_->available();
+    s.evictable_tokens = cache_->evictable_size();
+    s.num_used_tokens = num_used_tokens();
+    s.token_usage = static_cast<double>(s.num_used_tokens) / static_cast<double>(s.max_total_num_tokens);
+    s.cache_hit_rate = last_cache_hit_rate_;
+    s.gen_throughput = last_gen_throughput_;
+    s.new_token_ratio = ratio_.value();
+    s.num_retracted_reqs = last_num_retracted_;
+    s.total_retracted_reqs = total_retracted_;
+    s.prompt_tokens_total = prompt_tokens_total_;
+    s.cached_tokens_total = cached_tokens_total_;
+    s.generation_tokens_total = generation_tokens_total_;
+    return s;
+}
+
+}  // namespace tessera::scheduler

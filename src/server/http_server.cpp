@@ -1,0 +1,690 @@
+// Boost 1.74 asio needs <utility> before it under -std=c++20.
+#include <utility>
+
+#include "server/http_server.h"
+
+#include <nlohmann/json.hpp>
+
+#include "base/logging.h"
+#include "server/backend.h"
+#include "server/http_metrics.h"
+#include "server/openai_protocol.h"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <atomic>
+#include <optional>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+namespace tessera::server {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using error_code = boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kLog = "http";
+constexpr const char* kJson = "application/json";
+constexpr const char* kText = "text/plain; charset=utf-8";
+constexpr std::size_t kWatchReadBytes = 4096;
+constexpr std::size_t kKeepBufferBytes = 64 * 1024;  // larger read buffers are freed when idle
+constexpr auto kLingerTimeout = std::chrono::milliseconds(500);
+
+double seconds_since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string detail_json(const std::string& detail) {
+    return nlohmann::json{{"detail", detail}}.dump();
+}
+
+// State shared by the server, its sessions and the callbacks handed to the backend (which
+// may outlive the server: the gate stops them from posting once the io_context is gone).
+struct ServerState {
+    ServerState(Backend& b, HttpServerOptions o)
+        : backend(b), options(std::move(o)), metrics(b.served_model_name()) {}
+
+    Backend& backend;
+    const HttpServerOptions options;
+    ProtocolOptions protocol;  // set once in start()
+    HttpMetrics metrics;
+    std::atomic<std::int64_t> n_pending{0};        // admitted generation requests in the backend
+    std::atomic<std::int64_t> n_open_responses{0}; // generation responses not fully written
+    std::atomic<bool> stopping{false};
+    std::atomic<std::uint64_t> n_health_checks{0};
+
+    std::shared_mutex gate_mu;
+    bool gate_closed = false;  // GUARDED_BY(gate_mu)
+};
+
+// Holds one admission slot until every request of a generation has sent its final event
+// (or the backend drops the callbacks).
+class PendingTicket {
+ public:
+    PendingTicket(std::shared_ptr<ServerState> state, int n_requests)
+        : state_(std::move(state)), remaining_(n_requests) {}
+    ~PendingTicket() { release(); }
+    void finish_one() {
+        if (remaining_.fetch_sub(1) == 1) release();
+    }
+
+ private:
+    void release() {
+        if (!released_.exchange(true)) state_->n_pending.fetch_sub(1);
+    }
+    std::shared_ptr<ServerState> state_;
+    std::atomic<int> remaining_;
+    std::atomic<bool> released_{false};
+};
+
+// The generation a connection is answering (at most one: HTTP/1.1 answers in order).
+struct ActiveGeneration {
+    std::uint64_t seq = 0;
+    bool health = false;  // /health_generate: answer on the first event
+    bool streaming = false;
+    std::vector<std::string> request_ids;
+    std::vector<bool> finished;
+    std::vector<std::optional<Clock::time_point>> last_token_at;  // none before the first token
+    std::optional<ResponseBuilder> builder;
+    Clock::time_point start = Clock::now();
+};
+
+// One TCP connection. Owned by shared_ptrs in its pending handlers; every member is used
+// only on the connection's strand.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+    Session(tcp::socket socket, std::shared_ptr<ServerState> state)
+        : socket_(std::move(socket)), state_(std::move(state)), idle_timer_(socket_.get_executor()) {}
+
+    void start() { read_header(); }
+
+    // Called on a backend thread: post to the strand, never block.
+    static void post_event(const std::shared_ptr<ServerState>& state, const std::weak_ptr<Session>& weak,
+                           std::uint64_t seq, std::size_t index, GenerationEvent event) {
+        std::shared_lock lock(state->gate_mu);
+        if (state->gate_closed) return;
+        auto self = weak.lock();
+        if (!self) return;
+        try {
+            net::post(self->socket_.get_executor(), [self, seq, index, ev = std::move(event)]() mutable {
+                self->on_generation_event(seq, index, std::move(ev));
+            });
+        } catch (const std::exception& e) {
+            TSR_LOG_C(ERROR, kLog, "dropping a generation event: {}", e.what());
+        }
+    }
+
+ private:
+    // ---- reading -------------------------------------------------------------------
+    void read_header() {
+        if (closed_) return;
+        parser_.emplace();
+        parser_->header_limit(static_cast<std::uint32_t>(state_->options.max_header_bytes));
+        parser_->body_limit(state_->options.max_body_bytes);
+        arm_timer(state_->options.keep_alive_timeout);
+        http::async_read_header(socket_, buffer_, *parser_,
+                                [self = shared_from_this()](error_code ec, std::size_t) { self->on_header(ec); });
+    }
+
+    void on_header(error_code ec) {
+        if (ec) return on_read_error(ec);
+        const auto& req = parser_->get();
+        if (!parser_->is_done() && beast::iequals(req[http::field::expect], "100-continue"))
+            write("HTTP/1.1 100 Continue\r\n\r\n");
+        if (parser_->is_done()) return on_body({});
+        http::async_read(socket_, buffer_, *parser_,
+                         [self = shared_from_this()](error_code ec, std::size_t) { self->on_body(ec); });
+    }
+
+    void on_body(error_code ec) {
+        if (ec) return on_read_error(ec);
+        disarm_timer();
+        const auto& req = parser_->get();
+        keep_alive_ = req.keep_alive() && !state_->stopping.load();
+        chunked_ = req.version() >= 11;
+        response_active_ = true;
+        response_complete_ = false;
+        if (buffer_.size() == 0) watch_peer();  // else a pipelined request is already here
+        route();
+    }
+
+    void on_read_error(error_code ec) {
+        disarm_timer();
+        if (closed_) return;
+        if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::operation_aborted ||
+            ec == net::error::connection_reset || ec == net::error::bad_descriptor) {
+            return close();
+        }
+        keep_alive_ = false;
+        response_active_ = true;
+        response_complete_ = false;
+        if (ec == http::error::body_limit) {
+            return respond_error(ApiError{.http_status = 413,
+                                          .message = "request body exceeds the limit of " +
+                                                     std::to_string(state_->options.max_body_bytes) + " bytes"});
+        }
+        if (ec == http::error::header_limit) {
+            return respond(431, kJson, detail_json("request headers too large"));
+        }
+        respond(400, kJson, detail_json("malformed HTTP request: " + ec.message()));
+    }
+
+    // While a response is pending, a read stays posted to notice a client that goes away
+    // (→ abort); bytes it reads are the start of the next request. Invariant: while it is
+    // posted, buffer_ is empty (so no second read is ever started next to it).
+    void watch_peer() {
+        if (watching_ || closed_) return;
+        watching_ = true;
+        socket_.async_read_some(buffer_.prepare(kWatchReadBytes),
+                                [self = shared_from_this()](error_code ec, std::size_t n) { self->on_watch(ec, n); });
+    }
+
+    void on_watch(error_code ec, std::size_t n) {
+        watching_ = false;
+        if (closed_) return;
+        if (ec) return close();  // the client is gone: close() aborts what is in flight
+        if (lingering_) return drain();
+        buffer_.commit(n);
+        if (!response_active_) read_header();  // idle keep-alive connection: next request
+    }
+
+    // ---- routing -------------------------------------------------------------------
+    void route() {
+        const auto& req = parser_->get();
+        std::string_view target(req.target().data(), req.target().size());
+        const std::string path(target.substr(0, target.find('?')));
+        const http::verb m = req.method();
+        const bool get = m == http::verb::get || m == http::verb::head;
+        const bool post = m == http::verb::post;
+        auto allow = [&](bool ok, const char* allowed) {
+            if (!ok) respond(405, kJson, detail_json("Method Not Allowed"), {"Allow: " + std::string(allowed)});
+            return ok;
+        };
+        Backend& backend = state_->backend;
+        if (path == "/v1/chat/completions") {
+            if (allow(post, "POST")) start_generation(ApiKind::kChatCompletion);
+        } else if (path == "/v1/completions") {
+            if (allow(post, "POST")) start_generation(ApiKind::kCompletion);
+        } else if (path == "/generate") {
+            if (allow(post || m == http::verb::put, "POST, PUT")) start_generation(ApiKind::kGenerate);
+        } else if (path == "/health") {
+            if (!allow(get, "GET")) return;
+            const bool up = backend.ready() && !state_->stopping.load();
+            respond(up ? 200 : 503, kText, "");
+        } else if (path == "/health_generate") {
+            if (allow(get, "GET")) health_generate();
+        } else if (path == "/v1/models") {
+            if (allow(get, "GET")) respond(200, kJson, models_json());
+        } else if (path == "/get_server_info" || path == "/server_info") {
+            if (allow(get, "GET")) respond(200, kJson, backend.server_info().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        } else if (path == "/flush_cache") {
+            if (!allow(get || post, "GET, POST")) return;
+            Status st = backend.flush_cache();
+            if (st.ok()) {
+                respond(200, kText,
+                        "Cache flushed.\nPlease check backend logs for more details. (When there are running "
+                        "or waiting requests, the operation will not be performed.)\n");
+            } else {
+                respond(400, kText, "Cache not flushed: " + st.message() + "\n");
+            }
+        } else if (path == "/metrics") {
+            if (allow(get, "GET"))
+                respond(200, "text/plain; version=0.0.4; charset=utf-8", backend.metrics_text() + state_->metrics.render());
+        } else {
+            respond(404, kJson, detail_json("Not Found"));
+        }
+    }
+
+    std::string models_json() const {
+        const auto created = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count();
+        const std::string& name = state_->protocol.served_model_name;
+        nlohmann::ordered_json card = {{"id", name},         {"object", "model"},
+                                       {"created", created}, {"owned_by", "sglang"},
+                                       {"root", name},       {"parent", nullptr},
+                                       {"max_model_len", state_->protocol.max_model_len}};
+        nlohmann::ordered_json list = {{"object", "list"}, {"data", nlohmann::ordered_json::array({card})}};
+        return list.dump();
+    }
+
+    // ---- generation ----------------------------------------------------------------
+    void start_generation(ApiKind kind) {
+        if (state_->stopping.load()) {
+            keep_alive_ = false;
+            return respond_error(ApiError{.http_status = 503, .message = "the server is shutting down",
+                                          .type = "service_unavailable"});
+        }
+        const char* prefix = kind == ApiKind::kChatCompletion ? "chatcmpl-" : kind == ApiKind::kCompletion ? "cmpl-" : "";
+        ParseOutcome parsed = parse_request(kind, parser_->get().body(), state_->protocol, prefix + random_hex_id());
+        if (!parsed.ok()) return respond_error(*parsed.error);
+
+        const std::int64_t limit = state_->options.max_pending_requests;
+        if (state_->n_pending.fetch_add(1) >= limit) {
+            state_->n_pending.fetch_sub(1);
+            return respond_error(ApiError{.http_status = 503,
+                                          .message = "too many pending requests (limit " + std::to_string(limit) +
+                                                     "); retry later",
+                                          .type = "service_unavailable"});
+        }
+        ParsedRequest& request = parsed.request;
+        const int n = static_cast<int>(request.requests.size());
+        auto ticket = std::make_shared<PendingTicket>(state_, n);
+        auto gen = std::make_unique<ActiveGeneration>();
+        gen->seq = ++gen_seq_;
+        gen->streaming = request.stream;
+        gen->finished.assign(n, false);
+        gen->last_token_at.assign(n, std::nullopt);
+        gen->builder.emplace(request);
+        for (const GenerationRequest& r : request.requests) gen->request_ids.push_back(r.request_id);
+        gen_ = std::move(gen);
+
+        for (int i = 0; i < n; ++i) {
+            Status st = state_->backend.submit(std::move(request.requests[i]), make_callback(i, ticket));
+            if (st.ok()) continue;
+            for (int k = 0; k < i; ++k) state_->backend.abort(gen_->request_ids[k]);
+            for (int k = i; k < n; ++k) ticket->finish_one();
+            gen_.reset();
+            return respond_error(ApiError::from_status(st));
+        }
+        counted_open_ = true;
+        state_->n_open_responses.fetch_add(1);
+        if (gen_->streaming) {
+            std::string head =
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n";
+            head += chunked_ ? "Transfer-Encoding: chunked\r\n" : "";
+            if (!chunked_) keep_alive_ = false;
+            head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+            write(std::move(head));
+        }
+    }
+
+    EventCallback make_callback(int index, std::shared_ptr<PendingTicket> ticket) {
+        return [state = state_, weak = weak_from_this(), seq = gen_seq_, index,
+                ticket = std::move(ticket)](GenerationEvent event) {
+            const bool final = event.finish_reason.has_value() || event.error.has_value();
+            post_event(state, weak, seq, static_cast<std::size_t>(index), std::move(event));
+            if (final && ticket) ticket->finish_one();
+        };
+    }
+
+    void on_generation_event(std::uint64_t seq, std::size_t index, GenerationEvent ev) {
+        if (!gen_ || gen_->seq != seq || index >= gen_->finished.size() || gen_->finished[index]) return;
+        if (gen_->health) return on_health_event(ev);
+        ActiveGeneration& g = *gen_;
+        const bool final = ev.finish_reason.has_value() || ev.error.has_value();
+        record_metrics(g, index, ev, final);
+        if (final) g.finished[index] = true;
+        std::string bytes = g.builder->add_event(index, ev);
+        if (g.streaming && !bytes.empty()) send_body(bytes);
+        if (!g.builder->finished()) return;
+
+        std::unique_ptr<ActiveGeneration> done = std::move(gen_);
+        if (done->streaming) {
+            if (chunked_) write("0\r\n\r\n");
+            complete_response();
+        } else if (done->builder->error()) {
+            respond_error(*done->builder->error());
+        } else {
+            respond(200, kJson, done->builder->body());
+        }
+    }
+
+    void record_metrics(ActiveGeneration& g, std::size_t index, const GenerationEvent& ev, bool final) {
+        HttpMetrics& m = state_->metrics;
+        if (!ev.token_ids.empty()) {
+            auto& last = g.last_token_at[index];
+            if (!last) {
+                m.observe_time_to_first_token(seconds_since(g.start));
+            } else {
+                m.observe_inter_token_latency(seconds_since(*last), static_cast<std::int64_t>(ev.token_ids.size()));
+            }
+            last = Clock::now();
+        }
+        if (final) {
+            m.observe_e2e_request_latency(seconds_since(g.start));
+            m.add_prompt_tokens(ev.usage.prompt_tokens);
+            m.add_generation_tokens(ev.usage.completion_tokens);
+        }
+    }
+
+    void abort_generation() {
+        if (!gen_) return;
+        for (std::size_t i = 0; i < gen_->request_ids.size(); ++i) {
+            if (!gen_->finished[i]) state_->backend.abort(gen_->request_ids[i]);
+        }
+    }
+
+    // ---- /health_generate ----------------------------------------------------------
+    void health_generate() {
+        if (!state_->backend.ready() || state_->stopping.load()) return respond(503, kText, "");
+        GenerationRequest r;
+        r.request_id = "HEALTH_CHECK_" + std::to_string(state_->n_health_checks.fetch_add(1)) + "_" + random_hex_id();
+        r.input.input_ids = std::vector<std::int32_t>{0};
+        r.params.max_new_tokens = 1;
+        r.params.temperature = 0.0f;
+        auto gen = std::make_unique<ActiveGeneration>();
+        gen->seq = ++gen_seq_;
+        gen->health = true;
+        gen->request_ids = {r.request_id};
+        gen->finished = {false};
+        gen_ = std::move(gen);
+        Status st = state_->backend.submit(std::move(r), make_callback(0, nullptr));
+        if (!st.ok()) {
+            gen_.reset();
+            return respond(503, kText, "");
+        }
+        health_timer_.emplace(socket_.get_executor());
+        health_timer_->expires_after(state_->options.health_generate_timeout);
+        health_timer_->async_wait([self = shared_from_this(), seq = gen_seq_](error_code ec) {
+            if (ec || !self->gen_ || self->gen_->seq != seq) return;
+            self->abort_generation();
+            self->gen_.reset();
+            self->respond(503, kText, "");
+        });
+    }
+
+    void on_health_event(const GenerationEvent& ev) {
+        const bool final = ev.finish_reason.has_value() || ev.error.has_value();
+        if (!final) abort_generation();
+        gen_.reset();
+        if (health_timer_) health_timer_->cancel();
+        respond(ev.error ? 503 : 200, kText, "");
+    }
+
+    // ---- writing -------------------------------------------------------------------
+    void respond(int status, const char* content_type, const std::string& body,
+                 const std::vector<std::string>& extra_headers = {}) {
+        std::string head = "HTTP/1.1 " + std::to_string(status) + " " +
+                           std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\n";
+        head += "Content-Type: " + std::string(content_type) + "\r\n";
+        head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+        for (const std::string& h : extra_headers) head += h + "\r\n";
+        head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+        write(head + body);
+        complete_response();
+    }
+
+    void respond_error(const ApiError& e) {
+        std::vector<std::string> extra;
+        if (e.http_status == 503) extra.push_back("Retry-After: " + std::to_string(state_->options.retry_after_seconds));
+        respond(e.http_status, kJson, e.to_json(), extra);
+    }
+
+    void send_body(const std::string& bytes) {
+        if (!chunked_) return write(bytes);
+        char size[24];
+        std::snprintf(size, sizeof(size), "%zx\r\n", bytes.size());
+        write(size + bytes + "\r\n");
+    }
+
+    void write(std::string bytes) {
+        if (closed_) return;
+        out_pending_ += bytes;
+        if (out_pending_.size() > state_->options.max_unsent_bytes) {
+            TSR_LOG_C(WARN, kLog, "client not reading ({} bytes unsent); closing the connection", out_pending_.size());
+            return close();
+        }
+        if (!writing_) do_write();
+    }
+
+    void do_write() {
+        writing_ = true;
+        out_writing_.swap(out_pending_);
+        out_pending_.clear();
+        net::async_write(socket_, net::buffer(out_writing_),
+                         [self = shared_from_this()](error_code ec, std::size_t) { self->on_write(ec); });
+    }
+
+    void on_write(error_code ec) {
+        writing_ = false;
+        out_writing_.clear();
+        if (closed_) return;
+        if (ec) return close();
+        if (!out_pending_.empty()) return do_write();
+        if (response_complete_) on_response_flushed();
+    }
+
+    void complete_response() {
+        response_complete_ = true;
+        if (!writing_ && out_pending_.empty()) on_response_flushed();
+    }
+
+    void on_response_flushed() {
+        if (!response_active_) return;
+        response_active_ = false;
+        uncount_open();
+        if (closed_) return;
+        parser_.reset();  // frees the request body
+        if (buffer_.size() == 0 && buffer_.capacity() > kKeepBufferBytes) buffer_.shrink_to_fit();
+        if (!keep_alive_ || state_->stopping.load()) return linger_close();
+        if (!watching_) return read_header();
+        arm_timer(state_->options.keep_alive_timeout);  // the watch read brings the next request
+    }
+
+    // ---- closing -------------------------------------------------------------------
+    // Half-close and drain what the client still sends, so it reads our last response
+    // instead of a reset.
+    void linger_close() {
+        lingering_ = true;
+        error_code ec;
+        socket_.shutdown(tcp::socket::shutdown_send, ec);
+        if (ec) return close();
+        arm_timer(kLingerTimeout);
+        if (!watching_) drain();
+    }
+
+    void drain() {
+        watching_ = true;
+        buffer_.clear();
+        socket_.async_read_some(buffer_.prepare(kWatchReadBytes), [self = shared_from_this()](error_code ec, std::size_t) {
+            self->watching_ = false;
+            if (ec || self->closed_) return self->close();
+            self->drain();
+        });
+    }
+
+    void close() {
+        if (closed_) return;
+        closed_ = true;
+        abort_generation();
+        disarm_timer();
+        if (health_timer_) health_timer_->cancel();
+        uncount_open();
+        error_code ec;
+        socket_.shutdown(tcp::socket::shutdown_both, ec);
+        socket_.close(ec);
+    }
+
+    void uncount_open() {
+        if (counted_open_) {
+            counted_open_ = false;
+            state_->n_open_responses.fetch_sub(1);
+        }
+    }
+
+    void arm_timer(std::chrono::milliseconds timeout) {
+        const std::uint64_t seq = ++timer_seq_;
+        idle_timer_.expires_after(timeout);
+        idle_timer_.async_wait([self = shared_from_this(), seq](error_code ec) {
+            if (!ec && self->timer_seq_ == seq) self->close();
+        });
+    }
+    void disarm_timer() {
+        ++timer_seq_;
+        idle_timer_.cancel();
+    }
+
+    tcp::socket socket_;
+    std::shared_ptr<ServerState> state_;
+    net::steady_timer idle_timer_;  // keep-alive idle / header read / linger deadline
+    std::uint64_t timer_seq_ = 0;   // only the latest arm_timer() may close
+    std::optional<net::steady_timer> health_timer_;
+    beast::flat_buffer buffer_;
+    std::optional<http::request_parser<http::string_body>> parser_;
+
+    bool keep_alive_ = true;
+    bool chunked_ = true;           // HTTP/1.1: streams use chunked transfer encoding
+    bool response_active_ = false;  // a request was read and its response is not flushed
+    bool response_complete_ = false;
+    bool watching_ = false;         // a read is posted on the socket
+    bool closed_ = false;
+    bool lingering_ = false;        // half-closed after the last response; draining input
+    bool counted_open_ = false;     // holds one ServerState::n_open_responses
+
+    std::string out_pending_;  // bytes queued behind the write in flight
+    std::string out_writing_;  // bytes of the write in flight
+    bool writing_ = false;
+
+    std::uint64_t gen_seq_ = 0;  // events of older generations are dropped
+    std::unique_ptr<ActiveGeneration> gen_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+Status HttpServerOptions::validate() const {
+    if (port < 0 || port > 65535) return Status::InvalidArgument("port must be in [0, 65535], got " + std::to_string(port));
+    if (n_io_threads < 1) return Status::InvalidArgument("n_io_threads must be at least 1, got " + std::to_string(n_io_threads));
+    if (max_pending_requests < 1)
+        return Status::InvalidArgument("max_pending_requests must be at least 1, got " + std::to_string(max_pending_requests));
+    if (max_body_bytes < 1024) return Status::InvalidArgument("max_body_bytes must be at least 1024");
+    return Status::Ok();
+}
+
+class HttpServer::Impl {
+ public:
+    Impl(Backend& backend, HttpServerOptions options)
+        : state_(std::make_shared<ServerState>(backend, std::move(options))),
+          acceptor_(net::make_strand(ioc_)),
+          accept_retry_timer_(acceptor_.get_executor()) {}
+
+    ~Impl() { stop(); }
+
+    Status start() {
+        const HttpServerOptions& o = state_->options;
+        TSR_RETURN_IF_ERROR(o.validate());
+        if (running_) return Status::InvalidArgument("the HTTP server is already running");
+        state_->protocol.served_model_name = state_->backend.served_model_name();
+        state_->protocol.max_model_len = state_->backend.max_model_len();
+
+        error_code ec;
+        tcp::resolver resolver(ioc_);
+        auto results = resolver.resolve(o.host, std::to_string(o.port), tcp::resolver::passive, ec);
+        if (ec || results.empty())
+            return Status::InvalidArgument("cannot resolve --host '" + o.host + "': " + ec.message());
+        const tcp::endpoint endpoint = results.begin()->endpoint();
+        if (acceptor_.open(endpoint.protocol(), ec); ec) return bind_error("open", ec);
+        if (acceptor_.set_option(net::socket_base::reuse_address(true), ec); ec) return bind_error("set_option", ec);
+        if (acceptor_.bind(endpoint, ec); ec) return bind_error("bind", ec);
+        if (acceptor_.listen(net::socket_base::max_listen_connections, ec); ec) return bind_error("listen", ec);
+        port_ = acceptor_.local_endpoint(ec).port();
+
+        running_ = true;
+        do_accept();
+        for (int i = 0; i < o.n_io_threads; ++i) threads_.emplace_back([this] { run_loop(); });
+        TSR_LOG_C(INFO, kLog, "serving {} on http://{}:{} ({} io thread(s))", state_->protocol.served_model_name,
+                  o.host, port_, o.n_io_threads);
+        return Status::Ok();
+    }
+
+    int port() const { return port_; }
+
+    void stop() {
+        if (!running_) return;
+        running_ = false;
+        state_->stopping.store(true);
+        net::post(acceptor_.get_executor(), [this] {
+            error_code ec;
+            acceptor_.close(ec);
+            accept_retry_timer_.cancel();
+        });
+        state_->backend.drain();
+        const auto deadline = Clock::now() + state_->options.drain_timeout;
+        while ((state_->n_pending.load() > 0 || state_->n_open_responses.load() > 0) && Clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        {
+            std::unique_lock lock(state_->gate_mu);
+            state_->gate_closed = true;
+        }
+        work_.reset();
+        ioc_.stop();
+        for (std::thread& t : threads_) t.join();
+        threads_.clear();
+        TSR_LOG_C(INFO, kLog, "HTTP server on port {} stopped", port_);
+    }
+
+ private:
+    Status bind_error(const char* step, const error_code& ec) const {
+        const HttpServerOptions& o = state_->options;
+        return Status(StatusCode::kUnavailable, "cannot listen on " + o.host + ":" + std::to_string(o.port) + " (" +
+                                                    step + "): " + ec.message() +
+                                                    "; pick another --port or stop the process using it");
+    }
+
+    void do_accept() {
+        acceptor_.async_accept(net::make_strand(ioc_), [this](error_code ec, tcp::socket socket) {
+            if (!acceptor_.is_open()) return;
+            if (ec) {
+                // EMFILE and friends: back off instead of spinning.
+                TSR_LOG_C(WARN, kLog, "accept failed: {}", ec.message());
+                accept_retry_timer_.expires_after(std::chrono::milliseconds(50));
+                accept_retry_timer_.async_wait([this](error_code e) {
+                    if (!e && acceptor_.is_open()) do_accept();
+                });
+                return;
+            }
+            error_code opt_ec;
+            socket.set_option(tcp::no_delay(true), opt_ec);
+            std::make_shared<Session>(std::move(socket), state_)->start();
+            do_accept();
+        });
+    }
+
+    void run_loop() {
+        for (;;) {
+            try {
+                ioc_.run();
+                return;
+            } catch (const std::exception& e) {
+                TSR_LOG_C(ERROR, kLog, "exception in an io handler (continuing): {}", e.what());
+            }
+        }
+    }
+
+    std::shared_ptr<ServerState> state_;
+    net::io_context ioc_;
+    net::executor_work_guard<net::io_context::executor_type> work_{ioc_.get_executor()};
+    tcp::acceptor acceptor_;
+    net::steady_timer accept_retry_timer_;
+    std::vector<std::thread> threads_;
+    int port_ = 0;
+    bool running_ = false;
+};
+
+HttpServer::HttpServer(Backend& backend, HttpServerOptions options)
+    : impl_(std::make_unique<Impl>(backend, std::move(options))) {}
+HttpServer::~HttpServer() = default;
+Status HttpServer::start() { return impl_->start(); }
+int HttpServer::port() const { return impl_->port(); }
+void HttpServer::stop() { impl_->stop(); }
+
+}  // namespace tessera::server

@@ -1,0 +1,392 @@
+#include "server/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include "server/http_test_support.h"
+
+namespace tessera::server {
+namespace {
+
+using testing::FakeBackend;
+using testing::HttpResponse;
+using testing::TestClient;
+using Json = nlohmann::ordered_json;
+
+const std::string kChat = R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4)";
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+    void start(HttpServerOptions options = {}) {
+        options.host = "127.0.0.1";
+        options.port = 0;
+        options.health_generate_timeout = std::chrono::milliseconds(300);
+        backend_.set_ready(true);  // a previous server's stop() drained the fake
+        server_ = std::make_unique<HttpServer>(backend_, options);
+        ASSERT_TRUE(server_->start().ok());
+        ASSERT_GT(server_->port(), 0);
+    }
+    void SetUp() override { start(); }
+    void TearDown() override {
+        if (server_) server_->stop();
+    }
+    HttpResponse call(const std::string& method, const std::string& path, const std::string& body = "") {
+        TestClient c(server_->port());
+        return c.request(method, path, body);
+    }
+    // Waits up to 3 s for `pred`.
+    template <typename Pred>
+    static bool eventually(Pred pred) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+        while (!pred()) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        return true;
+    }
+
+    FakeBackend backend_;
+    std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(HttpServerTest, ChatNonStreaming) {
+    HttpResponse r = call("POST", "/v1/chat/completions", kChat + "}");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("content-type"), "application/json");
+    const Json j = r.json();
+    EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["model"], "tiny");
+    EXPECT_TRUE(j["created"].is_number_integer());
+    ASSERT_EQ(j["choices"].size(), 1u);
+    EXPECT_EQ(j["choices"][0]["index"], 0);
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "t1 t2 t3 t4 ");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 10);
+    EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+    EXPECT_EQ(j["usage"]["total_tokens"], 14);
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+    // The fake saw the chat JSON and the parameters.
+    auto reqs = backend_.requests();
+    ASSERT_EQ(reqs.size(), 1u);
+    EXPECT_EQ(Json::parse(*reqs[0].input.chat_json)["messages"][0]["content"], "hi");
+    EXPECT_EQ(reqs[0].params.max_new_tokens, 4);
+    EXPECT_EQ(reqs[0].request_id, j["id"]);
+}
+
+TEST_F(HttpServerTest, ChatStreamingAndKeepAlive) {
+    TestClient c(server_->port());
+    for (int round = 0; round < 2; ++round) {  // the same connection twice
+        HttpResponse r = c.request("POST", "/v1/chat/completions",
+                                   kChat + R"(, "stream": true, "stream_options": {"include_usage": true}})");
+        ASSERT_EQ(r.status, 200);
+        EXPECT_EQ(r.header("content-type"), "text/event-stream; charset=utf-8");
+        EXPECT_EQ(r.header("transfer-encoding"), "chunked");
+        auto events = r.events();
+        // role, 4 tokens (the last carries finish_reason), usage, [DONE]
+        ASSERT_EQ(events.size(), 7u) << r.body;
+        const Json role = Json::parse(events[0]);
+        EXPECT_EQ(role["object"], "chat.completion.chunk");
+        EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
+        std::string text;
+        for (int i = 1; i <= 4; ++i) {
+            const Json e = Json::parse(events[i]);
+            EXPECT_EQ(e["id"], role["id"]);
+            text += e["choices"][0]["delta"]["content"].get<std::string>();
+            EXPECT_EQ(e["choices"][0]["finish_reason"].is_null(), i < 4);
+        }
+        EXPECT_EQ(text, "t1 t2 t3 t4 ");
+        EXPECT_EQ(Json::parse(events[4])["choices"][0]["finish_reason"], "length");
+        const Json usage = Json::parse(events[5]);
+        EXPECT_TRUE(usage["choices"].empty());
+        EXPECT_EQ(usage["usage"]["completion_tokens"], 4);
+        EXPECT_EQ(events[6], "[DONE]");
+    }
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+    TestClient c(server_->port());
+    const std::string body = R"({"prompt": "abc", "max_tokens": 2})";
+    const std::string one = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_TRUE(c.send_raw(one + one + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_EQ(c.read_response().json()["choices"][0]["text"], "t1 t2 ");
+    EXPECT_EQ(c.read_response().json()["choices"][0]["text"], "t1 t2 ");
+    EXPECT_EQ(c.read_response().status, 200);
+}
+
+TEST_F(HttpServerTest, CompletionsBothWays) {
+    HttpResponse r = call("POST", "/v1/completions", R"({"prompt": "abc STOP", "max_tokens": 9, "logprobs": 1})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    Json j = r.json();
+    EXPECT_EQ(j["object"], "text_completion");
+    EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+    EXPECT_EQ(j["choices"][0]["text"], "t1 t2 ");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(j["choices"][0]["matched_stop"], "STOP");
+    EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"], Json::array({"t1 ", "t2 "}));
+    EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], Json::array({0, 3}));
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 8);
+
+    r = call("POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 3, "stream": true, "n": 2})");
+    ASSERT_EQ(r.status, 200);
+    auto events = r.events();
+    ASSERT_EQ(events.size(), 7u) << r.body;  // 2 choices x 3 tokens + [DONE]
+    std::string text[2];
+    for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+        const Json e = Json::parse(events[i]);
+        text[e["choices"][0]["index"].get<int>()] += e["choices"][0]["text"].get<std::string>();
+    }
+    EXPECT_EQ(text[0], "t1 t2 t3 ");
+    EXPECT_EQ(text[1], "t1 t2 t3 ");
+    EXPECT_EQ(events.back(), "[DONE]");
+}
+
+TEST_F(HttpServerTest, NativeGenerate) {
+    HttpResponse r = call("POST", "/generate", R"({"text": "hello", "rid": "abc", "sampling_params": {"max_new_tokens": 3}})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    Json j = r.json();
+    EXPECT_EQ(j["text"], "t1 t2 t3 ");
+    EXPECT_EQ(j["output_ids"], Json::array({101, 102, 103}));
+    EXPECT_EQ(j["meta_info"]["id"], "abc");
+    EXPECT_EQ(j["meta_info"]["finish_reason"]["type"], "length");
+    EXPECT_EQ(j["meta_info"]["prompt_tokens"], 5);
+    EXPECT_EQ(j["meta_info"]["completion_tokens"], 3);
+    EXPECT_EQ(j["meta_info"]["cached_tokens"], 1);
+    EXPECT_GT(j["meta_info"]["e2e_latency"].get<double>(), 0.0);
+
+    r = call("POST", "/generate", R"({"input_ids": [1, 2], "stream": true, "sampling_params": {"max_new_tokens": 2}})");
+    ASSERT_EQ(r.status, 200);
+    auto events = r.events();
+    ASSERT_EQ(events.size(), 3u) << r.body;
+    EXPECT_EQ(Json::parse(events[0])["text"], "t1 ");
+    EXPECT_EQ(Json::parse(events[1])["text"], "t1 t2 ");
+    EXPECT_EQ(Json::parse(events[1])["meta_info"]["finish_reason"]["type"], "length");
+    EXPECT_EQ(events[2], "[DONE]");
+}
+
+TEST_F(HttpServerTest, ThirtyTwoConcurrentStreams) {
+  for (int n_io_threads : {1, 2}) {
+    server_->stop();
+    HttpServerOptions o;
+    o.n_io_threads = n_io_threads;
+    start(o);
+    constexpr int kClients = 32;
+    std::atomic<int> n_ok{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kClients; ++i) {
+        threads.emplace_back([&] {
+            TestClient c(server_->port());
+            HttpResponse r = c.request("POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 20, "stream": true})");
+            auto events = r.events();
+            std::string text;
+            for (std::size_t k = 0; k + 1 < events.size(); ++k)
+                text += Json::parse(events[k])["choices"][0]["text"].get<std::string>();
+            std::string want;
+            for (int k = 1; k <= 20; ++k) want += "t" + std::to_string(k) + " ";
+            if (r.status == 200 && events.size() == 21 && events.back() == "[DONE]" && text == want) ++n_ok;
+        });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(n_ok.load(), kClients) << n_io_threads << " io threads";
+  }
+}
+
+TEST_F(HttpServerTest, DisconnectDuringNonStreamingRequestAborts) {
+    auto c = std::make_unique<TestClient>(server_->port());
+    ASSERT_TRUE(c->send_request("POST", "/generate", R"({"text": "x", "sampling_params": {"max_new_tokens": 4000}})"));
+    ASSERT_TRUE(eventually([&] { return backend_.submitted().size() == 1; }));
+    c.reset();
+    EXPECT_TRUE(eventually([&] { return backend_.was_aborted(backend_.submitted()[0]); }));
+}
+
+TEST_F(HttpServerTest, DisconnectMidStreamAborts) {
+    auto c = std::make_unique<TestClient>(server_->port());
+    ASSERT_TRUE(c->send_request("POST", "/v1/chat/completions",
+                                R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4000, "stream": true})"));
+    ASSERT_TRUE(c->read_until("data: ", 3));
+    auto ids = backend_.submitted();
+    ASSERT_EQ(ids.size(), 1u);
+    c.reset();  // the client goes away
+    EXPECT_TRUE(eventually([&] { return backend_.was_aborted(ids[0]); }));
+    EXPECT_TRUE(eventually([&] { return backend_.n_active() == 0; }));
+    EXPECT_EQ(call("POST", "/v1/chat/completions", kChat + "}").status, 200);  // still serving
+}
+
+struct BadInput {
+    std::string path;
+    std::string body;
+    int status;
+    std::string param;  // "" → null
+};
+
+TEST_F(HttpServerTest, BadInputsAreRejectedAndServerKeepsServing) {
+    const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+    const std::vector<BadInput> cases = {
+        {"/v1/chat/completions", "{\"messages\": [", 400, ""},
+        {"/v1/chat/completions", "", 400, ""},
+        {"/v1/chat/completions", "{" + m + R"(, "max_tokens": "many"})", 400, "max_tokens"},
+        {"/v1/chat/completions", "{" + m + R"(, "max_tokens": -3})", 400, "max_tokens"},
+        {"/v1/chat/completions", "{" + m + R"(, "max_tokens": 1000000000000})", 400, "max_tokens"},
+        {"/v1/chat/completions", "{" + m + R"(, "temperature": [1]})", 400, "temperature"},
+        {"/v1/chat/completions", "{" + m + R"(, "model": "gpt-4o"})", 404, "model"},
+        {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xc3\x28\"}]}", 400, ""},
+        {"/v1/completions", R"({"prompt": ["a", "b"]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": "__reject__"})", 400, ""},
+        {"/generate", R"({"text": "x", "sampling_params": {"top_p": 2}})", 400, "sampling_params.top_p"},
+    };
+    TestClient c(server_->port());  // one keep-alive connection for all of them
+    for (const BadInput& b : cases) {
+        HttpResponse r = c.request("POST", b.path, b.body);
+        EXPECT_EQ(r.status, b.status) << b.body << " → " << r.body;
+        const Json j = r.json();
+        ASSERT_TRUE(j.contains("error")) << r.body;
+        EXPECT_TRUE(j["error"]["message"].is_string());
+        EXPECT_EQ(j["error"]["type"], "invalid_request_error") << r.body;
+        if (b.param.empty()) {
+            EXPECT_TRUE(j["error"]["param"].is_null()) << r.body;
+        } else {
+            EXPECT_EQ(j["error"]["param"], b.param) << r.body;
+        }
+        if (b.status == 404) {
+            EXPECT_EQ(j["error"]["code"], "model_not_found");
+        }
+    }
+    EXPECT_EQ(c.request("POST", "/v1/chat/completions", kChat + "}").status, 200);
+    EXPECT_TRUE(backend_.n_active() == 0);
+
+    // Routing errors.
+    EXPECT_EQ(c.request("GET", "/nope").status, 404);
+    HttpResponse r = c.request("GET", "/v1/chat/completions");
+    EXPECT_EQ(r.status, 405);
+    EXPECT_EQ(r.header("allow"), "POST");
+}
+
+TEST_F(HttpServerTest, OversizeBodyAndMalformedHttp) {
+    server_->stop();
+    HttpServerOptions o;
+    o.max_body_bytes = 64 * 1024;
+    start(o);
+    {
+        TestClient c(server_->port());
+        ASSERT_TRUE(c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n{\"prompt\": \""));
+        HttpResponse r = c.read_response();
+        EXPECT_EQ(r.status, 413);
+        EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("65536"), std::string::npos) << r.body;
+        EXPECT_EQ(r.header("connection"), "close");
+    }
+    {
+        TestClient c(server_->port());
+        ASSERT_TRUE(c.send_raw("THIS IS NOT HTTP\r\n\r\n"));
+        EXPECT_EQ(c.read_response().status, 400);
+    }
+    {
+        // A body just under the limit is fine (and expect: 100-continue is honoured).
+        TestClient c(server_->port());
+        const std::string prompt(60 * 1024, 'a');
+        HttpResponse r = c.request("POST", "/v1/completions", R"({"prompt": ")" + prompt + R"(", "max_tokens": 1})",
+                                   "Expect: 100-continue\r\n");
+        EXPECT_EQ(r.status, 200) << r.body.substr(0, 200);
+    }
+    EXPECT_EQ(call("GET", "/health").status, 200);
+}
+
+TEST_F(HttpServerTest, PendingLimitAnswers503WithRetryAfter) {
+    server_->stop();
+    HttpServerOptions o;
+    o.max_pending_requests = 2;
+    start(o);
+    const std::string slow = R"({"prompt": "x", "max_tokens": 4000, "stream": true})";
+    auto a = std::make_unique<TestClient>(server_->port());
+    auto b = std::make_unique<TestClient>(server_->port());
+    ASSERT_TRUE(a->send_request("POST", "/v1/completions", slow));
+    ASSERT_TRUE(b->send_request("POST", "/v1/completions", slow));
+    ASSERT_TRUE(a->read_until("data: ", 1));
+    ASSERT_TRUE(b->read_until("data: ", 1));
+
+    HttpResponse r = call("POST", "/v1/completions", R"({"prompt": "x"})");
+    EXPECT_EQ(r.status, 503);
+    EXPECT_EQ(r.header("retry-after"), "1");
+    EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("pending"), std::string::npos);
+    EXPECT_EQ(call("GET", "/health").status, 200);  // other routes still answer
+
+    a.reset();
+    b.reset();
+    EXPECT_TRUE(eventually([&] { return backend_.n_active() == 0; }));
+    EXPECT_TRUE(eventually([&] { return call("POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 2})").status == 200; }));
+}
+
+TEST_F(HttpServerTest, BackendQueueFullIs503) {
+    HttpResponse r = call("POST", "/v1/completions", R"({"prompt": "__full__"})");
+    EXPECT_EQ(r.status, 503);
+    EXPECT_EQ(r.header("retry-after"), "1");
+}
+
+TEST_F(HttpServerTest, HealthModelsInfoFlush) {
+    EXPECT_EQ(call("GET", "/health").status, 200);
+    EXPECT_EQ(call("GET", "/health_generate").status, 200);
+    auto submitted = backend_.submitted();
+    ASSERT_EQ(submitted.size(), 1u);
+    auto reqs = backend_.requests();
+    EXPECT_EQ(*reqs[0].input.input_ids, std::vector<std::int32_t>{0});
+    EXPECT_EQ(reqs[0].params.max_new_tokens, 1);
+    EXPECT_EQ(reqs[0].params.temperature, 0.0f);
+
+    backend_.set_stall_health(true);
+    EXPECT_EQ(call("GET", "/health_generate").status, 503);  // times out (300 ms)
+    EXPECT_TRUE(eventually([&] { return backend_.was_aborted(backend_.submitted().back()); }));
+    backend_.set_stall_health(false);
+
+    backend_.set_ready(false);
+    EXPECT_EQ(call("GET", "/health").status, 503);
+    EXPECT_EQ(call("GET", "/health_generate").status, 503);
+    backend_.set_ready(true);
+
+    HttpResponse r = call("GET", "/v1/models");
+    ASSERT_EQ(r.status, 200);
+    Json j = r.json();
+    EXPECT_EQ(j["object"], "list");
+    EXPECT_EQ(j["data"][0]["id"], "tiny");
+    EXPECT_EQ(j["data"][0]["object"], "model");
+    EXPECT_EQ(j["data"][0]["max_model_len"], 4096);
+
+    EXPECT_EQ(call("GET", "/get_server_info").json()["version"], "fake");
+    EXPECT_EQ(call("GET", "/server_info").json()["model_path"], "tiny");
+    EXPECT_EQ(call("POST", "/flush_cache").status, 200);
+    EXPECT_EQ(call("GET", "/flush_cache").status, 200);
+}
+
+TEST_F(HttpServerTest, MetricsHaveSglangNames) {
+    ASSERT_EQ(call("POST", "/v1/completions", R"({"prompt": "abcd", "max_tokens": 3})").status, 200);
+    HttpResponse r = call("GET", "/metrics");
+    ASSERT_EQ(r.status, 200);
+    const std::string& t = r.body;
+    EXPECT_NE(t.find("sglang:num_running_reqs{model_name=\"tiny\"}"), std::string::npos);  // backend's
+    EXPECT_NE(t.find("sglang:prompt_tokens_total{model_name=\"tiny\"} 4.0"), std::string::npos) << t;
+    EXPECT_NE(t.find("sglang:generation_tokens_total{model_name=\"tiny\"} 3.0"), std::string::npos) << t;
+    EXPECT_NE(t.find("# TYPE sglang:time_to_first_token_seconds histogram"), std::string::npos);
+    EXPECT_NE(t.find("sglang:time_to_first_token_seconds_count{model_name=\"tiny\"} 1.0"), std::string::npos) << t;
+    EXPECT_NE(t.find("sglang:inter_token_latency_seconds_count{model_name=\"tiny\"} 2.0"), std::string::npos) << t;
+    EXPECT_NE(t.find("sglang:e2e_request_latency_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 1.0"),
+              std::string::npos) << t;
+}
+
+TEST_F(HttpServerTest, GracefulStopFinishesStreams) {
+    TestClient c(server_->port());
+    ASSERT_TRUE(c.send_request("POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 50, "stream": true})"));
+    ASSERT_TRUE(c.read_until("data: ", 2));
+    std::thread stopper([&] { server_->stop(); });
+    HttpResponse r = c.read_response();
+    stopper.join();
+    ASSERT_EQ(r.status, 200);
+    auto events = r.events();
+    ASSERT_EQ(events.size(), 51u);
+    EXPECT_EQ(events.back(), "[DONE]");
+    TestClient late(server_->port());
+    EXPECT_EQ(late.request("GET", "/health").status, 0);  // no longer listening
+    server_.reset();
+}
+
+}  // namespace
+}  // namespace tessera::server

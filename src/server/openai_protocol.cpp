@@ -1,0 +1,634 @@
+#include "server/openai_protocol.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace tessera::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::int64_t kMaxTokenId = std::numeric_limits<std::int32_t>::max();
+constexpr int kMaxOpenAiStop = 4;     // OpenAI: "up to 4 sequences"
+constexpr int kMaxNativeStop = 64;    // /generate: no OpenAI limit, but bounded
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+std::string preview(const Json& j) {
+    std::string s = dump(j);
+    if (s.size() > 40) s = s.substr(0, 37) + "...";
+    return s;
+}
+
+ApiError invalid(std::string param, std::string message) {
+    return ApiError{.http_status = 400, .message = std::move(message), .param = std::move(param)};
+}
+
+std::string format_number(double v) {
+    if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<std::int64_t>(v));
+    return Json(v).dump();
+}
+
+// Reads optional fields of one JSON object; the first error wins and later reads return
+// nullopt. A field set to null counts as absent (OpenAI's optional fields).
+class FieldReader {
+ public:
+    FieldReader(const Json& object, std::string prefix) : object_(object), prefix_(std::move(prefix)) {}
+
+    bool ok() const { return !error_.has_value(); }
+    const std::optional<ApiError>& error() const { return error_; }
+    void fail(const std::string& name, const std::string& message) {
+        if (!error_) error_ = invalid(prefix_ + name, "'" + prefix_ + name + "' " + message);
+    }
+    void fail_with(ApiError e) {
+        if (!error_) error_ = std::move(e);
+    }
+    std::string param(const std::string& name) const { return prefix_ + name; }
+
+    const Json* get(const std::string& name) const {
+        if (!ok()) return nullptr;
+        auto it = object_.find(name);
+        if (it == object_.end() || it->is_null()) return nullptr;
+        return &*it;
+    }
+    bool has(const std::string& name) const { return get(name) != nullptr; }
+
+    std::optional<bool> boolean(const std::string& name) {
+        const Json* j = get(name);
+        if (!j) return std::nullopt;
+        if (!j->is_boolean()) return wrong_type<bool>(name, "a boolean", *j);
+        return j->get<bool>();
+    }
+
+    std::optional<std::string> string(const std::string& name) {
+        const Json* j = get(name);
+        if (!j) return std::nullopt;
+        if (!j->is_string()) return wrong_type<std::string>(name, "a string", *j);
+        return j->get<std::string>();
+    }
+
+    std::optional<std::int64_t> integer(const std::string& name, std::int64_t lo, std::int64_t hi) {
+        const Json* j = get(name);
+        if (!j) return std::nullopt;
+        return integer_value(name, *j, lo, hi);
+    }
+
+    std::optional<std::int64_t> integer_value(const std::string& name, const Json& j,
+                                              std::int64_t lo, std::int64_t hi) {
+        std::int64_t v = 0;
+        if (j.is_number_unsigned()) {
+            const auto u = j.get<std::uint64_t>();
+            if (u > static_cast<std::uint64_t>(hi)) return out_of_range<std::int64_t>(name, lo, hi, j);
+            v = static_cast<std::int64_t>(u);
+        } else if (j.is_number_integer()) {
+            v = j.get<std::int64_t>();
+        } else if (j.is_number_float()) {
+            const double d = j.get<double>();
+            if (d != std::floor(d)) return wrong_type<std::int64_t>(name, "an integer", j);
+            if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
+                return out_of_range<std::int64_t>(name, lo, hi, j);
+            v = static_cast<std::int64_t>(d);
+        } else {
+            return wrong_type<std::int64_t>(name, "an integer", j);
+        }
+        if (v < lo || v > hi) return out_of_range<std::int64_t>(name, lo, hi, j);
+        return v;
+    }
+
+    // A number in [lo, hi] (or (lo, hi] when lo_open).
+    std::optional<double> number(const std::string& name, double lo, double hi, bool lo_open = false) {
+        const Json* j = get(name);
+        if (!j) return std::nullopt;
+        if (!j->is_number()) return wrong_type<double>(name, "a number", *j);
+        const double v = j->get<double>();
+        if (v < lo || v > hi || (lo_open && v == lo)) {
+            fail(name, "must be " + std::string(lo_open ? "greater than " : "between ") +
+                           format_number(lo) + (lo_open ? " and at most " : " and ") +
+                           format_number(hi) + ", got " + preview(*j));
+            return std::nullopt;
+        }
+        return v;
+    }
+
+    // A string or a list of strings (at most max_items); empty strings are dropped.
+    std::optional<std::vector<std::string>> strings(const std::string& name, int max_items) {
+        const Json* j = get(name);
+        if (!j) return std::nullopt;
+        std::vector<std::string> out;
+        if (j->is_string()) {
+            out.push_back(j->get<std::string>());
+        } else if (j->is_array()) {
+            if (static_cast<int>(j->size()) > max_items) {
+                fail(name, "may hold at most " + std::to_string(max_items) + " sequences, got " +
+                               std::to_string(j->size()));
+                return std::nullopt;
+            }
+            for (const Json& s : *j) {
+                if (!s.is_string()) return wrong_type<std::vector<std::string>>(name, "a string or a list of strings", *j);
+                out.push_back(s.get<std::string>());
+            }
+        } else {
+            return wrong_type<std::vector<std::string>>(name, "a string or a list of strings", *j);
+        }
+        std::erase_if(out, [](const std::string& s) { return s.empty(); });
+        return out;
+    }
+
+    std::optional<std::vector<std::int32_t>> token_ids(const std::string& name, const Json& j,
+                                                       bool allow_empty) {
+        if (!j.is_array()) return wrong_type<std::vector<std::int32_t>>(name, "a list of token ids", j);
+        if (j.empty() && !allow_empty) {
+            fail(name, "must not be empty");
+            return std::nullopt;
+        }
+        std::vector<std::int32_t> ids;
+        ids.reserve(j.size());
+        for (const Json& t : j) {
+            auto v = integer_value(name, t, 0, kMaxTokenId);
+            if (!v) return std::nullopt;
+            ids.push_back(static_cast<std::int32_t>(*v));
+        }
+        return ids;
+    }
+
+    template <typename T>
+    std::optional<T> wrong_type(const std::string& name, const char* expected, const Json& j) {
+        fail(name, std::string("must be ") + expected + ", got " + j.type_name() + " " + preview(j));
+        return std::nullopt;
+    }
+
+ private:
+    template <typename T>
+    std::optional<T> out_of_range(const std::string& name, std::int64_t lo, std::int64_t hi, const Json& j) {
+        fail(name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                       preview(j));
+        return std::nullopt;
+    }
+
+    const Json& object_;
+    std::string prefix_;
+    std::optional<ApiError> error_;
+};
+
+std::int64_t max_tokens_limit(const ProtocolOptions& o) {
+    return o.max_model_len > 0 ? o.max_model_len : std::numeric_limits<std::int32_t>::max();
+}
+
+// Features that need a grammar backend or other machinery tessera does not have yet.
+void reject_unsupported(FieldReader& r) {
+    for (const char* name : {"regex", "json_schema", "ebnf", "structural_tag"}) {
+        if (r.has(name)) r.fail(name, "is not supported by this server (no constrained decoding)");
+    }
+}
+
+// Sampling fields shared by the OpenAI routes (and, with OpenAI names, SGLang's extras).
+void read_openai_sampling(FieldReader& r, ApiKind kind, const ProtocolOptions& o,
+                          GenerationParams& p) {
+    const std::int64_t limit = max_tokens_limit(o);
+    const std::int64_t min_tokens = kind == ApiKind::kChatCompletion ? 1 : 0;
+    if (auto v = r.integer("max_tokens", min_tokens, limit)) p.max_new_tokens = *v;
+    if (auto v = r.integer("max_completion_tokens", min_tokens, limit)) p.max_new_tokens = *v;
+    if (auto v = r.number("temperature", 0.0, 2.0)) p.temperature = static_cast<float>(*v);
+    if (auto v = r.number("top_p", 0.0, 1.0, /*lo_open=*/true)) p.top_p = static_cast<float>(*v);
+    if (auto v = r.integer("top_k", -1, std::numeric_limits<std::int32_t>::max())) {
+        if (*v == 0) r.fail("top_k", "must be -1 (disabled) or at least 1, got 0");
+        p.top_k = static_cast<int>(*v);
+    }
+    if (auto v = r.number("min_p", 0.0, 1.0)) p.min_p = static_cast<float>(*v);
+    if (auto v = r.integer("seed", std::numeric_limits<std::int64_t>::min(),
+                           std::numeric_limits<std::int64_t>::max()))
+        p.seed = static_cast<std::uint64_t>(*v);
+    if (auto v = r.strings("stop", kMaxOpenAiStop)) p.stop = std::move(*v);
+    if (const Json* j = r.get("stop_token_ids")) {
+        if (auto ids = r.token_ids("stop_token_ids", *j, /*allow_empty=*/true)) p.stop_token_ids = *ids;
+    }
+    if (auto v = r.number("frequency_penalty", -2.0, 2.0)) p.frequency_penalty = static_cast<float>(*v);
+    if (auto v = r.number("presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*v);
+    if (auto v = r.boolean("ignore_eos")) p.ignore_eos = *v;
+    if (auto v = r.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+    if (const Json* rf = r.get("response_format")) {
+        if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")
+            r.fail("response_format", "only {\"type\": \"text\"} is supported by this server");
+    }
+    reject_unsupported(r);
+}
+
+// Stream flags shared by the OpenAI routes.
+void read_stream(FieldReader& r, ParsedRequest& out) {
+    if (auto v = r.boolean("stream")) out.stream = *v;
+    if (const Json* so = r.get("stream_options")) {
+        if (!so->is_object()) {
+            r.wrong_type<int>("stream_options", "an object", *so);
+            return;
+        }
+        if (!out.stream) {
+            r.fail("stream_options", "is only allowed when 'stream' is true");
+            return;
+        }
+        FieldReader sr(*so, "stream_options.");
+        if (auto v = sr.boolean("include_usage")) out.include_usage = *v;
+        if (!sr.ok()) r.fail_with(*sr.error());
+    }
+}
+
+int read_n(FieldReader& r, const ProtocolOptions& o) {
+    return static_cast<int>(r.integer("n", 1, o.max_n).value_or(1));
+}
+
+// Text-only content: a string, or a list of {"type": "text", "text": …} joined with "\n".
+void normalize_content(FieldReader& r, const std::string& param, const Json& content, Json& out) {
+    if (content.is_string()) {
+        out = content;
+        return;
+    }
+    if (!content.is_array()) {
+        r.wrong_type<int>(param, "a string or a list of content parts", content);
+        return;
+    }
+    std::string text;
+    for (std::size_t k = 0; k < content.size(); ++k) {
+        const Json& part = content[k];
+        const std::string pp = param + "[" + std::to_string(k) + "]";
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+            r.fail(pp, "must be an object with a string 'type'");
+            return;
+        }
+        const std::string type = part["type"].get<std::string>();
+        if (type != "text") {
+            r.fail(pp + ".type", "'" + type + "' is not supported (text-only model)");
+            return;
+        }
+        if (!part.contains("text") || !part["text"].is_string()) {
+            r.fail(pp + ".text", "must be a string");
+            return;
+        }
+        if (!text.empty()) text += "\n";
+        text += part["text"].get<std::string>();
+    }
+    out = text;
+}
+
+std::optional<Json> normalize_messages(FieldReader& r, const Json& messages) {
+    if (!messages.is_array()) return r.wrong_type<Json>("messages", "a list of messages", messages);
+    if (messages.empty()) {
+        r.fail("messages", "must contain at least one message");
+        return std::nullopt;
+    }
+    Json out = Json::array();
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+        const Json& m = messages[i];
+        const std::string param = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) return r.wrong_type<Json>(param, "an object", m);
+        auto role_it = m.find("role");
+        if (role_it == m.end() || !role_it->is_string()) {
+            r.fail(param + ".role", "is required and must be a string");
+            return std::nullopt;
+        }
+        const std::string role = role_it->get<std::string>();
+        if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
+            role != "developer") {
+            r.fail(param + ".role", "must be one of system, user, assistant, tool, developer; got '" +
+                                        role + "'");
+            return std::nullopt;
+        }
+        Json msg = Json::object();
+        msg["role"] = role;
+        auto content_it = m.find("content");
+        if (content_it == m.end() || content_it->is_null()) {
+            if (role != "assistant") {
+                r.fail(param + ".content", "is required for role '" + role + "'");
+                return std::nullopt;
+            }
+            msg["content"] = nullptr;
+        } else {
+            normalize_content(r, param + ".content", *content_it, msg["content"]);
+            if (!r.ok()) return std::nullopt;
+        }
+        for (auto it = m.begin(); it != m.end(); ++it) {
+            if (it.key() != "role" && it.key() != "content") msg[it.key()] = it.value();
+        }
+        out.push_back(std::move(msg));
+    }
+    return out;
+}
+
+// tools must be [{"type": "function", "function": {"name": …}}]; returns nullopt when
+// tools are absent or tool_choice is "none" (the template then renders no tools).
+std::optional<Json> read_tools(FieldReader& r) {
+    const Json* tools = r.get("tools");
+    if (const Json* choice = r.get("tool_choice")) {
+        if (!choice->is_string() || (*choice != "auto" && *choice != "none")) {
+            r.fail("tool_choice", "only \"auto\" and \"none\" are supported by this server, got " +
+                                      preview(*choice));
+            return std::nullopt;
+        }
+        if (*choice == "none") return std::nullopt;
+    }
+    if (!tools) return std::nullopt;
+    if (!tools->is_array()) return r.wrong_type<Json>("tools", "a list of tools", *tools);
+    for (std::size_t i = 0; i < tools->size(); ++i) {
+        const Json& t = (*tools)[i];
+        const std::string param = "tools[" + std::to_string(i) + "]";
+        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+            !t["function"].is_object() || !t["function"].contains("name") ||
+            !t["function"]["name"].is_string()) {
+            r.fail(param, "must be {\"type\": \"function\", \"function\": {\"name\": …}}");
+            return std::nullopt;
+        }
+    }
+    return *tools;
+}
+
+void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
+                GenerationRequest& base) {
+    const Json* messages = r.get("messages");
+    if (!messages) {
+        if (r.ok()) r.fail("messages", "is required");
+        return;
+    }
+    auto normalized = normalize_messages(r, *messages);
+    if (!normalized) return;
+    Json chat = Json::object();
+    chat["messages"] = std::move(*normalized);
+    if (auto tools = read_tools(r)) chat["tools"] = std::move(*tools);
+    if (const Json* kwargs = r.get("chat_template_kwargs")) {
+        if (!kwargs->is_object()) {
+            r.wrong_type<int>("chat_template_kwargs", "an object", *kwargs);
+            return;
+        }
+        for (auto it = kwargs->begin(); it != kwargs->end(); ++it) {
+            if (it.key() == "messages" || it.key() == "tools") {
+                r.fail("chat_template_kwargs." + it.key(), "cannot override the request's " + it.key());
+                return;
+            }
+            chat[it.key()] = it.value();
+        }
+    }
+    base.input.chat_json = dump(chat);
+    base.params.max_new_tokens = -1;  // chat default: up to the context length
+    read_openai_sampling(r, ApiKind::kChatCompletion, o, base.params);
+    if (auto v = r.boolean("logprobs")) out.logprobs = *v;
+    if (auto v = r.integer("top_logprobs", 0, o.max_top_logprobs)) {
+        if (!out.logprobs && *v > 0) r.fail("top_logprobs", "requires 'logprobs' to be true");
+        out.top_logprobs = static_cast<int>(*v);
+    }
+}
+
+void parse_completion(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
+                      GenerationRequest& base) {
+    const Json* prompt = r.get("prompt");
+    if (!prompt) {
+        if (r.ok()) r.fail("prompt", "is required");
+        return;
+    }
+    const char* batch_msg =
+        "batched prompts are not supported; send one request per prompt (a list of one is accepted)";
+    if (prompt->is_string()) {
+        base.input.text = prompt->get<std::string>();
+    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_string()) {
+        if (prompt->size() != 1) return r.fail("prompt", batch_msg);
+        base.input.text = (*prompt)[0].get<std::string>();
+    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_array()) {
+        if (prompt->size() != 1) return r.fail("prompt", batch_msg);
+        base.input.input_ids = r.token_ids("prompt", (*prompt)[0], /*allow_empty=*/false);
+    } else if (prompt->is_array()) {
+        base.input.input_ids = r.token_ids("prompt", *prompt, /*allow_empty=*/false);
+    } else {
+        r.wrong_type<int>("prompt", "a string, a list of token ids, or a list of one of those", *prompt);
+        return;
+    }
+    read_openai_sampling(r, ApiKind::kCompletion, o, base.params);
+    if (auto v = r.integer("logprobs", 0, o.max_top_logprobs)) {
+        out.logprobs = true;
+        out.top_logprobs = static_cast<int>(*v);
+    }
+    if (auto v = r.boolean("echo"); v && *v) r.fail("echo", "is not supported by this server");
+    if (auto v = r.string("suffix"); v && !v->empty()) r.fail("suffix", "is not supported by this server");
+    if (auto v = r.integer("best_of", 1, o.max_n); v && *v > 1)
+        r.fail("best_of", "is not supported by this server (use n)");
+}
+
+void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
+                    GenerationRequest& base, int& n) {
+    const Json* text = r.get("text");
+    const Json* ids = r.get("input_ids");
+    if (r.has("input_embeds") || r.has("image_data") || r.has("video_data") || r.has("audio_data"))
+        return r.fail("input_embeds", "embeddings and multimodal inputs are not supported by this server");
+    if ((text != nullptr) == (ids != nullptr)) {
+        if (r.ok()) r.fail("text", "exactly one of 'text' and 'input_ids' must be given");
+        return;
+    }
+    const char* batch_msg = "batched inputs are not supported; send one request per input";
+    if (text) {
+        if (text->is_array()) {
+            if (text->size() != 1 || !(*text)[0].is_string()) return r.fail("text", batch_msg);
+            base.input.text = (*text)[0].get<std::string>();
+        } else if (text->is_string()) {
+            base.input.text = text->get<std::string>();
+        } else {
+            r.wrong_type<int>("text", "a string", *text);
+            return;
+        }
+    } else if (ids->is_array() && !ids->empty() && (*ids)[0].is_array()) {
+        if (ids->size() != 1) return r.fail("input_ids", batch_msg);
+        base.input.input_ids = r.token_ids("input_ids", (*ids)[0], false);
+    } else {
+        base.input.input_ids = r.token_ids("input_ids", *ids, false);
+    }
+    if (auto rid = r.get("rid")) {
+        if (!rid->is_string() || rid->get<std::string>().empty())
+            return r.fail("rid", "must be a non-empty string (batched rids are not supported)");
+        out.id = rid->get<std::string>();
+    }
+    if (auto v = r.boolean("stream")) out.stream = *v;
+    if (auto v = r.boolean("return_logprob")) out.logprobs = *v;
+    if (auto v = r.integer("top_logprobs_num", 0, o.max_top_logprobs)) out.top_logprobs = static_cast<int>(*v);
+    base.params.max_new_tokens = 128;  // SGLang's SamplingParams default
+    const Json* sp = r.get("sampling_params");
+    if (!sp || !r.ok()) return;
+    if (!sp->is_object()) {
+        r.wrong_type<int>("sampling_params", "an object (lists for batches are not supported)", *sp);
+        return;
+    }
+    FieldReader s(*sp, "sampling_params.");
+    GenerationParams& p = base.params;
+    if (auto v = s.integer("max_new_tokens", 0, max_tokens_limit(o))) p.max_new_tokens = *v;
+    if (auto v = s.number("temperature", 0.0, 100.0)) p.temperature = static_cast<float>(*v);
+    if (auto v = s.number("top_p", 0.0, 1.0, true)) p.top_p = static_cast<float>(*v);
+    if (auto v = s.integer("top_k", -1, std::numeric_limits<std::int32_t>::max())) {
+        if (*v == 0) s.fail("top_k", "must be -1 (disabled) or at least 1, got 0");
+        p.top_k = static_cast<int>(*v);
+    }
+    if (auto v = s.number("min_p", 0.0, 1.0)) p.min_p = static_cast<float>(*v);
+    if (auto v = s.number("frequency_penalty", -2.0, 2.0)) p.frequency_penalty = static_cast<float>(*v);
+    if (auto v = s.number("presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*v);
+    if (auto v = s.strings("stop", kMaxNativeStop)) p.stop = std::move(*v);
+    if (const Json* j = s.get("stop_token_ids")) {
+        if (auto t = s.token_ids("stop_token_ids", *j, true)) p.stop_token_ids = *t;
+    }
+    if (auto v = s.boolean("ignore_eos")) p.ignore_eos = *v;
+    if (auto v = s.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+    if (auto v = s.integer("sampling_seed", std::numeric_limits<std::int64_t>::min(),
+                           std::numeric_limits<std::int64_t>::max()))
+        p.seed = static_cast<std::uint64_t>(*v);
+    n = static_cast<int>(s.integer("n", 1, o.max_n).value_or(1));
+    reject_unsupported(s);
+    if (!s.ok()) r.fail_with(*s.error());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Errors and helpers
+
+std::string ApiError::to_json() const {
+    Json err = Json::object();
+    err["message"] = message;
+    err["type"] = type;
+    err["param"] = param.empty() ? Json(nullptr) : Json(param);
+    err["code"] = code.empty() ? Json(nullptr) : Json(code);
+    Json root = Json::object();
+    root["error"] = std::move(err);
+    return dump(root);
+}
+
+ApiError ApiError::from_status(const Status& status) {
+    ApiError e{.message = status.message()};
+    switch (status.code()) {
+        case StatusCode::kInvalidArgument:
+        case StatusCode::kOutOfRange:
+        case StatusCode::kUnimplemented: e.http_status = 400; break;
+        case StatusCode::kNotFound: e.http_status = 404; e.type = "not_found_error"; break;
+        case StatusCode::kResourceExhausted:
+        case StatusCode::kUnavailable: e.http_status = 503; e.type = "service_unavailable"; break;
+        case StatusCode::kDeadlineExceeded: e.http_status = 504; e.type = "timeout"; break;
+        default: e.http_status = 500; e.type = "internal_error"; break;
+    }
+    return e;
+}
+
+std::size_t find_invalid_utf8(std::string_view s) {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const std::size_t n = s.size();
+    std::size_t i = 0;
+    while (i < n) {
+        const unsigned char c = p[i];
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        std::size_t len = 0;
+        unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;        // no overlongs
+            if (c == 0xED) hi = 0x9F;        // no surrogates
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;        // ≤ U+10FFFF
+        } else {
+            return i;
+        }
+        if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
+        for (std::size_t k = 2; k < len; ++k) {
+            if ((p[i + k] & 0xC0) != 0x80) return i;
+        }
+        i += len;
+    }
+    return std::string_view::npos;
+}
+
+std::string random_hex_id() {
+    static std::atomic<std::uint64_t> counter{0};
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    const std::uint64_t a = rng();
+    const std::uint64_t b = rng() ^ counter.fetch_add(1, std::memory_order_relaxed);
+    char buf[33];
+    std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(a),
+                  static_cast<unsigned long long>(b));
+    return buf;
+}
+
+std::string openai_finish_reason(const std::string& backend_reason) { return backend_reason; }
+
+// ---------------------------------------------------------------------------------------
+// Request parsing
+
+ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOptions& options,
+                           std::string id) {
+    ParseOutcome outcome;
+    ParsedRequest& out = outcome.request;
+    out.kind = kind;
+    out.id = std::move(id);
+    out.model = options.served_model_name;
+    out.created = std::chrono::duration_cast<std::chrono::seconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+
+    if (const std::size_t bad = find_invalid_utf8(body); bad != std::string_view::npos) {
+        outcome.error = invalid("", "request body is not valid UTF-8 (invalid byte at offset " +
+                                        std::to_string(bad) + ")");
+        return outcome;
+    }
+    Json root;
+    try {
+        root = Json::parse(body);
+    } catch (const Json::exception& e) {
+        outcome.error = invalid("", std::string("request body is not valid JSON: ") + e.what());
+        return outcome;
+    }
+    if (!root.is_object()) {
+        outcome.error = invalid("", std::string("request body must be a JSON object, got ") + root.type_name());
+        return outcome;
+    }
+
+    FieldReader r(root, "");
+    if (kind != ApiKind::kGenerate) {
+        if (auto model = r.string("model"); model && *model != options.served_model_name) {
+            outcome.error = ApiError{.http_status = 404,
+                                     .message = "The model `" + *model + "` does not exist; this server serves `" +
+                                                options.served_model_name + "`.",
+                                     .param = "model",
+                                     .code = "model_not_found"};
+            return outcome;
+        }
+    }
+    GenerationRequest base;
+    int n = 1;
+    switch (kind) {
+        case ApiKind::kChatCompletion:
+            parse_chat(r, options, out, base);
+            n = read_n(r, options);
+            read_stream(r, out);
+            break;
+        case ApiKind::kCompletion:
+            parse_completion(r, options, out, base);
+            n = read_n(r, options);
+            read_stream(r, out);
+            break;
+        case ApiKind::kGenerate:
+            parse_generate(r, options, out, base, n);
+            break;
+    }
+    if (!r.ok()) {
+        outcome.error = r.error();
+        return outcome;
+    }
+    base.params.logprobs = out.logprobs;
+    base.params.top_logprobs = out.top_logprobs;
+    for (int i = 0; i < n; ++i) {
+        GenerationRequest req = base;
+        req.request_id = n == 1 ? out.id : out.id + "-" + std::to_string(i);
+        out.requests.push_back(std::move(req));
+    }
+    return outcome;
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,126 @@
+#pragma once
+// server/openai_protocol.h — the JSON side of the HTTP API: validates request bodies of
+// POST /v1/chat/completions, /v1/completions and /generate into GenerationRequests, and
+// builds the response bodies and SSE chunks (OpenAI schema; SGLang's native /generate).
+// No I/O and no Beast: everything here is pure and unit-tested without sockets.
+// Thread-safety: free functions are reentrant; a ResponseBuilder belongs to one request
+// and is used by one thread (the connection's strand) at a time.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "server/backend.h"
+
+namespace tessera::server {
+
+enum class ApiKind { kChatCompletion, kCompletion, kGenerate };
+
+// An error answered to the client: HTTP status plus OpenAI's error object
+// {"error": {"message", "type", "param", "code"}}; empty param / code are sent as null.
+struct ApiError {
+    int http_status = 400;
+    std::string message;
+    std::string type = "invalid_request_error";
+    std::string param;
+    std::string code;
+
+    std::string to_json() const;
+    // InvalidArgument / OutOfRange / Unimplemented → 400, NotFound → 404,
+    // ResourceExhausted / Unavailable → 503, DeadlineExceeded → 504, others → 500.
+    static ApiError from_status(const Status& status);
+};
+
+struct ProtocolOptions {
+    std::string served_model_name;
+    std::int64_t max_model_len = 0;  // 0: unknown (max_tokens is then capped at 2^31 - 1)
+    int max_n = 128;                 // OpenAI's limit on n
+    int max_top_logprobs = 20;       // OpenAI's limit on top_logprobs
+};
+
+// A validated request: one GenerationRequest per choice (n > 1 → ids "<id>-<i>").
+struct ParsedRequest {
+    ApiKind kind = ApiKind::kChatCompletion;
+    std::string id;     // response id: "chatcmpl-…", "cmpl-…", or the native rid
+    std::string model;  // echoed in responses (the served name)
+    std::int64_t created = 0;  // unix seconds
+    bool stream = false;
+    bool include_usage = false;  // stream_options.include_usage
+    bool logprobs = false;
+    int top_logprobs = 0;
+    std::vector<GenerationRequest> requests;
+};
+
+struct ParseOutcome {
+    std::optional<ApiError> error;
+    ParsedRequest request;
+    bool ok() const { return !error.has_value(); }
+};
+
+// Validates `body` (raw bytes of the HTTP body) for the route `kind`. `id` is the response
+// id to use (the server makes it unique); /generate uses "rid" from the body instead when
+// given. Errors name the offending field in ApiError::param.
+ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOptions& options,
+                           std::string id);
+
+// Byte offset of the first invalid UTF-8 sequence, or npos when `text` is valid.
+std::size_t find_invalid_utf8(std::string_view text);
+
+// A fresh 32-hex-digit id (like SGLang's uuid4().hex).
+std::string random_hex_id();
+
+// Maps a backend finish reason to the OpenAI one ("stop", "length", "abort" pass through).
+std::string openai_finish_reason(const std::string& backend_reason);
+
+// Collects the events of the n choices of one request and renders what the client sees.
+// Streaming: add_event() returns the SSE bytes ("data: {…}\n\n"…) to send now; after the
+// last final event it also returns the usage chunk (when asked) and "data: [DONE]\n\n".
+// Non-streaming: add_event() returns "" and body() / error() give the result once
+// finished().
+class ResponseBuilder {
+ public:
+    explicit ResponseBuilder(const ParsedRequest& request);
+
+    std::string add_event(std::size_t index, const GenerationEvent& event);
+    bool finished() const { return n_finished_ == choices_.size(); }
+    // Non-streaming: the first error event seen, if any (answered instead of body()).
+    const std::optional<ApiError>& error() const { return error_; }
+    std::string body() const;
+
+ private:
+    struct Choice {
+        std::string text;
+        std::vector<std::int32_t> output_ids;
+        std::vector<TokenLogprob> logprobs;
+        std::optional<std::string> finish_reason;
+        std::optional<std::string> matched_stop;
+        Usage usage;
+        bool finished = false;
+        bool sent_role = false;            // chat streaming: the role delta went out
+        std::size_t text_offset = 0;       // completions logprobs: offset of the next token
+        std::chrono::steady_clock::time_point finished_at;
+    };
+
+    std::string stream_chunk(std::size_t index, const GenerationEvent& event);
+    std::string stream_end() const;
+    std::string usage_json_dump() const;
+
+    ApiKind kind_;
+    std::string id_;
+    std::string model_;
+    std::int64_t created_;
+    bool stream_;
+    bool include_usage_;
+    bool logprobs_;
+    std::vector<std::string> request_ids_;
+    std::chrono::steady_clock::time_point start_;
+    std::vector<Choice> choices_;
+    std::size_t n_finished_ = 0;
+    std::optional<ApiError> error_;
+};
+
+}  // namespace tessera::server

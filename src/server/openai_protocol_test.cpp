@@ -1,0 +1,351 @@
+#include "server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+ProtocolOptions options() { return ProtocolOptions{.served_model_name = "tiny", .max_model_len = 4096}; }
+
+ParseOutcome chat(const std::string& body) {
+    return parse_request(ApiKind::kChatCompletion, body, options(), "chatcmpl-1");
+}
+ParseOutcome completion(const std::string& body) {
+    return parse_request(ApiKind::kCompletion, body, options(), "cmpl-1");
+}
+ParseOutcome generate(const std::string& body) {
+    return parse_request(ApiKind::kGenerate, body, options(), "gen-1");
+}
+
+// Expects a 400 (or `status`) naming `param`; returns the message.
+std::string expect_error(const ParseOutcome& o, const std::string& param, int status = 400) {
+    EXPECT_FALSE(o.ok()) << "expected an error about " << param;
+    if (o.ok()) return "";
+    EXPECT_EQ(o.error->http_status, status) << o.error->message;
+    EXPECT_EQ(o.error->param, param) << o.error->message;
+    const Json body = Json::parse(o.error->to_json());
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(body["error"]["message"], o.error->message);
+    return o.error->message;
+}
+
+TEST(OpenAiProtocolTest, ChatRequestBecomesChatJson) {
+    auto o = chat(R"({"model": "tiny", "messages": [{"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]}],
+        "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.1, "seed": 42,
+        "stop": ["\n", "END"], "frequency_penalty": 0.5, "presence_penalty": -0.5, "ignore_eos": true,
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "chat_template_kwargs": {"enable_thinking": false}})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    ASSERT_EQ(o.request.requests.size(), 1u);
+    const GenerationRequest& r = o.request.requests[0];
+    EXPECT_EQ(r.request_id, "chatcmpl-1");
+    ASSERT_TRUE(r.input.chat_json.has_value());
+    EXPECT_FALSE(r.input.text.has_value());
+    const Json cj = Json::parse(*r.input.chat_json);
+    EXPECT_EQ(cj["messages"][1]["content"], "hi\nthere");
+    EXPECT_EQ(cj["messages"][0]["role"], "system");
+    EXPECT_EQ(cj["tools"][0]["function"]["name"], "f");
+    EXPECT_EQ(cj["enable_thinking"], false);
+    EXPECT_EQ(cj.begin().key(), "messages");  // key order preserved
+    EXPECT_EQ(r.params.max_new_tokens, 7);
+    EXPECT_FLOAT_EQ(r.params.temperature, 0.5f);
+    EXPECT_FLOAT_EQ(r.params.top_p, 0.9f);
+    EXPECT_EQ(r.params.top_k, 20);
+    EXPECT_FLOAT_EQ(r.params.min_p, 0.1f);
+    EXPECT_EQ(r.params.seed, 42u);
+    EXPECT_EQ(r.params.stop, (std::vector<std::string>{"\n", "END"}));
+    EXPECT_FLOAT_EQ(r.params.frequency_penalty, 0.5f);
+    EXPECT_FLOAT_EQ(r.params.presence_penalty, -0.5f);
+    EXPECT_TRUE(r.params.ignore_eos);
+    EXPECT_FALSE(o.request.stream);
+}
+
+TEST(OpenAiProtocolTest, ChatDefaultsAndN) {
+    auto o = chat(R"({"messages": [{"role": "user", "content": "x"}], "n": 3, "stream": true,
+        "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2,
+        "max_completion_tokens": 5})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    ASSERT_EQ(o.request.requests.size(), 3u);
+    EXPECT_EQ(o.request.requests[2].request_id, "chatcmpl-1-2");
+    EXPECT_TRUE(o.request.stream);
+    EXPECT_TRUE(o.request.include_usage);
+    EXPECT_TRUE(o.request.requests[0].params.logprobs);
+    EXPECT_EQ(o.request.requests[0].params.top_logprobs, 2);
+    EXPECT_EQ(o.request.requests[0].params.max_new_tokens, 5);
+    auto d = chat(R"({"messages": [{"role": "user", "content": "x"}]})");
+    ASSERT_TRUE(d.ok());
+    EXPECT_LT(d.request.requests[0].params.max_new_tokens, 0);  // up to the context length
+}
+
+TEST(OpenAiProtocolTest, ToolChoiceNoneDropsTools) {
+    auto o = chat(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none",
+        "tools": [{"type": "function", "function": {"name": "f"}}]})");
+    ASSERT_TRUE(o.ok());
+    EXPECT_FALSE(Json::parse(*o.request.requests[0].input.chat_json).contains("tools"));
+}
+
+TEST(OpenAiProtocolTest, ChatErrorsNameTheField) {
+    expect_error(chat(R"({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]})"), "model", 404);
+    EXPECT_EQ(chat(R"({"model": "gpt-4", "messages": []})").error->code, "model_not_found");
+    expect_error(chat(R"({"messages": []})"), "messages");
+    expect_error(chat(R"({})"), "messages");
+    expect_error(chat(R"({"messages": "hi"})"), "messages");
+    expect_error(chat(R"({"messages": [{"role": "wizard", "content": "x"}]})"), "messages[0].role");
+    expect_error(chat(R"({"messages": [{"role": "user"}]})"), "messages[0].content");
+    expect_error(chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
+                 "messages[0].content[0].type");
+    const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+    std::string msg = expect_error(chat("{" + m + R"(, "max_tokens": "ten"})"), "max_tokens");
+    EXPECT_NE(msg.find("integer"), std::string::npos) << msg;
+    expect_error(chat("{" + m + R"(, "max_tokens": -1})"), "max_tokens");
+    expect_error(chat("{" + m + R"(, "max_tokens": 0})"), "max_tokens");
+    expect_error(chat("{" + m + R"(, "max_tokens": 1.5})"), "max_tokens");
+    expect_error(chat("{" + m + R"(, "max_tokens": 99999999999999999999})"), "max_tokens");
+    expect_error(chat("{" + m + R"(, "max_tokens": 5000})"), "max_tokens");  // > max_model_len
+    expect_error(chat("{" + m + R"(, "max_tokens": true})"), "max_tokens");
+    expect_error(chat("{" + m + R"(, "temperature": 2.5})"), "temperature");
+    expect_error(chat("{" + m + R"(, "temperature": "hot"})"), "temperature");
+    expect_error(chat("{" + m + R"(, "top_p": 0})"), "top_p");
+    expect_error(chat("{" + m + R"(, "top_k": 0})"), "top_k");
+    expect_error(chat("{" + m + R"(, "frequency_penalty": 3})"), "frequency_penalty");
+    expect_error(chat("{" + m + R"(, "presence_penalty": -2.1})"), "presence_penalty");
+    expect_error(chat("{" + m + R"(, "stop": ["a", "b", "c", "d", "e"]})"), "stop");
+    expect_error(chat("{" + m + R"(, "stop": [1]})"), "stop");
+    expect_error(chat("{" + m + R"(, "n": 0})"), "n");
+    expect_error(chat("{" + m + R"(, "n": 1000})"), "n");
+    expect_error(chat("{" + m + R"(, "logprobs": 1})"), "logprobs");
+    expect_error(chat("{" + m + R"(, "top_logprobs": 21, "logprobs": true})"), "top_logprobs");
+    expect_error(chat("{" + m + R"(, "top_logprobs": 3})"), "top_logprobs");
+    expect_error(chat("{" + m + R"(, "stream": "yes"})"), "stream");
+    expect_error(chat("{" + m + R"(, "stream_options": {"include_usage": true}})"), "stream_options");
+    expect_error(chat("{" + m + R"(, "stream": true, "stream_options": {"include_usage": 1}})"),
+                 "stream_options.include_usage");
+    expect_error(chat("{" + m + R"(, "response_format": {"type": "json_object"}})"), "response_format");
+    expect_error(chat("{" + m + R"(, "tool_choice": "required"})"), "tool_choice");
+    expect_error(chat("{" + m + R"(, "tools": [{"type": "function"}]})"), "tools[0]");
+    expect_error(chat("{" + m + R"(, "chat_template_kwargs": [1]})"), "chat_template_kwargs");
+    // null is "absent"
+    EXPECT_TRUE(chat("{" + m + R"(, "max_tokens": null, "temperature": null})").ok());
+}
+
+TEST(OpenAiProtocolTest, BodyLevelErrors) {
+    std::string msg = expect_error(chat("{not json"), "");
+    EXPECT_NE(msg.find("not valid JSON"), std::string::npos);
+    msg = expect_error(chat("[1, 2]"), "");
+    EXPECT_NE(msg.find("JSON object"), std::string::npos);
+    msg = expect_error(chat("{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}"), "");
+    EXPECT_NE(msg.find("UTF-8"), std::string::npos);
+    expect_error(chat(""), "");
+}
+
+TEST(OpenAiProtocolTest, Utf8Validator) {
+    EXPECT_EQ(find_invalid_utf8("plain"), std::string_view::npos);
+    EXPECT_EQ(find_invalid_utf8("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80"), std::string_view::npos);
+    EXPECT_EQ(find_invalid_utf8("ab\xc0\xaf"), 2u);         // overlong
+    EXPECT_EQ(find_invalid_utf8("\xed\xa0\x80"), 0u);        // surrogate
+    EXPECT_EQ(find_invalid_utf8("x\xe2\x82"), 1u);           // truncated
+    EXPECT_EQ(find_invalid_utf8("\xf4\x90\x80\x80"), 0u);    // > U+10FFFF
+}
+
+TEST(OpenAiProtocolTest, CompletionPrompts) {
+    auto o = completion(R"({"model": "tiny", "prompt": "Once", "max_tokens": 3, "logprobs": 2})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    EXPECT_EQ(o.request.requests[0].input.text, "Once");
+    EXPECT_EQ(o.request.requests[0].params.max_new_tokens, 3);
+    EXPECT_TRUE(o.request.logprobs);
+    EXPECT_EQ(o.request.top_logprobs, 2);
+    auto d = completion(R"({"prompt": "x"})");
+    EXPECT_EQ(d.request.requests[0].params.max_new_tokens, 16);  // OpenAI's completions default
+    auto ids = completion(R"({"prompt": [1, 2, 3]})");
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(*ids.request.requests[0].input.input_ids, (std::vector<std::int32_t>{1, 2, 3}));
+    EXPECT_TRUE(completion(R"({"prompt": ["one"]})").ok());
+    EXPECT_TRUE(completion(R"({"prompt": [[4, 5]]})").ok());
+    std::string msg = expect_error(completion(R"({"prompt": ["a", "b"]})"), "prompt");
+    EXPECT_NE(msg.find("batched"), std::string::npos);
+    expect_error(completion(R"({"prompt": [1, -2]})"), "prompt");
+    expect_error(completion(R"({"prompt": []})"), "prompt");
+    expect_error(completion(R"({"prompt": 5})"), "prompt");
+    expect_error(completion(R"({})"), "prompt");
+    expect_error(completion(R"({"prompt": "x", "echo": true})"), "echo");
+    expect_error(completion(R"({"prompt": "x", "logprobs": true})"), "logprobs");
+}
+
+TEST(OpenAiProtocolTest, NativeGenerate) {
+    auto o = generate(R"({"text": "hi", "rid": "r1", "stream": true, "return_logprob": true,
+        "top_logprobs_num": 3, "sampling_params": {"max_new_tokens": 9, "temperature": 0,
+        "stop_token_ids": [2, 3], "skip_special_tokens": false, "n": 2}})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    ASSERT_EQ(o.request.requests.size(), 2u);
+    EXPECT_EQ(o.request.requests[0].request_id, "r1-0");
+    EXPECT_EQ(o.request.requests[1].request_id, "r1-1");
+    const GenerationParams& p = o.request.requests[0].params;
+    EXPECT_EQ(p.max_new_tokens, 9);
+    EXPECT_EQ(p.temperature, 0.0f);
+    EXPECT_EQ(p.stop_token_ids, (std::vector<std::int32_t>{2, 3}));
+    EXPECT_FALSE(p.skip_special_tokens);
+    EXPECT_TRUE(p.logprobs);
+    EXPECT_EQ(p.top_logprobs, 3);
+    auto d = generate(R"({"input_ids": [5, 6]})");
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d.request.requests[0].request_id, "gen-1");
+    EXPECT_EQ(d.request.requests[0].params.max_new_tokens, 128);
+    expect_error(generate(R"({})"), "text");
+    expect_error(generate(R"({"text": "a", "input_ids": [1]})"), "text");
+    expect_error(generate(R"({"text": ["a", "b"]})"), "text");
+    expect_error(generate(R"({"text": "a", "sampling_params": {"max_new_tokens": -5}})"),
+                 "sampling_params.max_new_tokens");
+    expect_error(generate(R"({"text": "a", "sampling_params": {"regex": "a+"}})"), "sampling_params.regex");
+    expect_error(generate(R"({"text": "a", "sampling_params": [{}]})"), "sampling_params");
+    expect_error(generate(R"({"text": "a", "rid": 5})"), "rid");
+}
+
+GenerationEvent event(std::string text, std::vector<std::int32_t> ids, std::int64_t completion,
+                      std::optional<std::string> finish = std::nullopt) {
+    GenerationEvent e;
+    e.text = std::move(text);
+    e.token_ids = std::move(ids);
+    e.usage = Usage{.prompt_tokens = 5, .completion_tokens = completion, .cached_tokens = 2};
+    e.finish_reason = std::move(finish);
+    return e;
+}
+
+// Splits "data: …\n\n" SSE text into its payloads.
+std::vector<std::string> sse_payloads(const std::string& s) {
+    std::vector<std::string> out;
+    std::size_t pos = 0;
+    while ((pos = s.find("data: ", pos)) != std::string::npos) {
+        const std::size_t end = s.find("\n\n", pos);
+        out.push_back(s.substr(pos + 6, end - pos - 6));
+        pos = end + 2;
+    }
+    return out;
+}
+
+TEST(ResponseBuilderTest, ChatNonStreaming) {
+    auto o = chat(R"({"messages": [{"role": "user", "content": "x"}]})");
+    ResponseBuilder b(o.request);
+    EXPECT_EQ(b.add_event(0, event("Hel", {1}, 1)), "");
+    EXPECT_FALSE(b.finished());
+    auto last = event("lo", {2}, 2, "stop");
+    last.matched_stop = "\n";
+    b.add_event(0, last);
+    ASSERT_TRUE(b.finished());
+    const Json j = Json::parse(b.body());
+    EXPECT_EQ(j["id"], "chatcmpl-1");
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["model"], "tiny");
+    EXPECT_EQ(j["choices"][0]["index"], 0);
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(j["choices"][0]["matched_stop"], "\n");
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+    EXPECT_EQ(j["usage"]["completion_tokens"], 2);
+    EXPECT_EQ(j["usage"]["total_tokens"], 7);
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+}
+
+TEST(ResponseBuilderTest, ChatStreamingRoleThenContentThenUsage) {
+    auto o = chat(R"({"messages": [{"role": "user", "content": "x"}], "stream": true,
+        "stream_options": {"include_usage": true}})");
+    ResponseBuilder b(o.request);
+    std::string out = b.add_event(0, event("Hi", {1}, 1));
+    out += b.add_event(0, event("", {2}, 2, "length"));
+    ASSERT_TRUE(b.finished());
+    auto payloads = sse_payloads(out);
+    ASSERT_EQ(payloads.size(), 5u) << out;
+    const Json role = Json::parse(payloads[0]);
+    EXPECT_EQ(role["object"], "chat.completion.chunk");
+    EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
+    const Json content = Json::parse(payloads[1]);
+    EXPECT_EQ(content["choices"][0]["delta"]["content"], "Hi");
+    EXPECT_TRUE(content["choices"][0]["finish_reason"].is_null());
+    const Json fin = Json::parse(payloads[2]);
+    EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
+    EXPECT_TRUE(fin["choices"][0]["delta"].empty());
+    const Json usage = Json::parse(payloads[3]);
+    EXPECT_TRUE(usage["choices"].empty());
+    EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
+    EXPECT_EQ(payloads[4], "[DONE]");
+}
+
+TEST(ResponseBuilderTest, CompletionLogprobs) {
+    auto o = completion(R"({"prompt": "x", "logprobs": 1})");
+    ResponseBuilder b(o.request);
+    auto e = event("ab", {7}, 1, "stop");
+    e.logprobs.push_back(TokenLogprob{.token = 7, .text = "ab", .logprob = -0.5f, .top = {{"ab", -0.5f}}});
+    b.add_event(0, e);
+    const Json j = Json::parse(b.body());
+    EXPECT_EQ(j["object"], "text_completion");
+    EXPECT_EQ(j["choices"][0]["text"], "ab");
+    EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"][0], "ab");
+    EXPECT_FLOAT_EQ(j["choices"][0]["logprobs"]["token_logprobs"][0].get<float>(), -0.5f);
+    EXPECT_FLOAT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0]["ab"].get<float>(), -0.5f);
+    EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"][0], 0);
+}
+
+TEST(ResponseBuilderTest, ChatLogprobs) {
+    auto o = chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 1})");
+    ResponseBuilder b(o.request);
+    auto e = event("A", {65}, 1, "stop");
+    e.logprobs.push_back(TokenLogprob{.token = 65, .text = "A", .logprob = -1.0f, .top = {{"A", -1.0f}}});
+    b.add_event(0, e);
+    const Json j = Json::parse(b.body());
+    const Json& lp = j["choices"][0]["logprobs"]["content"][0];
+    EXPECT_EQ(lp["token"], "A");
+    EXPECT_EQ(lp["bytes"], Json::array({65}));
+    EXPECT_EQ(lp["top_logprobs"][0]["token"], "A");
+}
+
+TEST(ResponseBuilderTest, NativeGenerateBodyAndStream) {
+    auto o = generate(R"({"text": "x", "rid": "r9"})");
+    ResponseBuilder b(o.request);
+    b.add_event(0, event("a", {1}, 1));
+    b.add_event(0, event("b", {2}, 2, "length"));
+    const Json j = Json::parse(b.body());
+    EXPECT_EQ(j["text"], "ab");
+    EXPECT_EQ(j["output_ids"], Json::array({1, 2}));
+    EXPECT_EQ(j["meta_info"]["id"], "r9");
+    EXPECT_EQ(j["meta_info"]["finish_reason"]["type"], "length");
+    EXPECT_EQ(j["meta_info"]["prompt_tokens"], 5);
+    EXPECT_EQ(j["meta_info"]["completion_tokens"], 2);
+    EXPECT_EQ(j["meta_info"]["cached_tokens"], 2);
+    EXPECT_GE(j["meta_info"]["e2e_latency"].get<double>(), 0.0);
+
+    auto s = generate(R"({"text": "x", "rid": "r9", "stream": true})");
+    ResponseBuilder sb(s.request);
+    std::string out = sb.add_event(0, event("a", {1}, 1));
+    auto fin = event("b", {2}, 2, "stop");
+    fin.matched_stop = "b";
+    out += sb.add_event(0, fin);
+    auto payloads = sse_payloads(out);
+    ASSERT_EQ(payloads.size(), 3u);
+    EXPECT_EQ(Json::parse(payloads[0])["text"], "a");
+    const Json last = Json::parse(payloads[1]);
+    EXPECT_EQ(last["text"], "ab");  // cumulative
+    EXPECT_EQ(last["output_ids"], Json::array({1, 2}));
+    EXPECT_EQ(last["meta_info"]["finish_reason"]["matched"], "b");
+    EXPECT_EQ(payloads[2], "[DONE]");
+}
+
+TEST(ResponseBuilderTest, ErrorEvent) {
+    auto o = chat(R"({"messages": [{"role": "user", "content": "x"}], "n": 2})");
+    ResponseBuilder b(o.request);
+    GenerationEvent e;
+    e.error = Status::InvalidArgument("prompt too long");
+    b.add_event(0, e);
+    b.add_event(1, event("x", {1}, 1, "stop"));
+    ASSERT_TRUE(b.finished());
+    ASSERT_TRUE(b.error().has_value());
+    EXPECT_EQ(b.error()->http_status, 400);
+    EXPECT_EQ(b.error()->message, "prompt too long");
+}
+
+}  // namespace
+}  // namespace tessera::server

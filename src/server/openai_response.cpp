@@ -1,0 +1,277 @@
+// server/openai_response.cpp — ResponseBuilder (declared in openai_protocol.h): renders
+// backend events as OpenAI chat.completion(.chunk) / text_completion bodies and SGLang's
+// native /generate body, streaming (SSE) or not.
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_protocol.h"
+
+namespace tessera::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
+
+Json utf8_bytes(const std::string& s) {
+    Json bytes = Json::array();
+    for (unsigned char c : s) bytes.push_back(static_cast<int>(c));
+    return bytes;
+}
+
+Json or_null(const std::optional<std::string>& v) { return v ? Json(*v) : Json(nullptr); }
+
+// chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}
+Json chat_logprobs(const std::vector<TokenLogprob>& lps) {
+    Json content = Json::array();
+    for (const TokenLogprob& lp : lps) {
+        Json top = Json::array();
+        for (const auto& [text, logprob] : lp.top) {
+            top.push_back(Json{{"token", text}, {"logprob", logprob}, {"bytes", utf8_bytes(text)}});
+        }
+        content.push_back(Json{{"token", lp.text},
+                               {"logprob", lp.logprob},
+                               {"bytes", utf8_bytes(lp.text)},
+                               {"top_logprobs", std::move(top)}});
+    }
+    return Json{{"content", std::move(content)}};
+}
+
+// completions: {"tokens", "token_logprobs", "top_logprobs": [{text: lp}], "text_offset"};
+// `offset` is the text offset of the first token and is advanced past the last one.
+Json completion_logprobs(const std::vector<TokenLogprob>& lps, std::size_t& offset) {
+    Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(),
+         offsets = Json::array();
+    for (const TokenLogprob& lp : lps) {
+        tokens.push_back(lp.text);
+        token_lps.push_back(lp.logprob);
+        Json top = Json::object();
+        for (const auto& [text, logprob] : lp.top) top[text] = logprob;
+        tops.push_back(std::move(top));
+        offsets.push_back(offset);
+        offset += lp.text.size();
+    }
+    return Json{{"tokens", std::move(tokens)},
+                {"token_logprobs", std::move(token_lps)},
+                {"top_logprobs", std::move(tops)},
+                {"text_offset", std::move(offsets)}};
+}
+
+Json native_finish_reason(const std::optional<std::string>& reason,
+                          const std::optional<std::string>& matched, std::int64_t length) {
+    if (!reason) return nullptr;
+    Json j = Json::object();
+    j["type"] = *reason;
+    if (*reason == "stop") j["matched"] = or_null(matched);
+    if (*reason == "length") j["length"] = length;
+    return j;
+}
+
+}  // namespace
+
+ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
+    : kind_(request.kind),
+      id_(request.id),
+      model_(request.model),
+      created_(request.created),
+      stream_(request.stream),
+      include_usage_(request.include_usage),
+      logprobs_(request.logprobs),
+      start_(std::chrono::steady_clock::now()),
+      choices_(request.requests.size()) {
+    for (const GenerationRequest& r : request.requests) request_ids_.push_back(r.request_id);
+}
+
+std::string ResponseBuilder::add_event(std::size_t index, const GenerationEvent& event) {
+    if (index >= choices_.size() || choices_[index].finished) return {};
+    Choice& c = choices_[index];
+    const bool final = event.finish_reason.has_value() || event.error.has_value();
+    std::string out;
+    if (stream_) out = stream_chunk(index, event);
+    c.text += event.text;
+    c.output_ids.insert(c.output_ids.end(), event.token_ids.begin(), event.token_ids.end());
+    if (!stream_) c.logprobs.insert(c.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+    c.usage = event.usage;
+    if (event.error && !error_) error_ = ApiError::from_status(*event.error);
+    if (final) {
+        c.finish_reason = event.finish_reason ? event.finish_reason : std::optional<std::string>("abort");
+        c.matched_stop = event.matched_stop;
+        c.finished = true;
+        c.finished_at = std::chrono::steady_clock::now();
+        ++n_finished_;
+        if (stream_ && finished()) out += stream_end();
+    }
+    return out;
+}
+
+std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEvent& event) {
+    Choice& c = choices_[index];
+    const bool final = event.finish_reason.has_value();
+    if (event.error) return "data: " + ApiError::from_status(*event.error).to_json() + "\n\n";
+
+    if (kind_ == ApiKind::kGenerate) {
+        // SGLang's default: cumulative text and output_ids in every chunk.
+        Json meta = Json::object();
+        meta["id"] = request_ids_[index];
+        meta["finish_reason"] = native_finish_reason(event.finish_reason, event.matched_stop,
+                                                     event.usage.completion_tokens);
+        meta["prompt_tokens"] = event.usage.prompt_tokens;
+        meta["completion_tokens"] = event.usage.completion_tokens;
+        meta["cached_tokens"] = event.usage.cached_tokens;
+        meta["e2e_latency"] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        if (logprobs_) {
+            Json lps = Json::array(), tops = Json::array();
+            for (const TokenLogprob& lp : event.logprobs) {
+                lps.push_back(Json::array({lp.logprob, lp.token, lp.text}));
+                Json top = Json::array();
+                for (const auto& [text, logprob] : lp.top) top.push_back(Json::array({logprob, nullptr, text}));
+                tops.push_back(std::move(top));
+            }
+            meta["output_token_logprobs"] = std::move(lps);
+            meta["output_top_logprobs"] = std::move(tops);
+        }
+        Json chunk = Json::object();
+        if (choices_.size() > 1) chunk["index"] = index;
+        chunk["text"] = c.text + event.text;
+        Json ids(c.output_ids);
+        for (std::int32_t t : event.token_ids) ids.push_back(t);
+        chunk["output_ids"] = std::move(ids);
+        chunk["meta_info"] = std::move(meta);
+        return sse(chunk);
+    }
+
+    const bool chat = kind_ == ApiKind::kChatCompletion;
+    std::string out;
+    Json base = Json::object();
+    base["id"] = id_;
+    base["object"] = chat ? "chat.completion.chunk" : "text_completion";
+    base["created"] = created_;
+    base["model"] = model_;
+    if (chat && !c.sent_role) {
+        c.sent_role = true;
+        Json chunk = base;
+        chunk["choices"] = Json::array({Json{{"index", index},
+                                             {"delta", Json{{"role", "assistant"}, {"content", ""}}},
+                                             {"logprobs", nullptr},
+                                             {"finish_reason", nullptr}}});
+        if (include_usage_) chunk["usage"] = nullptr;
+        out += sse(chunk);
+    }
+    if (event.text.empty() && event.logprobs.empty() && !final) return out;
+
+    Json choice = Json::object();
+    choice["index"] = index;
+    if (chat) {
+        choice["delta"] = event.text.empty() ? Json::object() : Json{{"content", event.text}};
+        choice["logprobs"] = logprobs_ && !event.logprobs.empty() ? chat_logprobs(event.logprobs) : Json(nullptr);
+    } else {
+        choice["text"] = event.text;
+        choice["logprobs"] = logprobs_ && !event.logprobs.empty()
+                                 ? completion_logprobs(event.logprobs, c.text_offset)
+                                 : Json(nullptr);
+    }
+    choice["finish_reason"] = final ? Json(openai_finish_reason(*event.finish_reason)) : Json(nullptr);
+    choice["matched_stop"] = final ? or_null(event.matched_stop) : Json(nullptr);
+    Json chunk = std::move(base);
+    chunk["choices"] = Json::array({std::move(choice)});
+    if (include_usage_) chunk["usage"] = nullptr;
+    out += sse(chunk);
+    return out;
+}
+
+std::string ResponseBuilder::usage_json_dump() const {
+    Usage total;
+    if (!choices_.empty()) {
+        total.prompt_tokens = choices_[0].usage.prompt_tokens;  // one prompt for all n choices
+        total.cached_tokens = choices_[0].usage.cached_tokens;
+    }
+    for (const Choice& c : choices_) total.completion_tokens += c.usage.completion_tokens;
+    Json usage = Json::object();
+    usage["prompt_tokens"] = total.prompt_tokens;
+    usage["total_tokens"] = total.prompt_tokens + total.completion_tokens;
+    usage["completion_tokens"] = total.completion_tokens;
+    usage["prompt_tokens_details"] = Json{{"cached_tokens", total.cached_tokens}};
+    return dump(usage);
+}
+
+std::string ResponseBuilder::stream_end() const {
+    std::string out;
+    if (include_usage_ && kind_ != ApiKind::kGenerate) {
+        Json chunk = Json::object();
+        chunk["id"] = id_;
+        chunk["object"] = kind_ == ApiKind::kChatCompletion ? "chat.completion.chunk" : "text_completion";
+        chunk["created"] = created_;
+        chunk["model"] = model_;
+        chunk["choices"] = Json::array();
+        chunk["usage"] = Json::parse(usage_json_dump());
+        out += sse(chunk);
+    }
+    out += "data: [DONE]\n\n";
+    return out;
+}
+
+std::string ResponseBuilder::body() const {
+    if (kind_ == ApiKind::kGenerate) {
+        Json items = Json::array();
+        for (std::size_t i = 0; i < choices_.size(); ++i) {
+            const Choice& c = choices_[i];
+            Json meta = Json::object();
+            meta["id"] = request_ids_[i];
+            meta["finish_reason"] =
+                native_finish_reason(c.finish_reason, c.matched_stop, c.usage.completion_tokens);
+            meta["prompt_tokens"] = c.usage.prompt_tokens;
+            meta["completion_tokens"] = c.usage.completion_tokens;
+            meta["cached_tokens"] = c.usage.cached_tokens;
+            meta["e2e_latency"] = std::chrono::duration<double>(c.finished_at - start_).count();
+            if (logprobs_) {
+                Json lps = Json::array(), tops = Json::array();
+                for (const TokenLogprob& lp : c.logprobs) {
+                    lps.push_back(Json::array({lp.logprob, lp.token, lp.text}));
+                    Json top = Json::array();
+                    for (const auto& [text, logprob] : lp.top)
+                        top.push_back(Json::array({logprob, nullptr, text}));
+                    tops.push_back(std::move(top));
+                }
+                meta["output_token_logprobs"] = std::move(lps);
+                meta["output_top_logprobs"] = std::move(tops);
+            }
+            items.push_back(Json{{"text", c.text}, {"output_ids", c.output_ids}, {"meta_info", std::move(meta)}});
+        }
+        return dump(items.size() == 1 ? items[0] : items);
+    }
+
+    const bool chat = kind_ == ApiKind::kChatCompletion;
+    Json root = Json::object();
+    root["id"] = id_;
+    root["object"] = chat ? "chat.completion" : "text_completion";
+    root["created"] = created_;
+    root["model"] = model_;
+    Json choices = Json::array();
+    for (std::size_t i = 0; i < choices_.size(); ++i) {
+        const Choice& c = choices_[i];
+        Json choice = Json::object();
+        choice["index"] = i;
+        if (chat) {
+            choice["message"] = Json{{"role", "assistant"},
+                                     {"content", c.text},
+                                     {"reasoning_content", nullptr},
+                                     {"tool_calls", nullptr}};
+            choice["logprobs"] = logprobs_ ? chat_logprobs(c.logprobs) : Json(nullptr);
+        } else {
+            choice["text"] = c.text;
+            std::size_t offset = 0;
+            choice["logprobs"] = logprobs_ ? completion_logprobs(c.logprobs, offset) : Json(nullptr);
+        }
+        choice["finish_reason"] = c.finish_reason ? Json(openai_finish_reason(*c.finish_reason)) : Json(nullptr);
+        choice["matched_stop"] = or_null(c.matched_stop);
+        choices.push_back(std::move(choice));
+    }
+    root["choices"] = std::move(choices);
+    root["usage"] = Json::parse(usage_json_dump());
+    return dump(root);
+}
+
+}  // namespace tessera::server
