@@ -19,6 +19,8 @@ namespace tessera::app {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+// How long ranks may take to drain in-flight work after SIGTERM.
+constexpr std::chrono::seconds kDrainTimeout{120};
 
 void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
@@ -124,9 +126,27 @@ int launch_local_ranks(const dist::ParallelLayout& layout, const LaunchOptions& 
     int exit_code = 0;
     while (!running.empty()) {
         if (g_stop_signal.load() != 0) {
-            TSR_LOG_C(WARN, "launcher", "signal {}: stopping {} rank processes", g_stop_signal.load(), running.size());
-            terminate_all(running);
-            return 128 + g_stop_signal.load();
+            // Graceful: the ranks drain on SIGTERM; a rank that does not finish in time is killed.
+            const int sig = g_stop_signal.load();
+            TSR_LOG_C(INFO, "launcher", "signal {}: stopping {} rank processes", sig, running.size());
+            for (const auto& [pid, rank] : running) kill(pid, SIGTERM);
+            const auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
+            int code = 0;
+            while (!running.empty() && std::chrono::steady_clock::now() < deadline) {
+                int st = 0;
+                const pid_t done = waitpid(-1, &st, WNOHANG);
+                if (done <= 0) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                    continue;
+                }
+                if (running.erase(done) != 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) code = 128 + sig;
+            }
+            if (!running.empty()) {
+                TSR_LOG_C(WARN, "launcher", "{} rank processes did not stop in time; killing them", running.size());
+                terminate_all(running);
+                return 128 + sig;
+            }
+            return code;
         }
         int status = 0;
         const pid_t pid = waitpid(-1, &status, WNOHANG);

@@ -1,0 +1,255 @@
+#!/usr/bin/python3
+"""`tessera serve` end to end over HTTP, as a client sees it, on a tiny model with the real
+Qwen3 tokenizer: chat and completions, streaming and not; greedy output equal to
+`tessera generate`; 32 concurrent streaming clients; the prefix-cache hit in usage; bad
+inputs answered with 4xx while the server keeps serving; a client that disconnects
+mid-stream gets its KV freed; SIGTERM drains and exits 0.
+
+Usage: serve_test.py --tessera PATH --workdir DIR [--tp N]
+"""
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+failures = []
+passes = 0
+
+
+def check(name, ok, detail=""):
+    global passes
+    if ok:
+        passes += 1
+    else:
+        failures.append(name)
+        print(f"FAIL: {name} {detail}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(port, method, path, body=None, raw=None, timeout=60):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    payload = resp.read()
+    conn.close()
+    return resp.status, payload
+
+
+def post(port, path, body):
+    status, payload = request(port, "POST", path, body)
+    try:
+        return status, json.loads(payload)
+    except ValueError:
+        return status, payload
+
+
+def stream(port, path, body, stop_after=None):
+    """Returns the list of parsed SSE data objects (and whether [DONE] arrived)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    events, done = [], False
+    while True:
+        line = resp.fp.readline()
+        if not line:
+            break
+        line = line.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            done = True
+            break
+        events.append(json.loads(line[6:]))
+        if stop_after is not None and len(events) >= stop_after:
+            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            return events, False
+    conn.close()
+    return events, done
+
+
+def wait_ready(port, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            if request(port, "GET", "/health", timeout=2)[0] == 200:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def pool_is_whole(port):
+    _, info = request(port, "GET", "/get_server_info")
+    info = json.loads(info)
+    s = info["internal_states"][0]
+    return s["num_used_tokens"] == 0 and s["num_running_reqs"] == 0, s
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tessera", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--tp", type=int, default=1)
+    a = ap.parse_args()
+    tessera = os.path.abspath(a.tessera)
+    os.makedirs(a.workdir, exist_ok=True)
+    model = os.path.join(a.workdir, "model")
+    subprocess.run([tessera, "make-model", "--arch", "qwen3", "--preset", "tiny", "--tokenizer", "qwen3",
+                    "--dtype", "f32", "--seed", "5", "--out", model], check=True, capture_output=True)
+    port = free_port()
+    log = open(os.path.join(a.workdir, "server.log"), "w")
+    server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
+                               "--port", str(port), "--tp", str(a.tp), "--threads", "1",
+                               "--max-total-tokens", "16384", "--chunked-prefill-size", "64",
+                               "--random-seed", "1"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        if not wait_ready(port, server):
+            print(open(os.path.join(a.workdir, "server.log")).read()[-3000:])
+            print("server did not become ready")
+            return 1
+        run_checks(tessera, model, port, a.tp)
+        # SIGTERM with a request in flight: it finishes, then the server exits 0.
+        result = {}
+        t = threading.Thread(target=lambda: result.update(r=post(port, "/v1/completions", {
+            "model": "tiny", "prompt": "drain me", "max_tokens": 200, "temperature": 0, "ignore_eos": True})))
+        t.start()
+        time.sleep(0.3)
+        server.send_signal(signal.SIGTERM)
+        t.join(60)
+        rc = server.wait(60)
+        status, body = result.get("r", (0, None))
+        check("SIGTERM drains the in-flight request", status == 200 and body["usage"]["completion_tokens"] == 200,
+              f"{status} {str(body)[:200]}")
+        check("SIGTERM exits 0", rc == 0, f"exit {rc}")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        log.close()
+    print(f"{passes} passed, {len(failures)} failed")
+    if failures:
+        print(open(os.path.join(a.workdir, "server.log")).read()[-4000:])
+    return 1 if failures else 0
+
+
+def run_checks(tessera, model, port, tp):
+    # /v1/models and health.
+    status, body = request(port, "GET", "/v1/models")
+    models = json.loads(body)
+    check("/v1/models lists the served name and max_model_len",
+          status == 200 and models["data"][0]["id"] == "tiny" and models["data"][0]["max_model_len"] == 4096, body)
+    check("/health_generate", request(port, "GET", "/health_generate")[0] == 200)
+
+    # Greedy output equals `tessera generate` for the same ids.
+    prompt_ids = [9707, 11, 1879, 0, 358, 1079, 264, 4128, 1614, 13, 220, 16, 17, 18]
+    gen = subprocess.run([tessera, "generate", "--model-path", model, "--prompt-ids", ",".join(map(str, prompt_ids)),
+                          "--max-new-tokens", "12", "--ignore-eos", "--json", "--threads", "1", "--tp", str(tp)],
+                         capture_output=True, text=True)
+    expected = json.loads(gen.stdout)["output_ids"] if gen.returncode == 0 else None
+    status, body = post(port, "/generate", {"input_ids": prompt_ids, "sampling_params": {
+        "max_new_tokens": 12, "temperature": 0, "ignore_eos": True}})
+    check("/generate greedy equals tessera generate", status == 200 and body["output_ids"] == expected,
+          f"{status} {body} vs {expected}")
+
+    # Chat, non-streaming and streaming, give the same text.
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "Tell me about tessellation."}],
+            "max_tokens": 10, "temperature": 0, "ignore_eos": True}
+    status, body = post(port, "/v1/chat/completions", chat)
+    full = body["choices"][0]["message"]["content"] if status == 200 else None
+    check("chat completion", status == 200 and body["usage"]["completion_tokens"] == 10 and
+          body["choices"][0]["finish_reason"] == "length", str(body)[:300])
+    events, done = stream(port, "/v1/chat/completions", dict(chat, stream=True, stream_options={"include_usage": True}))
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
+    usage = [e["usage"] for e in events if e.get("usage")]
+    check("streamed chat equals non-streamed", done and text == full and usage and usage[-1]["completion_tokens"] == 10,
+          f"{done} {text!r} vs {full!r} {usage}")
+    status, body = post(port, "/v1/completions", {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 5,
+                                                  "temperature": 0})
+    check("text completion", status == 200 and body["object"] == "text_completion" and
+          body["usage"]["completion_tokens"] <= 5, str(body)[:300])
+
+    # 32 concurrent streaming clients.
+    results = [None] * 32
+
+    def client(i):
+        ev, ok = stream(port, "/v1/completions", {"model": "tiny", "prompt": f"client {i} says", "max_tokens": 16,
+                                                  "temperature": 0.8, "seed": i, "ignore_eos": True, "stream": True,
+                                                  "stream_options": {"include_usage": True}})
+        u = [e["usage"] for e in ev if e.get("usage")]
+        results[i] = ok and u and u[-1]["completion_tokens"] == 16
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    check("32 concurrent streams finish with 16 tokens each", all(results), str(results))
+
+    # Prefix cache: the second request with the same long prefix reports cached tokens.
+    prefix = "The quick brown fox jumps over the lazy dog. " * 12
+    post(port, "/v1/completions", {"model": "tiny", "prompt": prefix + "First.", "max_tokens": 2, "temperature": 0})
+    status, body = post(port, "/v1/completions", {"model": "tiny", "prompt": prefix + "Second.", "max_tokens": 2,
+                                                  "temperature": 0})
+    cached = body["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0) if status == 200 else 0
+    check("repeated prefix is a cache hit", cached >= 100, f"cached_tokens={cached}")
+
+    # Bad inputs: 4xx with an OpenAI error body; the server keeps serving.
+    bad = [
+        ("malformed JSON", request(port, "POST", "/v1/chat/completions", raw=b"{not json")),
+        ("wrong type", request(port, "POST", "/v1/chat/completions", {"model": "tiny", "messages": "hi"})),
+        ("unknown model", request(port, "POST", "/v1/chat/completions",
+                                  {"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})),
+        ("negative max_tokens", request(port, "POST", "/v1/completions", {"model": "tiny", "prompt": "x",
+                                                                          "max_tokens": -3})),
+        ("huge max_tokens", request(port, "POST", "/v1/completions", {"model": "tiny", "prompt": "x",
+                                                                      "max_tokens": 10 ** 12})),
+        ("prompt + max_tokens over the context", request(port, "POST", "/v1/completions",
+                                                         {"model": "tiny", "prompt": "x", "max_tokens": 4095})),
+        ("empty messages", request(port, "POST", "/v1/chat/completions", {"model": "tiny", "messages": []})),
+        ("invalid UTF-8", request(port, "POST", "/v1/completions",
+                                  raw=b'{"model": "tiny", "prompt": "\xff\xfe", "max_tokens": 2}')),
+        ("token id outside the vocabulary", request(port, "POST", "/generate", {"input_ids": [10 ** 8]})),
+    ]
+    for name, (status, payload) in bad:
+        try:
+            err = json.loads(payload).get("error", {})
+        except ValueError:
+            err = {}
+        check(f"bad input: {name}", 400 <= status < 500 and err.get("message"), f"{status} {payload[:200]}")
+    check("still serving after bad inputs", post(port, "/v1/completions", {"model": "tiny", "prompt": "ok",
+                                                                           "max_tokens": 1})[0] == 200)
+
+    # A client that disconnects mid-stream: its request is aborted and the pool is whole.
+    stream(port, "/v1/completions", {"model": "tiny", "prompt": "long story", "max_tokens": 2000,
+                                     "ignore_eos": True, "stream": True}, stop_after=3)
+    whole = False
+    for _ in range(50):
+        post(port, "/flush_cache", {})
+        whole, state = pool_is_whole(port)
+        if whole:
+            break
+        time.sleep(0.1)
+    check("disconnect frees the KV", whole, str(state))
+    status, metrics = request(port, "GET", "/metrics")
+    check("/metrics has SGLang's names", status == 200 and b"sglang:num_running_reqs" in metrics and
+          b"sglang:token_usage" in metrics)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
