@@ -40,6 +40,9 @@ struct TokenizeCommandOptions {
 
 int run_tokenize(const TokenizeCommandOptions& options);
 
+// `tessera bench serve|one-batch` (argv[0] is "bench").
+int run_bench(int argc, char** argv);
+
 // `tessera serve` (as one rank process when internal_rank is set).
 int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank = std::nullopt,
               const std::string& internal_store = "");

@@ -27,6 +27,8 @@ void set_log_level(const std::string& level) {
 int main(int argc, char** argv) {
     // A peer that dies must surface as an error from its socket, not kill this process.
     std::signal(SIGPIPE, SIG_IGN);
+    // `tessera bench serve|one-batch ...` has its own flag set (app/bench_command.cpp).
+    if (argc > 1 && std::string(argv[1]) == "bench") return tessera::app::run_bench(argc - 1, argv + 1);
     CLI::App app{"tessera: a native LLM serving engine with SGLang's multi-device parallelism"};
     app.require_subcommand(1);
     std::string log_level = tessera::env().log_level.empty() ? "info" : tessera::env().log_level;
