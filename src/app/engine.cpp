@@ -75,9 +75,13 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     if (!ready()) return Status(StatusCode::kUnavailable, "the server is not accepting requests (starting or draining)");
     TSR_ASSIGN_OR_RETURN(auto ids, prompt_ids(request.input));
     const auto n_prompt = static_cast<std::int64_t>(ids.size());
-    const auto& p = request.params;
+    auto p = request.params;
     if (n_prompt == 0) return Status::InvalidArgument("the prompt is empty");
-    if (p.max_new_tokens < 1) return Status::InvalidArgument("max_tokens must be at least 1");
+    // No max_tokens in a chat request (max_new_tokens < 0): the rest of the context, as SGLang.
+    if (p.max_new_tokens < 0) p.max_new_tokens = std::min(config_.context_len, scheduler_.max_req_len()) - n_prompt;
+    if (p.max_new_tokens < 1)
+        return Status::OutOfRange("the prompt (" + std::to_string(n_prompt) + " tokens) leaves no room to generate in "
+                                  "the context length of " + std::to_string(config_.context_len) + " tokens");
     if (n_prompt + p.max_new_tokens > config_.context_len) {
         return Status::OutOfRange("the prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
                                   std::to_string(p.max_new_tokens) + ") exceeds the context length of " +

@@ -26,6 +26,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <optional>
 #include <shared_mutex>
 #include <thread>
@@ -113,6 +114,8 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
     Session(tcp::socket socket, std::shared_ptr<ServerState> state)
         : socket_(std::move(socket)), state_(std::move(state)), idle_timer_(socket_.get_executor()) {}
+
+    ~Session() { uncount_open(); }
 
     void start() { read_header(); }
 
@@ -295,13 +298,14 @@ class Session : public std::enable_shared_from_this<Session> {
         gen->builder.emplace(request);
         for (const GenerationRequest& r : request.requests) gen->request_ids.push_back(r.request_id);
         gen_ = std::move(gen);
+        hold_ = shared_from_this();
 
         for (int i = 0; i < n; ++i) {
             Status st = state_->backend.submit(std::move(request.requests[i]), make_callback(i, ticket));
             if (st.ok()) continue;
             for (int k = 0; k < i; ++k) state_->backend.abort(gen_->request_ids[k]);
             for (int k = i; k < n; ++k) ticket->finish_one();
-            gen_.reset();
+            end_generation();
             return respond_error(ApiError::from_status(st));
         }
         counted_open_ = true;
@@ -337,6 +341,7 @@ class Session : public std::enable_shared_from_this<Session> {
         if (!g.builder->finished()) return;
 
         std::unique_ptr<ActiveGeneration> done = std::move(gen_);
+        end_generation();
         if (done->streaming) {
             if (chunked_) write("0\r\n\r\n");
             complete_response();
@@ -365,6 +370,13 @@ class Session : public std::enable_shared_from_this<Session> {
         }
     }
 
+    // Drops the generation and the self-reference that kept the session alive for its
+    // events (callers run inside a handler that holds its own reference).
+    void end_generation() {
+        gen_.reset();
+        hold_.reset();
+    }
+
     void abort_generation() {
         if (!gen_) return;
         for (std::size_t i = 0; i < gen_->request_ids.size(); ++i) {
@@ -386,9 +398,10 @@ class Session : public std::enable_shared_from_this<Session> {
         gen->request_ids = {r.request_id};
         gen->finished = {false};
         gen_ = std::move(gen);
+        hold_ = shared_from_this();
         Status st = state_->backend.submit(std::move(r), make_callback(0, nullptr));
         if (!st.ok()) {
-            gen_.reset();
+            end_generation();
             return respond(503, kText, "");
         }
         health_timer_.emplace(socket_.get_executor());
@@ -396,7 +409,7 @@ class Session : public std::enable_shared_from_this<Session> {
         health_timer_->async_wait([self = shared_from_this(), seq = gen_seq_](error_code ec) {
             if (ec || !self->gen_ || self->gen_->seq != seq) return;
             self->abort_generation();
-            self->gen_.reset();
+            self->end_generation();
             self->respond(503, kText, "");
         });
     }
@@ -404,7 +417,7 @@ class Session : public std::enable_shared_from_this<Session> {
     void on_health_event(const GenerationEvent& ev) {
         const bool final = ev.finish_reason.has_value() || ev.error.has_value();
         if (!final) abort_generation();
-        gen_.reset();
+        end_generation();
         if (health_timer_) health_timer_->cancel();
         respond(ev.error ? 503 : 200, kText, "");
     }
@@ -505,6 +518,7 @@ class Session : public std::enable_shared_from_this<Session> {
         if (closed_) return;
         closed_ = true;
         abort_generation();
+        end_generation();
         disarm_timer();
         if (health_timer_) health_timer_->cancel();
         uncount_open();
@@ -555,6 +569,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
     std::uint64_t gen_seq_ = 0;  // events of older generations are dropped
     std::unique_ptr<ActiveGeneration> gen_;
+    // Set while gen_ is in flight: backend callbacks hold only weak references, and no
+    // socket operation may be pending (pipelined requests), so this keeps us alive.
+    std::shared_ptr<Session> hold_;
 };
 
 }  // namespace
