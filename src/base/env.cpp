@@ -9,6 +9,13 @@ std::string read(const char* name) {
     const char* v = std::getenv(name);
     return v ? std::string(v) : std::string();
 }
+
+// Unset stays distinguishable from empty: for these variables "unset" selects a default,
+// while an empty value is a user error that the parser reports.
+std::optional<std::string> read_optional(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+}
 }  // namespace
 
 const EnvFlags& env() {
@@ -17,6 +24,8 @@ const EnvFlags& env() {
         f.kernel_isa = read("TSR_KERNEL_ISA");
         f.tokenizer_assets = read("TSR_TOKENIZER_ASSETS");
         f.log_level = read("TSR_LOG_LEVEL");
+        f.pp_layer_partition = read_optional("SGLANG_PP_LAYER_PARTITION");
+        f.dynamic_chunking_smooth_factor = read_optional("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR");
         return f;
     }();
     return flags;

@@ -2,6 +2,7 @@
 // base/env.h — the one place environment variables are read. EnvFlags is loaded once
 // (first call to env()) and is read-only afterwards; safe from any thread.
 
+#include <optional>
 #include <string>
 
 namespace tessera {
@@ -14,6 +15,14 @@ struct EnvFlags {
     std::string tokenizer_assets;
     // env: TSR_LOG_LEVEL — debug, info, warn, error.
     std::string log_level;
+    // env: SGLANG_PP_LAYER_PARTITION — layer count per pipeline stage, "a,b,c,..." (one entry
+    // per --pp-size stage, summing to the model's layers). Unset: the even default split.
+    // Parsed and validated by dist::pp_layer_range.
+    std::optional<std::string> pp_layer_partition;
+    // env: SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR — how far dynamic chunking follows the fitted
+    // cost model, a number in [0, 1]. Unset: 0.75. Parsed by
+    // scheduler::parse_dynamic_chunking_smooth_factor.
+    std::optional<std::string> dynamic_chunking_smooth_factor;
 };
 
 const EnvFlags& env();
