@@ -111,11 +111,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         n_slots = static_cast<std::int64_t>(v[0]) / *args.page_size * *args.page_size;
     }
     kvcache::KvPool kv_pool({m.kv_cache_shape(), n_slots, *args.page_size});
-    kvcache::KvView kv;
-    for (std::int64_t l = 0; l < m.kv_cache_shape().n_layers; ++l) {
-        kv.k.push_back(kv_pool.k(l));
-        kv.v.push_back(kv_pool.v(l));
-    }
+    const kvcache::KvView kv = kv_pool.view();
     ThreadPool pool(runtime->threads);
 
     std::signal(SIGINT, on_signal);

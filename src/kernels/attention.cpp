@@ -11,6 +11,7 @@
 #include "base/aligned_buffer.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "tensor/dtype.h"
 
 namespace tessera::kernels {
 
@@ -120,6 +121,160 @@ inline std::int64_t key_row(const AttentionArgs& a, std::int64_t position) {
     return a.kv_slots == nullptr ? position : a.kv_slots[position];
 }
 
+// Element i of a K/V row as f32.
+inline float kv_value(const void* row, std::int64_t i, bool bf16) {
+    return bf16 ? bf16_to_f32(static_cast<const std::uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
+}
+
+// Address of head `kv_head` in cache row `row`.
+inline const void* kv_row(const void* base, std::int64_t row, std::int64_t stride, std::int64_t kv_head,
+                          std::int64_t dim, bool bf16) {
+    const std::int64_t offset = row * stride + kv_head * dim;
+    return bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(base) + offset)
+                : static_cast<const void*>(static_cast<const float*>(base) + offset);
+}
+
+// 8 consecutive elements from f32 or bf16 storage, as f32.
+template <bool kBf16>
+inline __m256 load8(const void* p, std::int64_t i) {
+    if constexpr (kBf16) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+        return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+    }
+}
+
+// A head's row from the cache into f32 (the packing of the block path).
+inline void widen_row(const void* src, float* dst, std::int64_t dim, bool bf16) {
+    if (bf16) {
+        const auto* h = static_cast<const std::uint16_t*>(src);
+        for (std::int64_t d = 0; d < dim; ++d) dst[d] = bf16_to_f32(h[d]);
+    } else {
+        std::memcpy(dst, src, static_cast<std::size_t>(dim) * sizeof(float));
+    }
+}
+
+inline float dot(const float* x, const float* y, std::int64_t n) {
+    __m256 s0 = _mm256_setzero_ps();
+    __m256 s1 = _mm256_setzero_ps();
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), s0);
+    float r = hsum(_mm256_add_ps(s0, s1));
+    for (; i < n; ++i) r += x[i] * y[i];
+    return r;
+}
+
+// Decode and other few-row work: with a handful of query rows, transposing every key block
+// costs more than it saves, so each row reads the cache rows directly.
+constexpr std::int64_t kDirectRowLimit = 4;
+
+template <bool kBf16>
+void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head,
+                        std::int64_t q_begin, std::int64_t q_end) {
+    const std::int64_t group = s.n_heads / s.n_kv_heads;
+    const std::int64_t dim = s.head_dim;
+    alignas(32) float p[kKeyBlock];
+    thread_local std::vector<float> acc;
+    acc.assign(static_cast<std::size_t>(dim), 0.0f);
+    for (std::int64_t qi = q_begin; qi < q_end; ++qi) {
+        const std::int64_t n_keys_total = a.start_pos + qi + 1;
+        for (std::int64_t g = 0; g < group; ++g) {
+            const std::int64_t head = kv_head * group + g;
+            const float* q = a.q + qi * a.q_stride + head * dim;
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            float row_max = -std::numeric_limits<float>::infinity();
+            float row_sum = 0.0f;
+            for (std::int64_t kb = 0; kb < n_keys_total; kb += kKeyBlock) {
+                const std::int64_t n = std::min(kKeyBlock, n_keys_total - kb);
+                float block_max = -std::numeric_limits<float>::infinity();
+                std::int64_t j = 0;
+                // Four keys at a time share one horizontal reduction.
+                for (; j + 4 <= n; j += 4) {
+                    const void* k0 = kv_row(a.k, key_row(a, kb + j), a.kv_stride, kv_head, dim, kBf16);
+                    const void* k1 = kv_row(a.k, key_row(a, kb + j + 1), a.kv_stride, kv_head, dim, kBf16);
+                    const void* k2 = kv_row(a.k, key_row(a, kb + j + 2), a.kv_stride, kv_head, dim, kBf16);
+                    const void* k3 = kv_row(a.k, key_row(a, kb + j + 3), a.kv_stride, kv_head, dim, kBf16);
+                    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+                    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+                    std::int64_t d = 0;
+                    for (; d + 8 <= dim; d += 8) {
+                        const __m256 qv = _mm256_loadu_ps(q + d);
+                        s0 = _mm256_fmadd_ps(qv, load8<kBf16>(k0, d), s0);
+                        s1 = _mm256_fmadd_ps(qv, load8<kBf16>(k1, d), s1);
+                        s2 = _mm256_fmadd_ps(qv, load8<kBf16>(k2, d), s2);
+                        s3 = _mm256_fmadd_ps(qv, load8<kBf16>(k3, d), s3);
+                    }
+                    // hadd pairs: [s0 s1 s0 s1 | ...] then [s0 s1 s2 s3] per 128-bit lane.
+                    const __m256 h01 = _mm256_hadd_ps(s0, s1);
+                    const __m256 h23 = _mm256_hadd_ps(s2, s3);
+                    const __m256 h = _mm256_hadd_ps(h01, h23);
+                    const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+                    alignas(16) float four[4];
+                    _mm_store_ps(four, sum4);
+                    for (int u = 0; u < 4; ++u) {
+                        float v = four[u];
+                        const void* kr = u == 0 ? k0 : u == 1 ? k1 : u == 2 ? k2 : k3;
+                        for (std::int64_t dd = d; dd < dim; ++dd) v += q[dd] * kv_value(kr, dd, kBf16);
+                        p[j + u] = v * s.scale;
+                        block_max = std::max(block_max, p[j + u]);
+                    }
+                }
+                for (; j < n; ++j) {
+                    const void* kr = kv_row(a.k, key_row(a, kb + j), a.kv_stride, kv_head, dim, kBf16);
+                    float v = 0.0f;
+                    for (std::int64_t d = 0; d < dim; ++d) v += q[d] * kv_value(kr, d, kBf16);
+                    p[j] = v * s.scale;
+                    block_max = std::max(block_max, p[j]);
+                }
+                const float new_max = std::max(row_max, block_max);
+                const __m256 vmax = _mm256_set1_ps(new_max);
+                __m256 vsum = _mm256_setzero_ps();
+                j = 0;
+                for (; j + 8 <= n; j += 8) {
+                    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
+                    _mm256_storeu_ps(p + j, e);
+                    vsum = _mm256_add_ps(vsum, e);
+                }
+                float block_sum = hsum(vsum);
+                for (; j < n; ++j) {
+                    p[j] = std::exp(p[j] - new_max);
+                    block_sum += p[j];
+                }
+                const float correction = std::exp(row_max - new_max);
+                row_sum = row_sum * correction + block_sum;
+                row_max = new_max;
+                // acc = acc · correction + Σ p_j v_j, 64 columns at a time in registers.
+                const __m256 c = _mm256_set1_ps(correction);
+                std::int64_t d0 = 0;
+                for (; d0 + 64 <= dim; d0 += 64) {
+                    __m256 r[8];
+                    for (int u = 0; u < 8; ++u) r[u] = _mm256_mul_ps(_mm256_loadu_ps(acc.data() + d0 + 8 * u), c);
+                    for (std::int64_t jj = 0; jj < n; ++jj) {
+                        const void* v = kv_row(a.v, key_row(a, kb + jj), a.kv_stride, kv_head, dim, kBf16);
+                        const __m256 pj = _mm256_set1_ps(p[jj]);
+                        for (int u = 0; u < 8; ++u) r[u] = _mm256_fmadd_ps(pj, load8<kBf16>(v, d0 + 8 * u), r[u]);
+                    }
+                    for (int u = 0; u < 8; ++u) _mm256_storeu_ps(acc.data() + d0 + 8 * u, r[u]);
+                }
+                for (std::int64_t d = d0; d < dim; ++d) {
+                    float x = acc[d] * correction;
+                    for (std::int64_t jj = 0; jj < n; ++jj)
+                        x += p[jj] * kv_value(kv_row(a.v, key_row(a, kb + jj), a.kv_stride, kv_head, dim, kBf16), d, kBf16);
+                    acc[d] = x;
+                }
+            }
+            float* out = a.out + (qi * s.n_heads + head) * dim;
+            const float inv = 1.0f / row_sum;
+            for (std::int64_t d = 0; d < dim; ++d) out[d] = acc[d] * inv;
+        }
+    }
+}
+
 // One (kv head, block of query tokens): every query head of the group, every token of the
 // block, swept once over the keys in blocks of kKeyBlock. Each key block is transposed once
 // and then serves all rows of the group.
@@ -154,19 +309,18 @@ void attend_block(const AttentionArgs& a, const AttentionShape& s, std::int64_t 
     float* vb = kt + dim * kKeyBlock;
     alignas(32) float scores[2][kKeyBlock];
 
-    const float* k_head = a.k + kv_head * dim;
-    const float* v_head = a.v + kv_head * dim;
+    alignas(32) float k_row[kMaxHeadDim];
     for (std::int64_t kb = 0; kb <= last_key; kb += kKeyBlock) {
         const std::int64_t n_keys = std::min(kKeyBlock, last_key + 1 - kb);
         for (std::int64_t j = 0; j < n_keys; ++j) {
-            const float* kj = k_head + key_row(a, kb + j) * a.kv_stride;
-            for (std::int64_t d = 0; d < dim; ++d) kt[d * kKeyBlock + j] = kj[d];
+            widen_row(kv_row(a.k, key_row(a, kb + j), a.kv_stride, kv_head, dim, a.kv_bf16), k_row, dim, a.kv_bf16);
+            for (std::int64_t d = 0; d < dim; ++d) kt[d * kKeyBlock + j] = k_row[d];
         }
         for (std::int64_t j = n_keys; j < kKeyBlock; ++j)
             for (std::int64_t d = 0; d < dim; ++d) kt[d * kKeyBlock + j] = 0.0f;
         for (std::int64_t j = 0; j < n_keys; ++j)
-            std::memcpy(vb + j * dim, v_head + key_row(a, kb + j) * a.kv_stride,
-                        static_cast<std::size_t>(dim) * sizeof(float));
+            widen_row(kv_row(a.v, key_row(a, kb + j), a.kv_stride, kv_head, dim, a.kv_bf16), vb + j * dim, dim,
+                      a.kv_bf16);
         for (std::int64_t r = 0; r < n_rows; r += 2) {
             if (q_pos[r] < kb && q_pos[r + 1] < kb) continue;  // both rows see none of this block
             scores_two_rows(q_rows[r], q_rows[r + 1], kt, dim, scores[0], scores[1]);
@@ -233,28 +387,47 @@ void check_shape(const AttentionShape& s) {
 
 }  // namespace
 
-void attention(const AttentionArgs& args, const AttentionShape& shape, ThreadPool* pool) {
+void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape& shape, ThreadPool* pool) {
     check_shape(shape);
-    const AttentionArgs a = with_default_strides(args, shape);
-    const std::int64_t n_qblocks = (a.n_q + kQueryBlock - 1) / kQueryBlock;
-    const std::int64_t n_tasks = shape.n_kv_heads * n_qblocks;
-    auto run_tasks = [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t t = begin; t < end; ++t) {
-            // Interleave query blocks so that each worker gets early (cheap) and late
-            // (expensive) blocks under the causal mask.
-            const std::int64_t kv_head = t % shape.n_kv_heads;
-            const std::int64_t qb = t / shape.n_kv_heads;
-            const std::int64_t q_begin = qb * kQueryBlock;
-            attend_block(a, shape, kv_head, q_begin, std::min(a.n_q, q_begin + kQueryBlock));
+    struct Task {
+        std::size_t seq;
+        std::int64_t kv_head, q_begin, q_end;
+    };
+    std::vector<AttentionArgs> args;
+    std::vector<Task> tasks;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+        args.push_back(with_default_strides(batch[i], shape));
+        const AttentionArgs& a = args.back();
+        // Query blocks interleaved over KV heads so that each worker gets early (cheap) and
+        // late (expensive) blocks under the causal mask.
+        for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += kQueryBlock)
+            for (std::int64_t h = 0; h < shape.n_kv_heads; ++h)
+                tasks.push_back({i, h, q_begin, std::min(a.n_q, q_begin + kQueryBlock)});
+    }
+    const std::int64_t group = shape.n_heads / shape.n_kv_heads;
+    auto run_task = [&](const Task& t) {
+        if ((t.q_end - t.q_begin) * group <= kDirectRowLimit) {
+            if (args[t.seq].kv_bf16) {
+                attend_rows_direct<true>(args[t.seq], shape, t.kv_head, t.q_begin, t.q_end);
+            } else {
+                attend_rows_direct<false>(args[t.seq], shape, t.kv_head, t.q_begin, t.q_end);
+            }
+        } else {
+            attend_block(args[t.seq], shape, t.kv_head, t.q_begin, t.q_end);
         }
     };
-    if (pool == nullptr || n_tasks == 1) {
-        run_tasks(0, n_tasks);
+    if (pool == nullptr || tasks.size() == 1) {
+        for (const Task& t : tasks) run_task(t);
         return;
     }
     pool->run([&](int worker, int n_workers) {
-        for (std::int64_t t = worker; t < n_tasks; t += n_workers) run_tasks(t, t + 1);
+        for (std::size_t t = static_cast<std::size_t>(worker); t < tasks.size(); t += static_cast<std::size_t>(n_workers))
+            run_task(tasks[t]);
     });
+}
+
+void attention(const AttentionArgs& args, const AttentionShape& shape, ThreadPool* pool) {
+    attention_batch(std::span<const AttentionArgs>(&args, 1), shape, pool);
 }
 
 void attention_reference(const AttentionArgs& args, const AttentionShape& shape) {
@@ -272,9 +445,9 @@ void attention_reference(const AttentionArgs& args, const AttentionShape& shape)
             double max_score = -std::numeric_limits<double>::infinity();
             for (std::int64_t j = 0; j < n_keys; ++j) {
                 const std::int64_t row = a.kv_slots == nullptr ? j : a.kv_slots[j];
-                const float* k = a.k + row * a.kv_stride + kvh * dim;
+                const void* k = kv_row(a.k, row, a.kv_stride, kvh, dim, a.kv_bf16);
                 double sdot = 0.0;
-                for (std::int64_t d = 0; d < dim; ++d) sdot += static_cast<double>(q[d]) * k[d];
+                for (std::int64_t d = 0; d < dim; ++d) sdot += static_cast<double>(q[d]) * kv_value(k, d, a.kv_bf16);
                 scores[j] = sdot * shape.scale;
                 max_score = std::max(max_score, scores[j]);
             }
@@ -288,7 +461,7 @@ void attention_reference(const AttentionArgs& args, const AttentionShape& shape)
                 double o = 0.0;
                 for (std::int64_t j = 0; j < n_keys; ++j) {
                     const std::int64_t row = a.kv_slots == nullptr ? j : a.kv_slots[j];
-                    o += scores[j] * a.v[row * a.kv_stride + kvh * dim + d];
+                    o += scores[j] * kv_value(kv_row(a.v, row, a.kv_stride, kvh, dim, a.kv_bf16), d, a.kv_bf16);
                 }
                 out[d] = static_cast<float>(o / total);
             }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "tensor/dtype.h"
 
 namespace tessera::kernels {
 namespace {
@@ -79,6 +80,40 @@ TEST(AttentionTest, SlotIndexedCacheEqualsContiguousCache) {
     for (std::size_t i = 0; i < q.size(); ++i) {
         ASSERT_EQ(paged[i], contiguous[i]) << i;
         ASSERT_NEAR(reference[i], contiguous[i], 2e-5) << i;
+    }
+    // Decode (one query, the few-row path) through the slot table too.
+    const float* last_q = q.data() + (n - 1) * 6 * 20;
+    std::vector<float> decode(6 * 20);
+    attention({last_q, kp.data(), vp.data(), decode.data(), 1, start + n - 1, 0, 0, slots.data()}, shape, nullptr);
+    for (int i = 0; i < 6 * 20; ++i) ASSERT_NEAR(decode[i], contiguous[(n - 1) * 6 * 20 + i], 1e-5) << i;
+}
+
+TEST(AttentionTest, Bf16CacheEqualsF32CacheOfTheRoundedValues) {
+    const AttentionShape shape{8, 2, 24, 0.2f};
+    std::mt19937 gen(13);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (std::int64_t n_q : {1, 2, 70}) {
+        const std::int64_t start = 37, n_kv = start + n_q, row = 2 * 24;
+        std::vector<float> q(n_q * 8 * 24), kf(n_kv * row), vf(n_kv * row);
+        std::vector<std::uint16_t> kb(kf.size()), vb(vf.size());
+        for (auto& x : q) x = dist(gen);
+        for (std::size_t i = 0; i < kf.size(); ++i) {
+            kb[i] = f32_to_bf16(dist(gen));
+            vb[i] = f32_to_bf16(dist(gen));
+            kf[i] = bf16_to_f32(kb[i]);
+            vf[i] = bf16_to_f32(vb[i]);
+        }
+        std::vector<float> from_f32(q.size()), from_bf16(q.size()), reference(q.size());
+        attention({q.data(), kf.data(), vf.data(), from_f32.data(), n_q, start}, shape, nullptr);
+        AttentionArgs bf16_args{q.data(), kb.data(), vb.data(), from_bf16.data(), n_q, start};
+        bf16_args.kv_bf16 = true;
+        attention(bf16_args, shape, nullptr);
+        bf16_args.out = reference.data();
+        attention_reference(bf16_args, shape);
+        for (std::size_t i = 0; i < q.size(); ++i) {
+            ASSERT_NEAR(from_bf16[i], from_f32[i], 1e-5) << "n_q " << n_q << " at " << i;
+            ASSERT_NEAR(reference[i], from_f32[i], 2e-5) << "n_q " << n_q << " at " << i;
+        }
     }
 }
 

@@ -47,6 +47,17 @@ TEST(SamplingTest, TopPAndMinPCutTheTail) {
     EXPECT_EQ(h.count(0), 0u);
 }
 
+TEST(SamplingTest, TopPOverAFlatLargeVocabularyKeepsItsMass) {
+    // 5000 equal logits: top_p 0.9 must keep 4500 candidates, beyond the first sorted head.
+    std::vector<float> flat(5000, 0.0f);
+    SamplingParams p{.temperature = 1.0f, .top_p = 0.9f, .seed = 7};
+    auto h = histogram(flat, p, 40000);
+    std::size_t beyond = 0;
+    for (const auto& [token, count] : h) beyond += token >= 4500 ? 1 : 0;
+    EXPECT_GT(h.size(), 4300u);
+    EXPECT_EQ(beyond, 0u) << "ties are broken towards lower ids, so ids >= 4500 are cut";
+}
+
 TEST(SamplingTest, FrequenciesFollowTheSoftmaxAndSeedsRepeat) {
     SamplingParams p{.temperature = 1.0f, .seed = 42};
     auto a = histogram(kLogits, p, 20000);

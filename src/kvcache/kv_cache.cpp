@@ -6,7 +6,7 @@ namespace tessera::kvcache {
 
 KvCache::KvCache(const KvCacheShape& shape, std::int64_t capacity)
     : shape_(shape), capacity_(capacity) {
-    const auto bytes = static_cast<std::size_t>(capacity * shape.row_floats() * 4);
+    const auto bytes = static_cast<std::size_t>(capacity * shape.row_bytes());
     for (std::int64_t l = 0; l < shape.n_layers; ++l) {
         k_.emplace_back(bytes);
         v_.emplace_back(bytes);
@@ -15,6 +15,7 @@ KvCache::KvCache(const KvCacheShape& shape, std::int64_t capacity)
 
 KvView KvCache::view() {
     KvView view;
+    view.dtype = shape_.dtype;
     for (std::int64_t l = 0; l < shape_.n_layers; ++l) {
         view.k.push_back(k(l));
         view.v.push_back(v(l));

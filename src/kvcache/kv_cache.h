@@ -1,6 +1,6 @@
 #pragma once
-// kvcache/kv_cache.h — the K/V store of one sequence: per layer, f32
-// [capacity, n_kv_heads, head_dim] for K and for V, positions 0..capacity-1 in order.
+// kvcache/kv_cache.h — the K/V store of one sequence: per layer, [capacity, n_kv_heads,
+// head_dim] of shape.dtype for K and for V, positions 0..capacity-1 in order.
 // The paged, multi-request pool of the serving engine builds on the same row layout.
 // Owned and used by one thread (the rank's executor thread).
 
@@ -9,23 +9,27 @@
 
 #include "base/aligned_buffer.h"
 #include "base/status.h"
+#include "tensor/dtype.h"
 
 namespace tessera::kvcache {
 
 // Per layer, the K and V rows a forward reads and writes (a KvCache or a shared pool).
 struct KvView {
-    std::vector<float*> k;  // [layer] → f32 [rows, n_kv_heads, head_dim]
-    std::vector<float*> v;
+    DType dtype = DType::kF32;  // kF32 or kBF16 elements
+    std::vector<void*> k;       // [layer] → dtype [rows, n_kv_heads, head_dim]
+    std::vector<void*> v;
 };
 
 struct KvCacheShape {
     std::int64_t n_layers = 0;
     std::int64_t n_kv_heads = 0;
     std::int64_t head_dim = 0;
+    DType dtype = DType::kF32;  // element type of the stored K/V (kF32 or kBF16)
 
-    std::int64_t row_floats() const { return n_kv_heads * head_dim; }
+    std::int64_t row_floats() const { return n_kv_heads * head_dim; }  // elements per row
+    std::int64_t row_bytes() const { return row_floats() * static_cast<std::int64_t>(dtype_size(dtype)); }
     // Bytes of K and V for one token over all layers.
-    std::int64_t bytes_per_token() const { return 2 * n_layers * row_floats() * 4; }
+    std::int64_t bytes_per_token() const { return 2 * n_layers * row_bytes(); }
 };
 
 class KvCache {
@@ -35,9 +39,9 @@ class KvCache {
     const KvCacheShape& shape() const { return shape_; }
     std::int64_t capacity() const { return capacity_; }
 
-    // f32 [capacity, n_kv_heads, head_dim]
-    float* k(std::int64_t layer) { return k_[layer].as<float>(); }
-    float* v(std::int64_t layer) { return v_[layer].as<float>(); }
+    // shape().dtype [capacity, n_kv_heads, head_dim]
+    void* k(std::int64_t layer) { return k_[layer].data(); }
+    void* v(std::int64_t layer) { return v_[layer].data(); }
 
     KvView view();
 

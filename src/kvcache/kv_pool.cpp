@@ -15,7 +15,7 @@ KvPool::KvPool(const KvPoolConfig& config) : config_(config) {
     // One extra page in front: slot 0 (and the rest of page 0) is the padding row that
     // padded positions may point at without touching a live sequence's K/V.
     const auto rows = config.n_slots + config.page_size;
-    const auto bytes = static_cast<std::size_t>(rows * config.shape.row_floats()) * sizeof(float);
+    const auto bytes = static_cast<std::size_t>(rows * config.shape.row_bytes());
     k_.reserve(static_cast<std::size_t>(config.shape.n_layers));
     v_.reserve(static_cast<std::size_t>(config.shape.n_layers));
     for (std::int64_t l = 0; l < config.shape.n_layers; ++l) {
@@ -94,6 +94,16 @@ void SlotAllocator::free(const std::vector<std::int32_t>& slots) {
 
 std::int64_t SlotAllocator::available() const {
     return static_cast<std::int64_t>(free_pages_.size()) * page_size_;
+}
+
+KvView KvPool::view() {
+    KvView view;
+    view.dtype = config_.shape.dtype;
+    for (std::int64_t l = 0; l < config_.shape.n_layers; ++l) {
+        view.k.push_back(k(l));
+        view.v.push_back(v(l));
+    }
+    return view;
 }
 
 }  // namespace tessera::kvcache

@@ -1,6 +1,6 @@
 #pragma once
 // kvcache/kv_pool.h — the paged K/V storage of one rank, shared by all requests: per layer,
-// f32 K and V rows [n_slots, n_kv_heads, head_dim]. A slot holds one token's K/V; slots are
+// K and V rows of shape.dtype [n_slots, n_kv_heads, head_dim]. A slot holds one token's K/V; slots are
 // handed out a page (page_size consecutive slots) at a time by SlotAllocator. Slot 0 is
 // reserved as padding and never handed out. Owned by the rank's executor thread.
 
@@ -25,8 +25,9 @@ class KvPool {
     explicit KvPool(const KvPoolConfig& config);
     const KvPoolConfig& config() const { return config_; }
     // f32 [n_slots + page_size, n_kv_heads, head_dim]; row s is slot s (slot 0 = padding).
-    float* k(std::int64_t layer) { return k_[layer].as<float>(); }
-    float* v(std::int64_t layer) { return v_[layer].as<float>(); }
+    void* k(std::int64_t layer) { return k_[layer].data(); }
+    void* v(std::int64_t layer) { return v_[layer].data(); }
+    KvView view();
     std::int64_t row_floats() const { return config_.shape.row_floats(); }
 
  private:

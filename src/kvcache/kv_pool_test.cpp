@@ -72,9 +72,15 @@ TEST(KvPoolTest, RowsIncludeThePaddingPage) {
                  .page_size = 16});
     EXPECT_EQ(pool.row_floats(), 8);
     // Last row (slot 32 + 16 - 1) is writable.
-    pool.k(1)[(32 + 16 - 1) * 8 + 7] = 1.0f;
-    pool.v(0)[0] = 2.0f;
-    EXPECT_EQ(pool.k(1)[(32 + 16 - 1) * 8 + 7], 1.0f);
+    static_cast<float*>(pool.k(1))[(32 + 16 - 1) * 8 + 7] = 1.0f;
+    static_cast<float*>(pool.v(0))[0] = 2.0f;
+    EXPECT_EQ(static_cast<float*>(pool.k(1))[(32 + 16 - 1) * 8 + 7], 1.0f);
+    // bf16 rows take half the bytes.
+    KvPool half({.shape = {.n_layers = 1, .n_kv_heads = 2, .head_dim = 4, .dtype = DType::kBF16},
+                 .n_slots = 32,
+                 .page_size = 16});
+    EXPECT_EQ(half.config().shape.row_bytes(), 16);
+    static_cast<std::uint16_t*>(half.k(0))[(32 + 16) * 8 - 1] = 7;
 }
 
 }  // namespace

@@ -49,7 +49,9 @@ class DenseDecoder final : public Model {
     // Model
     const ModelConfig& config() const override { return config_; }
     kvcache::KvCacheShape kv_cache_shape() const override {
-        return {config_.num_hidden_layers, n_kv_heads_, config_.head_dim};
+        // SGLang's --kv-cache-dtype auto: the model's compute type.
+        return {config_.num_hidden_layers, n_kv_heads_, config_.head_dim,
+                compute_dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF32};
     }
     DType compute_dtype() const override { return compute_dtype_; }
     std::size_t weight_bytes() const override;
@@ -292,14 +294,25 @@ Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv,
                       inv_freq_.data(), /*neox=*/true, qkv_dim);
         kernels::rope(qkv_.data() + q_dim(), n, n_kv_heads_, c.head_dim, positions.data(),
                       inv_freq_.data(), /*neox=*/true, qkv_dim);
-        float* k_cache = kv.k[l];
-        float* v_cache = kv.v[l];
+        void* k_cache = kv.k[l];
+        void* v_cache = kv.v[l];
+        const bool kv_bf16 = kv.dtype == DType::kBF16;
         for (std::int64_t t = 0; t < n; ++t) {
             const float* k = qkv_.data() + t * qkv_dim + q_dim();
             const std::int64_t row = kv_rows[t] * kv_dim();
-            std::memcpy(k_cache + row, k, static_cast<std::size_t>(kv_dim()) * 4);
-            std::memcpy(v_cache + row, k + kv_dim(), static_cast<std::size_t>(kv_dim()) * 4);
+            if (kv_bf16) {
+                auto* kd = static_cast<std::uint16_t*>(k_cache) + row;
+                auto* vd = static_cast<std::uint16_t*>(v_cache) + row;
+                for (std::int64_t i = 0; i < kv_dim(); ++i) {
+                    kd[i] = f32_to_bf16(k[i]);
+                    vd[i] = f32_to_bf16(k[kv_dim() + i]);
+                }
+            } else {
+                std::memcpy(static_cast<float*>(k_cache) + row, k, static_cast<std::size_t>(kv_dim()) * 4);
+                std::memcpy(static_cast<float*>(v_cache) + row, k + kv_dim(), static_cast<std::size_t>(kv_dim()) * 4);
+            }
         }
+        std::vector<kernels::AttentionArgs> attention_args;
         std::int64_t first = 0;
         for (const auto& seq : batch.seqs) {
             kernels::AttentionArgs args;
@@ -311,9 +324,11 @@ Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv,
             args.start_pos = seq.start_pos;
             args.q_stride = qkv_dim;
             args.kv_slots = seq.slots;
-            if (seq.n_tokens > 0) kernels::attention(args, attn_shape, pool);
+            args.kv_bf16 = kv_bf16;
+            if (seq.n_tokens > 0) attention_args.push_back(args);
             first += seq.n_tokens;
         }
+        kernels::attention_batch(attention_args, attn_shape, pool);
         layer.o_proj.forward(attn_.data(), n, h_.data(), pool);
         TSR_RETURN_IF_ERROR(tp_all_reduce(h_, n * hidden));
         kernels::add_inplace(x_.data(), h_.data(), n * hidden);
