@@ -1,6 +1,8 @@
 #include "bench/model_bench.h"
 
 #include <algorithm>
+
+#include "base/logging.h"
 #include <vector>
 
 namespace tessera::bench {
@@ -33,6 +35,22 @@ StatusOr<BenchArgs> parse_bench_args(int argc, char** argv) {
 
 StatusOr<std::unique_ptr<models::Model>> load_bench_model(const BenchArgs& args) {
     return models::load_model({args.model_path, args.dtype});
+}
+
+std::optional<LoadedBench> load_bench(int argc, char** argv, int* exit_code) {
+    auto args = parse_bench_args(argc, argv);
+    if (!args.ok()) {
+        TSR_LOG(ERROR, "{}", args.status().message());
+        *exit_code = 2;
+        return std::nullopt;
+    }
+    auto model = load_bench_model(*args);
+    if (!model.ok()) {
+        TSR_LOG(ERROR, "{}", model.status().message());
+        *exit_code = 1;
+        return std::nullopt;
+    }
+    return LoadedBench{std::move(args).value(), std::move(model).value()};
 }
 
 double median(std::vector<double> values) {

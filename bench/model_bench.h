@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -28,6 +29,15 @@ struct BenchArgs {
 StatusOr<BenchArgs> parse_bench_args(int argc, char** argv);
 
 StatusOr<std::unique_ptr<models::Model>> load_bench_model(const BenchArgs& args);
+
+struct LoadedBench {
+    BenchArgs args;
+    std::unique_ptr<models::Model> model;
+};
+
+// parse_bench_args + load_bench_model; on failure logs the error and sets *exit_code
+// (2: bad flags, 1: the model would not load).
+std::optional<LoadedBench> load_bench(int argc, char** argv, int* exit_code);
 
 double median(std::vector<double> values);
 

@@ -18,16 +18,11 @@
 using namespace tessera;
 
 int main(int argc, char** argv) {
-    auto args = bench::parse_bench_args(argc, argv);
-    if (!args.ok()) {
-        TSR_LOG(ERROR, "{}", args.status().message());
-        return 2;
-    }
-    auto model = bench::load_bench_model(*args);
-    if (!model.ok()) {
-        TSR_LOG(ERROR, "{}", model.status().message());
-        return 1;
-    }
+    int exit_code = 0;
+    auto loaded = bench::load_bench(argc, argv, &exit_code);
+    if (!loaded) return exit_code;
+    const bench::BenchArgs* args = &loaded->args;
+    auto* model = &loaded->model;
     const std::int64_t n = args->number("prompt-len", 512);
     const std::int64_t repeats = args->number("repeats", 3);
     ThreadPool pool(args->threads);

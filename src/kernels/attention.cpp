@@ -155,20 +155,6 @@ inline void widen_row(const void* src, float* dst, std::int64_t dim, bool bf16) 
     }
 }
 
-inline float dot(const float* x, const float* y, std::int64_t n) {
-    __m256 s0 = _mm256_setzero_ps();
-    __m256 s1 = _mm256_setzero_ps();
-    std::int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), s0);
-    float r = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; ++i) r += x[i] * y[i];
-    return r;
-}
-
 // Decode and other few-row work: with a handful of query rows, transposing every key block
 // costs more than it saves, so each row reads the cache rows directly.
 constexpr std::int64_t kDirectRowLimit = 4;
