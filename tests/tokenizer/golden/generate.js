@@ -5,7 +5,7 @@
 // tokenizer.json files as the C++ test, so the expected ids do not come from tessera.
 //
 // Usage (from this folder):  npm ci && node generate.js [path/to/assets/tokenizers]
-// Default assets folder: ../../../../shared/assets/tokenizers (the /work/shared checkout).
+// Default assets folder: ../../../../shared/assets/tokenizers (shared/ beside the repository).
 
 'use strict';
 
