@@ -22,6 +22,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> create_group(const ParallelLayout& layou
     o.size = static_cast<int>(members.size());
     o.timeout = options.timeout;
     o.hostname = options.hostname;
+    o.global_ranks = members;
     auto prefixed = make_prefix_store(name, store);
     if (one_node && !options.force_gloo) return make_shm_group(*prefixed, o);
     return make_gloo_group(*prefixed, o);

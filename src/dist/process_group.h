@@ -85,6 +85,8 @@ struct ProcessGroupOptions {
     int size = 1;
     std::chrono::milliseconds timeout{300'000};
     std::string hostname = "127.0.0.1";  // the interface Gloo binds (--dist-init-addr's host side)
+    // Global rank of each member, in group-rank order (for error messages); empty = unknown.
+    std::vector<int> global_ranks;
 };
 
 // Gloo over TCP: any ranks on any nodes. Rendezvous through `store`.

@@ -221,6 +221,7 @@ ProcessGroupGloo::ProcessGroupGloo(const ProcessGroupOptions& options,
                                    std::shared_ptr<gloo::Context> context)
     : ProcessGroup(options.name, options.rank, options.size),
       timeout_(options.timeout),
+      global_ranks_(options.global_ranks),
       context_(std::move(context)),
       state_(std::make_shared<State>()) {}
 
@@ -241,6 +242,14 @@ Status ProcessGroupGloo::run_collective(const char* op, Fn&& fn) {
         Status s = status_from_exception(
             fmt::format("gloo group '{}' {} #{} (rank {} of {}, timeout {} ms) failed", name(), op,
                         seq, rank(), size(), timeout_.count()));
+        // A broken connection means a peer process is gone; say which one when it is known.
+        if (s.code() == StatusCode::kUnavailable && global_ranks_.size() == static_cast<std::size_t>(size())) {
+            std::string peers;
+            for (int r = 0; r < size(); ++r)
+                if (r != rank()) peers += (peers.empty() ? "" : ", ") + std::to_string(global_ranks_[r]);
+            s = Status(s.code(), s.message() + (size() == 2 ? "; lost rank " + peers
+                                                             : "; one of ranks " + peers + " is gone"));
+        }
         state_->broken = true;
         state_->broken_reason = s.message();
         return s;

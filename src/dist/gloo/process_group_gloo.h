@@ -58,6 +58,7 @@ class ProcessGroupGloo final : public ProcessGroup {
     Status run_collective(const char* op, Fn&& fn);
 
     const std::chrono::milliseconds timeout_;
+    const std::vector<int> global_ranks_;  // for naming a lost peer; may be empty
     std::shared_ptr<gloo::Context> context_;  // constant after construction
     std::shared_ptr<State> state_;
     std::uint64_t seq_ = 0;  // collectives issued so far; the current one's Gloo tag
