@@ -125,6 +125,8 @@ def main():
             print("server did not become ready")
             return 1
         run_checks(tessera, model, port, a.tp)
+        if a.tp == 1:
+            check_memory_pressure(tessera, model, port, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
         result = {}
         t = threading.Thread(target=lambda: result.update(r=post(port, "/v1/completions", {
@@ -147,6 +149,50 @@ def main():
     if failures:
         print(open(os.path.join(a.workdir, "server.log")).read()[-4000:])
     return 1 if failures else 0
+
+
+def generate_ids(port, prompt_ids, max_tokens):
+    status, body = post(port, "/generate", {"input_ids": prompt_ids, "sampling_params": {
+        "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}})
+    return body["output_ids"] if status == 200 else (status, body)
+
+
+def check_memory_pressure(tessera, model, port, workdir):
+    """A pool far too small for the load forces retraction; the greedy outputs must equal
+    those of the roomy server, and the pool must be whole afterwards."""
+    prompts = [[(7 * i + 3 * j) % 5000 + 10 for j in range(48)] for i in range(8)]
+    expected = [generate_ids(port, p, 40) for p in prompts]
+    small_port = free_port()
+    log = open(os.path.join(workdir, "server_small_pool.log"), "w")
+    small = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
+                              "--port", str(small_port), "--threads", "1", "--max-total-tokens", "256",
+                              "--chunked-prefill-size", "32", "--random-seed", "1"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        if not wait_ready(small_port, small):
+            check("small-pool server starts", False, open(os.path.join(workdir, "server_small_pool.log")).read()[-2000:])
+            return
+        got = [None] * len(prompts)
+
+        def client(i):
+            got[i] = generate_ids(small_port, prompts[i], 40)
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        check("retraction under a tiny KV pool keeps greedy outputs", got == expected,
+              f"{[g == e for g, e in zip(got, expected)]}")
+        retracted = "Retract requests" in open(os.path.join(workdir, "server_small_pool.log")).read()
+        check("the tiny pool really retracted", retracted)
+        whole, state = pool_is_whole(small_port)
+        check("pool whole after retraction", whole, str(state))
+    finally:
+        small.send_signal(signal.SIGTERM)
+        try:
+            small.wait(60)
+        except subprocess.TimeoutExpired:
+            small.kill()
+        log.close()
 
 
 def run_checks(tessera, model, port, tp):
