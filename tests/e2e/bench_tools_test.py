@@ -8,16 +8,14 @@ Usage: bench_tools_test.py --tessera PATH --workdir DIR
 """
 
 import argparse
-import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
-failures = []
-passes = 0
+from e2e_support import Checks, free_port, wait_ready
+
+check = Checks()
 
 SERVE_FIELDS = ["backend", "base_url", "model", "dataset", "num_prompts", "request_rate", "max_concurrency",
                 "random_input_len", "random_output_len", "random_range_ratio", "seed", "completed", "failed",
@@ -30,41 +28,7 @@ ONE_BATCH_FIELDS = ["batch_size", "input_len", "output_len", "prefill_latency_s"
                     "threads"]
 
 
-def check(name, ok, detail=""):
-    global passes
-    if ok:
-        passes += 1
-    else:
-        failures.append(name)
-        print(f"FAIL: {name} {detail}")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def health(port):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-    conn.request("GET", "/health")
-    status = conn.getresponse().status
-    conn.close()
-    return status
-
-
-def wait_ready(port, proc, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            if health(port) == 200:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.2)
-    return False
 
 
 def read_lines(path):
@@ -233,10 +197,10 @@ def main():
                 server.wait()
         log.close()
     one_batch_checks(tessera, model, a.workdir)
-    print(f"{passes} passed, {len(failures)} failed")
-    if failures:
+    print(check.summary())
+    if check.failures:
         print(open(log_path).read()[-3000:])
-    return 1 if failures else 0
+    return 1 if check.failures else 0
 
 
 if __name__ == "__main__":

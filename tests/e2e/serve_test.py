@@ -19,23 +19,11 @@ import sys
 import threading
 import time
 
-failures = []
-passes = 0
+from e2e_support import Checks, free_port, wait_ready
+
+check = Checks()
 
 
-def check(name, ok, detail=""):
-    global passes
-    if ok:
-        passes += 1
-    else:
-        failures.append(name)
-        print(f"FAIL: {name} {detail}")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(port, method, path, body=None, raw=None, timeout=60):
@@ -80,19 +68,6 @@ def stream(port, path, body, stop_after=None):
     conn.close()
     return events, done
 
-
-def wait_ready(port, proc, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            if request(port, "GET", "/health", timeout=2)[0] == 200:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.2)
-    return False
 
 
 def pool_is_whole(port):
@@ -145,10 +120,10 @@ def main():
             server.kill()
             server.wait()
         log.close()
-    print(f"{passes} passed, {len(failures)} failed")
-    if failures:
+    print(check.summary())
+    if check.failures:
         print(open(os.path.join(a.workdir, "server.log")).read()[-4000:])
-    return 1 if failures else 0
+    return 1 if check.failures else 0
 
 
 def generate_ids(port, prompt_ids, max_tokens):

@@ -1,0 +1,49 @@
+"""What the end-to-end scripts share: a check counter, a free loopback port, and waiting for
+a started `tessera serve` to answer GET /health."""
+
+import http.client
+import socket
+import time
+
+
+class Checks:
+    """Counts passed checks and prints each failure with its detail."""
+
+    def __init__(self):
+        self.passed = 0
+        self.failures = []
+
+    def __call__(self, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+        else:
+            self.failures.append(name)
+            print(f"FAIL: {name} {detail}")
+
+    def summary(self):
+        return f"{self.passed} passed, {len(self.failures)} failed"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port, proc, timeout=120):
+    """True once GET /health answers 200; False if the process exits or the time runs out."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/health")
+            status = conn.getresponse().status
+            conn.close()
+            if status == 200:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
