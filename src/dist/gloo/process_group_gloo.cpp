@@ -397,16 +397,17 @@ Status ProcessGroupGloo::barrier() {
     });
 }
 
-StatusOr<std::shared_ptr<Work>> ProcessGroupGloo::isend(std::span<const std::uint8_t> data, int dst,
-                                                        int tag) {
-    TSR_RETURN_IF_ERROR(check_rank(dst, "isend", "dst"));
-    if (dst == rank())
-        return Status::InvalidArgument(
-            fmt::format("gloo group '{}' isend: dst is this rank", name()));
-    const size_t pieces = std::max<size_t>(1, piece_count(data.size()));
-    if (pieces >= kMaxPieces) return Status::InvalidArgument("gloo isend: message too large");
-    std::string what = fmt::format("gloo group '{}' isend of {} bytes to rank {} tag {}", name(),
-                                   data.size(), dst, tag);
+StatusOr<std::shared_ptr<Work>> ProcessGroupGloo::post_p2p(std::uint8_t* data, size_t bytes, int peer,
+                                                           int tag, bool is_send) {
+    const char* op = is_send ? "isend" : "irecv";
+    TSR_RETURN_IF_ERROR(check_rank(peer, op, is_send ? "dst" : "src"));
+    if (peer == rank())
+        return Status::InvalidArgument(fmt::format("gloo group '{}' {}: {} is this rank", name(), op,
+                                                   is_send ? "dst" : "src"));
+    const size_t pieces = std::max<size_t>(1, piece_count(bytes));
+    if (pieces >= kMaxPieces) return Status::InvalidArgument(fmt::format("gloo {}: message too large", op));
+    std::string what = fmt::format("gloo group '{}' {} of {} bytes {} rank {} tag {}", name(), op, bytes,
+                                   is_send ? "to" : "from", peer, tag);
     if (state_->broken) {
         return Status(StatusCode::kUnavailable,
                       fmt::format("{}: group unusable after an earlier failure ({})", what,
@@ -415,14 +416,11 @@ StatusOr<std::shared_ptr<Work>> ProcessGroupGloo::isend(std::span<const std::uin
     try {
         static std::uint8_t dummy = 0;
         auto transfer = std::make_unique<PieceTransfer>(
-            context_->createUnboundBuffer(
-                const_cast<std::uint8_t*>(data.empty() ? &dummy : data.data()),
-                std::max<size_t>(data.size(), 1)),
-            /*is_send=*/true);
+            context_->createUnboundBuffer(bytes == 0 ? &dummy : data, std::max<size_t>(bytes, 1)), is_send);
         for (size_t p = 0; p < pieces; ++p) {
             const size_t off = p * kMaxPieceBytes;
-            transfer->post(dst, make_slot(kP2pSlotPrefix, static_cast<std::uint32_t>(tag), p), off,
-                           std::min(kMaxPieceBytes, data.size() - off));
+            transfer->post(peer, make_slot(kP2pSlotPrefix, static_cast<std::uint32_t>(tag), p), off,
+                           std::min(kMaxPieceBytes, bytes - off));
         }
         return std::shared_ptr<Work>(
             std::make_shared<GlooP2pWork>(std::move(transfer), state_, std::move(what)));
@@ -431,37 +429,15 @@ StatusOr<std::shared_ptr<Work>> ProcessGroupGloo::isend(std::span<const std::uin
     }
 }
 
+StatusOr<std::shared_ptr<Work>> ProcessGroupGloo::isend(std::span<const std::uint8_t> data, int dst,
+                                                        int tag) {
+    // Gloo's buffer API is not const-correct; a send only reads the bytes.
+    return post_p2p(const_cast<std::uint8_t*>(data.data()), data.size(), dst, tag, /*is_send=*/true);
+}
+
 StatusOr<std::shared_ptr<Work>> ProcessGroupGloo::irecv(std::span<std::uint8_t> data, int src,
                                                         int tag) {
-    TSR_RETURN_IF_ERROR(check_rank(src, "irecv", "src"));
-    if (src == rank())
-        return Status::InvalidArgument(
-            fmt::format("gloo group '{}' irecv: src is this rank", name()));
-    const size_t pieces = std::max<size_t>(1, piece_count(data.size()));
-    if (pieces >= kMaxPieces) return Status::InvalidArgument("gloo irecv: message too large");
-    std::string what = fmt::format("gloo group '{}' irecv of {} bytes from rank {} tag {}", name(),
-                                   data.size(), src, tag);
-    if (state_->broken) {
-        return Status(StatusCode::kUnavailable,
-                      fmt::format("{}: group unusable after an earlier failure ({})", what,
-                                  state_->broken_reason));
-    }
-    try {
-        static std::uint8_t dummy = 0;
-        auto transfer = std::make_unique<PieceTransfer>(
-            context_->createUnboundBuffer(data.empty() ? &dummy : data.data(),
-                                          std::max<size_t>(data.size(), 1)),
-            /*is_send=*/false);
-        for (size_t p = 0; p < pieces; ++p) {
-            const size_t off = p * kMaxPieceBytes;
-            transfer->post(src, make_slot(kP2pSlotPrefix, static_cast<std::uint32_t>(tag), p), off,
-                           std::min(kMaxPieceBytes, data.size() - off));
-        }
-        return std::shared_ptr<Work>(
-            std::make_shared<GlooP2pWork>(std::move(transfer), state_, std::move(what)));
-    } catch (...) {
-        return status_from_exception(what);
-    }
+    return post_p2p(data.data(), data.size(), src, tag, /*is_send=*/false);
 }
 
 // ---- factory ---------------------------------------------------------------------------------

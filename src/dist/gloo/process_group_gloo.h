@@ -56,6 +56,8 @@ class ProcessGroupGloo final : public ProcessGroup {
  private:
     template <typename Fn>
     Status run_collective(const char* op, Fn&& fn);
+    // isend / irecv: `bytes` at `data` in ≤ kMaxPieceBytes pieces to / from `peer`.
+    StatusOr<std::shared_ptr<Work>> post_p2p(std::uint8_t* data, size_t bytes, int peer, int tag, bool is_send);
 
     const std::chrono::milliseconds timeout_;
     const std::vector<int> global_ranks_;  // for naming a lost peer; may be empty
