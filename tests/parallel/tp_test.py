@@ -234,7 +234,8 @@ def kill_rank(tessera, workdir):
         return False
     elapsed = time.time() - t0
     leftovers = [p for p in ranks0 + ranks1 if alive(p)]
-    reported = ("all_reduce" in err0 or "all_gather" in err0 or "broadcast" in err0) and "lost rank 1" in err0
+    reported = ("all_reduce" in err0 or "all_gather" in err0 or "broadcast" in err0) and \
+        ("lost rank 1" in err0 or "no answer from rank 1" in err0)
     good = n0.returncode != 0 and n1.returncode != 0 and not leftovers and reported
     print(f"kill (two nodes): node 0 exit {n0.returncode} after {elapsed:.1f} s, node 1 exit {n1.returncode}, "
           f"leftover processes: {leftovers} {'ok' if good else 'FAIL'}")

@@ -242,13 +242,15 @@ Status ProcessGroupGloo::run_collective(const char* op, Fn&& fn) {
         Status s = status_from_exception(
             fmt::format("gloo group '{}' {} #{} (rank {} of {}, timeout {} ms) failed", name(), op,
                         seq, rank(), size(), timeout_.count()));
-        // A broken connection means a peer process is gone; say which one when it is known.
-        if (s.code() == StatusCode::kUnavailable && global_ranks_.size() == static_cast<std::size_t>(size())) {
+        // A broken connection means a peer process is gone, a timeout that it stalled or died
+        // mid-message; say which ranks it can be when they are known.
+        if (global_ranks_.size() == static_cast<std::size_t>(size())) {
             std::string peers;
             for (int r = 0; r < size(); ++r)
                 if (r != rank()) peers += (peers.empty() ? "" : ", ") + std::to_string(global_ranks_[r]);
-            s = Status(s.code(), s.message() + (size() == 2 ? "; lost rank " + peers
-                                                             : "; one of ranks " + peers + " is gone"));
+            const bool lost = s.code() == StatusCode::kUnavailable;
+            const std::string who = size() == 2 ? "rank " + peers : "one of ranks " + peers;
+            s = Status(s.code(), s.message() + (lost ? "; lost " + who : "; no answer from " + who));
         }
         state_->broken = true;
         state_->broken_reason = s.message();
