@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -6,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "app/model_rank.h"
 #include "app/rank_runtime.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -14,6 +16,7 @@
 #include "executor/generator.h"
 #include "kernels/isa.h"
 #include "models/model.h"
+#include "scheduler/scheduler.h"
 
 namespace tessera::app {
 
@@ -89,6 +92,153 @@ int fail(const Status& s) {
     return 1;
 }
 
+struct GenerateReport {
+    std::vector<std::int32_t> output_ids;
+    std::string finish_reason;
+    double ttft_s = 0.0;    // request start to first token (the whole prefill)
+    double decode_s = 0.0;  // first token to the last
+    double load_s = 0.0;
+    int threads = 1;
+    std::string dtype;
+    double weight_mb = 0.0;
+    std::vector<std::int64_t> prefill_chunks;  // tokens of each prefill chunk, in order
+    bool dynamic_chunking = false;
+    std::int64_t chunked_prefill_size = -1;
+};
+
+void print_report(const GenerateCommandOptions& o, const std::vector<std::int32_t>& prompt,
+                  const tokenizer::Tokenizer* tok, const GenerateReport& r) {
+    const auto n_prompt = static_cast<double>(prompt.size());
+    const auto n_out = static_cast<double>(r.output_ids.size());
+    const double prefill_tps = r.ttft_s > 0 ? n_prompt / r.ttft_s : 0.0;
+    const double decode_tps = n_out > 1 && r.decode_s > 0 ? (n_out - 1) / r.decode_s : 0.0;
+    const std::string text = tok ? tok->decode(r.output_ids, /*skip_special_tokens=*/true) : "";
+    if (o.json) {
+        nlohmann::json j = {{"output_ids", r.output_ids},
+                            {"finish_reason", r.finish_reason},
+                            {"prompt_tokens", prompt.size()},
+                            {"completion_tokens", r.output_ids.size()},
+                            {"ttft_s", r.ttft_s},
+                            {"prefill_s", r.ttft_s},
+                            {"decode_s", r.decode_s},
+                            {"prefill_tokens_per_s", prefill_tps},
+                            {"decode_tokens_per_s", decode_tps},
+                            {"load_s", r.load_s},
+                            {"threads", r.threads},
+                            {"dtype", r.dtype},
+                            {"kernels", kernels::isa_name(kernels::active_isa())},
+                            {"tp_size", o.server.tp_size},
+                            {"pp_size", o.server.pp_size},
+                            {"chunked_prefill_size", r.chunked_prefill_size},
+                            {"dynamic_chunking", r.dynamic_chunking},
+                            {"prefill_chunks", r.prefill_chunks},
+                            {"weight_mb_per_rank", r.weight_mb},
+                            {"rss_mb", resident_mb()}};
+        if (tok) j["text"] = text;
+        std::printf("%s\n", j.dump().c_str());
+        return;
+    }
+    std::string ids;
+    for (auto t : r.output_ids) {
+        if (!ids.empty()) ids += ',';
+        ids += std::to_string(t);
+    }
+    if (tok) std::printf("text: %s\n", text.c_str());
+    std::printf("output_ids: %s\n", ids.c_str());
+    std::printf("finish_reason: %s\n", r.finish_reason.c_str());
+    std::printf("prompt: %zu tokens, prefill %.1f tok/s (ttft %.3f s)\n", prompt.size(), prefill_tps, r.ttft_s);
+    std::printf("decode: %zu tokens, %.1f tok/s\n", r.output_ids.size(), decode_tps);
+}
+
+// --logits-out: the model run directly on one rank (or a TP group), every position's logits
+// kept; the scheduler never materialises them.
+int run_generate_direct(const GenerateCommandOptions& o, const std::vector<std::int32_t>& prompt,
+                        const tokenizer::Tokenizer* tok, std::optional<int> internal_rank,
+                        const std::string& internal_store) {
+    if (o.server.pp_size > 1)
+        return fail(Status::InvalidArgument("--logits-out runs the model on one pipeline stage; drop --pp-size"));
+    auto runtime = init_rank_runtime(o.server, internal_rank, internal_store);
+    if (!runtime.ok()) return fail(runtime.status());
+    models::LoadOptions load{o.server.model_path, o.server.dtype};
+    load.tp_rank = runtime->coords.tp_rank;
+    load.tp_size = o.server.tp_size;
+    load.tp_group = runtime->tp_group.get();
+    auto model = models::load_model(load);
+    if (!model.ok()) return fail(model.status());
+    ThreadPool pool(runtime->threads);
+    executor::GenerateOptions gen;
+    gen.max_new_tokens = o.max_new_tokens;
+    gen.sampling = {o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
+    gen.ignore_eos = o.ignore_eos;
+    gen.capture_logits = true;
+    auto result = executor::generate(**model, prompt, gen, &pool);
+    if (!result.ok()) return fail(result.status());
+    if (!runtime->is_output_rank()) return 0;  // every rank computed the same tokens; one reports
+    const std::int64_t vocab = (*model)->config().vocab_size;
+    const auto rows = static_cast<std::int64_t>(result->logits.size()) / vocab;
+    if (Status s = write_npy(o.logits_out, result->logits, rows, vocab); !s.ok()) return fail(s);
+    GenerateReport report;
+    report.output_ids = result->output_ids;
+    report.finish_reason = result->finish_reason;
+    report.ttft_s = result->ttft_s;
+    report.decode_s = result->decode_s;
+    report.threads = runtime->threads;
+    report.dtype = dtype_name((*model)->compute_dtype());
+    report.weight_mb = (*model)->weight_bytes() / 1e6;
+    print_report(o, prompt, tok, report);
+    return 0;
+}
+
+// Notes the tokens of every prefill chunk the scheduler hands the runner, for the report.
+class ChunkRecorder final : public executor::BatchRunner {
+ public:
+    ChunkRecorder(executor::BatchRunner& inner, std::int64_t prompt_len) : inner_(inner), prompt_len_(prompt_len) {}
+    StatusOr<std::vector<executor::SampledToken>> run(const executor::ForwardBatch& batch) override {
+        note(batch);
+        return inner_.run(batch);
+    }
+    Status launch(const executor::ForwardBatch& batch) override {
+        note(batch);
+        return inner_.launch(batch);
+    }
+    StatusOr<std::vector<executor::SampledToken>> collect() override { return inner_.collect(); }
+    const std::vector<std::int64_t>& chunks() const { return chunks_; }
+
+ private:
+    void note(const executor::ForwardBatch& batch) {
+        for (const auto& seq : batch.seqs)
+            if (seq.start_pos < prompt_len_) chunks_.push_back(static_cast<std::int64_t>(seq.tokens.size()));
+    }
+    executor::BatchRunner& inner_;
+    const std::int64_t prompt_len_;
+    std::vector<std::int64_t> chunks_;
+};
+
+// The edge checks of a one-shot request, with messages that name the limit.
+Status check_request(const GenerateCommandOptions& o, const std::vector<std::int32_t>& prompt,
+                     const ModelRank& rank) {
+    const std::int64_t vocab = rank.model->config().vocab_size;
+    for (std::int32_t id : prompt) {
+        if (id < 0 || id >= vocab)
+            return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                           std::to_string(vocab) + ")");
+    }
+    if (o.max_new_tokens < 1) return Status::InvalidArgument("--max-new-tokens must be at least 1");
+    const auto n = static_cast<std::int64_t>(prompt.size());
+    if (n + o.max_new_tokens > rank.context_len) {
+        return Status::InvalidArgument("prompt (" + std::to_string(n) + " tokens) + max_new_tokens (" +
+                                       std::to_string(o.max_new_tokens) + ") exceeds the model's context length of " +
+                                       std::to_string(rank.context_len) + " tokens");
+    }
+    if (n + o.max_new_tokens > rank.scheduler.max_total_num_tokens) {
+        return Status::InvalidArgument("prompt (" + std::to_string(n) + " tokens) + max_new_tokens (" +
+                                       std::to_string(o.max_new_tokens) + ") does not fit the KV pool of " +
+                                       std::to_string(rank.scheduler.max_total_num_tokens) +
+                                       " tokens; raise --mem-fraction-static or --max-total-tokens");
+    }
+    return Status::Ok();
+}
+
 }  // namespace
 
 int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_rank,
@@ -109,77 +259,75 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
         prompt = parse_ids(o.prompt_ids);
     }
     if (!prompt.ok()) return fail(prompt.status());
+    if (!o.logits_out.empty()) return run_generate_direct(o, *prompt, tok.get(), internal_rank, internal_store);
 
-    auto runtime = init_rank_runtime(o.server, internal_rank, internal_store);
-    if (!runtime.ok()) return fail(runtime.status());
-    const auto t_load = std::chrono::steady_clock::now();
-    models::LoadOptions load{o.server.model_path, o.server.dtype};
-    load.tp_rank = runtime->coords.tp_rank;
-    load.tp_size = o.server.tp_size;
-    load.tp_group = runtime->tp_group.get();
-    auto model = models::load_model(load);
-    if (!model.ok()) return fail(model.status());
-    const double load_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-    const int threads = runtime->threads;
-    ThreadPool pool(threads);
-    TSR_LOG(INFO, "model loaded in {:.2f} s: {:.1f} MB of {} weights; {} threads, {} kernels",
-            load_s, (*model)->weight_bytes() / 1e6, dtype_name((*model)->compute_dtype()), threads,
-            kernels::isa_name(kernels::active_isa()));
-
-    executor::GenerateOptions gen;
-    gen.max_new_tokens = o.max_new_tokens;
-    gen.sampling = {o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
-    gen.ignore_eos = o.ignore_eos;
-    gen.capture_logits = !o.logits_out.empty();
-    auto result = executor::generate(**model, *prompt, gen, &pool);
-    if (!result.ok()) return fail(result.status());
-    const auto& r = *result;
-    if (!runtime->is_output_rank()) return 0;  // every rank computed the same tokens; one reports
-
-    const auto n_prompt = static_cast<double>(prompt->size());
-    const auto n_out = static_cast<double>(r.output_ids.size());
-    const double prefill_tps = n_prompt / r.prefill_s;
-    const double decode_tps = n_out > 1 ? (n_out - 1) / r.decode_s : 0.0;
-    if (!o.logits_out.empty()) {
-        const std::int64_t vocab = (*model)->config().vocab_size;
-        const auto rows = static_cast<std::int64_t>(r.logits.size()) / vocab;
-        Status s = write_npy(o.logits_out, r.logits, rows, vocab);
-        if (!s.ok()) return fail(s);
+    auto setup = setup_model_rank(o.server, internal_rank, internal_store);
+    if (!setup.ok()) return fail(setup.status());
+    ModelRank& rank = **setup;
+    if (!rank.leader()) {
+        Status s = run_follower(rank);
+        return s.ok() ? 0 : fail(s);
     }
-    const std::string text = tok ? tok->decode(r.output_ids, /*skip_special_tokens=*/true) : "";
-    if (o.json) {
-        nlohmann::json j = {{"output_ids", r.output_ids},
-                            {"finish_reason", r.finish_reason},
-                            {"prompt_tokens", prompt->size()},
-                            {"completion_tokens", r.output_ids.size()},
-                            {"ttft_s", r.ttft_s},
-                            {"prefill_s", r.prefill_s},
-                            {"decode_s", r.decode_s},
-                            {"prefill_tokens_per_s", prefill_tps},
-                            {"decode_tokens_per_s", decode_tps},
-                            {"load_s", load_s},
-                            {"threads", threads},
-                            {"dtype", dtype_name((*model)->compute_dtype())},
-                            {"kernels", kernels::isa_name(kernels::active_isa())},
-                            {"tp_size", o.server.tp_size},
-                            {"weight_mb_per_rank", (*model)->weight_bytes() / 1e6},
-                            {"rss_mb", resident_mb()}};
-        if (tok) j["text"] = text;
-        std::printf("%s\n", j.dump().c_str());
-    } else {
-        std::string ids;
-        for (auto t : r.output_ids) {
-            if (!ids.empty()) ids += ',';
-            ids += std::to_string(t);
+    // A bad request still has to release the other ranks, which wait for steps or a stop.
+    const Status request_ok = check_request(o, *prompt, rank);
+    server::ServerArgs args = o.server;
+    if (!request_ok.ok()) args.enable_dynamic_chunking = false;  // no profile for a request we refuse
+    auto leader = LeaderRunner::create(rank, args);
+    if (!leader.ok()) return fail(leader.status());
+    if (!request_ok.ok()) {
+        (void)(*leader)->stop();
+        return fail(request_ok);
+    }
+    log_startup_line(rank);
+
+    scheduler::Req req;
+    req.rid = "generate";
+    req.input_ids = *prompt;
+    req.max_new_tokens = o.max_new_tokens;
+    req.eos_token_ids = rank.model->config().eos_token_ids;
+    if (tok) {
+        for (std::int32_t id : tok->eos_token_ids())
+            if (std::find(req.eos_token_ids.begin(), req.eos_token_ids.end(), id) == req.eos_token_ids.end())
+                req.eos_token_ids.push_back(id);
+    }
+    req.ignore_eos = o.ignore_eos;
+    req.sampling.params = {o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
+    GenerateReport report;
+    std::string error;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::optional<std::chrono::steady_clock::time_point> t_first;
+    req.sink = [&](const scheduler::ReqEvent& ev) {
+        if (ev.token) {
+            if (!t_first) t_first = std::chrono::steady_clock::now();
+            report.output_ids.push_back(ev.token->token);
         }
-        if (tok) std::printf("text: %s\n", text.c_str());
-        std::printf("output_ids: %s\n", ids.c_str());
-        std::printf("finish_reason: %s\n", r.finish_reason.c_str());
-        std::printf("prompt: %zu tokens, prefill %.1f tok/s (ttft %.3f s)\n", prompt->size(),
-                    prefill_tps, r.ttft_s);
-        std::printf("decode: %zu tokens, %.1f tok/s\n", r.output_ids.size(), decode_tps);
+        if (ev.finished) {
+            report.finish_reason = std::string(scheduler::finish_reason_name(ev.finish_reason));
+            error = std::string(ev.error);
+        }
+    };
+    ChunkRecorder recorder((*leader)->runner(), static_cast<std::int64_t>(prompt->size()));
+    scheduler::Scheduler sched(rank.scheduler, recorder);
+    if (Status s = sched.add_request(std::move(req)); !s.ok()) {
+        (void)(*leader)->stop();
+        return fail(s);
     }
+    while (!sched.idle()) sched.step();
+    const auto t_end = std::chrono::steady_clock::now();
+    if (Status s = (*leader)->stop(); !s.ok()) TSR_LOG(WARN, "{}", s.message());
+    if (report.finish_reason == "abort") return fail(Status::Internal("generation failed: " + error));
+
+    const auto since = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    report.ttft_s = t_first ? since(t0, *t_first) : since(t0, t_end);
+    report.decode_s = t_first ? since(*t_first, t_end) : 0.0;
+    report.threads = rank.runtime.threads;
+    report.dtype = dtype_name(rank.model->compute_dtype());
+    report.weight_mb = rank.model->weight_bytes() / 1e6;
+    report.load_s = rank.load_s;
+    report.prefill_chunks = recorder.chunks();
+    report.dynamic_chunking = rank.scheduler.dynamic_chunking.has_value();
+    report.chunked_prefill_size = rank.scheduler.chunked_prefill_size;
+    print_report(o, *prompt, tok.get(), report);
     return 0;
 }
 

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"f32", "bf16"}))
         ->capture_default_str();
     make_model->add_option("--seed", mm.seed, "random seed of the weights")->capture_default_str();
+    make_model->add_option("--num-layers", mm.num_layers, "decoder layers (default: the preset's)");
     make_model->add_option("--tokenizer", mm.tokenizer,
                            "copy a real tokenizer in and take its vocab size: qwen3, llama3 or "
                            "none (small models default to their family's)")

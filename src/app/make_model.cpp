@@ -312,6 +312,9 @@ Status make_model(const MakeModelOptions& o) {
     if (o.out.empty()) return Status::InvalidArgument("--out is required: the folder to write the model to");
 
     Dims d = dims_for(o.arch, o.preset);
+    if (o.num_layers < 0 || o.num_layers > 256)
+        return Status::InvalidArgument("--num-layers " + std::to_string(o.num_layers) + " must be in [1, 256]");
+    if (o.num_layers > 0) d.layers = o.num_layers;
     // small models carry their family's real tokenizer unless told otherwise.
     std::string tokenizer = o.tokenizer;
     if (tokenizer.empty() && o.preset == "small") tokenizer = o.arch == "llama" ? "llama3" : "qwen3";

@@ -16,6 +16,7 @@ struct MakeModelOptions {
     std::string tokenizer;          // "", qwen3, llama3: copy the real tokenizer files in
     std::string tokenizer_dir;      // folder holding <tokenizer>/tokenizer.json
     std::uint64_t seed = 0;
+    int num_layers = 0;             // > 0: override the preset's decoder layer count
     std::string out;
 };
 

@@ -50,7 +50,7 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     if (rank < 0 || rank >= layout.world_size())
         return Status::InvalidArgument("--internal-rank " + std::to_string(rank) + " is outside the world of " +
                                        std::to_string(layout.world_size()));
-    RankRuntime rt{layout, layout.coords(rank), nullptr, nullptr, 1};
+    RankRuntime rt{layout, layout.coords(rank), nullptr, nullptr, nullptr, 1};
     const int local_ranks = static_cast<int>(layout.ranks_on_node(args.node_rank).size());
     rt.threads = args.threads_per_rank > 0 ? args.threads_per_rank
                                            : std::max(1, default_thread_count() / std::max(1, local_ranks));
@@ -72,8 +72,14 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     go.hostname = local_address_towards(so.host);
     TSR_ASSIGN_OR_RETURN(rt.tp_group, dist::create_group(layout, dist::GroupKind::kTp, rank, *rt.store, go));
     if (rt.tp_group->size() == 1) rt.tp_group.reset();
-    TSR_LOG(INFO, "rank {} of {}: tp_rank {} on node {}, tp group over {}, {} threads", rank, layout.world_size(),
-            rt.coords.tp_rank, rt.coords.node, rt.tp_group ? rt.tp_group->backend_name() : "none", rt.threads);
+    if (args.pp_size > 1) {
+        dist::GroupFactoryOptions pp_options = go;
+        pp_options.force_gloo = true;  // the shared-memory backend has no point-to-point
+        TSR_ASSIGN_OR_RETURN(rt.pp_group, dist::create_group(layout, dist::GroupKind::kPp, rank, *rt.store, pp_options));
+    }
+    TSR_LOG(INFO, "rank {} of {}: tp_rank {} pp_rank {} on node {}, tp group over {}, {} threads", rank,
+            layout.world_size(), rt.coords.tp_rank, rt.coords.pp_rank, rt.coords.node,
+            rt.tp_group ? rt.tp_group->backend_name() : "none", rt.threads);
     return rt;
 }
 

@@ -21,6 +21,9 @@ struct RankRuntime {
     dist::RankCoords coords;
     std::unique_ptr<dist::Store> store;           // null in a single-process run
     std::unique_ptr<dist::ProcessGroup> tp_group;  // null when tp_size == 1
+    // The ranks with this rank's tp rank on every pipeline stage (group rank = stage); Gloo,
+    // because stages hand data on point to point. Null when pp_size == 1.
+    std::unique_ptr<dist::ProcessGroup> pp_group;
     int threads = 1;
 
     bool is_output_rank() const { return coords.global_rank == 0; }

@@ -6,6 +6,7 @@
 // Plain data; built by the scheduler thread, read by the executor.
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,6 +57,17 @@ class BatchRunner {
     // One SampledToken per sequence (token -1 where need_token is false). An error fails
     // the whole step (the scheduler aborts the batch's requests with it).
     virtual StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) = 0;
+
+    // Pipelined use (pipeline parallelism): launch() starts a step and returns once this
+    // rank's part is done and handed on; collect() returns the results of the oldest launched
+    // step not yet collected, in launch order. Steps run on every stage in launch order, so a
+    // later step may read K/V an earlier one writes. By default launch() runs the whole step
+    // at once and collect() hands its result back.
+    virtual Status launch(const ForwardBatch& batch);
+    virtual StatusOr<std::vector<SampledToken>> collect();
+
+ private:
+    std::deque<StatusOr<std::vector<SampledToken>>> finished_;  // default launch/collect only
 };
 
 }  // namespace tessera::executor

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "executor/step_codec.h"
+
 namespace tessera::executor {
 
 SampledToken sample_row(std::vector<float>& row, const SequenceSampling& s, const std::vector<std::int32_t>& output_ids,
@@ -47,20 +49,7 @@ ModelRunner::ModelRunner(models::Model& model, kvcache::KvView kv, ThreadPool* p
     : model_(model), kv_(std::move(kv)), pool_(pool) {}
 
 StatusOr<std::vector<SampledToken>> ModelRunner::run(const ForwardBatch& batch) {
-    models::BatchInput input;
-    std::vector<std::int32_t> tokens;
-    tokens.reserve(static_cast<std::size_t>(batch.total_new_tokens()));
-    for (const auto& seq : batch.seqs) {
-        const auto n_new = static_cast<std::int64_t>(seq.tokens.size());
-        if (static_cast<std::int64_t>(seq.slots.size()) < seq.start_pos + n_new) {
-            return Status::Internal("request " + seq.rid + ": " + std::to_string(seq.slots.size()) +
-                                    " KV slots for " + std::to_string(seq.start_pos + n_new) + " positions");
-        }
-        tokens.insert(tokens.end(), seq.tokens.begin(), seq.tokens.end());
-        input.seqs.push_back({n_new, seq.start_pos, seq.slots.data(),
-                              seq.need_token ? models::LogitsMode::kLast : models::LogitsMode::kNone});
-    }
-    input.tokens = tokens;
+    TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
     TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &logits_));
     const std::int64_t vocab = model_.config().vocab_size;
     std::vector<SampledToken> out(batch.seqs.size());

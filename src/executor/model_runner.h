@@ -27,6 +27,7 @@ class ModelRunner final : public BatchRunner {
     models::Model& model_;
     kvcache::KvView kv_;
     ThreadPool* pool_;
+    std::vector<std::int32_t> tokens_;
     std::vector<float> logits_;
     std::vector<float> row_;
     std::vector<std::pair<float, std::int32_t>> scratch_;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "executor/tp_batch_runner.h"
+#include "executor/step_codec.h"
 
 namespace tessera::executor {
 namespace {
@@ -77,6 +77,46 @@ TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
     bytes.push_back(0);
     bytes.push_back(0);
     EXPECT_FALSE(decode_step(bytes).ok());
+}
+
+TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
+    ForwardBatch batch;
+    SequenceSampling sampling;
+    sampling.params = {0.7f, 40, 0.9f, 0.05f, 1234567890123ull};
+    sampling.frequency_penalty = 0.5f;
+    sampling.presence_penalty = -0.25f;
+    sampling.top_logprobs = 3;
+    sampling.logprobs = true;
+    batch.seqs.push_back({"a", {5}, 2, {1, 2, 3}, true, sampling, {10, 11}});
+    batch.seqs.push_back({"b", {6, 7}, 0, {4, 5}, false, {}, {}});
+    std::int64_t flags = 0;
+    auto back = decode_step(encode_step(batch, kStepWithSampling | kStepLocalOnly), &flags);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(flags, kStepWithSampling | kStepLocalOnly);
+    const SequenceSampling& got = back->seqs[0].sampling;
+    EXPECT_EQ(got.params.temperature, 0.7f);
+    EXPECT_EQ(got.params.top_k, 40);
+    EXPECT_EQ(got.params.top_p, 0.9f);
+    EXPECT_EQ(got.params.min_p, 0.05f);
+    EXPECT_EQ(got.params.seed, 1234567890123ull);
+    EXPECT_EQ(got.frequency_penalty, 0.5f);
+    EXPECT_EQ(got.presence_penalty, -0.25f);
+    EXPECT_EQ(got.top_logprobs, 3);
+    EXPECT_TRUE(got.logprobs);
+    EXPECT_EQ(back->seqs[0].output_ids, (std::vector<std::int32_t>{10, 11}));
+    EXPECT_TRUE(back->seqs[1].output_ids.empty());
+
+    std::vector<SampledToken> tokens(2);
+    tokens[0] = {42, -0.5f, {{42, -0.5f}, {7, -1.25f}}};
+    auto results = decode_results(encode_results(tokens));
+    ASSERT_TRUE(results.ok());
+    EXPECT_EQ((*results)[0].token, 42);
+    EXPECT_EQ((*results)[0].logprob, -0.5f);
+    EXPECT_EQ((*results)[0].top_logprobs, tokens[0].top_logprobs);
+    EXPECT_EQ((*results)[1].token, -1);
+    auto bytes = encode_results(tokens);
+    bytes.resize(bytes.size() - 3);
+    EXPECT_FALSE(decode_results(bytes).ok());
 }
 
 }  // namespace

@@ -41,8 +41,9 @@ class TpLeaderRunner final : public BatchRunner {
 Status follow_leader(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool,
                      dist::ProcessGroup& tp_group);
 
-// The wire form of a step (exposed for tests).
-std::vector<std::uint8_t> encode_step(const ForwardBatch& batch);
-StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes);
+// The step broadcast inside a TP group, from its rank 0: a size, then the encoded step
+// (step_codec.h). An empty step means "stop".
+Status broadcast_step(dist::ProcessGroup& tp_group, const std::vector<std::uint8_t>& bytes);
+StatusOr<std::vector<std::uint8_t>> receive_step(dist::ProcessGroup& tp_group);
 
 }  // namespace tessera::executor

@@ -4,9 +4,10 @@
 #include <cstring>
 
 #include "base/aligned_buffer.h"
+#include "dist/pp_partition.h"
+#include "dist/process_group.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
-#include "dist/process_group.h"
 #include "layers/linear.h"
 #include "layers/tensor_parallel.h"
 
@@ -44,15 +45,16 @@ class DenseDecoder final : public Model {
           tp_{options.tp_rank, options.tp_size},
           tp_group_(options.tp_group) {}
 
-    Status load(const WeightSource& source);
+    Status load(const WeightSource& source, const StageInfo& stage);
 
     // Model
     const ModelConfig& config() const override { return config_; }
     kvcache::KvCacheShape kv_cache_shape() const override {
         // SGLang's --kv-cache-dtype auto: the model's compute type.
-        return {config_.num_hidden_layers, n_kv_heads_, config_.head_dim,
+        return {stage_.num_layers(), n_kv_heads_, config_.head_dim,
                 compute_dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF32};
     }
+    StageInfo stage() const override { return stage_; }
     DType compute_dtype() const override { return compute_dtype_; }
     std::size_t weight_bytes() const override;
     std::size_t weight_bytes_per_token() const override;
@@ -60,7 +62,7 @@ class DenseDecoder final : public Model {
     double attention_flops_at(std::int64_t pos) const override;
     using Model::forward;
     Status forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
-                   std::vector<float>* logits) override;
+                   std::vector<float>* out) override;
 
  private:
     std::int64_t q_dim() const { return n_heads_ * config_.head_dim; }
@@ -74,23 +76,27 @@ class DenseDecoder final : public Model {
     const DType compute_dtype_;
     const layers::TpShard tp_;
     dist::ProcessGroup* const tp_group_;  // nullptr when tp_.size == 1
+    StageInfo stage_;
     std::int64_t n_heads_ = 0;     // this rank's query heads
     std::int64_t n_kv_heads_ = 0;  // this rank's KV heads
     std::int64_t intermediate_ = 0;
     layers::VocabShard vocab_shard_;
     DType embedding_dtype_ = DType::kF32;
-    AlignedBuffer embedding_;  // embedding_dtype_ [vocab_shard_.rows.count, hidden], as stored
-    std::vector<DecoderLayer> layers_;
-    std::vector<float> final_norm_;
-    layers::Linear lm_head_;  // [vocab, hidden]; the embedding itself when tied
+    // embedding_dtype_ [vocab_shard_.rows.count, hidden], as stored; first stage only
+    AlignedBuffer embedding_;
+    std::vector<DecoderLayer> layers_;  // the stage's: layers_[i] is layer stage_.layer_begin + i
+    std::vector<float> final_norm_;     // f32 [hidden]; last stage only
+    // [vocab, hidden]; the embedding itself when tied; last stage only (empty elsewhere)
+    layers::Linear lm_head_;
     std::vector<float> inv_freq_;
 
     // Activations, reused across steps. f32 [n_tokens, ...]
     std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, last_, shard_logits_, gathered_;
 };
 
-Status DenseDecoder::load(const WeightSource& source) {
+Status DenseDecoder::load(const WeightSource& source, const StageInfo& stage) {
     const ModelConfig& c = config_;
+    stage_ = stage;
     const std::int64_t hidden = c.hidden_size;
     const std::int64_t hd = c.head_dim;
     TSR_ASSIGN_OR_RETURN(auto heads, layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, tp_));
@@ -100,16 +106,20 @@ Status DenseDecoder::load(const WeightSource& source) {
     intermediate_ = inter.count;
     vocab_shard_ = layers::shard_vocab(c.vocab_size, tp_);
 
-    TSR_ASSIGN_OR_RETURN(auto embed, source.get("model.embed_tokens.weight", {c.vocab_size, hidden}));
-    embedding_dtype_ = embed->dtype == DType::kF16 ? DType::kF32 : embed->dtype;
-    const std::int64_t shard_rows = vocab_shard_.rows.count;
-    embedding_ = AlignedBuffer(static_cast<std::size_t>(shard_rows * hidden) * dtype_size(embedding_dtype_));
-    const auto* embed_rows = reinterpret_cast<const unsigned char*>(embed->data) +
-                             static_cast<std::size_t>(vocab_shard_.rows.begin * hidden) * dtype_size(embed->dtype);
-    if (embed->dtype == DType::kF16) {
-        convert_to_f32(embed_rows, embed->dtype, embedding_.as<float>(), static_cast<std::size_t>(shard_rows * hidden));
-    } else {
-        std::memcpy(embedding_.data(), embed_rows, embedding_.size());
+    if (stage_.first) {
+        TSR_ASSIGN_OR_RETURN(auto embed, source.get("model.embed_tokens.weight", {c.vocab_size, hidden}));
+        embedding_dtype_ = embed->dtype == DType::kF16 ? DType::kF32 : embed->dtype;
+        const std::int64_t shard_rows = vocab_shard_.rows.count;
+        embedding_ = AlignedBuffer(static_cast<std::size_t>(shard_rows * hidden) * dtype_size(embedding_dtype_));
+        const auto* embed_rows = reinterpret_cast<const unsigned char*>(embed->data) +
+                                 static_cast<std::size_t>(vocab_shard_.rows.begin * hidden) *
+                                     dtype_size(embed->dtype);
+        if (embed->dtype == DType::kF16) {
+            convert_to_f32(embed_rows, embed->dtype, embedding_.as<float>(),
+                           static_cast<std::size_t>(shard_rows * hidden));
+        } else {
+            std::memcpy(embedding_.data(), embed_rows, embedding_.size());
+        }
     }
     const auto column_parallel = [&](std::vector<layers::LinearPart> parts, bool bias) {
         return layers::Linear::load(source, {std::move(parts), hidden, 0, -1, bias, compute_dtype_});
@@ -122,7 +132,8 @@ Status DenseDecoder::load(const WeightSource& source) {
     const layers::Range kv_rows{heads.kv_heads.begin * hd, heads.kv_heads.count * hd};
     const std::int64_t q_total = c.num_attention_heads * hd;
     const std::int64_t kv_total = c.num_key_value_heads * hd;
-    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    // Tensor names keep the global layer index: every stage reads the same checkpoint.
+    for (int l = stage_.layer_begin; l < stage_.layer_end; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         DecoderLayer layer;
         TSR_ASSIGN_OR_RETURN(layer.input_norm, load_vector(source, p + "input_layernorm.weight", hidden));
@@ -145,11 +156,14 @@ Status DenseDecoder::load(const WeightSource& source) {
         TSR_ASSIGN_OR_RETURN(layer.down_proj, row_parallel(p + "mlp.down_proj.weight", inter));
         layers_.push_back(std::move(layer));
     }
-    TSR_ASSIGN_OR_RETURN(final_norm_, load_vector(source, "model.norm.weight", hidden));
-    const bool tied = c.tie_word_embeddings || !source.contains("lm_head.weight");
-    TSR_ASSIGN_OR_RETURN(lm_head_, column_parallel({{tied ? "model.embed_tokens.weight" : "lm_head.weight",
-                                                     c.vocab_size, vocab_shard_.rows.begin, vocab_shard_.rows.count}},
-                                                   false));
+    if (stage_.last) {
+        TSR_ASSIGN_OR_RETURN(final_norm_, load_vector(source, "model.norm.weight", hidden));
+        const bool tied = c.tie_word_embeddings || !source.contains("lm_head.weight");
+        TSR_ASSIGN_OR_RETURN(lm_head_,
+                             column_parallel({{tied ? "model.embed_tokens.weight" : "lm_head.weight", c.vocab_size,
+                                               vocab_shard_.rows.begin, vocab_shard_.rows.count}},
+                                             false));
+    }
     inv_freq_ = loader::rope_inv_freq(c);
     return Status::Ok();
 }
@@ -222,13 +236,13 @@ double DenseDecoder::linear_flops_per_token() const {
 }
 
 double DenseDecoder::attention_flops_at(std::int64_t pos) const {
-    // QKᵀ and PV over pos + 1 keys, per head and layer.
+    // QKᵀ and PV over pos + 1 keys, per head and layer of this stage.
     return 2.0 * 2.0 * static_cast<double>(pos + 1) * config_.head_dim * n_heads_ *
-           config_.num_hidden_layers;
+           stage_.num_layers();
 }
 
 Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
-                             std::vector<float>* logits) {
+                             std::vector<float>* out) {
     const ModelConfig& c = config_;
     const auto n = static_cast<std::int64_t>(batch.tokens.size());
     if (n == 0) return Status::InvalidArgument("forward of zero tokens");
@@ -237,14 +251,30 @@ Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv,
     if (covered != n)
         return Status::InvalidArgument("batch sequences cover " + std::to_string(covered) + " of " +
                                        std::to_string(n) + " tokens");
-    for (std::int32_t t : batch.tokens) {
-        if (t < 0 || t >= c.vocab_size) {
-            return Status::InvalidArgument("token id " + std::to_string(t) +
-                                           " is outside the vocabulary [0, " +
-                                           std::to_string(c.vocab_size) + ")");
-        }
-    }
     const std::int64_t hidden = c.hidden_size;
+    if (stage_.first) {
+        if (!batch.hidden_in.empty())
+            return Status::InvalidArgument("the first pipeline stage embeds its tokens but was given " +
+                                           std::to_string(batch.hidden_in.size()) + " hidden-state values");
+        // Only the stage that indexes the embedding table needs the ids to be in range.
+        for (std::int32_t t : batch.tokens) {
+            if (t < 0 || t >= c.vocab_size) {
+                return Status::InvalidArgument("token id " + std::to_string(t) +
+                                               " is outside the vocabulary [0, " +
+                                               std::to_string(c.vocab_size) + ")");
+            }
+        }
+    } else if (static_cast<std::int64_t>(batch.hidden_in.size()) != n * hidden) {
+        return Status::InvalidArgument("hidden_in holds " + std::to_string(batch.hidden_in.size()) +
+                                       " values but the pipeline stage of layers [" +
+                                       std::to_string(stage_.layer_begin) + ", " + std::to_string(stage_.layer_end) +
+                                       ") needs " + std::to_string(n) + " tokens x hidden_size " +
+                                       std::to_string(hidden) + " = " + std::to_string(n * hidden));
+    }
+    if (static_cast<int>(kv.k.size()) != stage_.num_layers() || kv.v.size() != kv.k.size())
+        return Status::InvalidArgument("the KV view holds " + std::to_string(kv.k.size()) + " K and " +
+                                       std::to_string(kv.v.size()) + " V layers; this pipeline stage has " +
+                                       std::to_string(stage_.num_layers()));
     const std::int64_t qkv_dim = q_dim() + 2 * kv_dim();
     const std::int64_t inter = intermediate_;
     x_.resize(n * hidden);
@@ -264,21 +294,25 @@ Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv,
             positions[t0 + i] = static_cast<std::int32_t>(pos);
             kv_rows[t0 + i] = seq.slots == nullptr ? pos : seq.slots[pos];
         }
-        if (seq.logits == LogitsMode::kAll) {
+        if (stage_.last && seq.logits == LogitsMode::kAll) {
             for (std::int64_t i = 0; i < seq.n_tokens; ++i) logit_rows.push_back(t0 + i);
-        } else if (seq.logits == LogitsMode::kLast && seq.n_tokens > 0) {
+        } else if (stage_.last && seq.logits == LogitsMode::kLast && seq.n_tokens > 0) {
             logit_rows.push_back(t0 + seq.n_tokens - 1);
         }
         t0 += seq.n_tokens;
     }
 
-    embed(batch.tokens, x_.data());
-    TSR_RETURN_IF_ERROR(tp_all_reduce(x_, n * hidden));
+    if (stage_.first) {
+        embed(batch.tokens, x_.data());
+        TSR_RETURN_IF_ERROR(tp_all_reduce(x_, n * hidden));
+    } else {
+        std::copy(batch.hidden_in.begin(), batch.hidden_in.end(), x_.begin());
+    }
     const float eps = static_cast<float>(c.rms_norm_eps);
     const kernels::AttentionShape attn_shape{n_heads_, n_kv_heads_,
                                              c.head_dim,
                                              1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
         DecoderLayer& layer = layers_[l];
         kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
         layer.qkv_proj.forward(h_.data(), n, qkv_.data(), pool);
@@ -340,8 +374,12 @@ Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv,
         TSR_RETURN_IF_ERROR(tp_all_reduce(h_, n * hidden));
         kernels::add_inplace(x_.data(), h_.data(), n * hidden);
     }
+    if (!stage_.last) {
+        out->assign(x_.begin(), x_.begin() + n * hidden);
+        return Status::Ok();
+    }
     const auto n_out = static_cast<std::int64_t>(logit_rows.size());
-    logits->clear();
+    out->clear();
     // Every rank runs the same batch, so all of them skip (or issue) the gather together.
     if (n_out == 0) return Status::Ok();
     last_.resize(n_out * hidden);
@@ -351,7 +389,7 @@ Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv,
     kernels::rms_norm(last_.data(), final_norm_.data(), last_.data(), n_out, hidden, eps, pool);
     shard_logits_.resize(static_cast<std::size_t>(n_out * vocab_shard_.rows.count));
     lm_head_.forward(last_.data(), n_out, shard_logits_.data(), pool);
-    return gather_logits(n_out, logits);
+    return gather_logits(n_out, out);
 }
 
 }  // namespace
@@ -359,8 +397,18 @@ Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv,
 StatusOr<std::unique_ptr<Model>> load_dense_decoder(const ModelConfig& config,
                                                     const WeightSource& source, DType compute_dtype,
                                                     const LoadOptions& options) {
+    if (options.pp_size < 1)
+        return Status::InvalidArgument("pp_size must be at least 1, got " + std::to_string(options.pp_size));
+    if (options.pp_rank < 0 || options.pp_rank >= options.pp_size)
+        return Status::InvalidArgument("pp_rank " + std::to_string(options.pp_rank) + " is outside [0, pp_size " +
+                                       std::to_string(options.pp_size) + ")");
+    TSR_ASSIGN_OR_RETURN(dist::LayerRange range,
+                         dist::pp_layer_range(static_cast<int>(config.num_hidden_layers), options.pp_rank,
+                                              options.pp_size, options.layer_partition));
+    const StageInfo stage{range.begin, range.end, dist::owns_embedding(options.pp_rank),
+                          dist::owns_lm_head(options.pp_rank, options.pp_size)};
     auto model = std::make_unique<DenseDecoder>(config, compute_dtype, options);
-    TSR_RETURN_IF_ERROR(model->load(source));
+    TSR_RETURN_IF_ERROR(model->load(source, stage));
     return std::unique_ptr<Model>(std::move(model));
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +37,19 @@ struct SequenceInput {
 struct BatchInput {
     std::span<const std::int32_t> tokens;  // I32 [Σ n_tokens]
     std::vector<SequenceInput> seqs;
+    // Pipeline stages after the first: f32 [Σ n_tokens, hidden_size], the residual stream the
+    // previous stage produced (its `out`). Empty on the first stage, which embeds `tokens`.
+    std::span<const float> hidden_in;
+};
+
+// The part of the model one pipeline stage runs: decoder layers [layer_begin, layer_end);
+// the first stage also embeds the tokens, the last applies the final norm and the LM head.
+struct StageInfo {
+    int layer_begin = 0;
+    int layer_end = 0;
+    bool first = true;
+    bool last = true;
+    int num_layers() const { return layer_end - layer_begin; }
 };
 
 // A single sequence over a cache of its own (positions are rows).
@@ -53,7 +67,9 @@ class Model {
     Model& operator=(const Model&) = delete;
 
     virtual const loader::ModelConfig& config() const = 0;
+    // KV of this stage's layers only (kv_cache_shape().num_layers == stage().num_layers()).
     virtual kvcache::KvCacheShape kv_cache_shape() const = 0;
+    virtual StageInfo stage() const = 0;
     virtual DType compute_dtype() const = 0;
     virtual std::size_t weight_bytes() const = 0;
     // Weight bytes streamed from memory for one decode token (what bounds decode speed).
@@ -65,10 +81,12 @@ class Model {
 
     // One step over several sequences: every linear layer runs on all their new tokens at
     // once, attention per sequence over its own KV rows. Writes the new tokens' K/V into
-    // `kv`; logits f32 [rows, vocab_size] with, per sequence in order, 0, 1 or n_tokens rows
-    // as its LogitsMode says.
+    // `kv` (this stage's layers). On the last stage `out` is the logits, f32 [rows,
+    // vocab_size] with, per sequence in order, 0, 1 or n_tokens rows as its LogitsMode says;
+    // on other stages it is the hidden states for the next stage, f32 [Σ n_tokens,
+    // hidden_size] (LogitsMode is ignored there).
     virtual Status forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
-                           std::vector<float>* logits) = 0;
+                           std::vector<float>* out) = 0;
 
     // logits f32 [n_tokens or 1, vocab_size]; writes K/V of the new tokens into `cache`.
     Status forward(const ForwardInput& input, kvcache::KvCache& cache, ThreadPool* pool, std::vector<float>* logits) {
@@ -88,6 +106,11 @@ struct LoadOptions {
     int tp_rank = 0;
     int tp_size = 1;
     dist::ProcessGroup* tp_group = nullptr;
+    // Pipeline parallelism: this rank's stage; the model keeps only the stage's layers
+    // (reference §6.1). `layer_partition` is SGLANG_PP_LAYER_PARTITION (nullopt: default split).
+    int pp_rank = 0;
+    int pp_size = 1;
+    std::optional<std::string> layer_partition;
 };
 
 // Reads config.json and the weights; fails with errors naming the file and tensor.

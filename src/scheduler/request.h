@@ -65,6 +65,12 @@ struct Req {
     std::int64_t cached_tokens = 0;         // prefix-cache hit of the first admission
     std::int64_t n_retracted = 0;           // times retracted under KV pressure
     bool admitted_once = false;
+    // Launched steps with this request not yet collected. Several only for the chunks of one
+    // prompt (chunked pipeline prefill); a step that samples a token is always the last.
+    int in_flight_steps = 0;
+    // Its next token is in flight (decode step or final prefill chunk): it may join no other
+    // batch until that step is collected, since the token is the next step's input.
+    bool awaiting_token = false;
 
     std::int64_t kv_len() const { return static_cast<std::int64_t>(slots.size()); }
     // Input followed by output: what the KV must hold. In decode, kv_len == fill_len() - 1

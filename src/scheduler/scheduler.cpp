@@ -63,6 +63,15 @@ Status SchedulerConfig::validate() const {
     if (decode_log_interval < 1)
         return Status::InvalidArgument(fmt::format("decode_log_interval ({}) must be >= 1", decode_log_interval));
     if (context_len < 0) return Status::InvalidArgument(fmt::format("context_len ({}) must be >= 0", context_len));
+    if (max_in_flight_steps < 1)
+        return Status::InvalidArgument(fmt::format("max_in_flight_steps ({}) must be >= 1", max_in_flight_steps));
+    if (max_micro_batch_size < 0)
+        return Status::InvalidArgument(fmt::format("max_micro_batch_size ({}) must be >= 0", max_micro_batch_size));
+    if (dynamic_chunking && chunked_prefill_size <= 0) {
+        return Status::InvalidArgument(fmt::format(
+            "dynamic chunking needs chunked prefill: chunked_prefill_size ({}) must be > 0",
+            chunked_prefill_size));
+    }
     return Status::Ok();
 }
 
@@ -110,6 +119,8 @@ Status Scheduler::add_request(Req req) {
     req.last_node = 0;
     req.state = ReqState::kWaiting;
     req.finish_reason = FinishReason::kNone;
+    req.in_flight_steps = 0;
+    req.awaiting_token = false;
     req.arrival = next_arrival_++;
     auto owned = std::make_unique<Req>(std::move(req));
     waiting_.push_back(owned.get());
@@ -123,8 +134,15 @@ bool Scheduler::abort(std::string_view rid) {
     if (it == reqs_.end()) return false;
     Req& req = *it->second;
     if (req.state != ReqState::kWaiting) {
-        // Its computed KV is valid: cache it like a finished request.
-        cache_finished_req(req);
+        if (req.in_flight_steps == 0) {
+            // Its computed KV is valid: cache it like a finished request.
+            cache_finished_req(req);
+        } else {
+            // A step still writing its KV may yet fail, so nothing is shared. Freeing the
+            // slots now is safe: whoever gets them next writes them in a later step, and
+            // every stage runs steps in launch order. The step's results are ignored.
+            release_kv_no_insert(req);
+        }
         batch_is_full_ = false;
     }
     if (chunked_req_ == &req) chunked_req_ = nullptr;
@@ -159,12 +177,14 @@ void Scheduler::drop_finished() {
     std::erase_if(waiting_, done);
     std::erase_if(running_, done);
     std::erase_if(last_prefill_, done);
+    std::erase_if(prefilling_, done);
     if (chunked_req_ != nullptr && done(chunked_req_)) chunked_req_ = nullptr;
     std::erase_if(reqs_, [](const auto& kv) { return kv.second->state == ReqState::kFinished; });
 }
 
 bool Scheduler::idle() const {
-    return waiting_.empty() && running_.empty() && last_prefill_.empty() && chunked_req_ == nullptr;
+    return waiting_.empty() && running_.empty() && last_prefill_.empty() && prefilling_.empty() &&
+           chunked_req_ == nullptr && in_flight_.empty();
 }
 
 bool Scheduler::flush_cache() {
@@ -258,6 +278,28 @@ Status Scheduler::check_invariants() const {
         }
         own_pages += (r->kv_len() + P - 1) / P - r->prefix_len / P;
     }
+    // Each live request's in-flight steps, and the token it awaits, match the step records.
+    std::unordered_map<const Req*, std::pair<int, int>> launched;  // (steps, token steps)
+    for (const InFlightStep& st : in_flight_) {
+        for (const InFlightSeq& seq : st.seqs) {
+            const auto it = reqs_.find(seq.rid);
+            if (it == reqs_.end() || it->second->arrival != seq.arrival) continue;
+            auto& [steps, token_steps] = launched[it->second.get()];
+            if (token_steps > 0)
+                return Status::Internal(fmt::format("request '{}' launched again while awaiting its token", seq.rid));
+            ++steps;
+            token_steps += seq.need_token ? 1 : 0;
+        }
+    }
+    for (const auto& [rid, r] : reqs_) {
+        const auto it = launched.find(r.get());
+        const auto [steps, token_steps] = it == launched.end() ? std::pair{0, 0} : it->second;
+        if (steps != r->in_flight_steps || (token_steps > 0) != r->awaiting_token) {
+            return Status::Internal(fmt::format(
+                "request '{}': {} steps in flight ({} awaiting) but in_flight_steps {}, awaiting_token {}",
+                rid, steps, token_steps, r->in_flight_steps, r->awaiting_token));
+        }
+    }
     const std::int64_t sum = allocator_->available() + cache_->total_size() + own_pages * P;
     if (sum != allocator_->capacity()) {
         return Status::Internal(fmt::format(
@@ -271,17 +313,14 @@ Status Scheduler::check_invariants() const {
 
 StepKind Scheduler::step() {
     merge_last_prefill();
-    std::vector<PrefillItem> items = get_new_batch_prefill();
-    if (!items.empty()) {
-        run_prefill(items);
-        return StepKind::kPrefill;
+    while (static_cast<int>(in_flight_.size()) < config_.max_in_flight_steps) {
+        if (!launch_next_batch()) break;
     }
-    if (update_running_batch()) {
-        run_decode();
-        return StepKind::kDecode;
+    if (in_flight_.empty()) {
+        ratio_.on_idle();
+        return StepKind::kIdle;
     }
-    ratio_.on_idle();
-    return StepKind::kIdle;
+    return collect_oldest();
 }
 
 void Scheduler::merge_last_prefill() {
@@ -289,9 +328,31 @@ void Scheduler::merge_last_prefill() {
     last_prefill_.clear();
 }
 
+bool Scheduler::launch_next_batch() {
+    std::vector<PrefillItem> items = get_new_batch_prefill();
+    if (!items.empty()) {
+        launch_prefill(items);
+        return true;
+    }
+    const std::vector<Req*> decode = update_running_batch();
+    if (decode.empty()) return false;
+    launch_decode(decode);
+    return true;
+}
+
+std::int64_t Scheduler::prefill_chunk_budget() const {
+    if (!config_.dynamic_chunking) return config_.chunked_prefill_size;
+    // Sized for the continued chunked request's prefix (reference §7); a round of fresh
+    // requests uses the size of a first chunk.
+    const std::int64_t history = chunked_req_ != nullptr ? chunked_req_->kv_len() : 0;
+    return config_.dynamic_chunking->next_chunk(history).value_or(config_.chunked_prefill_size);
+}
+
 std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
     if ((batch_is_full_ || waiting_.empty()) && chunked_req_ == nullptr) return {};
-    const auto running_bs = static_cast<std::int64_t>(running_.size());
+    // Requests whose final chunk is in flight join the running batch when it is collected;
+    // admission counts them already, as their KV reservation is already real.
+    const auto running_bs = static_cast<std::int64_t>(running_.size() + prefilling_.size());
     const std::int64_t allocatable = config_.max_running_requests - running_bs;
     if (allocatable <= 0 && chunked_req_ == nullptr) {
         batch_is_full_ = true;
@@ -322,14 +383,16 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
     }
 
     std::vector<RunningReqView> running_views;
-    running_views.reserve(running_.size());
-    for (const Req* r : running_)
-        running_views.push_back({.max_new_tokens = r->max_new_tokens,
-                                 .output_len = static_cast<std::int64_t>(r->output_ids.size())});
+    running_views.reserve(static_cast<std::size_t>(running_bs));
+    for (const std::vector<Req*>* group : {&running_, &prefilling_})
+        for (const Req* r : *group)
+            running_views.push_back({.max_new_tokens = r->max_new_tokens,
+                                     .output_len = static_cast<std::int64_t>(r->output_ids.size())});
+    const std::int64_t chunk_size = prefill_chunk_budget();
     PoolBudgetView view(*allocator_, *cache_);
     PrefillAdder adder({.page_size = config_.page_size,
                         .max_prefill_tokens = config_.max_prefill_tokens,
-                        .chunked_prefill_size = config_.chunked_prefill_size,
+                        .chunked_prefill_size = chunk_size,
                         .new_token_ratio = ratio_.value(),
                         .max_new_reqs = allocatable,
                         .prefill_max_requests = config_.prefill_max_requests,
@@ -391,6 +454,7 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
 
     log_prefill(adder, static_cast<std::int64_t>(items.size()), running_bs);
     if (!alloc_prefill_slots(items, old_chunked)) return {};
+    last_prefill_chunk_size_ = chunk_size;
     return items;
 }
 
@@ -434,9 +498,11 @@ bool Scheduler::alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_ch
     return true;
 }
 
-void Scheduler::run_prefill(std::vector<PrefillItem>& items) {
+void Scheduler::launch_prefill(const std::vector<PrefillItem>& items) {
     executor::ForwardBatch batch;
+    InFlightStep step{.kind = StepKind::kPrefill};
     batch.seqs.reserve(items.size());
+    step.seqs.reserve(items.size());
     for (const PrefillItem& it : items) {
         Req& r = *it.req;
         const std::int64_t start = r.kv_len() - it.extend_len;
@@ -447,35 +513,15 @@ void Scheduler::run_prefill(std::vector<PrefillItem>& items) {
                               .need_token = !it.truncated,
                               .sampling = r.sampling,
                               .output_ids = r.output_ids});
-    }
-    auto result = runner_.run(batch);
-    if (!result.ok()) {
-        std::vector<Req*> reqs;
-        for (const PrefillItem& it : items) reqs.push_back(it.req);
-        abort_batch(reqs, result.status());
-        return;
-    }
-    TSR_CHECK_EQ(result->size(), items.size());
-    for (std::size_t i = 0; i < items.size(); ++i) {
-        Req& r = *items[i].req;
-        if (items[i].truncated) {
-            // Share the finished chunks through the tree; the next chunk starts from them.
-            cache_unfinished_req(r);
-            continue;
+        step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = !it.truncated,
+                             .truncated = it.truncated});
+        ++r.in_flight_steps;
+        if (!it.truncated) {
+            r.awaiting_token = true;
+            prefilling_.push_back(&r);
         }
-        const executor::SampledToken& tok = (*result)[i];
-        r.output_ids.push_back(tok.token);
-        r.check_finished();
-        if (r.finished()) {
-            cache_finished_req(r);
-            r.state = ReqState::kFinished;
-        } else {
-            cache_unfinished_req(r);  // others can match this prompt right away
-            last_prefill_.push_back(&r);
-        }
-        emit(r, &tok);
     }
-    drop_finished();
+    launch(batch, std::move(step));
 }
 
 bool Scheduler::check_decode_mem(const std::vector<Req*>& reqs) {
@@ -488,22 +534,43 @@ bool Scheduler::check_decode_mem(const std::vector<Req*>& reqs) {
     return allocator_->available() >= needed;
 }
 
-bool Scheduler::update_running_batch() {
+std::vector<Req*> Scheduler::update_running_batch() {
     if (running_.empty()) {
         batch_is_full_ = false;
-        return false;
+        return {};
     }
+    std::vector<Req*> batch = decode_micro_batch(running_);
+    if (batch.empty()) return {};
     const std::size_t initial = running_.size();
-    if (!check_decode_mem(running_)) {
-        retract_decode();
+    if (!check_decode_mem(batch)) {
+        // Steps in flight will finish requests and free KV; retract only when nothing can.
+        if (!in_flight_.empty()) return {};
+        retract_decode(batch);
     } else {
         ratio_.on_decode_step();
     }
     if (running_.size() < initial) batch_is_full_ = false;
-    return !running_.empty();
+    return batch;
 }
 
-void Scheduler::retract_decode() {
+std::vector<Req*> Scheduler::decode_micro_batch(const std::vector<Req*>& reqs) const {
+    // Running requests whose last token is known, in order, up to the cap.
+    std::vector<Req*> batch;
+    for (Req* r : reqs) {
+        if (r->awaiting_token) continue;
+        batch.push_back(r);
+        if (config_.max_micro_batch_size > 0 &&
+            static_cast<std::int64_t>(batch.size()) == config_.max_micro_batch_size)
+            break;
+    }
+    return batch;
+}
+
+void Scheduler::retract_decode(std::vector<Req*>& batch) {
+    // Nothing is in flight, so any running request may give up its KV, not only the
+    // micro-batch's: a capped micro-batch of one would otherwise be aborted while others
+    // hold the memory.
+    TSR_CHECK(in_flight_.empty());
     std::vector<RetractCandidate> cands;
     cands.reserve(running_.size());
     for (const Req* r : running_)
@@ -514,7 +581,7 @@ void Scheduler::retract_decode() {
     std::vector<Req*> retracted;
     std::size_t next = 0;
     bool first = true;
-    while (first || !check_decode_mem(remaining)) {
+    while (first || !check_decode_mem(decode_micro_batch(remaining))) {
         if (remaining.size() == 1) {
             // Even one request does not fit: abort it rather than stall the loop.
             Req& last = *remaining.front();
@@ -537,6 +604,7 @@ void Scheduler::retract_decode() {
         retracted.push_back(victim);
     }
     running_ = remaining;
+    batch = decode_micro_batch(running_);
 
     std::int64_t decoded = 0;
     std::int64_t max_new = 0;
@@ -557,10 +625,12 @@ void Scheduler::retract_decode() {
     drop_finished();
 }
 
-void Scheduler::run_decode() {
+void Scheduler::launch_decode(const std::vector<Req*>& reqs) {
     executor::ForwardBatch batch;
-    batch.seqs.reserve(running_.size());
-    for (Req* r : running_) {
+    InFlightStep step{.kind = StepKind::kDecode};
+    batch.seqs.reserve(reqs.size());
+    step.seqs.reserve(reqs.size());
+    for (Req* r : reqs) {
         const std::int64_t pos = r->kv_len();
         TSR_CHECK(alloc_slots(*r, 1)) << "decode slot allocation failed after check_decode_mem";
         batch.seqs.push_back({.rid = r->rid,
@@ -570,17 +640,96 @@ void Scheduler::run_decode() {
                               .need_token = true,
                               .sampling = r->sampling,
                               .output_ids = r->output_ids});
+        step.seqs.push_back({.rid = r->rid, .arrival = r->arrival, .need_token = true});
+        ++r->in_flight_steps;
+        r->awaiting_token = true;
     }
-    auto result = runner_.run(batch);
+    launch(batch, std::move(step));
+}
+
+void Scheduler::launch(const executor::ForwardBatch& batch, InFlightStep step) {
+    // Recorded first: the runner may run the step inside launch() and look at our state.
+    in_flight_.push_back(std::move(step));
+    in_flight_.back().launch_status = runner_.launch(batch);
+}
+
+Req* Scheduler::find_live(const InFlightSeq& seq) {
+    const auto it = reqs_.find(seq.rid);
+    if (it == reqs_.end() || it->second->arrival != seq.arrival) return nullptr;
+    return it->second.get();
+}
+
+StepKind Scheduler::collect_oldest() {
+    // A step whose launch failed never reached the runner: it has nothing to collect.
+    const Status& launched = in_flight_.front().launch_status;
+    StatusOr<std::vector<executor::SampledToken>> result =
+        launched.ok() ? runner_.collect() : StatusOr<std::vector<executor::SampledToken>>(launched);
+    const InFlightStep step = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    // nullptr: finished meanwhile (aborted); its results are dropped.
+    std::vector<Req*> reqs;
+    reqs.reserve(step.seqs.size());
+    for (const InFlightSeq& seq : step.seqs) {
+        Req* r = find_live(seq);
+        if (r != nullptr) {
+            --r->in_flight_steps;
+            if (seq.need_token) r->awaiting_token = false;
+        }
+        reqs.push_back(r);
+    }
     if (!result.ok()) {
-        abort_batch(running_, result.status());
-        return;
+        std::vector<Req*> live;
+        for (Req* r : reqs)
+            if (r != nullptr) live.push_back(r);
+        abort_batch(live, result.status());
+        return step.kind;
     }
-    TSR_CHECK_EQ(result->size(), running_.size());
+    TSR_CHECK_EQ(result->size(), step.seqs.size());
+    if (step.kind == StepKind::kPrefill) {
+        apply_prefill_results(step, reqs, *result);
+    } else {
+        apply_decode_results(reqs, *result);
+    }
+    return step.kind;
+}
+
+void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vector<Req*>& reqs,
+                                      const std::vector<executor::SampledToken>& tokens) {
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        if (reqs[i] == nullptr) continue;
+        Req& r = *reqs[i];
+        if (step.seqs[i].truncated) {
+            // Share the finished chunks through the tree; the next chunk starts from them.
+            // Not while a later chunk is in flight: kv_len already covers its positions, so
+            // the insert would publish K/V that chunk has not written (nor will, if it
+            // fails), and a swap to the tree's slots would move its slots under it. The last
+            // chunk inserts the whole prompt anyway.
+            if (r.in_flight_steps == 0) cache_unfinished_req(r);
+            continue;
+        }
+        erase_ptr(prefilling_, &r);
+        const executor::SampledToken& tok = tokens[i];
+        r.output_ids.push_back(tok.token);
+        r.check_finished();
+        if (r.finished()) {
+            cache_finished_req(r);
+            r.state = ReqState::kFinished;
+        } else {
+            cache_unfinished_req(r);  // others can match this prompt right away
+            last_prefill_.push_back(&r);
+        }
+        emit(r, &tok);
+    }
+    drop_finished();
+}
+
+void Scheduler::apply_decode_results(const std::vector<Req*>& reqs,
+                                     const std::vector<executor::SampledToken>& tokens) {
     bool any_finished = false;
-    for (std::size_t i = 0; i < running_.size(); ++i) {
-        Req& r = *running_[i];
-        const executor::SampledToken& tok = (*result)[i];
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        if (reqs[i] == nullptr) continue;
+        Req& r = *reqs[i];
+        const executor::SampledToken& tok = tokens[i];
         r.output_ids.push_back(tok.token);
         ++generation_tokens_total_;
         ++num_generated_since_log_;
@@ -599,8 +748,7 @@ void Scheduler::run_decode() {
 
 void Scheduler::abort_batch(const std::vector<Req*>& reqs, const Status& status) {
     TSR_LOG_C(ERROR, "sched", "batch of {} requests failed: {}", reqs.size(), status.to_string());
-    const std::vector<Req*> copy = reqs;  // `reqs` may be running_, which drop_finished edits
-    for (Req* r : copy) {
+    for (Req* r : reqs) {
         // The step's K/V may be half written: free it, do not cache it.
         release_kv_no_insert(*r);
         finish(*r, FinishReason::kAbort, status.to_string());
@@ -641,7 +789,7 @@ void Scheduler::log_decode() {
 
 SchedulerStats Scheduler::stats() const {
     SchedulerStats s;
-    s.num_running_reqs = static_cast<std::int64_t>(running_.size() + last_prefill_.size());
+    s.num_running_reqs = static_cast<std::int64_t>(running_.size() + last_prefill_.size() + prefilling_.size());
     s.num_queue_reqs = static_cast<std::int64_t>(waiting_.size());
     s.max_total_num_tokens = config_.max_total_num_tokens;
     s.available_tokens = allocator_->available();
@@ -656,6 +804,7 @@ SchedulerStats Scheduler::stats() const {
     s.prompt_tokens_total = prompt_tokens_total_;
     s.cached_tokens_total = cached_tokens_total_;
     s.generation_tokens_total = generation_tokens_total_;
+    s.prefill_chunk_size = last_prefill_chunk_size_;
     return s;
 }
 

@@ -1,16 +1,22 @@
 #pragma once
 // scheduler/scheduler.h — continuous batching for one rank (SGLang's Scheduler event loop,
 // reference §9), as a state machine without threads or IPC: the caller feeds requests and
-// calls step(); each step runs at most one batch on the BatchRunner — a prefill batch when
-// one can be formed (prefill has priority), else one decode step of the running requests.
+// calls step(). Every batch is launched on the BatchRunner and collected later: a step
+// launches batches — a prefill batch when one can be formed (prefill has priority), else a
+// decode micro-batch — until max_in_flight_steps are in flight, then collects the oldest.
+// With one step in flight this is the plain loop (launch, collect, repeat); with more it is
+// SGLang's pipeline-parallel loop (reference §6.3, §6.4): a request whose next token is in
+// flight waits for it, but successive chunks of one long prompt are in flight together.
 // Owns the KV slot bookkeeping (SlotAllocator + PrefixCache); the K/V data itself lives
 // in the executor's KvPool, addressed by the slots in each ForwardBatch.
 // Not thread-safe: every method runs on the scheduler thread; event sinks are called there
 // and must not call back into the Scheduler (queue an abort and apply it after step()).
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -20,6 +26,7 @@
 #include "executor/forward_batch.h"
 #include "kvcache/kv_pool.h"
 #include "kvcache/prefix_cache.h"
+#include "scheduler/dynamic_chunking.h"
 #include "scheduler/new_token_ratio.h"
 #include "scheduler/prefill_adder.h"
 #include "scheduler/request.h"
@@ -43,6 +50,14 @@ struct SchedulerConfig {
     std::int64_t clip_max_new_tokens = kClipMaxNewTokens;
     int decode_log_interval = 40;            // --decode-log-interval
     std::uint64_t random_seed = 0;           // --random-seed (policy random)
+    // Pipeline parallelism (reference §6.3): steps in flight at once (pp_size +
+    // --pp-async-batch-depth; 1 = run each step to completion), and the most requests in
+    // one decode micro-batch (--pp-max-micro-batch-size; 0 = no cap).
+    int max_in_flight_steps = 1;
+    std::int64_t max_micro_batch_size = 0;
+    // --enable-dynamic-chunking (reference §7): sizes each prefill chunk instead of the fixed
+    // chunked_prefill_size. Unset: fixed chunks.
+    std::optional<ChunkSizePredictor> dynamic_chunking;
 
     Status validate() const;
 };
@@ -64,6 +79,9 @@ struct SchedulerStats {
     std::int64_t prompt_tokens_total = 0;
     std::int64_t cached_tokens_total = 0;
     std::int64_t generation_tokens_total = 0;
+    // Chunk budget of the last prefill round: the dynamic size when dynamic chunking is on,
+    // else chunked_prefill_size (-1: no chunking).
+    std::int64_t prefill_chunk_size = -1;
 };
 
 enum class StepKind { kIdle, kPrefill, kDecode };
@@ -84,18 +102,23 @@ class Scheduler {
     Status add_request(Req req);
     // Finishes the request with reason "abort" and releases its KV; false if unknown.
     bool abort(std::string_view rid);
-    // One iteration of the loop; returns what ran.
+    // One iteration of the loop: launches batches while fewer than max_in_flight_steps are in
+    // flight, then collects the oldest and applies its results. Returns the kind of the
+    // collected step (kIdle: nothing was in flight).
     StepKind step();
+    // No request pending and no step in flight.
     bool idle() const;
-    // Drops the prefix cache (/flush_cache); refused (false) while requests are pending.
+    // Drops the prefix cache (/flush_cache); refused (false) unless idle().
     bool flush_cache();
 
     SchedulerStats stats() const;
     const SchedulerConfig& config() const { return config_; }
     std::int64_t max_req_len() const { return max_req_len_; }
     // Verifies the KV accounting: no slot held twice, and
-    // available + cached + Σ requests' own pages == capacity. For tests and debug checks.
+    // available + cached + Σ requests' own pages == capacity; and that each request's
+    // in-flight bookkeeping matches the steps in flight. For tests and debug checks.
     Status check_invariants() const;
+    int num_in_flight_steps() const { return static_cast<int>(in_flight_.size()); }
 
  private:
     struct PrefillItem {
@@ -103,15 +126,38 @@ class Scheduler {
         std::int64_t extend_len;
         bool truncated;  // more chunks follow
     };
+    // A launched step's sequence. The request is found again by rid and arrival: it may have
+    // been aborted meanwhile, and its rid reused by a new request.
+    struct InFlightSeq {
+        std::string rid;
+        std::uint64_t arrival = 0;
+        bool need_token = false;
+        bool truncated = false;  // prefill chunk with more chunks to follow
+    };
+    struct InFlightStep {
+        StepKind kind = StepKind::kIdle;
+        std::vector<InFlightSeq> seqs;
+        Status launch_status;  // a failed launch is reported when the step is collected
+    };
 
     void merge_last_prefill();
+    bool launch_next_batch();
+    std::int64_t prefill_chunk_budget() const;
     std::vector<PrefillItem> get_new_batch_prefill();
     bool alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_chunked);
-    void run_prefill(std::vector<PrefillItem>& items);
-    bool update_running_batch();
+    void launch_prefill(const std::vector<PrefillItem>& items);
+    std::vector<Req*> update_running_batch();
+    std::vector<Req*> decode_micro_batch(const std::vector<Req*>& reqs) const;
     bool check_decode_mem(const std::vector<Req*>& reqs);
-    void retract_decode();
-    void run_decode();
+    void retract_decode(std::vector<Req*>& batch);
+    void launch_decode(const std::vector<Req*>& batch);
+    void launch(const executor::ForwardBatch& batch, InFlightStep step);
+    StepKind collect_oldest();
+    void apply_prefill_results(const InFlightStep& step, const std::vector<Req*>& reqs,
+                               const std::vector<executor::SampledToken>& tokens);
+    void apply_decode_results(const std::vector<Req*>& reqs,
+                              const std::vector<executor::SampledToken>& tokens);
+    Req* find_live(const InFlightSeq& seq);
     void abort_batch(const std::vector<Req*>& reqs, const Status& status);
 
     kvcache::MatchResult match(const Req& req);
@@ -141,10 +187,13 @@ class Scheduler {
 
     std::unordered_map<std::string, std::unique_ptr<Req>> reqs_;  // every unfinished request
     std::vector<Req*> waiting_;       // policy-ordered queue; no KV held
-    std::vector<Req*> running_;       // the decode batch
+    std::vector<Req*> running_;       // decoding; those awaiting a token sit out a step
     std::vector<Req*> last_prefill_;  // prefilled last step, join running_ next step
+    std::vector<Req*> prefilling_;    // final prefill chunk in flight (count as running)
     Req* chunked_req_ = nullptr;      // partially prefilled, continued first next round
     bool batch_is_full_ = false;      // skip prefill until the running batch shrinks
+    std::deque<InFlightStep> in_flight_;  // launched, not yet collected; oldest first
+    std::int64_t last_prefill_chunk_size_ = -1;
     std::uint64_t next_arrival_ = 0;
 
     std::int64_t forward_ct_decode_ = 0;

@@ -62,6 +62,7 @@ struct ServerArgs {
     std::optional<std::int64_t> max_total_tokens;
     std::optional<int> chunked_prefill_size;
     bool enable_dynamic_chunking = false;
+    std::string pipeline_trace_path;  // --enable-pipeline-trace FILE: Chrome-trace timeline of every rank
     int max_prefill_tokens = 16384;
     std::optional<int> prefill_max_requests;
     int prefill_decode_interval = 0;

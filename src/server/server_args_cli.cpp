@@ -81,8 +81,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
         ->check(CLI::IsMember({"auto", "half", "float16", "bfloat16", "bf16", "float", "float32", "f32"}));
     value(app, t, "--host", a.host, "HTTP listen address", kServe);
     value(app, t, "--port", a.port, "HTTP port", kServe);
-    optional(app, t, "--random-seed", a.random_seed, "server-wide random seed", kServe);
-    optional(app, t, "--context-length", a.context_length, "override the model's context length", kServe);
+    optional(app, t, "--random-seed", a.random_seed, "server-wide random seed", kYes);
+    optional(app, t, "--context-length", a.context_length, "override the model's context length", kYes);
     value(app, t, "--threads-per-rank,--threads", a.threads_per_rank,
           "compute threads per rank (0: the host's cores / its ranks)", kYes)
         ->check(CLI::Range(0, 1024));
@@ -90,7 +90,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
 
     // Topology (reference §1.1).
     value(app, t, "--tp-size,--tp,--tensor-parallel-size", a.tp_size, "tensor parallel size", kYes);
-    value(app, t, "--pp-size,--pipeline-parallel-size", a.pp_size, "pipeline parallel size", kNotYet);
+    value(app, t, "--pp-size,--pipeline-parallel-size", a.pp_size, "pipeline parallel size", kYes);
     value(app, t, "--dp-size,--data-parallel-size", a.dp_size,
           "data parallel size (replicas; attention DP groups with --enable-dp-attention)", kNotYet);
     value(app, t, "--ep-size,--expert-parallel-size,--ep", a.ep_size, "expert parallel size inside the TP group",
@@ -115,30 +115,33 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
     value(app, t, "--load-balance-method", a.load_balance_method, "DP request routing", kNotYet)
         ->check(CLI::IsMember({"auto", "round_robin", "follow_bootstrap_room", "total_requests", "total_tokens"}));
     flag(app, t, "--enable-p2p-check", a.enable_p2p_check, "check GPU peer access (no meaning on CPU)", kNotYet);
-    optional(app, t, "--pp-max-micro-batch-size", a.pp_max_micro_batch_size, "requests per PP micro-batch", kNotYet);
-    value(app, t, "--pp-async-batch-depth", a.pp_async_batch_depth, "extra in-flight PP micro-batches", kNotYet);
+    optional(app, t, "--pp-max-micro-batch-size", a.pp_max_micro_batch_size, "requests per PP micro-batch", kYes);
+    value(app, t, "--pp-async-batch-depth", a.pp_async_batch_depth, "extra in-flight PP micro-batches", kYes);
+    value(app, t, "--enable-pipeline-trace", a.pipeline_trace_path,
+          "write a Chrome-trace / Perfetto timeline of every rank's compute, send, recv and idle spans to FILE",
+          kYes);
 
     // Memory and scheduling (§1.2).
-    optional(app, t, "--mem-fraction-static", a.mem_fraction_static, "(weights + KV pool) / rank memory", kServe);
-    optional(app, t, "--max-running-requests", a.max_running_requests, "cap on running requests", kServe);
+    optional(app, t, "--mem-fraction-static", a.mem_fraction_static, "(weights + KV pool) / rank memory", kYes);
+    optional(app, t, "--max-running-requests", a.max_running_requests, "cap on running requests", kYes);
     optional(app, t, "--max-queued-requests", a.max_queued_requests, "cap on queued requests", kServe);
-    optional(app, t, "--max-total-tokens", a.max_total_tokens, "cap on the KV pool size in tokens", kServe);
+    optional(app, t, "--max-total-tokens", a.max_total_tokens, "cap on the KV pool size in tokens", kYes);
     optional(app, t, "--chunked-prefill-size", a.chunked_prefill_size, "max tokens per prefill chunk; -1 disables",
-             kServe);
-    flag(app, t, "--enable-dynamic-chunking", a.enable_dynamic_chunking, "dynamic chunk sizes under PP", kNotYet);
-    value(app, t, "--max-prefill-tokens", a.max_prefill_tokens, "max tokens in one prefill batch", kServe);
-    optional(app, t, "--prefill-max-requests", a.prefill_max_requests, "max requests in one prefill batch", kServe);
+             kYes);
+    flag(app, t, "--enable-dynamic-chunking", a.enable_dynamic_chunking, "dynamic chunk sizes under PP", kYes);
+    value(app, t, "--max-prefill-tokens", a.max_prefill_tokens, "max tokens in one prefill batch", kYes);
+    optional(app, t, "--prefill-max-requests", a.prefill_max_requests, "max requests in one prefill batch", kYes);
     value(app, t, "--prefill-decode-interval", a.prefill_decode_interval, "decode rounds between prefills", kNotYet);
-    value(app, t, "--schedule-policy", a.schedule_policy, "waiting-queue order", kServe)
+    value(app, t, "--schedule-policy", a.schedule_policy, "waiting-queue order", kYes)
         ->check(CLI::IsMember({"lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key"}));
     flag(app, t, "--enable-priority-scheduling", a.enable_priority_scheduling, "schedule by request priority", kNotYet);
     value(app, t, "--priority-scheduling-preemption-threshold", a.priority_scheduling_preemption_threshold,
           "min priority gap to preempt", kNotYet);
     value(app, t, "--retraction-policy", a.retraction_policy, "which requests to retract when KV is full", kNotYet)
         ->check(CLI::IsMember({"length", "priority"}));
-    value(app, t, "--schedule-conservativeness", a.schedule_conservativeness, "admission conservativeness", kServe);
-    optional(app, t, "--page-size", a.page_size, "tokens per KV page (default 1)", kServe);
-    flag(app, t, "--disable-radix-cache", a.disable_radix_cache, "no prefix reuse", kServe);
+    value(app, t, "--schedule-conservativeness", a.schedule_conservativeness, "admission conservativeness", kYes);
+    optional(app, t, "--page-size", a.page_size, "tokens per KV page (default 1)", kYes);
+    flag(app, t, "--disable-radix-cache", a.disable_radix_cache, "no prefix reuse", kYes);
     value(app, t, "--radix-eviction-policy", a.radix_eviction_policy, "prefix cache eviction", kNotYet)
         ->check(CLI::IsMember({"lru", "lfu", "slru", "priority"}));
     flag(app, t, "--disable-overlap-schedule", a.disable_overlap_schedule, "no CPU/compute overlap", kNotYet);
@@ -146,7 +149,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
           kNotYet);
     value(app, t, "--scheduler-recv-interval", a.scheduler_recv_interval, "steps between request polls", kNotYet);
     flag(app, t, "--enable-mixed-chunk", a.enable_mixed_chunk, "mix a prefill chunk into the decode batch", kNotYet);
-    value(app, t, "--decode-log-interval", a.decode_log_interval, "decode steps between log lines", kServe);
+    value(app, t, "--decode-log-interval", a.decode_log_interval, "decode steps between log lines", kYes);
     value(app, t, "--stream-interval", a.stream_interval, "tokens between stream chunks", kNotYet);
     flag(app, t, "--enable-metrics", a.enable_metrics, "Prometheus metrics", kServe);
     value(app, t, "--kv-cache-dtype", a.kv_cache_dtype, "KV cache element type", kNotYet)

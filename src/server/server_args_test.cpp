@@ -72,12 +72,20 @@ TEST(FlagTableTest, ServingFlagsFailLoudlyInGenerate) {
     ServerArgs args;
     CLI::App app("test");
     FlagTable table(app, args, FlagTable::Mode::kGenerate);
-    std::vector<std::string> argv = {"2048", "--chunked-prefill-size", "/m", "--model-path"};
+    std::vector<std::string> argv = {"31000", "--port", "/m", "--model-path"};
     app.parse(argv);
     Status s = table.check_unimplemented();
     EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-    EXPECT_NE(s.message().find("--chunked-prefill-size"), std::string::npos);
-    EXPECT_TRUE(parse({"--chunked-prefill-size", "2048"}).status.ok()) << "serve implements it";
+    EXPECT_NE(s.message().find("--port"), std::string::npos);
+    EXPECT_TRUE(parse({"--port", "31000"}).status.ok()) << "serve implements it";
+
+    // generate runs the scheduler, so its flags are accepted there.
+    ServerArgs scheduled;
+    CLI::App app2("test");
+    FlagTable table2(app2, scheduled, FlagTable::Mode::kGenerate);
+    std::vector<std::string> argv2 = {"2", "--pp-size", "2048", "--chunked-prefill-size", "/m", "--model-path"};
+    app2.parse(argv2);
+    EXPECT_TRUE(table2.check_unimplemented().ok());
 }
 
 TEST(FlagTableTest, ChoicesAreChecked) {

@@ -48,7 +48,7 @@ expect_error "bad prompt id" "'x' is not a token id" generate --model-path "$wor
 expect_error "token outside the vocabulary" "outside the vocabulary" generate --model-path "$work/m" --prompt-ids 5000
 expect_error "text prompt without tokenizer files" "tokenizer.json" generate --model-path "$work/m" --prompt hello
 expect_error "both prompt forms" "either as text" generate --model-path "$work/m" --prompt hi --prompt-ids 1
-expect_error "flag not implemented yet" "--pp-size is accepted for SGLang compatibility but tessera does not implement it yet" generate --model-path "$work/m" --prompt-ids 1 --pp-size 2
+expect_error "flag not implemented yet" "--enable-dp-attention is accepted for SGLang compatibility but tessera does not implement it yet" generate --model-path "$work/m" --prompt-ids 1 --enable-dp-attention
 expect_error "bad parallel combination" "tp_size (3) must divide num_attention_heads (4)" generate --model-path "$work/m" --prompt-ids 1 --tp 3
 expect_error "unknown flag" "--frobnicate" generate --model-path "$work/m" --prompt-ids 1 --frobnicate 2
 expect_error "missing model folder" "no config.json" generate --model-path "$work/none" --prompt-ids 1

@@ -5,7 +5,8 @@ Qwen3 tokenizer: chat and completions, streaming and not; greedy output equal to
 inputs answered with 4xx while the server keeps serving; a client that disconnects
 mid-stream gets its KV freed; SIGTERM drains and exits 0.
 
-Usage: serve_test.py --tessera PATH --workdir DIR [--tp N]
+Usage: serve_test.py --tessera PATH --workdir DIR [--tp N] [--pp N]
+(with --pp, greedy outputs are compared with one pipeline stage's `tessera generate`)
 """
 
 import argparse
@@ -82,6 +83,7 @@ def main():
     ap.add_argument("--tessera", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--pp", type=int, default=1)
     a = ap.parse_args()
     tessera = os.path.abspath(a.tessera)
     os.makedirs(a.workdir, exist_ok=True)
@@ -91,7 +93,7 @@ def main():
     port = free_port()
     log = open(os.path.join(a.workdir, "server.log"), "w")
     server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
-                               "--port", str(port), "--tp", str(a.tp), "--threads", "1",
+                               "--port", str(port), "--tp", str(a.tp), "--pp-size", str(a.pp), "--threads", "1",
                                "--max-total-tokens", "16384", "--chunked-prefill-size", "64",
                                "--random-seed", "1"], stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -100,7 +102,7 @@ def main():
             print("server did not become ready")
             return 1
         run_checks(tessera, model, port, a.tp)
-        if a.tp == 1:
+        if a.tp == 1 and a.pp == 1:
             check_memory_pressure(tessera, model, port, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
         result = {}

@@ -1,0 +1,316 @@
+#include "app/model_rank.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "base/env.h"
+#include "base/logging.h"
+#include "base/thread_pool.h"
+#include "executor/model_runner.h"
+#include "executor/pipeline_trace.h"
+#include "executor/pp_runner.h"
+#include "executor/tp_batch_runner.h"
+#include "kernels/isa.h"
+#include "scheduler/memory_plan.h"
+
+namespace tessera::app {
+
+namespace {
+
+// The rank's memory: total host memory (or the cgroup limit when lower), divided by the
+// ranks on this host.
+std::int64_t rank_capacity_bytes(int local_ranks) {
+    std::int64_t total = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    std::ifstream cgroup("/sys/fs/cgroup/memory.max");
+    std::string limit;
+    if (cgroup >> limit && limit != "max") {
+        try {
+            total = std::min<std::int64_t>(total, std::stoll(limit));
+        } catch (const std::exception&) {
+        }
+    }
+    return total / std::max(1, local_ranks);
+}
+
+scheduler::SchedulePolicy parse_policy(const std::string& name) {
+    if (name == "lpm") return scheduler::SchedulePolicy::kLpm;
+    if (name == "lof") return scheduler::SchedulePolicy::kLof;
+    if (name == "random") return scheduler::SchedulePolicy::kRandom;
+    if (name == "priority") return scheduler::SchedulePolicy::kPriority;
+    return scheduler::SchedulePolicy::kFcfs;
+}
+
+// Every rank must size the same pool: the minimum over the TP group, then over the PP group,
+// is the minimum over the world.
+StatusOr<std::int64_t> agree_on_slots(const RankRuntime& rt, std::int64_t n_slots) {
+    for (dist::ProcessGroup* g : {rt.tp_group.get(), rt.pp_group.get()}) {
+        if (g == nullptr) continue;
+        // f32 is exact below 2^24; above, round toward zero so no rank is promised more.
+        auto v = static_cast<float>(n_slots);
+        if (static_cast<std::int64_t>(v) > n_slots) v = std::nextafter(v, 0.0f);
+        std::vector<float> x = {v};
+        TSR_RETURN_IF_ERROR(g->all_reduce(x, dist::ReduceOp::kMin));
+        n_slots = static_cast<std::int64_t>(x[0]);
+    }
+    return n_slots;
+}
+
+std::string trace_key(int rank) { return "pipeline_trace/" + std::to_string(rank); }
+
+}  // namespace
+
+ModelRank::ModelRank(RankRuntime rt) : runtime(std::move(rt)) {}
+ModelRank::~ModelRank() = default;
+
+StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& args, std::optional<int> internal_rank,
+                                                      const std::string& internal_store) {
+    if (args.schedule_policy == "dfs-weight" || args.schedule_policy == "routing-key")
+        return Status::Unimplemented("--schedule-policy " + args.schedule_policy +
+                                     " is not implemented yet; use fcfs, lpm, lof, random or priority");
+    if (!args.pipeline_trace_path.empty() && args.pp_size < 2)
+        return Status::InvalidArgument("--enable-pipeline-trace records pipeline stages; it needs --pp-size 2 or more");
+    TSR_ASSIGN_OR_RETURN(RankRuntime runtime, init_rank_runtime(args, internal_rank, internal_store));
+    auto rank = std::make_unique<ModelRank>(std::move(runtime));
+    const RankRuntime& rt = rank->runtime;
+
+    const auto t_load = std::chrono::steady_clock::now();
+    models::LoadOptions load{args.model_path, args.dtype};
+    load.tp_rank = rt.coords.tp_rank;
+    load.tp_size = args.tp_size;
+    load.tp_group = rt.tp_group.get();
+    load.pp_rank = rt.coords.pp_rank;
+    load.pp_size = args.pp_size;
+    load.layer_partition = env().pp_layer_partition;
+    TSR_ASSIGN_OR_RETURN(rank->model, models::load_model(load));
+    rank->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+    const models::Model& m = *rank->model;
+    const models::StageInfo stage = m.stage();
+    TSR_LOG(INFO, "model loaded in {:.2f} s: {:.1f} MB of {} weights (layers {}..{} of {}), {} threads, {} kernels",
+            rank->load_s, m.weight_bytes() / 1e6, dtype_name(m.compute_dtype()), stage.layer_begin,
+            stage.layer_end - 1, m.config().num_hidden_layers, rt.threads, kernels::isa_name(kernels::active_isa()));
+
+    // Memory plan (reference §8).
+    const int local_ranks = static_cast<int>(rt.layout.ranks_on_node(args.node_rank).size());
+    const std::int64_t capacity = rank_capacity_bytes(local_ranks);
+    const std::int64_t chunked =
+        args.chunked_prefill_size.value_or(scheduler::default_chunked_prefill_size(capacity >> 20));
+    scheduler::MemFractionInput mf;
+    mf.capacity_mib = capacity >> 20;
+    mf.chunked_prefill_size = chunked;
+    mf.max_prefill_tokens = args.max_prefill_tokens;
+    mf.tp_size = args.tp_size;
+    mf.pp_size = args.pp_size;
+    rank->mem_fraction_static = args.mem_fraction_static.value_or(scheduler::default_mem_fraction_static(mf));
+    rank->context_len = args.context_length.value_or(m.config().max_position_embeddings);
+    scheduler::MemoryPlanInput in;
+    in.capacity_bytes = capacity;
+    in.weight_bytes = static_cast<std::int64_t>(m.weight_bytes());
+    in.mem_fraction_static = rank->mem_fraction_static;
+    in.kv_bytes_per_token = m.kv_cache_shape().bytes_per_token();
+    in.page_size = *args.page_size;
+    in.context_len = rank->context_len;
+    if (args.max_running_requests) in.max_running_requests = *args.max_running_requests;
+    if (args.max_total_tokens) in.max_total_tokens = *args.max_total_tokens;
+    TSR_ASSIGN_OR_RETURN(scheduler::MemoryPlan plan, scheduler::plan_memory(in));
+    for (const auto& w : plan.warnings) TSR_LOG(WARN, "{}", w);
+    TSR_ASSIGN_OR_RETURN(std::int64_t n_slots, agree_on_slots(rt, plan.max_total_num_tokens));
+    n_slots = n_slots / *args.page_size * *args.page_size;
+    rank->kv_pool = std::make_unique<kvcache::KvPool>(kvcache::KvPoolConfig{m.kv_cache_shape(), n_slots, *args.page_size});
+    rank->threads = std::make_unique<ThreadPool>(rt.threads);
+    rank->available_gb =
+        static_cast<double>(capacity - in.weight_bytes - n_slots * in.kv_bytes_per_token) / (1 << 30);
+    if (!args.pipeline_trace_path.empty()) {
+        rank->trace = std::make_unique<executor::PipelineTrace>(
+            rt.coords.global_rank, "pp" + std::to_string(rt.coords.pp_rank) + " tp" + std::to_string(rt.coords.tp_rank));
+    }
+
+    scheduler::SchedulerConfig& sc = rank->scheduler;
+    sc.max_total_num_tokens = n_slots;
+    sc.page_size = *args.page_size;
+    sc.max_running_requests = plan.max_running_requests;
+    sc.max_prefill_tokens = args.max_prefill_tokens;
+    sc.chunked_prefill_size = chunked;
+    sc.prefill_max_requests = args.prefill_max_requests.value_or(-1);
+    sc.context_len = rank->context_len;
+    sc.schedule_policy = parse_policy(args.schedule_policy);
+    sc.disable_radix_cache = args.disable_radix_cache;
+    sc.new_token_ratio.schedule_conservativeness = args.schedule_conservativeness;
+    sc.decode_log_interval = args.decode_log_interval;
+    sc.random_seed = static_cast<std::uint64_t>(args.random_seed.value_or(static_cast<std::int64_t>(time(nullptr))));
+    if (args.pp_size > 1) {
+        // Reference §6.3: pp_size + async depth micro-batches in flight, each of at most
+        // max(max_running_requests / pp_size, 1) requests unless given.
+        sc.max_in_flight_steps = args.pp_size + args.pp_async_batch_depth;
+        sc.max_micro_batch_size = args.pp_max_micro_batch_size.value_or(
+            std::max<std::int64_t>(plan.max_running_requests / args.pp_size, 1));
+    } else if (args.enable_dynamic_chunking) {
+        TSR_LOG(WARN, "--enable-dynamic-chunking only applies with --pp-size > 1; using fixed chunks");
+    }
+    TSR_RETURN_IF_ERROR(sc.validate());
+    return rank;
+}
+
+Status run_follower(ModelRank& rank) {
+    RankRuntime& rt = rank.runtime;
+    const kvcache::KvView kv = rank.kv_pool->view();
+    Status s = rt.pp_group ? executor::run_pipeline_worker(*rank.model, kv, rank.threads.get(),
+                                                          {rt.pp_group.get(), rt.tp_group.get(), rank.trace.get()})
+                           : executor::follow_leader(*rank.model, kv, rank.threads.get(), *rt.tp_group);
+    if (rank.trace && rt.store) {
+        const std::string events = rank.trace->events_json();
+        Status put = rt.store->set(trace_key(rt.coords.global_rank), {events.begin(), events.end()});
+        if (!put.ok()) TSR_LOG(WARN, "handing the pipeline trace to rank 0: {}", put.message());
+    }
+    return s;
+}
+
+// ---- leader --------------------------------------------------------------------------------
+
+struct LeaderRunner::Parts {
+    std::unique_ptr<executor::ModelRunner> local;
+    std::unique_ptr<executor::TpLeaderRunner> tp;
+    std::unique_ptr<executor::PpFirstStageRunner> pp;
+};
+
+namespace {
+
+// Reference §7, measured the cheap way: one request of 1.25 C random tokens prefilled on
+// stage 0 alone in 16 chunks gives the cumulative runtime T(l) at 16 prefix lengths (SGLang
+// times 128 fresh prefills of up to 1.25 C tokens, ~80 C tokens of work: minutes on a CPU).
+std::optional<scheduler::ChunkSizePredictor> profile_dynamic_chunking(executor::PpFirstStageRunner& runner,
+                                                                      const ModelRank& rank) {
+    const scheduler::SchedulerConfig& sc = rank.scheduler;
+    const auto give_up = [](const std::string& why) {
+        TSR_LOG(WARN, "[PP Dynamic Chunk] Failed to profile prefill latency: {} Dynamic chunking will be disabled.", why);
+        return std::nullopt;
+    };
+    const std::int64_t C = sc.chunked_prefill_size;
+    if (C <= 0) return give_up("--chunked-prefill-size is off.");
+    auto smooth = scheduler::parse_dynamic_chunking_smooth_factor(env().dynamic_chunking_smooth_factor);
+    if (!smooth.ok()) return give_up(smooth.status().message() + ".");
+    const std::int64_t total = std::min<std::int64_t>(C + C / 4, sc.max_total_num_tokens);
+    constexpr int kPieces = 16;
+    const std::int64_t piece = std::max<std::int64_t>(1, total / kPieces);
+    const std::int64_t vocab = std::min<std::int64_t>(10000, rank.model->config().vocab_size);
+    std::mt19937 rng(0);
+    std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(vocab - 1));
+    std::vector<std::int32_t> slots(static_cast<std::size_t>(total));
+    for (std::int64_t i = 0; i < total; ++i) slots[i] = static_cast<std::int32_t>(sc.page_size + i);  // slot 0 pads
+
+    const auto chunk = [&](std::int64_t start, std::int64_t n) {
+        executor::ForwardBatch b;
+        executor::ForwardSequence seq;
+        seq.rid = "dynamic-chunking-profile";
+        for (std::int64_t i = 0; i < n; ++i) seq.tokens.push_back(token(rng));
+        seq.start_pos = start;
+        seq.slots.assign(slots.begin(), slots.begin() + start + n);
+        b.seqs.push_back(std::move(seq));
+        return b;
+    };
+    if (Status s = runner.run_local(chunk(0, std::min<std::int64_t>(piece, 64))); !s.ok()) return give_up(s.message());
+    std::vector<scheduler::PrefillSample> samples;
+    double cumulative_ms = 0.0;
+    for (std::int64_t pos = 0; pos < total; pos += piece) {
+        const std::int64_t n = std::min(piece, total - pos);
+        const executor::ForwardBatch b = chunk(pos, n);
+        const auto t0 = std::chrono::steady_clock::now();
+        if (Status s = runner.run_local(b); !s.ok()) return give_up(s.message());
+        cumulative_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        samples.push_back({pos + n, cumulative_ms});
+    }
+    auto fit = scheduler::fit_prefill_cost(samples);
+    if (!fit.ok()) return give_up(fit.status().message());
+    if (!fit->warning.empty()) TSR_LOG(WARN, "[PP Dynamic Chunk] {}", fit->warning);
+    scheduler::ChunkSizePredictorConfig pc;
+    pc.initial_chunk_size = C;
+    pc.smooth_factor = *smooth;
+    pc.page_size = static_cast<int>(sc.page_size);
+    pc.context_len = sc.context_len;
+    pc.max_prefill_tokens = sc.max_prefill_tokens;
+    auto predictor = scheduler::ChunkSizePredictor::create(*fit, pc);
+    if (!predictor.ok()) return give_up(predictor.status().message());
+    std::string preview;
+    std::int64_t history = 0;
+    for (int i = 0; i < 6; ++i) {
+        const std::int64_t next = predictor->next_chunk(history).value_or(C);
+        preview += (preview.empty() ? "" : ", ") + std::to_string(next);
+        history += next;
+    }
+    TSR_LOG(INFO,
+            "[PP Dynamic Chunk] T(l) = {:.4g} l^2 + {:.4g} l + {:.4g} ms from {} samples up to {} tokens; "
+            "smooth factor {}; chunks of a long prompt: {}, ...",
+            fit->a, fit->b, fit->c, samples.size(), total, *smooth, preview);
+    return std::move(predictor).value();
+}
+
+}  // namespace
+
+LeaderRunner::LeaderRunner(ModelRank& rank, std::string trace_path)
+    : rank_(rank), trace_path_(std::move(trace_path)), parts_(std::make_unique<Parts>()) {}
+
+LeaderRunner::~LeaderRunner() {
+    Status s = stop();
+    if (!s.ok()) TSR_LOG(WARN, "{}", s.message());
+}
+
+StatusOr<std::unique_ptr<LeaderRunner>> LeaderRunner::create(ModelRank& rank, const server::ServerArgs& args) {
+    std::unique_ptr<LeaderRunner> lr(new LeaderRunner(rank, args.pipeline_trace_path));
+    RankRuntime& rt = rank.runtime;
+    const kvcache::KvView kv = rank.kv_pool->view();
+    Parts& p = *lr->parts_;
+    if (rt.pp_group) {
+        p.pp = std::make_unique<executor::PpFirstStageRunner>(
+            *rank.model, kv, rank.threads.get(), executor::StageLinks{rt.pp_group.get(), rt.tp_group.get(), rank.trace.get()});
+        lr->runner_ = p.pp.get();
+        if (args.enable_dynamic_chunking) rank.scheduler.dynamic_chunking = profile_dynamic_chunking(*p.pp, rank);
+    } else {
+        p.local = std::make_unique<executor::ModelRunner>(*rank.model, kv, rank.threads.get());
+        lr->runner_ = p.local.get();
+        if (rt.tp_group) {
+            p.tp = std::make_unique<executor::TpLeaderRunner>(*p.local, *rt.tp_group);
+            lr->runner_ = p.tp.get();
+        }
+    }
+    return lr;
+}
+
+Status LeaderRunner::stop() {
+    if (stopped_) return Status::Ok();
+    stopped_ = true;
+    Status s = Status::Ok();
+    if (parts_->pp) s = parts_->pp->stop();
+    if (parts_->tp) s = parts_->tp->stop_followers();
+    if (trace_path_.empty() || !rank_.trace) return s;
+    std::vector<std::string> events = {rank_.trace->events_json()};
+    for (int r = 1; r < rank_.runtime.layout.world_size(); ++r) {
+        auto bytes = rank_.runtime.store->get(trace_key(r), std::chrono::seconds(60));
+        if (!bytes.ok()) {
+            TSR_LOG(WARN, "pipeline trace of rank {} missing: {}", r, bytes.status().message());
+            continue;
+        }
+        events.emplace_back(bytes->begin(), bytes->end());
+    }
+    std::ofstream out(trace_path_, std::ios::trunc);
+    out << executor::merge_trace_events(events);
+    if (!out) return Status::Internal(trace_path_ + ": cannot write the pipeline trace");
+    TSR_LOG(INFO, "pipeline trace of {} ranks written to {} (open in ui.perfetto.dev or chrome://tracing)",
+            events.size(), trace_path_);
+    return s;
+}
+
+void log_startup_line(const ModelRank& rank) {
+    const scheduler::SchedulerConfig& sc = rank.scheduler;
+    TSR_LOG(INFO,
+            "max_total_num_tokens={}, chunked_prefill_size={}, max_prefill_tokens={}, max_running_requests={}, "
+            "context_len={}, available_gpu_mem={:.2f} GB",
+            sc.max_total_num_tokens, sc.chunked_prefill_size, sc.max_prefill_tokens, sc.max_running_requests,
+            rank.context_len, rank.available_gb);
+}
+
+}  // namespace tessera::app

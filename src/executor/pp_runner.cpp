@@ -1,0 +1,257 @@
+#include "executor/pp_runner.h"
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "base/logging.h"
+#include "dist/process_group.h"
+#include "executor/model_runner.h"
+#include "executor/pipeline_trace.h"
+#include "executor/step_codec.h"
+#include "executor/tp_batch_runner.h"
+
+namespace tessera::executor {
+
+namespace {
+
+// Stage to stage: a header (step bytes, hidden floats; 0 bytes = stop), then both payloads.
+constexpr int kTagHeader = 11;
+constexpr int kTagStep = 12;
+constexpr int kTagHidden = 13;
+// Last stage to stage 0: a header (result bytes), then the sampled tokens.
+constexpr int kTagResultHeader = 14;
+constexpr int kTagResult = 15;
+
+// A stage waits for its next step as long as the server stays up; a peer that dies is still
+// reported at once by the transport (closed connection), not by this timeout.
+constexpr std::chrono::milliseconds kWaitForWork = std::chrono::hours(24 * 30);
+
+// The scheduler bounds the steps in flight (pp_size + --pp-async-batch-depth), so at most that
+// many sends are outstanding per link; past this many something is wrong and we wait.
+constexpr std::size_t kMaxPendingMessages = 64;
+
+Status receive(dist::ProcessGroup& group, int src, int tag, std::span<std::uint8_t> buf) {
+    TSR_ASSIGN_OR_RETURN(std::shared_ptr<dist::Work> work, group.irecv(buf, src, tag));
+    return work->wait(kWaitForWork);
+}
+
+Status receive_header(dist::ProcessGroup& group, int src, int tag, std::int64_t* a, std::int64_t* b) {
+    std::int64_t header[2] = {0, 0};
+    TSR_RETURN_IF_ERROR(receive(group, src, tag, {reinterpret_cast<std::uint8_t*>(header), sizeof(header)}));
+    if (header[0] < 0 || header[1] < 0) return Status::DataLoss("corrupt pipeline message header");
+    *a = header[0];
+    *b = header[1];
+    return Status::Ok();
+}
+
+std::span<std::uint8_t> as_bytes(std::vector<float>& v) {
+    return {reinterpret_cast<std::uint8_t*>(v.data()), v.size() * sizeof(float)};
+}
+
+}  // namespace
+
+// ---- outbox -------------------------------------------------------------------------------
+
+struct StageOutbox::Message {
+    std::int64_t header[2] = {0, 0};
+    std::vector<std::uint8_t> bytes;
+    std::vector<float> floats;
+    std::vector<std::shared_ptr<dist::Work>> works;
+};
+
+StageOutbox::StageOutbox(dist::ProcessGroup& group, int peer) : group_(group), peer_(peer) {}
+
+StageOutbox::~StageOutbox() {
+    Status s = drain();
+    if (!s.ok()) TSR_LOG_C(WARN, "pipeline", "unfinished sends to stage {}: {}", peer_, s.message());
+}
+
+Status StageOutbox::post(std::int64_t a, std::int64_t b, std::vector<std::uint8_t> bytes, std::vector<float> floats,
+                         int header_tag, int bytes_tag, int floats_tag) {
+    while (pending_.size() >= kMaxPendingMessages) {
+        for (auto& w : pending_.front()->works) TSR_RETURN_IF_ERROR(w->wait(kWaitForWork));
+        pending_.pop_front();
+    }
+    auto m = std::make_unique<Message>();
+    m->header[0] = a;
+    m->header[1] = b;
+    m->bytes = std::move(bytes);
+    m->floats = std::move(floats);
+    const auto post_one = [&](std::span<const std::uint8_t> data, int tag) -> Status {
+        TSR_ASSIGN_OR_RETURN(std::shared_ptr<dist::Work> w, group_.isend(data, peer_, tag));
+        m->works.push_back(std::move(w));
+        return Status::Ok();
+    };
+    TSR_RETURN_IF_ERROR(post_one({reinterpret_cast<const std::uint8_t*>(m->header), sizeof(m->header)}, header_tag));
+    if (!m->bytes.empty()) TSR_RETURN_IF_ERROR(post_one(m->bytes, bytes_tag));
+    if (!m->floats.empty()) TSR_RETURN_IF_ERROR(post_one(as_bytes(m->floats), floats_tag));
+    pending_.push_back(std::move(m));
+    return Status::Ok();
+}
+
+Status StageOutbox::drain() {
+    while (!pending_.empty()) {
+        for (auto& w : pending_.front()->works) TSR_RETURN_IF_ERROR(w->wait(kWaitForWork));
+        pending_.pop_front();
+    }
+    return Status::Ok();
+}
+
+// ---- stage 0, TP leader ------------------------------------------------------------------
+
+PpFirstStageRunner::PpFirstStageRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool, StageLinks links)
+    : model_(model), kv_(std::move(kv)), pool_(pool), links_(links), outbox_(*links.pp_group, 1) {}
+
+PpFirstStageRunner::~PpFirstStageRunner() {
+    Status s = stop();
+    if (!s.ok()) TSR_LOG_C(WARN, "pipeline", "stopping the pipeline: {}", s.message());
+}
+
+StatusOr<std::vector<SampledToken>> PpFirstStageRunner::run(const ForwardBatch& batch) {
+    if (launched_ != collected_) return Status::Internal("run() while pipeline steps are in flight; use collect()");
+    TSR_RETURN_IF_ERROR(launch(batch));
+    return collect();
+}
+
+Status PpFirstStageRunner::launch(const ForwardBatch& batch) {
+    if (stopped_) return Status::Internal("the pipeline was already stopped");
+    std::vector<std::uint8_t> bytes = encode_step(batch, kStepWithSampling);
+    if (links_.tp_group != nullptr) TSR_RETURN_IF_ERROR(broadcast_step(*links_.tp_group, bytes));
+    TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
+    std::vector<float> hidden;
+    {
+        PipelineTrace::Scope span(links_.trace, SpanKind::kCompute, launched_, batch.total_new_tokens());
+        TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &hidden));
+    }
+    {
+        PipelineTrace::Scope span(links_.trace, SpanKind::kSend, launched_, batch.total_new_tokens());
+        const auto n_bytes = static_cast<std::int64_t>(bytes.size());
+        const auto n_floats = static_cast<std::int64_t>(hidden.size());
+        TSR_RETURN_IF_ERROR(
+            outbox_.post(n_bytes, n_floats, std::move(bytes), std::move(hidden), kTagHeader, kTagStep, kTagHidden));
+    }
+    ++launched_;
+    return Status::Ok();
+}
+
+StatusOr<std::vector<SampledToken>> PpFirstStageRunner::collect() {
+    if (collected_ == launched_) return Status::Internal("collect() without a launched step");
+    dist::ProcessGroup& pp = *links_.pp_group;
+    PipelineTrace::Scope span(links_.trace, SpanKind::kRecv, collected_, 0);
+    std::int64_t n_bytes = 0;
+    std::int64_t unused = 0;
+    TSR_RETURN_IF_ERROR(receive_header(pp, pp.size() - 1, kTagResultHeader, &n_bytes, &unused));
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n_bytes));
+    TSR_RETURN_IF_ERROR(receive(pp, pp.size() - 1, kTagResult, bytes));
+    ++collected_;
+    return decode_results(bytes);
+}
+
+Status PpFirstStageRunner::run_local(const ForwardBatch& batch) {
+    if (stopped_) return Status::Internal("the pipeline was already stopped");
+    if (launched_ != collected_) return Status::Internal("run_local() while pipeline steps are in flight");
+    const std::vector<std::uint8_t> bytes = encode_step(batch, kStepLocalOnly);
+    if (links_.tp_group != nullptr) TSR_RETURN_IF_ERROR(broadcast_step(*links_.tp_group, bytes));
+    TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
+    std::vector<float> hidden;
+    PipelineTrace::Scope span(links_.trace, SpanKind::kCompute, -1, batch.total_new_tokens());
+    return model_.forward(input, kv_, pool_, &hidden);
+}
+
+Status PpFirstStageRunner::stop() {
+    if (stopped_) return Status::Ok();
+    // The last stage sends every step's tokens back; take them so its sends complete.
+    while (collected_ < launched_) {
+        auto r = collect();
+        if (!r.ok()) {
+            collected_ = launched_;
+            TSR_LOG_C(WARN, "pipeline", "dropping in-flight results at stop: {}", r.status().message());
+        }
+    }
+    stopped_ = true;
+    Status tp = links_.tp_group != nullptr ? broadcast_step(*links_.tp_group, {}) : Status::Ok();
+    Status pp = outbox_.post(0, 0, {}, {}, kTagHeader, kTagStep, kTagHidden);
+    if (pp.ok()) pp = outbox_.drain();
+    return tp.ok() ? pp : tp;
+}
+
+// ---- every other rank ---------------------------------------------------------------------
+
+Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool, StageLinks links) {
+    dist::ProcessGroup& pp = *links.pp_group;
+    const int stage = pp.rank();
+    const bool last = stage == pp.size() - 1;
+    const bool tp_root = links.tp_group == nullptr || links.tp_group->rank() == 0;
+    std::optional<StageOutbox> next;
+    if (!last) next.emplace(pp, stage + 1);
+    std::optional<StageOutbox> back;
+    if (last && tp_root) back.emplace(pp, 0);
+    const std::int64_t vocab = model.config().vocab_size;
+
+    std::vector<std::int32_t> tokens;
+    std::vector<float> out;
+    std::vector<float> row;
+    std::vector<std::pair<float, std::int32_t>> scratch;
+    for (std::int64_t step = 0;;) {
+        std::vector<std::uint8_t> bytes;
+        std::vector<float> hidden_in;
+        {
+            PipelineTrace::Scope span(links.trace, SpanKind::kRecv, step, 0);
+            if (stage == 0) {
+                TSR_ASSIGN_OR_RETURN(bytes, receive_step(*links.tp_group));
+            } else {
+                std::int64_t n_bytes = 0;
+                std::int64_t n_floats = 0;
+                TSR_RETURN_IF_ERROR(receive_header(pp, stage - 1, kTagHeader, &n_bytes, &n_floats));
+                bytes.resize(static_cast<std::size_t>(n_bytes));
+                hidden_in.resize(static_cast<std::size_t>(n_floats));
+                if (n_bytes > 0) TSR_RETURN_IF_ERROR(receive(pp, stage - 1, kTagStep, bytes));
+                if (n_floats > 0) TSR_RETURN_IF_ERROR(receive(pp, stage - 1, kTagHidden, as_bytes(hidden_in)));
+            }
+        }
+        if (bytes.empty()) {  // stop: pass it on, finish our sends
+            if (next) TSR_RETURN_IF_ERROR(next->post(0, 0, {}, {}, kTagHeader, kTagStep, kTagHidden));
+            if (next) TSR_RETURN_IF_ERROR(next->drain());
+            if (back) TSR_RETURN_IF_ERROR(back->drain());
+            return Status::Ok();
+        }
+        std::int64_t flags = 0;
+        TSR_ASSIGN_OR_RETURN(ForwardBatch batch, decode_step(bytes, &flags));
+        TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
+        input.hidden_in = hidden_in;
+        const bool local = (flags & kStepLocalOnly) != 0;
+        {
+            PipelineTrace::Scope span(links.trace, SpanKind::kCompute, local ? -1 : step, batch.total_new_tokens());
+            TSR_RETURN_IF_ERROR(model.forward(input, kv, pool, &out));
+        }
+        if (local) continue;
+        PipelineTrace::Scope span(links.trace, SpanKind::kSend, step, batch.total_new_tokens());
+        if (next) {
+            const auto n_bytes = static_cast<std::int64_t>(bytes.size());
+            const auto n_floats = static_cast<std::int64_t>(out.size());
+            TSR_RETURN_IF_ERROR(next->post(n_bytes, n_floats, std::move(bytes), std::move(out), kTagHeader, kTagStep,
+                                           kTagHidden));
+            out = {};
+        } else if (back) {
+            std::vector<SampledToken> sampled(batch.seqs.size());
+            std::int64_t r = 0;
+            for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+                const ForwardSequence& seq = batch.seqs[i];
+                if (!seq.need_token) continue;
+                if (static_cast<std::int64_t>(out.size()) < (r + 1) * vocab)
+                    return Status::Internal("last stage produced fewer logits rows than sequences needing a token");
+                row.assign(out.begin() + r * vocab, out.begin() + (r + 1) * vocab);
+                sampled[i] = sample_row(row, seq.sampling, seq.output_ids, scratch);
+                ++r;
+            }
+            std::vector<std::uint8_t> result = encode_results(sampled);
+            const auto n_result = static_cast<std::int64_t>(result.size());
+            TSR_RETURN_IF_ERROR(back->post(n_result, 0, std::move(result), {}, kTagResultHeader, kTagResult, kTagResult));
+        }
+        ++step;
+    }
+}
+
+}  // namespace tessera::executor

@@ -1,0 +1,91 @@
+#pragma once
+// executor/pp_runner.h — pipeline parallelism for the serving loop (reference §6.2, §6.3).
+// The TP leader of stage 0 runs the scheduler and drives a PpFirstStageRunner: launch()
+// broadcasts the step inside the stage's TP group, runs stage 0 and posts the step
+// (metadata, sampling parameters and hidden states) to stage 1 without waiting for the send;
+// collect() receives the sampled tokens of the oldest step from the last stage. Every other
+// rank runs run_pipeline_worker(): receive a step, run its layers, pass the result on; the
+// last stage's TP rank 0 samples and sends the tokens back to stage 0. All stages run steps
+// in launch order, so a later step may read K/V that an earlier one wrote (chunked pipeline
+// prefill). Each rank's TP peers on the next stage are its counterparts with the same tp rank;
+// hidden states are whole on every TP rank after the all-reduce, so no gather is needed.
+// Each object is owned by its rank's model thread.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "executor/forward_batch.h"
+#include "kvcache/kv_cache.h"
+#include "models/model.h"
+
+namespace tessera {
+class ThreadPool;
+}
+namespace tessera::dist {
+class ProcessGroup;
+class Work;
+}  // namespace tessera::dist
+
+namespace tessera::executor {
+
+class PipelineTrace;
+
+// Where a stage sits: its PP group (group rank = stage), its TP group (nullptr when tp is 1),
+// and the trace recorder (nullptr when not tracing).
+struct StageLinks {
+    dist::ProcessGroup* pp_group = nullptr;
+    dist::ProcessGroup* tp_group = nullptr;
+    PipelineTrace* trace = nullptr;
+};
+
+// Keeps the buffers of posted sends alive until they complete; waits for the oldest only when
+// too many are outstanding, so a stage never blocks on a send while the next step is ready.
+class StageOutbox {
+ public:
+    StageOutbox(dist::ProcessGroup& group, int peer);
+    ~StageOutbox();
+    // A header of two i64 values, then (when non-empty) the step bytes and the hidden states.
+    Status post(std::int64_t a, std::int64_t b, std::vector<std::uint8_t> bytes, std::vector<float> floats,
+                int header_tag, int bytes_tag, int floats_tag);
+    Status drain();
+
+ private:
+    struct Message;
+    dist::ProcessGroup& group_;
+    const int peer_;
+    std::deque<std::unique_ptr<Message>> pending_;
+};
+
+class PpFirstStageRunner final : public BatchRunner {
+ public:
+    PpFirstStageRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool, StageLinks links);
+    ~PpFirstStageRunner() override;
+
+    StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override;
+    Status launch(const ForwardBatch& batch) override;
+    StatusOr<std::vector<SampledToken>> collect() override;
+
+    // Runs `batch` on stage 0 only (its TP group joins) and hands nothing on: timing the
+    // stage for dynamic chunking. No step may be in flight.
+    Status run_local(const ForwardBatch& batch);
+    // Tells every other rank to leave run_pipeline_worker(). Idempotent.
+    Status stop();
+
+ private:
+    models::Model& model_;
+    const kvcache::KvView kv_;
+    ThreadPool* const pool_;
+    const StageLinks links_;
+    StageOutbox outbox_;
+    std::vector<std::int32_t> tokens_;
+    std::int64_t launched_ = 0;
+    std::int64_t collected_ = 0;
+    bool stopped_ = false;
+};
+
+// Every rank except the TP leader of stage 0. Returns OK when stopped, else the first error.
+Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool, StageLinks links);
+
+}  // namespace tessera::executor

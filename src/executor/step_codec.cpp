@@ -1,0 +1,171 @@
+#include "executor/step_codec.h"
+
+#include <cstring>
+#include <string>
+
+namespace tessera::executor {
+
+namespace {
+
+class Writer {
+ public:
+    void i64(std::int64_t v) { append(&v, sizeof(v)); }
+    void f32(float v) { append(&v, sizeof(v)); }
+    void u64(std::uint64_t v) { append(&v, sizeof(v)); }
+    void i32s(const std::vector<std::int32_t>& v) {
+        i64(static_cast<std::int64_t>(v.size()));
+        append(v.data(), v.size() * sizeof(std::int32_t));
+    }
+    std::vector<std::uint8_t> take() { return std::move(bytes_); }
+
+ private:
+    void append(const void* p, std::size_t n) {
+        const auto* b = static_cast<const std::uint8_t*>(p);
+        bytes_.insert(bytes_.end(), b, b + n);
+    }
+    std::vector<std::uint8_t> bytes_;
+};
+
+class Reader {
+ public:
+    explicit Reader(const std::vector<std::uint8_t>& b) : bytes_(b) {}
+    bool i64(std::int64_t* v) { return take(v, sizeof(*v)); }
+    bool f32(float* v) { return take(v, sizeof(*v)); }
+    bool u64(std::uint64_t* v) { return take(v, sizeof(*v)); }
+    bool i32(int* v) {
+        std::int64_t x = 0;
+        if (!i64(&x) || x < INT32_MIN || x > INT32_MAX) return false;
+        *v = static_cast<int>(x);
+        return true;
+    }
+    bool i32s(std::vector<std::int32_t>* v) {
+        std::int64_t n = 0;
+        if (!i64(&n) || n < 0 || static_cast<std::size_t>(n) > (bytes_.size() - pos_) / sizeof(std::int32_t))
+            return false;
+        v->resize(static_cast<std::size_t>(n));
+        return take(v->data(), v->size() * sizeof(std::int32_t));
+    }
+    bool done() const { return pos_ == bytes_.size(); }
+
+ private:
+    bool take(void* out, std::size_t n) {
+        if (bytes_.size() - pos_ < n) return false;
+        std::memcpy(out, bytes_.data() + pos_, n);
+        pos_ += n;
+        return true;
+    }
+    const std::vector<std::uint8_t>& bytes_;
+    std::size_t pos_ = 0;
+};
+
+constexpr std::int64_t kMaxCount = 1 << 20;
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t flags) {
+    Writer w;
+    w.i64(flags);
+    w.i64(static_cast<std::int64_t>(batch.seqs.size()));
+    for (const auto& s : batch.seqs) {
+        w.i32s(s.tokens);
+        w.i64(s.start_pos);
+        w.i32s(s.slots);
+        w.i64(s.need_token ? 1 : 0);
+        if ((flags & kStepWithSampling) == 0 || !s.need_token) continue;
+        const SequenceSampling& p = s.sampling;
+        w.f32(p.params.temperature);
+        w.i64(p.params.top_k);
+        w.f32(p.params.top_p);
+        w.f32(p.params.min_p);
+        w.u64(p.params.seed);
+        w.f32(p.frequency_penalty);
+        w.f32(p.presence_penalty);
+        w.i64(p.top_logprobs);
+        w.i64(p.logprobs ? 1 : 0);
+        w.i32s(s.output_ids);
+    }
+    return w.take();
+}
+
+StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::int64_t* flags_out) {
+    Reader r(bytes);
+    ForwardBatch batch;
+    std::int64_t flags = 0;
+    std::int64_t n = 0;
+    if (!r.i64(&flags) || !r.i64(&n) || n < 0 || n > kMaxCount) return Status::DataLoss("corrupt step header");
+    batch.seqs.resize(static_cast<std::size_t>(n));
+    for (auto& s : batch.seqs) {
+        std::int64_t need = 0;
+        if (!r.i32s(&s.tokens) || !r.i64(&s.start_pos) || !r.i32s(&s.slots) || !r.i64(&need))
+            return Status::DataLoss("corrupt step");
+        s.need_token = need != 0;
+        if ((flags & kStepWithSampling) == 0 || !s.need_token) continue;
+        SequenceSampling& p = s.sampling;
+        std::int64_t logprobs = 0;
+        if (!r.f32(&p.params.temperature) || !r.i32(&p.params.top_k) || !r.f32(&p.params.top_p) ||
+            !r.f32(&p.params.min_p) || !r.u64(&p.params.seed) || !r.f32(&p.frequency_penalty) ||
+            !r.f32(&p.presence_penalty) || !r.i32(&p.top_logprobs) || !r.i64(&logprobs) || !r.i32s(&s.output_ids))
+            return Status::DataLoss("corrupt sampling parameters in a step");
+        p.logprobs = logprobs != 0;
+    }
+    if (!r.done()) return Status::DataLoss("trailing bytes in a step");
+    if (flags_out != nullptr) *flags_out = flags;
+    return batch;
+}
+
+std::vector<std::uint8_t> encode_results(const std::vector<SampledToken>& tokens) {
+    Writer w;
+    w.i64(static_cast<std::int64_t>(tokens.size()));
+    for (const auto& t : tokens) {
+        w.i64(t.token);
+        w.f32(t.logprob);
+        w.i64(static_cast<std::int64_t>(t.top_logprobs.size()));
+        for (const auto& [id, lp] : t.top_logprobs) {
+            w.i64(id);
+            w.f32(lp);
+        }
+    }
+    return w.take();
+}
+
+StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_t>& bytes) {
+    Reader r(bytes);
+    std::int64_t n = 0;
+    if (!r.i64(&n) || n < 0 || n > kMaxCount) return Status::DataLoss("corrupt sampled-token header");
+    std::vector<SampledToken> out(static_cast<std::size_t>(n));
+    for (auto& t : out) {
+        std::int64_t k = 0;
+        int token = 0;
+        if (!r.i32(&token) || !r.f32(&t.logprob) || !r.i64(&k) || k < 0 || k > kMaxCount)
+            return Status::DataLoss("corrupt sampled token");
+        t.token = token;
+        t.top_logprobs.resize(static_cast<std::size_t>(k));
+        for (auto& [id, lp] : t.top_logprobs) {
+            int v = 0;
+            if (!r.i32(&v) || !r.f32(&lp)) return Status::DataLoss("corrupt top log-probabilities");
+            id = v;
+        }
+    }
+    if (!r.done()) return Status::DataLoss("trailing bytes in sampled tokens");
+    return out;
+}
+
+StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<std::int32_t>* tokens) {
+    models::BatchInput input;
+    tokens->clear();
+    tokens->reserve(static_cast<std::size_t>(batch.total_new_tokens()));
+    for (const auto& seq : batch.seqs) {
+        const auto n_new = static_cast<std::int64_t>(seq.tokens.size());
+        if (static_cast<std::int64_t>(seq.slots.size()) < seq.start_pos + n_new) {
+            return Status::Internal("request " + seq.rid + ": " + std::to_string(seq.slots.size()) +
+                                    " KV slots for " + std::to_string(seq.start_pos + n_new) + " positions");
+        }
+        tokens->insert(tokens->end(), seq.tokens.begin(), seq.tokens.end());
+        input.seqs.push_back({n_new, seq.start_pos, seq.slots.data(),
+                              seq.need_token ? models::LogitsMode::kLast : models::LogitsMode::kNone});
+    }
+    input.tokens = *tokens;
+    return input;
+}
+
+}  // namespace tessera::executor

@@ -1,0 +1,34 @@
+#pragma once
+// executor/step_codec.h — the wire form of a step, as the TP leader broadcasts it to its
+// followers and as a pipeline stage hands it to the next (reference §6.2: batch metadata
+// travels with the hidden states), and of the tokens the last stage sends back.
+// Pure functions; thread-safe.
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "executor/forward_batch.h"
+#include "models/model.h"
+
+namespace tessera::executor {
+
+// Bits of a step's flags.
+inline constexpr std::int64_t kStepWithSampling = 1;  // sampling params and output ids travel too
+inline constexpr std::int64_t kStepLocalOnly = 2;     // run on this stage only (profiling)
+
+// Tokens, positions, KV slots and need_token of every sequence; with kStepWithSampling also
+// what the last pipeline stage needs to sample (params, penalties, logprobs, output ids).
+std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t flags = 0);
+// DataLoss for a truncated or corrupt message; `flags` receives the step's flags.
+StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::int64_t* flags = nullptr);
+
+std::vector<std::uint8_t> encode_results(const std::vector<SampledToken>& tokens);
+StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_t>& bytes);
+
+// The model's view of a step: one logits row per sequence that needs a token. `tokens`
+// receives the concatenated new tokens and must outlive the result. Internal if a sequence
+// has fewer KV slots than positions.
+StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<std::int32_t>* tokens);
+
+}  // namespace tessera::executor
