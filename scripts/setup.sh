@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev googletest
   libicu-dev                    # Unicode classes and NFC for the tokenizer
+  libboost-dev                  # Boost.Beast for the HTTP server
   libgloo-dev iproute2 procps   # collectives across nodes; network-namespace and process tests
   python3-numpy python3-torch   # the independent numerics reference in tests/reference
   python3-jinja2                # regenerating the chat-template goldens
