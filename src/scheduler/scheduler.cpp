@@ -554,14 +554,21 @@ std::vector<Req*> Scheduler::update_running_batch() {
 }
 
 std::vector<Req*> Scheduler::decode_micro_batch(const std::vector<Req*>& reqs) const {
-    // Running requests whose last token is known, in order, up to the cap.
+    // Running requests whose last token is known, in order, up to the cap. Under PP the
+    // running requests are also spread over the in-flight slots (SGLang keeps one running
+    // batch per micro-batch slot), so that every stage has a micro-batch to decode rather than
+    // one stage holding them all while the others wait.
+    std::int64_t cap = config_.max_micro_batch_size;
+    if (config_.max_in_flight_steps > 1) {
+        const std::int64_t slots = config_.max_in_flight_steps;
+        const std::int64_t even = (static_cast<std::int64_t>(reqs.size()) + slots - 1) / slots;
+        cap = cap > 0 ? std::min(cap, even) : even;
+    }
     std::vector<Req*> batch;
     for (Req* r : reqs) {
         if (r->awaiting_token) continue;
         batch.push_back(r);
-        if (config_.max_micro_batch_size > 0 &&
-            static_cast<std::int64_t>(batch.size()) == config_.max_micro_batch_size)
-            break;
+        if (cap > 0 && static_cast<std::int64_t>(batch.size()) == cap) break;
     }
     return batch;
 }

@@ -6,11 +6,14 @@
                  several chunks that flow through the stages (f32 tiny models with 4 layers).
   bad-partition  a partition with the wrong sum or count, or more stages than layers, fails
                  at start-up with a message naming what to change, and no process hangs.
+  two-node-kill  stage 0 and stage 1 on two "nodes" (loopback, Gloo): the tokens equal one
+                 rank's; then killing node 1's rank mid-generation makes node 0 fail within
+                 the timeout naming the lost rank, instead of waiting for a step forever.
   trace          --enable-pipeline-trace writes a Chrome trace with every rank's compute, send,
                  recv and idle spans; stage 1 computes a step only after stage 0 finished it,
                  and stage 0 computes the next chunk while stage 1 works on the previous one.
 
-Usage: pp_test.py --tessera PATH --case {equivalence,bad-partition,trace} --workdir DIR
+Usage: pp_test.py --tessera PATH --case {equivalence,bad-partition,two-node-kill,trace} --workdir DIR
 Exit 0 pass, 1 fail.
 """
 
@@ -18,8 +21,13 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tp_test import alive, children_of, free_port, wait_for_line  # noqa: E402
 
 PROMPT = ",".join(str((i * 37 + 11) % 200 + 3) for i in range(45))
 NEW_TOKENS = 10
@@ -111,6 +119,57 @@ def bad_partition(tessera, workdir):
     return ok
 
 
+def two_node_commands(tessera, model, addr, new_tokens):
+    def cmd(node):
+        return [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens",
+                str(new_tokens), "--ignore-eos", "--json", "--threads", "1", "--chunked-prefill-size", str(CHUNK),
+                "--pp-size", "2", "--nnodes", "2", "--node-rank", str(node), "--dist-init-addr", addr,
+                "--dist-timeout", "20"]
+    return cmd(0), cmd(1)
+
+
+def two_node_kill(tessera, workdir):
+    model = make_model(tessera, "llama", workdir)
+    base = generate(tessera, model, [])
+    node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}", NEW_TOKENS)
+    n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    n0 = subprocess.run(node0, capture_output=True, text=True, timeout=120)
+    n1.communicate(timeout=60)
+    got = json.loads(n0.stdout)["output_ids"] if n0.returncode == 0 else None
+    ok = got == base["output_ids"] and n1.returncode == 0
+    print(f"two nodes: node 0 exit {n0.returncode}, node 1 exit {n1.returncode}, tokens "
+          f"{'same' if got == base['output_ids'] else 'DIFFER'} {'ok' if ok else 'FAIL'}")
+    if not ok:
+        print(n0.stderr[-2000:])
+
+    node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}", 3500)
+    n0 = subprocess.Popen(node0, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    head0 = wait_for_line(n0.stderr, "Prefill batch")
+    time.sleep(0.3)
+    ranks0, ranks1 = children_of(n0.pid), children_of(n1.pid)
+    for p in ranks1:
+        os.kill(p, signal.SIGKILL)
+    t0 = time.time()
+    try:
+        _, err0 = n0.communicate(timeout=40)
+        err0 = head0 + err0
+        n1.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        n0.kill()
+        n1.kill()
+        print("kill: node 0 did not exit within 40 s after its next stage died")
+        return False
+    elapsed = time.time() - t0
+    leftovers = [p for p in ranks0 + ranks1 if alive(p)]
+    reported = "lost rank 1" in err0 or "rank 1" in err0
+    good = n0.returncode != 0 and n1.returncode != 0 and not leftovers and reported and bool(ranks1)
+    print(f"kill: node 0 exit {n0.returncode} after {elapsed:.1f} s, node 1 exit {n1.returncode}, "
+          f"leftover processes: {leftovers} {'ok' if good else 'FAIL'}")
+    print("  node 0 said: " + next((line for line in err0.splitlines() if " E]" in line), "(no error line)"))
+    return ok and good
+
+
 def trace(tessera, workdir):
     model = make_model(tessera, "llama", workdir)
     path = os.path.join(workdir, "pipeline_trace.json")
@@ -151,12 +210,13 @@ def trace(tessera, workdir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tessera", required=True)
-    ap.add_argument("--case", required=True, choices=["equivalence", "bad-partition", "trace"])
+    ap.add_argument("--case", required=True, choices=["equivalence", "bad-partition", "two-node-kill", "trace"])
     ap.add_argument("--workdir", required=True)
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     tessera = os.path.abspath(a.tessera)
-    fn = {"equivalence": equivalence, "bad-partition": bad_partition, "trace": trace}[a.case]
+    fn = {"equivalence": equivalence, "bad-partition": bad_partition, "two-node-kill": two_node_kill,
+          "trace": trace}[a.case]
     ok = fn(tessera, a.workdir)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

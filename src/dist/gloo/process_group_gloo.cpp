@@ -198,8 +198,7 @@ class GlooP2pWork final : public Work {
             }
         } catch (...) {
             Status s =
-                status_from_exception(fmt::format("{} ({} of its pieces unfinished after {} ms)",
-                                                  what_, transfer_->pending(), timeout.count()));
+                status_from_exception(fmt::format("{} ({} of its pieces unfinished)", what_, transfer_->pending()));
             state_->broken = true;
             state_->broken_reason = s.message();
             return s;
