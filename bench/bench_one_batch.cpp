@@ -79,6 +79,11 @@ Status OneBatchOptions::validate() const {
                                      std::to_string(tp_size) +
                                      "); run it with --tp 1, or measure a TP setup "
                                      "with `tessera serve --tp N` and `tessera bench serve`");
+    if (pp_size > 1)
+        return Status::Unimplemented("bench one-batch does not support pipeline parallelism yet (--pp-size " +
+                                     std::to_string(pp_size) +
+                                     "); measure a PP setup with `tessera generate --pp-size N --json` (ttft_s) "
+                                     "or `tessera serve --pp-size N` and `tessera bench serve`");
     if (batch_size < 1) return Status::InvalidArgument("--batch-size must be >= 1, got " + std::to_string(batch_size));
     if (input_len < 1) return Status::InvalidArgument("--input-len must be >= 1, got " + std::to_string(input_len));
     if (output_len < 1) return Status::InvalidArgument("--output-len must be >= 1, got " + std::to_string(output_len));

@@ -19,6 +19,7 @@ struct OneBatchOptions {
     std::string dtype = "auto";
     int threads = 0;  // 0: every core this process may use
     int tp_size = 1;  // > 1 is not implemented for one-batch yet
+    int pp_size = 1;  // > 1 is not implemented for one-batch yet
     int batch_size = 1;
     std::int64_t input_len = 1024;
     std::int64_t output_len = 16;

@@ -197,6 +197,7 @@ int run_one_batch_bench(const server::ServerArgs& args, const OneBatchFlags& f) 
     o.dtype = args.dtype;
     o.threads = args.threads_per_rank;
     o.tp_size = args.tp_size;
+    o.pp_size = args.pp_size;
     o.batch_size = f.batch_size;
     o.input_len = f.input_len;
     o.output_len = f.output_len;

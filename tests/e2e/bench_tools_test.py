@@ -162,6 +162,10 @@ def one_batch_checks(tessera, model, workdir):
              "--output-len", "2", "--tp", "2"])
     check("one-batch --tp 2 fails loudly", r.returncode == 2 and "tensor parallelism" in r.stderr,
           f"rc {r.returncode} {r.stderr[-500:]}")
+    r = run([tessera, "bench", "one-batch", "--model-path", model, "--batch-size", "1", "--input-len", "4",
+             "--output-len", "2", "--pp-size", "2"])
+    check("one-batch --pp-size 2 fails loudly", r.returncode == 2 and "pipeline parallelism" in r.stderr,
+          f"rc {r.returncode} {r.stderr[-500:]}")
 
 
 def main():
