@@ -21,13 +21,11 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tp_test import alive, children_of, free_port, wait_for_line  # noqa: E402
+from tp_test import free_port, kill_node1_mid_run  # noqa: E402
 
 PROMPT = ",".join(str((i * 37 + 11) % 200 + 3) for i in range(45))
 NEW_TOKENS = 10
@@ -143,27 +141,12 @@ def two_node_kill(tessera, workdir):
         print(n0.stderr[-2000:])
 
     node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}", 3500)
-    n0 = subprocess.Popen(node0, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    head0 = wait_for_line(n0.stderr, "Prefill batch")
-    time.sleep(0.3)
-    ranks0, ranks1 = children_of(n0.pid), children_of(n1.pid)
-    for p in ranks1:
-        os.kill(p, signal.SIGKILL)
-    t0 = time.time()
-    try:
-        _, err0 = n0.communicate(timeout=40)
-        err0 = head0 + err0
-        n1.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        n0.kill()
-        n1.kill()
-        print("kill: node 0 did not exit within 40 s after its next stage died")
+    result = kill_node1_mid_run(node0, node1, "Prefill batch", settle_s=0.3)
+    if result is None:
         return False
-    elapsed = time.time() - t0
-    leftovers = [p for p in ranks0 + ranks1 if alive(p)]
-    reported = "lost rank 1" in err0 or "rank 1" in err0
-    good = n0.returncode != 0 and n1.returncode != 0 and not leftovers and reported and bool(ranks1)
+    n0, n1, err0, elapsed, leftovers = result
+    reported = "gloo group 'pp" in err0 and "rank 1" in err0
+    good = n0.returncode != 0 and n1.returncode != 0 and not leftovers and reported
     print(f"kill: node 0 exit {n0.returncode} after {elapsed:.1f} s, node 1 exit {n1.returncode}, "
           f"leftover processes: {leftovers} {'ok' if good else 'FAIL'}")
     print("  node 0 said: " + next((line for line in err0.splitlines() if " E]" in line), "(no error line)"))

@@ -180,6 +180,32 @@ def wait_for_line(stream, needle, timeout=30):
     return "".join(seen)
 
 
+def kill_node1_mid_run(node0, node1, started_line, settle_s=0.0):
+    """Starts both nodes, kills node 1's ranks `settle_s` after node 0 logged `started_line`, and waits for
+    node 0 to fail. Returns (node 0, node 1, node 0's stderr, seconds to exit, live leftover
+    pids), or None (reported) when node 0 does not exit within 40 s."""
+    n0 = subprocess.Popen(node0, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    head0 = wait_for_line(n0.stderr, started_line)
+    time.sleep(settle_s)
+    ranks0, ranks1 = children_of(n0.pid), children_of(n1.pid)
+    for p in ranks1:
+        os.kill(p, signal.SIGKILL)
+    t0 = time.time()
+    try:
+        _, err0 = n0.communicate(timeout=40)
+        n1.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        n0.kill()
+        n1.kill()
+        print("kill (two nodes): node 0 did not exit within 40 s")
+        return None
+    leftovers = [p for p in ranks0 + ranks1 if alive(p)]
+    if not ranks1:
+        leftovers.append("node 1 had no rank process to kill")
+    return n0, n1, head0 + err0, time.time() - t0, leftovers
+
+
 def kill_rank(tessera, workdir):
     model = make_model(tessera, "llama", workdir)
     ok = True
@@ -216,24 +242,10 @@ def kill_rank(tessera, workdir):
 
     # Two nodes: node 0's rank notices through the collective (Gloo) and fails.
     node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}", new_tokens=4000)
-    n0 = subprocess.Popen(node0, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    head0 = wait_for_line(n0.stderr, "model loaded")
-    ranks0, ranks1 = children_of(n0.pid), children_of(n1.pid)
-    for p in ranks1:
-        os.kill(p, signal.SIGKILL)
-    t0 = time.time()
-    try:
-        _, err0 = n0.communicate(timeout=40)
-        err0 = head0 + err0
-        n1.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        n0.kill()
-        n1.kill()
-        print("kill (two nodes): node 0 did not exit within 40 s")
+    result = kill_node1_mid_run(node0, node1, "model loaded")
+    if result is None:
         return False
-    elapsed = time.time() - t0
-    leftovers = [p for p in ranks0 + ranks1 if alive(p)]
+    n0, n1, err0, elapsed, leftovers = result
     reported = ("all_reduce" in err0 or "all_gather" in err0 or "broadcast" in err0) and \
         ("lost rank 1" in err0 or "no answer from rank 1" in err0)
     good = n0.returncode != 0 and n1.returncode != 0 and not leftovers and reported
