@@ -160,7 +160,8 @@ Status run_follower(ModelRank& rank) {
     RankRuntime& rt = rank.runtime;
     const kvcache::KvView kv = rank.kv_pool->view();
     Status s = rt.pp_group ? executor::run_pipeline_worker(*rank.model, kv, rank.threads.get(),
-                                                          {rt.pp_group.get(), rt.tp_group.get(), rank.trace.get()})
+                                                          {rt.pp_group.get(), rt.tp_group.get(), rank.trace.get(),
+                                                           rank.scheduler.max_in_flight_steps})
                            : executor::follow_leader(*rank.model, kv, rank.threads.get(), *rt.tp_group);
     if (rank.trace && rt.store) {
         const std::string events = rank.trace->events_json();
@@ -266,7 +267,9 @@ StatusOr<std::unique_ptr<LeaderRunner>> LeaderRunner::create(ModelRank& rank, co
     Parts& p = *lr->parts_;
     if (rt.pp_group) {
         p.pp = std::make_unique<executor::PpFirstStageRunner>(
-            *rank.model, kv, rank.threads.get(), executor::StageLinks{rt.pp_group.get(), rt.tp_group.get(), rank.trace.get()});
+            *rank.model, kv, rank.threads.get(),
+            executor::StageLinks{rt.pp_group.get(), rt.tp_group.get(), rank.trace.get(),
+                                 rank.scheduler.max_in_flight_steps});
         lr->runner_ = p.pp.get();
         if (args.enable_dynamic_chunking) rank.scheduler.dynamic_chunking = profile_dynamic_chunking(*p.pp, rank);
     } else {

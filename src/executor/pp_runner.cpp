@@ -1,5 +1,6 @@
 #include "executor/pp_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -28,9 +29,8 @@ constexpr int kTagResult = 15;
 // reported at once by the transport (closed connection), not by this timeout.
 constexpr std::chrono::milliseconds kWaitForWork = std::chrono::hours(24 * 30);
 
-// The scheduler bounds the steps in flight (pp_size + --pp-async-batch-depth), so at most that
-// many sends are outstanding per link; past this many something is wrong and we wait.
-constexpr std::size_t kMaxPendingMessages = 64;
+// Sends kept per link beyond the steps that can be in flight (see StageOutbox).
+constexpr int kSpareMessages = 2;
 
 Status receive(dist::ProcessGroup& group, int src, int tag, std::span<std::uint8_t> buf) {
     TSR_ASSIGN_OR_RETURN(std::shared_ptr<dist::Work> work, group.irecv(buf, src, tag));
@@ -61,7 +61,8 @@ struct StageOutbox::Message {
     std::vector<std::shared_ptr<dist::Work>> works;
 };
 
-StageOutbox::StageOutbox(dist::ProcessGroup& group, int peer) : group_(group), peer_(peer) {}
+StageOutbox::StageOutbox(dist::ProcessGroup& group, int peer, int max_pending)
+    : group_(group), peer_(peer), max_pending_(static_cast<std::size_t>(std::max(1, max_pending))) {}
 
 StageOutbox::~StageOutbox() {
     Status s = drain();
@@ -70,7 +71,7 @@ StageOutbox::~StageOutbox() {
 
 Status StageOutbox::post(std::int64_t a, std::int64_t b, std::vector<std::uint8_t> bytes, std::vector<float> floats,
                          int header_tag, int bytes_tag, int floats_tag) {
-    while (pending_.size() >= kMaxPendingMessages) {
+    while (pending_.size() >= max_pending_) {
         for (auto& w : pending_.front()->works) TSR_RETURN_IF_ERROR(w->wait(kWaitForWork));
         pending_.pop_front();
     }
@@ -102,7 +103,11 @@ Status StageOutbox::drain() {
 // ---- stage 0, TP leader ------------------------------------------------------------------
 
 PpFirstStageRunner::PpFirstStageRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool, StageLinks links)
-    : model_(model), kv_(std::move(kv)), pool_(pool), links_(links), outbox_(*links.pp_group, 1) {}
+    : model_(model),
+      kv_(std::move(kv)),
+      pool_(pool),
+      links_(links),
+      outbox_(*links.pp_group, 1, links.max_in_flight_steps + kSpareMessages) {}
 
 PpFirstStageRunner::~PpFirstStageRunner() {
     Status s = stop();
@@ -184,10 +189,11 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
     const int stage = pp.rank();
     const bool last = stage == pp.size() - 1;
     const bool tp_root = links.tp_group == nullptr || links.tp_group->rank() == 0;
+    const int max_pending = links.max_in_flight_steps + kSpareMessages;
     std::optional<StageOutbox> next;
-    if (!last) next.emplace(pp, stage + 1);
+    if (!last) next.emplace(pp, stage + 1, max_pending);
     std::optional<StageOutbox> back;
-    if (last && tp_root) back.emplace(pp, 0);
+    if (last && tp_root) back.emplace(pp, 0, max_pending);
     const std::int64_t vocab = model.config().vocab_size;
 
     std::vector<std::int32_t> tokens;

@@ -33,18 +33,23 @@ namespace tessera::executor {
 class PipelineTrace;
 
 // Where a stage sits: its PP group (group rank = stage), its TP group (nullptr when tp is 1),
-// and the trace recorder (nullptr when not tracing).
+// the trace recorder (nullptr when not tracing), and the scheduler's bound on steps in flight
+// (pp_size + --pp-async-batch-depth), which bounds the sends a stage keeps alive.
 struct StageLinks {
     dist::ProcessGroup* pp_group = nullptr;
     dist::ProcessGroup* tp_group = nullptr;
     PipelineTrace* trace = nullptr;
+    int max_in_flight_steps = 1;
 };
 
-// Keeps the buffers of posted sends alive until they complete; waits for the oldest only when
-// too many are outstanding, so a stage never blocks on a send while the next step is ready.
+// Keeps the buffers of posted sends alive until they complete. Gloo reports completion only
+// through a wait, so the oldest is waited for once `max_pending` are kept: more than the steps
+// that can be in flight, so that send has been received already (steps are received in order)
+// and the wait returns at once, while the memory held stays bounded (hidden states of a long
+// prefill chunk are megabytes).
 class StageOutbox {
  public:
-    StageOutbox(dist::ProcessGroup& group, int peer);
+    StageOutbox(dist::ProcessGroup& group, int peer, int max_pending);
     ~StageOutbox();
     // A header of two i64 values, then (when non-empty) the step bytes and the hidden states.
     Status post(std::int64_t a, std::int64_t b, std::vector<std::uint8_t> bytes, std::vector<float> floats,
@@ -55,6 +60,7 @@ class StageOutbox {
     struct Message;
     dist::ProcessGroup& group_;
     const int peer_;
+    const std::size_t max_pending_;
     std::deque<std::unique_ptr<Message>> pending_;
 };
 
