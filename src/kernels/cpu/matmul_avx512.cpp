@@ -44,6 +44,9 @@ struct TileArgs {
     std::int64_t y_stride;     // floats
     std::int64_t n_valid;      // valid output columns from the group's first column
     bool accumulate;           // add to y (later K blocks) instead of overwriting it
+    // The weight block the next call will stream (same layout as b), or nullptr: fetched
+    // into L2 while this call computes from a block already there.
+    const std::byte* prefetch = nullptr;
 };
 
 inline __mmask16 column_mask(std::int64_t valid) {
@@ -85,6 +88,11 @@ void micro_kernel(const TileArgs& t) {
 #pragma GCC unroll 4
         for (int p = 0; p < kPanels; ++p) {
             w[p] = _mm512_load_ps(reinterpret_cast<const float*>(b + p * pb));
+        }
+        if (t.prefetch != nullptr) {
+            const std::byte* next = t.prefetch + s * kBlockBytes;
+#pragma GCC unroll 4
+            for (int p = 0; p < kPanels; ++p) _mm_prefetch(reinterpret_cast<const char*>(next + p * pb), _MM_HINT_T1);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < kRows; ++i) {
@@ -164,10 +172,22 @@ void run_tile(const MatmulOperands& op, const OutputTile& tile) {
             t.y_stride = op.y_stride;
             t.n_valid = n_valid;
             t.accumulate = s0 > 0;
+            // With several row tiles the first one waits for the block from memory and the
+            // others run from L2; they fetch the next block meanwhile, so that memory and
+            // multiply-adds overlap (m = 16 decode batches, prefill).
+            const std::byte* next_block = nullptr;
+            if (n_row_tiles > 1) {
+                if (s0 + kc < steps) {
+                    next_block = t.b + kc * kBlockBytes;
+                } else if (p0 + kGroup < tile.panel_end) {
+                    next_block = b_base + (p0 + kGroup) * panel_bytes;
+                }
+            }
             for (std::int64_t r = tile.row_begin; r < tile.row_end; r += rows_per_tile) {
                 const int rows = static_cast<int>(std::min(rows_per_tile, tile.row_end - r));
                 t.a = a_base + r * a_row_bytes + s0 * 4;
                 t.y = op.y + r * op.y_stride + p0 * kPanelWidth;
+                t.prefetch = r == tile.row_begin ? nullptr : next_block;
                 kKernels<kBf16>.k[rows - 1][panels - 1](t);
             }
         }
