@@ -43,6 +43,9 @@ template <typename T>
 CLI::Option* value(CLI::App& app, FlagTable::Impl& impl, const std::string& names, T& field,
                    const std::string& help, Support support) {
     CLI::Option* o = app.add_option(names, field, help_text(help, support, impl))->capture_default_str();
+    // As SGLang's argparse: a flag given twice takes the later value, so a wrapper script's
+    // default (e.g. --port in scripts/run.sh) can be overridden by its caller.
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     impl.track(o, support);
     return o;
 }
@@ -53,6 +56,7 @@ CLI::Option* optional(CLI::App& app, FlagTable::Impl& impl, const std::string& n
                       const std::string& help, Support support) {
     CLI::Option* o = app.add_option_function<T>(names, [&field](const T& v) { field = v; },
                                                  help_text(help + " [default: auto]", support, impl));
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     impl.track(o, support);
     return o;
 }

@@ -88,6 +88,13 @@ TEST(FlagTableTest, ServingFlagsFailLoudlyInGenerate) {
     EXPECT_TRUE(table2.check_unimplemented().ok());
 }
 
+TEST(FlagTableTest, ARepeatedFlagTakesTheLaterValueAsArgparseDoes) {
+    Parsed p = parse({"--port", "30000", "--max-total-tokens", "100", "--port", "30001", "--max-total-tokens", "200"});
+    ASSERT_TRUE(p.status.ok()) << p.status.to_string();
+    EXPECT_EQ(p.args.port, 30001);
+    EXPECT_EQ(p.args.max_total_tokens, 200);
+}
+
 TEST(FlagTableTest, ChoicesAreChecked) {
     EXPECT_FALSE(parse({"--schedule-policy", "sjf"}).status.ok());
     EXPECT_FALSE(parse({"--moe-a2a-backend", "nccl"}).status.ok());
