@@ -157,7 +157,7 @@ StatusOr<std::vector<SampledToken>> PpFirstStageRunner::collect() {
 Status PpFirstStageRunner::run_local(const ForwardBatch& batch) {
     if (stopped_) return Status::Internal("the pipeline was already stopped");
     if (launched_ != collected_) return Status::Internal("run_local() while pipeline steps are in flight");
-    const std::vector<std::uint8_t> bytes = encode_step(batch, kStepLocalOnly);
+    std::vector<std::uint8_t> bytes = encode_step(batch, kStepLocalOnly);
     if (links_.tp_group != nullptr) TSR_RETURN_IF_ERROR(broadcast_step(*links_.tp_group, bytes));
     TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
     std::vector<float> hidden;
@@ -176,7 +176,8 @@ Status PpFirstStageRunner::stop() {
         }
     }
     stopped_ = true;
-    Status tp = links_.tp_group != nullptr ? broadcast_step(*links_.tp_group, {}) : Status::Ok();
+    std::vector<std::uint8_t> stop_step;
+    Status tp = links_.tp_group != nullptr ? broadcast_step(*links_.tp_group, stop_step) : Status::Ok();
     Status pp = outbox_.post(0, 0, {}, {}, kTagHeader, kTagStep, kTagHidden);
     if (pp.ok()) pp = outbox_.drain();
     return tp.ok() ? pp : tp;

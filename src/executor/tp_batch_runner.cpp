@@ -23,12 +23,11 @@ Status broadcast_size(dist::ProcessGroup& group, std::int64_t* size) {
 
 }  // namespace
 
-Status broadcast_step(dist::ProcessGroup& tp_group, const std::vector<std::uint8_t>& bytes) {
+Status broadcast_step(dist::ProcessGroup& tp_group, std::vector<std::uint8_t>& bytes) {
     auto size = static_cast<std::int64_t>(bytes.size());
     TSR_RETURN_IF_ERROR(broadcast_size(tp_group, &size));
     if (size == kStop) return Status::Ok();
-    std::vector<std::uint8_t> copy = bytes;  // broadcast writes in place on every rank
-    return tp_group.broadcast(copy, 0);
+    return tp_group.broadcast(bytes, 0);
 }
 
 StatusOr<std::vector<std::uint8_t>> receive_step(dist::ProcessGroup& tp_group) {
@@ -49,14 +48,16 @@ TpLeaderRunner::~TpLeaderRunner() {
 
 StatusOr<std::vector<SampledToken>> TpLeaderRunner::run(const ForwardBatch& batch) {
     if (stopped_) return Status::Internal("TP followers were already stopped");
-    TSR_RETURN_IF_ERROR(broadcast_step(tp_group_, encode_step(batch)));
+    std::vector<std::uint8_t> bytes = encode_step(batch);
+    TSR_RETURN_IF_ERROR(broadcast_step(tp_group_, bytes));
     return local_.run(batch);
 }
 
 Status TpLeaderRunner::stop_followers() {
     if (stopped_) return Status::Ok();
     stopped_ = true;
-    return broadcast_step(tp_group_, {});
+    std::vector<std::uint8_t> stop;
+    return broadcast_step(tp_group_, stop);
 }
 
 Status follow_leader(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool,

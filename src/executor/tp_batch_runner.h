@@ -42,8 +42,9 @@ Status follow_leader(models::Model& model, const kvcache::KvView& kv, ThreadPool
                      dist::ProcessGroup& tp_group);
 
 // The step broadcast inside a TP group, from its rank 0: a size, then the encoded step
-// (step_codec.h). An empty step means "stop".
-Status broadcast_step(dist::ProcessGroup& tp_group, const std::vector<std::uint8_t>& bytes);
+// (step_codec.h). An empty step means "stop". The root's `bytes` are the broadcast's buffer
+// and come back unchanged.
+Status broadcast_step(dist::ProcessGroup& tp_group, std::vector<std::uint8_t>& bytes);
 StatusOr<std::vector<std::uint8_t>> receive_step(dist::ProcessGroup& tp_group);
 
 }  // namespace tessera::executor
