@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,44 +12,19 @@
 #include "base/aligned_buffer.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "kernels/attention_simd.h"
 #include "tensor/dtype.h"
 
 namespace tessera::kernels {
 
 namespace {
 
+using namespace attention_detail;
+
 constexpr std::int64_t kKeyBlock = 64;    // keys per online-softmax step
 constexpr std::int64_t kQueryBlock = 64;  // query tokens sharing one transposed key block
 constexpr std::int64_t kMaxHeadDim = 512;
 
-
-// exp(x) for x <= 0 (softmax arguments after subtracting the max), 8 lanes at a time:
-// 2^(x·log2 e) split into an integer power and a degree-6 polynomial on [-0.5, 0.5];
-// relative error ~2e-7. Very negative inputs flush to 0.
-inline __m256 exp_nonpositive(__m256 x) {
-    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const __m256 t = _mm256_mul_ps(x, log2e);
-    const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 f = _mm256_sub_ps(t, n);  // in [-0.5, 0.5]
-    // 2^f = e^(f·ln2), Taylor coefficients of e^y with y = f·ln2 folded in.
-    __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-inline float hsum(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
-}
 
 // Scores of two query rows against a key block held transposed (kt f32 [dim][kKeyBlock]):
 // s0[j] = q0 · k_j, s1[j] = q1 · k_j for j < kKeyBlock. Two rows share every load of kt;
@@ -117,23 +93,6 @@ inline void accumulate_two_rows(float* acc0, float* acc1, float c0, float c1, co
     }
 }
 
-inline std::int64_t key_row(const AttentionArgs& a, std::int64_t position) {
-    return a.kv_slots == nullptr ? position : a.kv_slots[position];
-}
-
-// Element i of a K/V row as f32.
-inline float kv_value(const void* row, std::int64_t i, bool bf16) {
-    return bf16 ? bf16_to_f32(static_cast<const std::uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
-}
-
-// Address of head `kv_head` in cache row `row`.
-inline const void* kv_row(const void* base, std::int64_t row, std::int64_t stride, std::int64_t kv_head,
-                          std::int64_t dim, bool bf16) {
-    const std::int64_t offset = row * stride + kv_head * dim;
-    return bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(base) + offset)
-                : static_cast<const void*>(static_cast<const float*>(base) + offset);
-}
-
 // 8 consecutive elements from f32 or bf16 storage, as f32.
 template <bool kBf16>
 inline __m256 load8(const void* p, std::int64_t i) {
@@ -158,6 +117,9 @@ inline void widen_row(const void* src, float* dst, std::int64_t dim, bool bf16) 
 // Decode and other few-row work: with a handful of query rows, transposing every key block
 // costs more than it saves, so each row reads the cache rows directly.
 constexpr std::int64_t kDirectRowLimit = 4;
+
+// Up to this many new tokens per sequence take the decode kernel (each token sweeps the cache).
+constexpr std::int64_t kDecodeMaxTokens = 2;
 
 template <bool kBf16>
 void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head,
@@ -371,44 +333,80 @@ void check_shape(const AttentionShape& s) {
     TSR_CHECK_LE(s.head_dim, kMaxHeadDim);
 }
 
+// Decode tasks cover a range of KV heads of one sequence: the whole row set when there are
+// enough sequences to keep every worker busy (each task then streams its cache once, in
+// address order), narrower ranges for small batches.
+std::int64_t kv_heads_per_decode_task(std::int64_t n_decode_seqs, std::int64_t n_kv_heads, int n_workers) {
+    const std::int64_t wanted_tasks = 4 * static_cast<std::int64_t>(n_workers);
+    for (std::int64_t splits = 1; splits < n_kv_heads; ++splits)
+        if (n_kv_heads % splits == 0 && n_decode_seqs * splits >= wanted_tasks) return n_kv_heads / splits;
+    return 1;
+}
+
 }  // namespace
 
 void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape& shape, ThreadPool* pool) {
     check_shape(shape);
+    enum class Kind { kDecode, kDirect, kBlock };
     struct Task {
         std::size_t seq;
-        std::int64_t kv_head, q_begin, q_end;
+        Kind kind;
+        std::int64_t kv_head_begin, kv_head_end, q_begin, q_end;
     };
-    std::vector<AttentionArgs> args;
-    std::vector<Task> tasks;
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-        args.push_back(with_default_strides(batch[i], shape));
-        const AttentionArgs& a = args.back();
-        // Query blocks interleaved over KV heads so that each worker gets early (cheap) and
-        // late (expensive) blocks under the causal mask.
-        for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += kQueryBlock)
-            for (std::int64_t h = 0; h < shape.n_kv_heads; ++h)
-                tasks.push_back({i, h, q_begin, std::min(a.n_q, q_begin + kQueryBlock)});
-    }
     const std::int64_t group = shape.n_heads / shape.n_kv_heads;
+    const bool decode_supported = decode_rows_supported(shape);
+    const auto is_decode = [&](const AttentionArgs& a) { return decode_supported && a.n_q <= kDecodeMaxTokens; };
+    std::vector<AttentionArgs> args;
+    std::int64_t n_decode = 0;
+    for (const AttentionArgs& a : batch) {
+        args.push_back(with_default_strides(a, shape));
+        n_decode += is_decode(a) ? 1 : 0;
+    }
+    const int n_workers = pool == nullptr ? 1 : pool->size();
+    const std::int64_t decode_heads = kv_heads_per_decode_task(n_decode, shape.n_kv_heads, n_workers);
+    std::vector<Task> tasks;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const AttentionArgs& a = args[i];
+        if (is_decode(a)) {
+            for (std::int64_t h = 0; h < shape.n_kv_heads; h += decode_heads)
+                tasks.push_back({i, Kind::kDecode, h, h + decode_heads, 0, a.n_q});
+            continue;
+        }
+        // Query blocks interleaved over KV heads so that early (cheap) and late (expensive)
+        // blocks under the causal mask mix.
+        for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += kQueryBlock) {
+            const std::int64_t q_end = std::min(a.n_q, q_begin + kQueryBlock);
+            const Kind kind = (q_end - q_begin) * group <= kDirectRowLimit ? Kind::kDirect : Kind::kBlock;
+            for (std::int64_t h = 0; h < shape.n_kv_heads; ++h) tasks.push_back({i, kind, h, h + 1, q_begin, q_end});
+        }
+    }
     auto run_task = [&](const Task& t) {
-        if ((t.q_end - t.q_begin) * group <= kDirectRowLimit) {
-            if (args[t.seq].kv_bf16) {
-                attend_rows_direct<true>(args[t.seq], shape, t.kv_head, t.q_begin, t.q_end);
-            } else {
-                attend_rows_direct<false>(args[t.seq], shape, t.kv_head, t.q_begin, t.q_end);
-            }
-        } else {
-            attend_block(args[t.seq], shape, t.kv_head, t.q_begin, t.q_end);
+        const AttentionArgs& a = args[t.seq];
+        switch (t.kind) {
+            case Kind::kDecode:
+                attend_decode_rows(a, shape, t.kv_head_begin, t.kv_head_end, t.q_begin, t.q_end);
+                break;
+            case Kind::kDirect:
+                if (a.kv_bf16) {
+                    attend_rows_direct<true>(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
+                } else {
+                    attend_rows_direct<false>(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
+                }
+                break;
+            case Kind::kBlock:
+                attend_block(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
+                break;
         }
     };
     if (pool == nullptr || tasks.size() == 1) {
         for (const Task& t : tasks) run_task(t);
         return;
     }
-    pool->run([&](int worker, int n_workers) {
-        for (std::size_t t = static_cast<std::size_t>(worker); t < tasks.size(); t += static_cast<std::size_t>(n_workers))
-            run_task(tasks[t]);
+    // Tasks differ in cost (sequence lengths, causal blocks): workers take the next one as
+    // they finish. Every task writes its own outputs, so results do not depend on who ran it.
+    std::atomic<std::size_t> next{0};
+    pool->run([&](int, int) {
+        for (std::size_t t = next.fetch_add(1); t < tasks.size(); t = next.fetch_add(1)) run_task(tasks[t]);
     });
 }
 

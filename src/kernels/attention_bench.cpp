@@ -1,0 +1,126 @@
+// kernels/attention_bench.cpp — decode attention throughput on a small LLM's shape: a batch
+// of sequences, one new token each, over a bf16 paged cache with one pool per layer (as the
+// model keeps it), so a step reads every layer's cache from memory as a real decode step
+// does. Prints one JSON line per thread count: milliseconds per step (all layers) and the
+// cache bytes read per second, next to the machine's read bandwidth.
+//
+// Usage: attention_bench [--batch=16] [--context=352] [--layers=28] [--heads=16]
+//                        [--kv-heads=8] [--head-dim=128] [--layout=contiguous|interleaved]
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/thread_pool.h"
+#include "bench/machine_peaks.h"
+#include "kernels/attention.h"
+#include "tensor/dtype.h"
+
+namespace {
+
+struct Options {
+    std::int64_t batch = 16, context = 352, layers = 28, heads = 16, kv_heads = 8, head_dim = 128;
+    bool interleaved = false;  // positions of the sequences alternate in the pool
+};
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        const auto number = [&](std::string_view key, std::int64_t* out) {
+            if (arg.substr(0, key.size()) != key) return false;
+            *out = std::stoll(std::string(arg.substr(key.size())));
+            return true;
+        };
+        if (number("--batch=", &o.batch) || number("--context=", &o.context) || number("--layers=", &o.layers) ||
+            number("--heads=", &o.heads) || number("--kv-heads=", &o.kv_heads) ||
+            number("--head-dim=", &o.head_dim))
+            continue;
+        if (arg == "--layout=interleaved") {
+            o.interleaved = true;
+        } else if (arg == "--layout=contiguous") {
+            o.interleaved = false;
+        } else {
+            std::fprintf(stderr, "attention_bench: unknown argument %s\n", argv[i]);
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    using namespace tessera;
+    const Options o = parse(argc, argv);
+    const std::int64_t row = o.kv_heads * o.head_dim;
+    const std::int64_t slots = o.batch * o.context;
+    // One pool per layer, allocated as the engine's KV pool is.
+    std::vector<AlignedBuffer> k_pools, v_pools;
+    for (std::int64_t l = 0; l < o.layers; ++l) {
+        k_pools.emplace_back(static_cast<std::size_t>(slots * row) * sizeof(std::uint16_t));
+        v_pools.emplace_back(static_cast<std::size_t>(slots * row) * sizeof(std::uint16_t));
+        auto* k = k_pools.back().as<std::uint16_t>();
+        auto* v = v_pools.back().as<std::uint16_t>();
+        for (std::int64_t i = 0; i < slots * row; ++i) {
+            k[i] = f32_to_bf16(std::sin(0.001f * static_cast<float>(i + l)));
+            v[i] = f32_to_bf16(std::cos(0.001f * static_cast<float>(i + l)));
+        }
+    }
+    std::vector<std::int32_t> slot_table(slots);
+    for (std::int64_t s = 0; s < o.batch; ++s)
+        for (std::int64_t p = 0; p < o.context; ++p)
+            slot_table[s * o.context + p] =
+                static_cast<std::int32_t>(o.interleaved ? p * o.batch + s : s * o.context + p);
+    std::vector<float> q(o.batch * o.heads * o.head_dim, 0.1f), out(q.size());
+    const kernels::AttentionShape shape{o.heads, o.kv_heads, o.head_dim,
+                                        1.0f / std::sqrt(static_cast<float>(o.head_dim))};
+    const double bytes_per_step = 2.0 * static_cast<double>(slots * row) * 2.0 * static_cast<double>(o.layers);
+
+    for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        std::vector<double> steps;
+        const double start = now_seconds();
+        while (steps.size() < 5 || (now_seconds() - start < 2.0 && steps.size() < 50)) {
+            const double t0 = now_seconds();
+            for (std::int64_t l = 0; l < o.layers; ++l) {
+                std::vector<kernels::AttentionArgs> batch;
+                for (std::int64_t s = 0; s < o.batch; ++s) {
+                    kernels::AttentionArgs a;
+                    a.q = q.data() + s * o.heads * o.head_dim;
+                    a.k = k_pools[l].as<std::uint16_t>();
+                    a.v = v_pools[l].as<std::uint16_t>();
+                    a.out = out.data() + s * o.heads * o.head_dim;
+                    a.n_q = 1;
+                    a.start_pos = o.context - 1;
+                    a.kv_slots = slot_table.data() + s * o.context;
+                    a.kv_bf16 = true;
+                    batch.push_back(a);
+                }
+                kernels::attention_batch(batch, shape, &pool);
+            }
+            steps.push_back(now_seconds() - t0);
+        }
+        std::sort(steps.begin(), steps.end());
+        const double median = steps[steps.size() / 2];
+        std::printf(
+            "{\"bench\":\"decode_attention\",\"threads\":%d,\"batch\":%lld,\"context\":%lld,\"layers\":%lld,"
+            "\"layout\":\"%s\",\"step_ms\":%.2f,\"kv_mb\":%.1f,\"kv_gbs\":%.2f,\"machine_read_gbs\":%.2f}\n",
+            threads, static_cast<long long>(o.batch), static_cast<long long>(o.context),
+            static_cast<long long>(o.layers), o.interleaved ? "interleaved" : "contiguous", median * 1e3,
+            bytes_per_step / 1e6, bytes_per_step / median * 1e-9, bench::measure_read_bandwidth_gbs(&pool));
+        std::fflush(stdout);
+    }
+    return 0;
+}
