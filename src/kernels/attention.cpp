@@ -184,7 +184,7 @@ void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::in
                 __m256 vsum = _mm256_setzero_ps();
                 j = 0;
                 for (; j + 8 <= n; j += 8) {
-                    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
+                    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
                     _mm256_storeu_ps(p + j, e);
                     vsum = _mm256_add_ps(vsum, e);
                 }
@@ -292,7 +292,7 @@ void attend_block(const AttentionArgs& a, const AttentionShape& s, std::int64_t 
                 __m256 vsum = _mm256_setzero_ps();
                 std::int64_t j = 0;
                 for (; j + 8 <= visible; j += 8) {
-                    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
+                    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
                     _mm256_storeu_ps(p + j, e);
                     vsum = _mm256_add_ps(vsum, e);
                 }

@@ -113,7 +113,7 @@ inline float softmax_step(float* p, std::int64_t n, float& row_max, float& row_s
     __m256 vsum = _mm256_setzero_ps();
     j = 0;
     for (; j + 8 <= n; j += 8) {
-        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
+        const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
         _mm256_storeu_ps(p + j, e);
         vsum = _mm256_add_ps(vsum, e);
     }

@@ -1,7 +1,8 @@
 // kernels/matmul_bench.cpp — throughput of kernels::matmul on the linear-layer shapes of a
 // small LLM, one JSON line per measurement (GFLOP/s and weight GB/s), plus one line of
 // machine peaks to compare with. Decode (m = 1) cycles through enough copies of the weight
-// to defeat the L3 cache, as a real decode step does; prefill (m = 512) reuses one copy.
+// to defeat the L3 cache, as a real decode step does, and so does a 16-row decode batch;
+// prefill (m = 512) reuses one copy.
 //
 // Usage: matmul_bench [--isa=avx512|avx2|reference] [--m=N] [--n=N] [--dtype=bf16|f32]
 //                     [--threads=N] [--no-peaks]
@@ -27,6 +28,7 @@ namespace {
 
 constexpr std::size_t kColdBytes = std::size_t{512} << 20;  // > 16 × the 32 MB L3
 constexpr int kMaxColdCopies = 64;
+constexpr std::int64_t kDecodeRows = 16;  // m up to this: decode batches, weights from memory
 constexpr double kMinSeconds = 0.4;
 constexpr int kMinRepetitions = 3;
 
@@ -88,9 +90,9 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
     copies.push_back(pack_weight(w_f32.data(), DType::kF32, n, k, dtype));
     const std::size_t bytes = copies[0].bytes();
 
-    for (std::int64_t m : {1, 512}) {
+    for (std::int64_t m : {1, 16, 512}) {
         if (opt.only_m != 0 && m != opt.only_m) continue;
-        if (m == 1) {
+        if (m <= kDecodeRows) {
             // Copies share the data pattern; only the addresses matter for caching.
             const std::size_t want =
                 std::min<std::size_t>(kMaxColdCopies, (kColdBytes + bytes - 1) / bytes);
@@ -113,7 +115,7 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
             const int threads = t + 1;
             if (opt.only_threads != 0 && threads != opt.only_threads) continue;
             ThreadPool* pool = pools[t];
-            const std::size_t n_copies = m == 1 ? copies.size() : 1;
+            const std::size_t n_copies = m <= kDecodeRows ? copies.size() : 1;
             std::size_t next = 0;
             matmul(x.data(), m, copies[0], y.data(), pool, opt.isa);  // warm up
             double best = 1e30;
@@ -121,7 +123,7 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
             int reps = 0;
             while (reps < kMinRepetitions || now_seconds() - start < kMinSeconds) {
                 // Per call: small-m calls are short, so time a batch across all copies.
-                const std::size_t batch = m == 1 ? n_copies : 1;
+                const std::size_t batch = m <= kDecodeRows ? n_copies : 1;
                 const double t0 = now_seconds();
                 for (std::size_t b = 0; b < batch; ++b) {
                     matmul(x.data(), m, copies[next], y.data(), pool, opt.isa);

@@ -76,6 +76,24 @@ TEST(OpsTest, SiluAndMul) {
     EXPECT_NEAR(out[1], -2.0 / (1 + std::exp(2.0)) * 0.5, 1e-6);
 }
 
+// Rows long enough for the 8-lane path (and a scalar tail), over a wide range of gates:
+// large negative gates must give -0-ish values, not NaN from an overflowing exp.
+TEST(OpsTest, SiluAndMulVectorPathMatchesScalarFormula) {
+    const std::int64_t rows = 9, dim = 37;
+    std::vector<float> gate_up(rows * 2 * dim), out(rows * dim);
+    for (std::int64_t i = 0; i < rows * 2 * dim; ++i)
+        gate_up[i] = static_cast<float>((i * 7919) % 401 - 200) * 0.5f;  // -100 .. 100
+    ThreadPool pool(2);
+    silu_and_mul(gate_up.data(), out.data(), rows, dim, &pool);
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t i = 0; i < dim; ++i) {
+            const double g = gate_up[r * 2 * dim + i], u = gate_up[r * 2 * dim + dim + i];
+            const double expected = g / (1.0 + std::exp(-g)) * u;
+            ASSERT_TRUE(std::isfinite(out[r * dim + i])) << r << "," << i;
+            ASSERT_NEAR(out[r * dim + i], expected, 1e-6 * std::max(1.0, std::abs(expected))) << r << "," << i;
+        }
+}
+
 TEST(OpsTest, EmbeddingLookupConvertsRows) {
     std::vector<std::uint16_t> table = {f32_to_bf16(1.0f), f32_to_bf16(2.0f), f32_to_bf16(-3.0f),
                                         f32_to_bf16(4.5f)};
