@@ -14,6 +14,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/aligned_buffer.h"
 #include "base/check.h"
 #include "kernels/attention_simd.h"
 
@@ -49,52 +50,38 @@ inline void load16(const void* row, std::int64_t i, __m256& lo, __m256& hi) {
     }
 }
 
-// s0[u] = q0 · k_u and s1[u] = q1 · k_u for four keys: each widened key element serves both
-// query rows (q rows in unpack order, already scaled).
+// Partial dot products of two query rows with one key (q rows in unpack order, already
+// scaled): 8 lanes each, summed across lanes later for four keys at once (hsum4). Each
+// widened key element serves both query rows.
 template <bool kBf16>
-inline void scores_4x2(const float* q0, const float* q1, const void* const* k, std::int64_t dim, float* s0,
-                       float* s1) {
-    __m256 a0[4], a1[4];
-    for (int u = 0; u < 4; ++u) a0[u] = a1[u] = _mm256_setzero_ps();
+inline void partial_scores_2(const float* q0, const float* q1, const void* k, std::int64_t dim, float* out0,
+                             float* out1) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
     for (std::int64_t d = 0; d < dim; d += 16) {
-        const __m256 q0lo = _mm256_loadu_ps(q0 + d), q0hi = _mm256_loadu_ps(q0 + d + 8);
-        const __m256 q1lo = _mm256_loadu_ps(q1 + d), q1hi = _mm256_loadu_ps(q1 + d + 8);
-        for (int u = 0; u < 4; ++u) {
-            __m256 lo, hi;
-            load16<kBf16>(k[u], d, lo, hi);
-            a0[u] = _mm256_fmadd_ps(q0lo, lo, a0[u]);
-            a1[u] = _mm256_fmadd_ps(q1lo, lo, a1[u]);
-            a0[u] = _mm256_fmadd_ps(q0hi, hi, a0[u]);
-            a1[u] = _mm256_fmadd_ps(q1hi, hi, a1[u]);
-        }
+        __m256 lo, hi;
+        load16<kBf16>(k, d, lo, hi);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), lo, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + 8), hi, a1);
+        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), lo, b0);
+        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d + 8), hi, b1);
     }
-    _mm_storeu_ps(s0, hsum4(a0[0], a0[1], a0[2], a0[3]));
-    _mm_storeu_ps(s1, hsum4(a1[0], a1[1], a1[2], a1[3]));
+    _mm256_store_ps(out0, _mm256_add_ps(a0, a1));
+    _mm256_store_ps(out1, _mm256_add_ps(b0, b1));
 }
 
-// acc_w += p_w[0] · v_0 + p_w[1] · v_1 for two query rows (w) and two value rows, 16
-// columns at a time: each widened value element serves both query rows, and each
-// accumulator is loaded and stored once per two keys.
+// acc_w += p_w · v for two query rows and one value row, 16 columns at a time: each widened
+// value element serves both query rows.
 template <bool kBf16>
-inline void accumulate_2x2(float* acc0, float* acc1, const float* p0, const float* p1, const void* v0,
-                           const void* v1, std::int64_t dim) {
-    const __m256 w00 = _mm256_broadcast_ss(p0), w01 = _mm256_broadcast_ss(p0 + 1);
-    const __m256 w10 = _mm256_broadcast_ss(p1), w11 = _mm256_broadcast_ss(p1 + 1);
+inline void accumulate_2(float* acc0, float* acc1, float p0, float p1, const void* v, std::int64_t dim) {
+    const __m256 w0 = _mm256_set1_ps(p0), w1 = _mm256_set1_ps(p1);
     for (std::int64_t d = 0; d < dim; d += 16) {
-        __m256 lo0, hi0, lo1, hi1;
-        load16<kBf16>(v0, d, lo0, hi0);
-        load16<kBf16>(v1, d, lo1, hi1);
-        __m256 a = _mm256_loadu_ps(acc0 + d), b = _mm256_loadu_ps(acc0 + d + 8);
-        a = _mm256_fmadd_ps(w01, lo1, _mm256_fmadd_ps(w00, lo0, a));
-        b = _mm256_fmadd_ps(w01, hi1, _mm256_fmadd_ps(w00, hi0, b));
-        _mm256_storeu_ps(acc0 + d, a);
-        _mm256_storeu_ps(acc0 + d + 8, b);
-        a = _mm256_loadu_ps(acc1 + d);
-        b = _mm256_loadu_ps(acc1 + d + 8);
-        a = _mm256_fmadd_ps(w11, lo1, _mm256_fmadd_ps(w10, lo0, a));
-        b = _mm256_fmadd_ps(w11, hi1, _mm256_fmadd_ps(w10, hi0, b));
-        _mm256_storeu_ps(acc1 + d, a);
-        _mm256_storeu_ps(acc1 + d + 8, b);
+        __m256 lo, hi;
+        load16<kBf16>(v, d, lo, hi);
+        _mm256_storeu_ps(acc0 + d, _mm256_fmadd_ps(w0, lo, _mm256_loadu_ps(acc0 + d)));
+        _mm256_storeu_ps(acc0 + d + 8, _mm256_fmadd_ps(w0, hi, _mm256_loadu_ps(acc0 + d + 8)));
+        _mm256_storeu_ps(acc1 + d, _mm256_fmadd_ps(w1, lo, _mm256_loadu_ps(acc1 + d)));
+        _mm256_storeu_ps(acc1 + d + 8, _mm256_fmadd_ps(w1, hi, _mm256_loadu_ps(acc1 + d + 8)));
     }
 }
 
@@ -134,20 +121,21 @@ void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t h
     const std::int64_t group = s.n_heads / s.n_kv_heads;
     const std::int64_t dim = s.head_dim;
     const std::int64_t n_heads = head_end - head_begin;
+    const std::int64_t head_bytes = dim * (kBf16 ? 2 : 4);
     // Query heads are taken in pairs within a group; an odd group's last pair gets a
     // scratch partner whose results are dropped. Slot = (head - head_begin, pair, w).
     const std::int64_t pairs = (group + 1) / 2;
     const std::int64_t n_slots = n_heads * pairs * 2;
     constexpr std::int64_t kScoreStride = kKeys + 4;
-    thread_local std::vector<float> storage;
-    storage.resize(static_cast<std::size_t>(n_slots * (2 * dim + 2 + kScoreStride)));
-    float* q_rows = storage.data();                // [slot][dim], unpack order, scaled
-    float* acc = q_rows + n_slots * dim;           // [slot][dim], unpack order
-    float* row_max = acc + n_slots * dim;          // [slot]
-    float* row_sum = row_max + n_slots;            // [slot]
-    float* scores = row_sum + n_slots;             // [slot][kScoreStride]
-    const void* k_rows[kKeys + 3];                 // this task's first head in each key's row
-    const void* v_rows[kKeys + 1];
+    thread_local AlignedBuffer storage;
+    const auto floats = static_cast<std::size_t>(n_slots * (2 * dim + 2 + kScoreStride + 8 * (kKeys + 4)));
+    if (storage.size() < floats * sizeof(float)) storage = AlignedBuffer(floats * sizeof(float));
+    float* partial = storage.as<float>();         // [slot][kKeys + 4][8] lane sums, 32-byte aligned
+    float* q_rows = partial + n_slots * (kKeys + 4) * 8;  // [slot][dim], unpack order, scaled
+    float* acc = q_rows + n_slots * dim;          // [slot][dim], unpack order
+    float* row_max = acc + n_slots * dim;         // [slot]
+    float* row_sum = row_max + n_slots;           // [slot]
+    float* scores = row_sum + n_slots;            // [slot][kScoreStride]
 
     for (std::int64_t qi = q_begin; qi < q_end; ++qi) {
         for (std::int64_t slot = 0; slot < n_slots; ++slot) {
@@ -161,52 +149,44 @@ void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t h
         std::fill(row_sum, row_sum + n_slots, 0.0f);
 
         const std::int64_t n_keys = a.start_pos + qi + 1;
-        const auto row_of = [&](const void* base, std::int64_t key) {
-            return kv_row(base, key_row(a, key), a.kv_stride, head_begin, dim, kBf16);
-        };
+        // Cache rows are consumed one at a time, front to back (this task's heads of a
+        // position sit side by side): the hardware prefetcher streams such a walk at full
+        // memory speed, and measured at half that when several rows are read in step.
         for (std::int64_t kb = 0; kb < n_keys; kb += kKeys) {
             const std::int64_t n = std::min(kKeys, n_keys - kb);
             for (std::int64_t j = 0; j < n; ++j) {
-                k_rows[j] = row_of(a.k, kb + j);
-                v_rows[j] = row_of(a.v, kb + j);
-            }
-            for (std::int64_t j = n; j < kKeys + 3; ++j) k_rows[j] = k_rows[n - 1];  // scores past n unused
-            v_rows[n] = v_rows[n - 1];  // an odd count's partner row, weighted 0
-
-            // Scores: four keys at a time, every head of the task, so the four rows are each
-            // read front to back (heads are side by side in a row).
-            for (std::int64_t j = 0; j < n; j += 4) {
+                const auto* k = static_cast<const char*>(
+                    kv_row(a.k, key_row(a, kb + j), a.kv_stride, head_begin, dim, kBf16));
                 for (std::int64_t h = 0; h < n_heads; ++h) {
-                    const std::int64_t offset = h * dim * (kBf16 ? 2 : 4);
-                    const void* k4[4];
-                    for (int u = 0; u < 4; ++u) k4[u] = static_cast<const char*>(k_rows[j + u]) + offset;
                     for (std::int64_t pair = 0; pair < pairs; ++pair) {
                         const std::int64_t slot = (h * pairs + pair) * 2;
-                        scores_4x2<kBf16>(q_rows + slot * dim, q_rows + (slot + 1) * dim, k4, dim,
-                                          scores + slot * kScoreStride + j, scores + (slot + 1) * kScoreStride + j);
+                        partial_scores_2<kBf16>(q_rows + slot * dim, q_rows + (slot + 1) * dim, k + h * head_bytes,
+                                                dim, partial + (slot * (kKeys + 4) + j) * 8,
+                                                partial + ((slot + 1) * (kKeys + 4) + j) * 8);
                     }
                 }
             }
             for (std::int64_t slot = 0; slot < n_slots; ++slot) {
+                const float* lanes = partial + slot * (kKeys + 4) * 8;
                 float* p = scores + slot * kScoreStride;
+                for (std::int64_t j = 0; j < n; j += 4)  // lanes past n hold stale sums: unused
+                    _mm_storeu_ps(p + j, hsum4(_mm256_load_ps(lanes + j * 8), _mm256_load_ps(lanes + (j + 1) * 8),
+                                               _mm256_load_ps(lanes + (j + 2) * 8),
+                                               _mm256_load_ps(lanes + (j + 3) * 8)));
                 const float c = softmax_step(p, n, row_max[slot], row_sum[slot]);
-                p[n] = 0.0f;  // weight of the partner row of an odd count
                 const __m256 vc = _mm256_set1_ps(c);
                 float* acc_row = acc + slot * dim;
                 for (std::int64_t d = 0; d < dim; d += 8)
                     _mm256_storeu_ps(acc_row + d, _mm256_mul_ps(_mm256_loadu_ps(acc_row + d), vc));
             }
-            // Values: two keys at a time, rows again read front to back.
-            for (std::int64_t j = 0; j < n; j += 2) {
+            for (std::int64_t j = 0; j < n; ++j) {
+                const auto* v = static_cast<const char*>(
+                    kv_row(a.v, key_row(a, kb + j), a.kv_stride, head_begin, dim, kBf16));
                 for (std::int64_t h = 0; h < n_heads; ++h) {
-                    const std::int64_t offset = h * dim * (kBf16 ? 2 : 4);
-                    const void* v0 = static_cast<const char*>(v_rows[j]) + offset;
-                    const void* v1 = static_cast<const char*>(v_rows[j + 1]) + offset;
                     for (std::int64_t pair = 0; pair < pairs; ++pair) {
                         const std::int64_t slot = (h * pairs + pair) * 2;
-                        accumulate_2x2<kBf16>(acc + slot * dim, acc + (slot + 1) * dim,
-                                              scores + slot * kScoreStride + j,
-                                              scores + (slot + 1) * kScoreStride + j, v0, v1, dim);
+                        accumulate_2<kBf16>(acc + slot * dim, acc + (slot + 1) * dim, scores[slot * kScoreStride + j],
+                                            scores[(slot + 1) * kScoreStride + j], v + h * head_bytes, dim);
                     }
                 }
             }
