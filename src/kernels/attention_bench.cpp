@@ -5,7 +5,12 @@
 // cache bytes read per second, next to the machine's read bandwidth.
 //
 // Usage: attention_bench [--batch=16] [--context=352] [--layers=28] [--heads=16]
-//                        [--kv-heads=8] [--head-dim=128] [--layout=contiguous|interleaved]
+//                        [--kv-heads=8] [--head-dim=128] [--layout=contiguous|interleaved|serving]
+//                        [--decoded=96]
+// Layouts: each sequence's positions in one run of slots (contiguous); positions of the
+// batch alternating (interleaved); or as a page-size-1 server leaves them (serving): the
+// prompt in one run, the last --decoded positions taken one per decode step by every
+// sequence in turn.
 
 #include <algorithm>
 #include <chrono>
@@ -27,7 +32,8 @@ namespace {
 
 struct Options {
     std::int64_t batch = 16, context = 352, layers = 28, heads = 16, kv_heads = 8, head_dim = 128;
-    bool interleaved = false;  // positions of the sequences alternate in the pool
+    std::string layout = "contiguous";
+    std::int64_t decoded = 96;  // serving layout: positions added one decode step at a time
 };
 
 Options parse(int argc, char** argv) {
@@ -41,12 +47,10 @@ Options parse(int argc, char** argv) {
         };
         if (number("--batch=", &o.batch) || number("--context=", &o.context) || number("--layers=", &o.layers) ||
             number("--heads=", &o.heads) || number("--kv-heads=", &o.kv_heads) ||
-            number("--head-dim=", &o.head_dim))
+            number("--head-dim=", &o.head_dim) || number("--decoded=", &o.decoded))
             continue;
-        if (arg == "--layout=interleaved") {
-            o.interleaved = true;
-        } else if (arg == "--layout=contiguous") {
-            o.interleaved = false;
+        if (arg == "--layout=interleaved" || arg == "--layout=contiguous" || arg == "--layout=serving") {
+            o.layout = std::string(arg.substr(9));
         } else {
             std::fprintf(stderr, "attention_bench: unknown argument %s\n", argv[i]);
             std::exit(2);
@@ -79,10 +83,15 @@ int main(int argc, char** argv) {
         }
     }
     std::vector<std::int32_t> slot_table(slots);
+    const std::int64_t prompt = o.layout == "serving" ? std::max<std::int64_t>(0, o.context - o.decoded) : 0;
     for (std::int64_t s = 0; s < o.batch; ++s)
-        for (std::int64_t p = 0; p < o.context; ++p)
-            slot_table[s * o.context + p] =
-                static_cast<std::int32_t>(o.interleaved ? p * o.batch + s : s * o.context + p);
+        for (std::int64_t p = 0; p < o.context; ++p) {
+            std::int64_t slot = s * o.context + p;
+            if (o.layout == "interleaved") slot = p * o.batch + s;
+            if (o.layout == "serving")
+                slot = p < prompt ? s * prompt + p : o.batch * prompt + (p - prompt) * o.batch + s;
+            slot_table[s * o.context + p] = static_cast<std::int32_t>(slot);
+        }
     std::vector<float> q(o.batch * o.heads * o.head_dim, 0.1f), out(q.size());
     const kernels::AttentionShape shape{o.heads, o.kv_heads, o.head_dim,
                                         1.0f / std::sqrt(static_cast<float>(o.head_dim))};
@@ -118,7 +127,7 @@ int main(int argc, char** argv) {
             "{\"bench\":\"decode_attention\",\"threads\":%d,\"batch\":%lld,\"context\":%lld,\"layers\":%lld,"
             "\"layout\":\"%s\",\"step_ms\":%.2f,\"kv_mb\":%.1f,\"kv_gbs\":%.2f,\"machine_read_gbs\":%.2f}\n",
             threads, static_cast<long long>(o.batch), static_cast<long long>(o.context),
-            static_cast<long long>(o.layers), o.interleaved ? "interleaved" : "contiguous", median * 1e3,
+            static_cast<long long>(o.layers), o.layout.c_str(), median * 1e3,
             bytes_per_step / 1e6, bytes_per_step / median * 1e-9, bench::measure_read_bandwidth_gbs(&pool));
         std::fflush(stdout);
     }
