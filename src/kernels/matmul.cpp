@@ -24,6 +24,8 @@ using cpu::kPanelWidth;
 constexpr std::int64_t kParallelPrepareElements = 1 << 16;
 // Rows per work item when the output is split by rows: a multiple of both ISA row tiles.
 constexpr std::int64_t kRowAlign = 12;
+// Rows per pass over the weight for tall inputs (see matmul()).
+constexpr std::int64_t kRowBlock = 512;
 
 std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / to * to; }
 
@@ -149,6 +151,16 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
         << "matmul: strides (" << x_stride << ", " << y_stride << ") below k=" << w.k
         << ", n=" << w.n;
     if (m <= 0 || w.n == 0) return;
+    if (m > kRowBlock) {
+        // Tall inputs (long prefills) in row blocks: the kernels stream the input once per
+        // group of output panels, and a block's rows stay in the caches between groups,
+        // where all rows of a 4096-row input would come from memory each time (measured
+        // ~10 % slower). Re-reading the weight per block costs little next to the work.
+        for (std::int64_t r0 = 0; r0 < m; r0 += kRowBlock)
+            matmul(x + r0 * x_stride, std::min(kRowBlock, m - r0), w, y + r0 * y_stride, pool, isa, x_stride,
+                   y_stride);
+        return;
+    }
     if (w.k == 0) {
         for (std::int64_t r = 0; r < m; ++r) std::fill_n(y + r * y_stride, w.n, 0.0f);
         return;

@@ -124,6 +124,14 @@ TEST_P(MatmulPaths, LargeShapesMatchReference) {
     check_paths({1, 300, 1025}, GetParam(), &pool, 0, 0, 302);
 }
 
+// More rows than one pass over the weight takes (the row blocks of a long prefill), with
+// strides, so every block must find its own rows and outputs.
+TEST_P(MatmulPaths, TallInputsMatchReference) {
+    ThreadPool pool(2);
+    check_paths({1100, 40, 64}, GetParam(), &pool, 3, 2, 400);
+    check_paths({513, 17, 33}, GetParam(), nullptr, 0, 0, 401);
+}
+
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulPaths, ::testing::Values(DType::kF32, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
