@@ -2,7 +2,7 @@
 // small LLM, one JSON line per measurement (GFLOP/s and weight GB/s), plus one line of
 // machine peaks to compare with. Decode (m = 1) cycles through enough copies of the weight
 // to defeat the L3 cache, as a real decode step does, and so does a 16-row decode batch;
-// prefill (m = 512) reuses one copy.
+// prefill (m = 512, and 4096: a batch of 16 prompts of 256 tokens) reuses one copy.
 //
 // Usage: matmul_bench [--isa=avx512|avx2|reference] [--m=N] [--n=N] [--dtype=bf16|f32]
 //                     [--threads=N] [--no-peaks]
@@ -90,7 +90,7 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
     copies.push_back(pack_weight(w_f32.data(), DType::kF32, n, k, dtype));
     const std::size_t bytes = copies[0].bytes();
 
-    for (std::int64_t m : {1, 16, 512}) {
+    for (std::int64_t m : {1, 16, 512, 4096}) {
         if (opt.only_m != 0 && m != opt.only_m) continue;
         if (m <= kDecodeRows) {
             // Copies share the data pattern; only the addresses matter for caching.
