@@ -13,6 +13,8 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/attention_simd.h"
+#include "kernels/cpu/attention_avx512.h"
+#include "kernels/isa.h"
 #include "tensor/dtype.h"
 
 namespace tessera::kernels {
@@ -380,6 +382,9 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
             for (std::int64_t h = 0; h < shape.n_kv_heads; ++h) tasks.push_back({i, kind, h, h + 1, q_begin, q_end});
         }
     }
+    // Prefill blocks over a bf16 cache take the BF16 dot-product kernel where the CPU has it.
+    const bool bf16_blocks =
+        active_isa() == Isa::kAvx512Bf16 && cpu::attend_block_bf16_supported(shape);
     auto run_task = [&](const Task& t) {
         const AttentionArgs& a = args[t.seq];
         switch (t.kind) {
@@ -394,7 +399,14 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
                 }
                 break;
             case Kind::kBlock:
-                attend_block(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
+                if (a.kv_bf16 && bf16_blocks) {
+                    thread_local AlignedBuffer scratch;
+                    const std::size_t bytes = cpu::attend_block_bf16_scratch_bytes(shape, t.q_end - t.q_begin);
+                    if (scratch.size() < bytes) scratch = AlignedBuffer(bytes);
+                    cpu::attend_block_bf16_avx512(a, shape, t.kv_head_begin, t.q_begin, t.q_end, scratch.data());
+                } else {
+                    attend_block(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
+                }
                 break;
         }
     };

@@ -219,6 +219,31 @@ void prepare_bf16_avx512(const float* x, std::int64_t x_stride, std::int64_t k,
     }
 }
 
+void gemm_bf16_panels_avx512(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
+                             std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
+                             std::int64_t y_stride, std::int64_t n_valid, bool accumulate) {
+    if (m <= 0 || n_panels <= 0) return;
+    const std::int64_t n_row_tiles = (m + kMaxRows - 1) / kMaxRows;
+    const std::int64_t rows_per_tile = (m + n_row_tiles - 1) / n_row_tiles;
+    TileArgs t;
+    t.a_row_bytes = a_stride * 2;
+    t.panel_bytes = panel_bytes;
+    t.steps = steps;
+    t.y_stride = y_stride;
+    t.accumulate = accumulate;
+    for (std::int64_t p0 = 0; p0 < n_panels; p0 += kGroup) {
+        const int panels = static_cast<int>(std::min<std::int64_t>(kGroup, n_panels - p0));
+        t.b = static_cast<const std::byte*>(b) + p0 * panel_bytes;
+        t.n_valid = n_valid - p0 * kPanelWidth;
+        for (std::int64_t r = 0; r < m; r += rows_per_tile) {
+            const int rows = static_cast<int>(std::min(rows_per_tile, m - r));
+            t.a = reinterpret_cast<const std::byte*>(a + r * a_stride);
+            t.y = y + r * y_stride + p0 * kPanelWidth;
+            kKernels<true>.k[rows - 1][panels - 1](t);
+        }
+    }
+}
+
 void matmul_tile_avx512(const MatmulOperands& op, const OutputTile& tile) {
     if (op.w->dtype == DType::kBF16) {
         run_tile<true>(op, tile);

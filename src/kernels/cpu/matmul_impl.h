@@ -55,6 +55,15 @@ void prepare_bf16_avx512(const float* x, std::int64_t x_stride, std::int64_t k,
 void prepare_bf16_avx2(const float* x, std::int64_t x_stride, std::int64_t k, std::int64_t k_padded,
                        std::int64_t row_begin, std::int64_t row_end, float* dst);
 
+// A small bf16 GEMM on the calling thread for other kernels (attention), with both operands
+// already in the kernels' layouts: y f32 [m][16·n_panels] = (or +=, with `accumulate`)
+// a · B, where a is bf16 [m][2·steps] (rows a_stride elements apart, k pairs adjacent) and
+// B is n_panels panels of [steps][16][2] bf16, panel_bytes apart. Only the first n_valid
+// columns of y are read or written.
+void gemm_bf16_panels_avx512(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
+                             std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
+                             std::int64_t y_stride, std::int64_t n_valid, bool accumulate);
+
 // y[tile] = a[tile rows] · W[tile panels]ᵀ. Only the n valid columns of y are written.
 void matmul_tile_avx512(const MatmulOperands& op, const OutputTile& tile);
 void matmul_tile_avx2(const MatmulOperands& op, const OutputTile& tile);

@@ -1,0 +1,28 @@
+#pragma once
+// kernels/cpu/attention_avx512.h — prefill attention over a bf16 cache with the AVX-512
+// BF16 dot-product instructions (cpu/attention_avx512.cpp, compiled with the AVX-512
+// flags; call only after kernels::isa_supported(kAvx512Bf16)). No intrinsics here.
+// Reentrant: each call works in the caller's scratch.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+namespace tessera::kernels::cpu {
+
+// Shapes the kernel takes: head_dim a multiple of 32.
+bool attend_block_bf16_supported(const AttentionShape& s);
+
+// Scratch bytes for one call with `n_tokens` query tokens.
+std::size_t attend_block_bf16_scratch_bytes(const AttentionShape& s, std::int64_t n_tokens);
+
+// Query tokens [q_begin, q_end) of one sequence, every query head of KV head `kv_head`, over
+// keys 0 .. start_pos + q_end - 1 of a bf16 cache (a.kv_bf16), causal, flash style in
+// blocks of 32 keys. Scores and the weighted sum of values are two small bf16 GEMMs on the
+// matmul micro-kernel, so q (scaled) and the softmax weights are rounded to bf16 as GPU
+// flash kernels do; max, sums and outputs stay f32. `scratch` is 64-byte aligned.
+void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head,
+                              std::int64_t q_begin, std::int64_t q_end, void* scratch);
+
+}  // namespace tessera::kernels::cpu
