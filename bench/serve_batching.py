@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Does batching pay off? One `tessera serve` on the small model, measured with
 `tessera bench serve` alternately at concurrency 1 and at concurrency 16 (64 requests of
-256 input and 128 output tokens, exact lengths, all sent at once under the cap). Each
+256 input and 128 output tokens, exact lengths, all sent at once under the cap). Every run
+has its own random prompts and starts with the prefix cache flushed, so nothing is a cache
+hit. Each
 repeat gives the batched output throughput over the single-stream output throughput of
 the same repeat; the summary line has the medians over repeats.
 
@@ -47,11 +49,21 @@ def wait_healthy(port, server, timeout_s=300):
     sys.exit("tessera serve did not become healthy in time")
 
 
-def bench(a, port, concurrency, prompts, out_file):
+def flush_cache(port):
+    """Each run starts from an empty prefix cache: prompts of earlier runs must not be hits."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/flush_cache", method="POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        if r.status != 200:
+            sys.exit(f"/flush_cache answered {r.status}")
+
+
+def bench(a, port, concurrency, prompts, out_file, seed):
+    flush_cache(port)
     cmd = [a.tessera, "bench", "serve", "--backend", "openai", "--port", str(port), "--model", "bench-model",
            "--model-path", a.model_path, "--random-input-len", str(a.input_len), "--random-output-len",
            str(a.output_len), "--random-range-ratio", "1", "--request-rate", "inf", "--num-prompts", str(prompts),
-           "--max-concurrency", str(concurrency), "--disable-tqdm", "--output-file", out_file]
+           "--max-concurrency", str(concurrency), "--seed", str(seed), "--warmup-requests", "0",
+           "--disable-tqdm", "--output-file", out_file]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"bench serve (concurrency {concurrency}) failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
@@ -84,9 +96,11 @@ def main():
         with open(log.name) as f:
             startup = [line.strip() for line in f if "max_total_num_tokens" in line]
         out_file = log.name + ".jsonl"
+        bench(a, port, 1, 1, out_file, seed=999)  # warm-up, not reported
         for r in range(a.repeats):
-            one = bench(a, port, 1, a.single_prompts, out_file)
-            many = bench(a, port, a.concurrency, a.num_prompts, out_file)
+            # Fresh prompts for every run (a seed each) and an empty cache before it.
+            one = bench(a, port, 1, a.single_prompts, out_file, seed=1000 + 2 * r)
+            many = bench(a, port, a.concurrency, a.num_prompts, out_file, seed=1001 + 2 * r)
             for run, c in ((one, 1), (many, a.concurrency)):
                 print(json.dumps({"bench": "serve_batching", "repeat": r, "concurrency": c,
                                   "num_prompts": run["num_prompts"], "completed": run["completed"],

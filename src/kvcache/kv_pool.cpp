@@ -1,6 +1,7 @@
 #include "kvcache/kv_pool.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "base/check.h"
 
@@ -36,10 +37,55 @@ SlotAllocator::SlotAllocator(std::int64_t n_slots, std::int64_t page_size)
         << "n_slots " << n_slots << " is not a multiple of page_size " << page_size;
     const auto n_pages = n_slots / page_size;
     used_in_page_.assign(static_cast<std::size_t>(n_pages + 1), 0);
-    // A stack popped from the back: push in reverse so that page 1 is handed out first,
-    // which keeps slot numbers small and test expectations readable.
-    free_pages_.reserve(static_cast<std::size_t>(n_pages));
-    for (auto p = n_pages; p >= 1; --p) free_pages_.push_back(static_cast<std::int32_t>(p));
+    if (n_pages > 0) free_runs_.emplace(1, static_cast<std::int32_t>(n_pages));
+    free_pages_ = n_pages;
+}
+
+std::int64_t SlotAllocator::take_from(std::int32_t page, std::int64_t count, std::vector<std::int32_t>* pages) {
+    auto it = free_runs_.upper_bound(page);
+    if (it == free_runs_.begin()) return 0;
+    --it;
+    const std::int32_t first = it->first;
+    const std::int32_t end = first + it->second;  // one past the run
+    if (page >= end) return 0;                     // `page` is in use
+    const auto taken = static_cast<std::int32_t>(std::min<std::int64_t>(count, end - page));
+    free_runs_.erase(it);
+    if (page > first) free_runs_.emplace(first, page - first);
+    if (page + taken < end) free_runs_.emplace(page + taken, end - (page + taken));
+    for (std::int32_t p = page; p < page + taken; ++p) pages->push_back(p);
+    free_pages_ -= taken;
+    return taken;
+}
+
+void SlotAllocator::release_page(std::int32_t page) {
+    std::int32_t first = page;
+    std::int32_t length = 1;
+    auto next = free_runs_.find(page + 1);
+    if (next != free_runs_.end()) {
+        length += next->second;
+        free_runs_.erase(next);
+    }
+    auto it = free_runs_.lower_bound(page);
+    if (it != free_runs_.begin()) {
+        auto prev = std::prev(it);
+        if (prev->first + prev->second == page) {
+            first = prev->first;
+            length += prev->second;
+            free_runs_.erase(prev);
+        }
+    }
+    free_runs_.emplace(first, length);
+    ++free_pages_;
+}
+
+std::int32_t SlotAllocator::place_new_run(std::int64_t count) const {
+    const std::int64_t gap = (kGrowthSlots + page_size_ - 1) / page_size_;
+    for (const auto& [first, length] : free_runs_) {
+        // Page 0 is padding, so a run starting at page 1 follows no sequence.
+        const std::int64_t skip = first > 1 ? gap : 0;
+        if (length >= skip + count) return static_cast<std::int32_t>(first + skip);
+    }
+    return -1;
 }
 
 std::optional<std::vector<std::int32_t>> SlotAllocator::alloc(std::int64_t n,
@@ -51,10 +97,12 @@ std::optional<std::vector<std::int32_t>> SlotAllocator::alloc(std::int64_t n,
     // Room left in the sequence's current page.
     std::int64_t take_in_page = 0;
     std::int32_t page = -1;
-    if (last_slot >= 0 && page_size_ > 1) {
+    if (last_slot >= 0) {
         page = static_cast<std::int32_t>(last_slot / page_size_);
         TSR_CHECK(page >= 1 && page < static_cast<std::int64_t>(used_in_page_.size()))
             << "last_slot " << last_slot << " is outside the pool";
+    }
+    if (last_slot >= 0 && page_size_ > 1) {
         const std::int64_t room = (page + 1) * page_size_ - (last_slot + 1);
         take_in_page = std::min(room, n);
         if (take_in_page > 0) {
@@ -64,15 +112,25 @@ std::optional<std::vector<std::int32_t>> SlotAllocator::alloc(std::int64_t n,
     }
     const std::int64_t rest = n - take_in_page;
     const std::int64_t pages_needed = (rest + page_size_ - 1) / page_size_;
-    if (pages_needed > static_cast<std::int64_t>(free_pages_.size())) return std::nullopt;
+    if (pages_needed > free_pages_) return std::nullopt;
 
     for (std::int64_t i = 1; i <= take_in_page; ++i) out.push_back(last_slot + static_cast<std::int32_t>(i));
     if (take_in_page > 0) used_in_page_[page] += static_cast<std::int32_t>(take_in_page);
 
+    // Pages: first the ones right after the sequence's, then a new run placed with room to
+    // grow, then (a fragmented pool) the lowest free pages wherever they are.
+    std::vector<std::int32_t> pages;
+    pages.reserve(static_cast<std::size_t>(pages_needed));
+    if (page >= 1 && pages_needed > 0) take_from(page + 1, pages_needed, &pages);
+    if (static_cast<std::int64_t>(pages.size()) < pages_needed) {
+        const std::int32_t start = place_new_run(pages_needed - static_cast<std::int64_t>(pages.size()));
+        if (start >= 1) take_from(start, pages_needed - static_cast<std::int64_t>(pages.size()), &pages);
+    }
+    while (static_cast<std::int64_t>(pages.size()) < pages_needed)
+        take_from(free_runs_.begin()->first, pages_needed - static_cast<std::int64_t>(pages.size()), &pages);
+
     std::int64_t left = rest;
-    for (std::int64_t i = 0; i < pages_needed; ++i) {
-        const std::int32_t p = free_pages_.back();
-        free_pages_.pop_back();
+    for (const std::int32_t p : pages) {
         const std::int64_t used = std::min(left, page_size_);
         const auto first = static_cast<std::int32_t>(p * page_size_);
         for (std::int64_t s = 0; s < used; ++s) out.push_back(first + static_cast<std::int32_t>(s));
@@ -88,13 +146,11 @@ void SlotAllocator::free(const std::vector<std::int32_t>& slots) {
         TSR_CHECK(page >= 1 && page < static_cast<std::int64_t>(used_in_page_.size()))
             << "freeing slot " << slot << " outside the pool (or the padding page)";
         TSR_CHECK(used_in_page_[page] > 0) << "double free of slot " << slot;
-        if (--used_in_page_[page] == 0) free_pages_.push_back(static_cast<std::int32_t>(page));
+        if (--used_in_page_[page] == 0) release_page(static_cast<std::int32_t>(page));
     }
 }
 
-std::int64_t SlotAllocator::available() const {
-    return static_cast<std::int64_t>(free_pages_.size()) * page_size_;
-}
+std::int64_t SlotAllocator::available() const { return free_pages_ * page_size_; }
 
 KvView KvPool::view() {
     KvView view;

@@ -5,6 +5,7 @@
 // reserved as padding and never handed out. Owned by the rank's executor thread.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -36,25 +37,44 @@ class KvPool {
     std::vector<AlignedBuffer> v_;
 };
 
-// Free list of pages. alloc(n) returns n slots (ceil(n / page_size) pages' worth, the
-// first n of them in order) or nullopt when the pool is short: running out is normal control
-// flow for the scheduler (it evicts cache or retracts), not an error.
+// Free pages, as runs of consecutive pages. alloc(n) returns n slots (ceil(n / page_size)
+// pages' worth, the first n of them in order) or nullopt when the pool is short: running out
+// is normal control flow for the scheduler (it evicts cache or retracts), not an error.
+//
+// Placement keeps each sequence's slots consecutive where it can, because attention reads
+// a sequence's K/V rows in position order and consecutive rows stream from memory about
+// twice as fast as scattered ones: a sequence grows into the pages right after its last
+// one, and a new sequence starts kGrowthSlots after the end of the run before it, so that
+// run can still grow. Those gaps are ordinary free pages: when nothing else is left they are
+// handed out like any other.
 class SlotAllocator {
  public:
+    // Room left after a run for its sequence to grow before the next sequence starts.
+    static constexpr std::int64_t kGrowthSlots = 256;
+
     SlotAllocator(std::int64_t n_slots, std::int64_t page_size);
     // Slots for `n` more tokens of a sequence whose last slot is `last_slot` (-1 for none):
     // continues the sequence's current page while it has room, then takes whole pages.
     std::optional<std::vector<std::int32_t>> alloc(std::int64_t n, std::int32_t last_slot = -1);
-    // Returns slots; a page goes back to the free list when all its slots are free.
+    // Returns slots; a page goes back to the free runs when all its slots are free.
     void free(const std::vector<std::int32_t>& slots);
     std::int64_t available() const;  // free slots, counting whole free pages only
     std::int64_t capacity() const { return n_slots_; }
     std::int64_t page_size() const { return page_size_; }
 
  private:
+    // Takes up to `count` free pages starting at `page` (stopping at the end of its run);
+    // returns how many it took.
+    std::int64_t take_from(std::int32_t page, std::int64_t count, std::vector<std::int32_t>* pages);
+    void release_page(std::int32_t page);
+    // First page of the first run that holds `count` pages after a growth gap (when the run
+    // follows a used page), or -1.
+    std::int32_t place_new_run(std::int64_t count) const;
+
     std::int64_t n_slots_;
     std::int64_t page_size_;
-    std::vector<std::int32_t> free_pages_;
+    std::map<std::int32_t, std::int32_t> free_runs_;  // first page -> pages in the run
+    std::int64_t free_pages_ = 0;
     std::vector<std::int32_t> used_in_page_;  // per page: slots in use
 };
 

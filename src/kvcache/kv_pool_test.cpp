@@ -1,6 +1,7 @@
 #include "kvcache/kv_pool.h"
 
 #include <algorithm>
+#include <random>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -64,6 +65,97 @@ TEST(SlotAllocatorTest, ShortPoolReturnsNulloptWithoutSideEffects) {
     alloc.free(*a);
     alloc.free(*b);
     EXPECT_EQ(alloc.available(), 32);
+}
+
+// Sequences keep consecutive slots: a new one starts kGrowthSlots after the run before it,
+// and decode steps grow each sequence into the slots right after its last one.
+TEST(SlotAllocatorTest, SequencesGrowIntoConsecutiveSlots) {
+    constexpr std::int32_t kGap = SlotAllocator::kGrowthSlots;
+    SlotAllocator alloc(4096, 1);
+    auto a = alloc.alloc(5);
+    auto b = alloc.alloc(7);
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->front(), 1);
+    EXPECT_EQ(b->front(), 6 + kGap);  // a's run ends at slot 5; b leaves it room
+    for (int step = 0; step < 100; ++step) {  // interleaved decode steps
+        auto na = alloc.alloc(1, a->back());
+        auto nb = alloc.alloc(1, b->back());
+        ASSERT_TRUE(na && nb);
+        EXPECT_EQ(na->front(), a->back() + 1);
+        EXPECT_EQ(nb->front(), b->back() + 1);
+        a->push_back(na->front());
+        b->push_back(nb->front());
+    }
+    // A chunked prompt continues its own run too.
+    auto c = alloc.alloc(10);
+    auto c2 = alloc.alloc(20, c->back());
+    ASSERT_TRUE(c && c2);
+    EXPECT_EQ(c2->front(), c->back() + 1);
+    EXPECT_EQ(alloc.available(), 4096 - 105 - 107 - 30);
+}
+
+TEST(SlotAllocatorTest, GapsAndFragmentsAreStillHandedOut) {
+    SlotAllocator alloc(300, 1);
+    auto a = alloc.alloc(10);   // 1..10
+    auto b = alloc.alloc(10);   // after a 256-slot gap: 267..276
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(b->front(), 267);
+    // No run has room for 30 after a gap: the lowest free slots, in order.
+    auto c = alloc.alloc(30);
+    ASSERT_TRUE(c.has_value());
+    EXPECT_EQ(c->front(), 11);
+    EXPECT_EQ(c->back(), 40);
+    // Everything else still fits, and freeing it all gives back one whole run.
+    auto rest = alloc.alloc(alloc.available());
+    ASSERT_TRUE(rest.has_value());
+    EXPECT_EQ(alloc.available(), 0);
+    EXPECT_FALSE(alloc.alloc(1).has_value());
+    std::set<std::int32_t> all;
+    for (const auto* v : {&*a, &*b, &*c, &*rest}) all.insert(v->begin(), v->end());
+    EXPECT_EQ(all.size(), 300u);
+    EXPECT_EQ(*all.begin(), 1);
+    EXPECT_EQ(*all.rbegin(), 300);
+    for (const auto* v : {&*a, &*b, &*c, &*rest}) alloc.free(*v);
+    auto whole = alloc.alloc(300);
+    ASSERT_TRUE(whole.has_value());
+    EXPECT_EQ(whole->front(), 1);
+    EXPECT_EQ(whole->back(), 300);
+}
+
+// Random allocations, growth and frees against a plain model of which slots are in use.
+TEST(SlotAllocatorTest, RandomChurnKeepsSlotsDistinctAndCounted) {
+    for (std::int64_t page_size : {1, 4}) {
+        SlotAllocator alloc(1024, page_size);
+        std::mt19937 gen(static_cast<unsigned>(page_size));
+        std::vector<std::vector<std::int32_t>> live;
+        std::set<std::int32_t> used;
+        for (int op = 0; op < 4000; ++op) {
+            const int what = static_cast<int>(gen() % 3);
+            if (what == 0 || live.empty()) {
+                const std::int64_t n = 1 + static_cast<std::int64_t>(gen() % 40);
+                auto got = alloc.alloc(n);
+                if (!got) continue;
+                for (std::int32_t s : *got) ASSERT_TRUE(used.insert(s).second) << "slot " << s << " handed out twice";
+                live.push_back(*got);
+            } else if (what == 1) {
+                auto& seq = live[gen() % live.size()];
+                auto got = alloc.alloc(1 + static_cast<std::int64_t>(gen() % 3), seq.back());
+                if (!got) continue;
+                for (std::int32_t s : *got) ASSERT_TRUE(used.insert(s).second) << "slot " << s << " handed out twice";
+                seq.insert(seq.end(), got->begin(), got->end());
+            } else {
+                const std::size_t i = gen() % live.size();
+                alloc.free(live[i]);
+                for (std::int32_t s : live[i]) used.erase(s);
+                live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+            }
+            ASSERT_GE(alloc.available(), 0);
+            ASSERT_LE(static_cast<std::int64_t>(used.size()) + alloc.available(), alloc.capacity());
+        }
+        for (const auto& seq : live) alloc.free(seq);
+        EXPECT_EQ(alloc.available(), alloc.capacity());
+        EXPECT_TRUE(alloc.alloc(alloc.capacity()).has_value());
+    }
 }
 
 TEST(KvPoolTest, RowsIncludeThePaddingPage) {
