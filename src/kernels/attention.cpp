@@ -141,7 +141,6 @@ void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::in
             float row_sum = 0.0f;
             for (std::int64_t kb = 0; kb < n_keys_total; kb += kKeyBlock) {
                 const std::int64_t n = std::min(kKeyBlock, n_keys_total - kb);
-                float block_max = -std::numeric_limits<float>::infinity();
                 std::int64_t j = 0;
                 // Four keys at a time share one horizontal reduction.
                 for (; j + 4 <= n; j += 4) {
@@ -171,7 +170,6 @@ void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::in
                         const void* kr = u == 0 ? k0 : u == 1 ? k1 : u == 2 ? k2 : k3;
                         for (std::int64_t dd = d; dd < dim; ++dd) v += q[dd] * kv_value(kr, dd, kBf16);
                         p[j + u] = v * s.scale;
-                        block_max = std::max(block_max, p[j + u]);
                     }
                 }
                 for (; j < n; ++j) {
@@ -179,25 +177,8 @@ void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::in
                     float v = 0.0f;
                     for (std::int64_t d = 0; d < dim; ++d) v += q[d] * kv_value(kr, d, kBf16);
                     p[j] = v * s.scale;
-                    block_max = std::max(block_max, p[j]);
                 }
-                const float new_max = std::max(row_max, block_max);
-                const __m256 vmax = _mm256_set1_ps(new_max);
-                __m256 vsum = _mm256_setzero_ps();
-                j = 0;
-                for (; j + 8 <= n; j += 8) {
-                    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
-                    _mm256_storeu_ps(p + j, e);
-                    vsum = _mm256_add_ps(vsum, e);
-                }
-                float block_sum = hsum(vsum);
-                for (; j < n; ++j) {
-                    p[j] = std::exp(p[j] - new_max);
-                    block_sum += p[j];
-                }
-                const float correction = std::exp(row_max - new_max);
-                row_sum = row_sum * correction + block_sum;
-                row_max = new_max;
+                const float correction = softmax_step(p, n, row_max, row_sum);
                 // acc = acc · correction + Σ p_j v_j, 64 columns at a time in registers.
                 const __m256 c = _mm256_set1_ps(correction);
                 std::int64_t d0 = 0;
@@ -284,28 +265,8 @@ void attend_block(const AttentionArgs& a, const AttentionShape& s, std::int64_t 
                 most_visible = std::max(most_visible, visible);
                 std::fill(p + visible, p + kKeyBlock, 0.0f);
                 if (visible == 0) continue;
-                float block_max = -std::numeric_limits<float>::infinity();
-                for (std::int64_t j = 0; j < visible; ++j) {
-                    p[j] *= s.scale;
-                    block_max = std::max(block_max, p[j]);
-                }
-                const float new_max = std::max(row_max[row], block_max);
-                const __m256 vmax = _mm256_set1_ps(new_max);
-                __m256 vsum = _mm256_setzero_ps();
-                std::int64_t j = 0;
-                for (; j + 8 <= visible; j += 8) {
-                    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
-                    _mm256_storeu_ps(p + j, e);
-                    vsum = _mm256_add_ps(vsum, e);
-                }
-                float block_sum = hsum(vsum);
-                for (; j < visible; ++j) {
-                    p[j] = std::exp(p[j] - new_max);
-                    block_sum += p[j];
-                }
-                correction[w] = std::exp(row_max[row] - new_max);  // 0 on the first block
-                row_sum[row] = row_sum[row] * correction[w] + block_sum;
-                row_max[row] = new_max;
+                for (std::int64_t j = 0; j < visible; ++j) p[j] *= s.scale;
+                correction[w] = softmax_step(p, visible, row_max[row], row_sum[row]);
             }
             // The pad row (odd row counts) accumulates into scratch that is never read.
             float* acc1 = r + 1 < n_rows ? accum.data() + (r + 1) * dim : pad_accum.data();

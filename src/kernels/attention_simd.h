@@ -5,7 +5,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/attention.h"
 #include "kernels/simd_exp.h"
@@ -24,6 +27,36 @@ inline float hsum(__m256 v) {
 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// Online-softmax step of one row over the scores of a block: p becomes exp(score - new max);
+// returns the factor the row's earlier accumulator must be scaled by.
+inline float softmax_step(float* p, std::int64_t n, float& row_max, float& row_sum) {
+    __m256 vmax8 = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    std::int64_t j = 0;
+    for (; j + 8 <= n; j += 8) vmax8 = _mm256_max_ps(vmax8, _mm256_loadu_ps(p + j));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax8), _mm256_extractf128_ps(vmax8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float block_max = std::max(_mm_cvtss_f32(m4), _mm_cvtss_f32(_mm_shuffle_ps(m4, m4, 1)));
+    for (; j < n; ++j) block_max = std::max(block_max, p[j]);
+    const float new_max = std::max(row_max, block_max);
+    const __m256 vmax = _mm256_set1_ps(new_max);
+    __m256 vsum = _mm256_setzero_ps();
+    j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), vmax));
+        _mm256_storeu_ps(p + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    float block_sum = hsum(vsum);
+    for (; j < n; ++j) {
+        p[j] = std::exp(p[j] - new_max);
+        block_sum += p[j];
+    }
+    const float correction = std::exp(row_max - new_max);  // 0 on the first block
+    row_sum = row_sum * correction + block_sum;
+    row_max = new_max;
+    return correction;
 }
 
 inline std::int64_t key_row(const AttentionArgs& a, std::int64_t position) {
