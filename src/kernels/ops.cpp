@@ -63,6 +63,35 @@ void add_inplace(float* x, const float* residual, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) x[i] += residual[i];
 }
 
+void rope_angles(const std::int32_t* positions, std::int64_t n_tokens, const float* inv_freq, std::int64_t half,
+                 float* cos, float* sin) {
+    for (std::int64_t t = 0; t < n_tokens; ++t) {
+        const float pos = static_cast<float>(positions[t]);
+        for (std::int64_t i = 0; i < half; ++i) {
+            // The angle is rounded to f32 first, as the reference implementations do.
+            const float angle = pos * inv_freq[i];
+            cos[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+            sin[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+        }
+    }
+}
+
+void rope_rotate(float* x, std::int64_t n_heads, std::int64_t head_dim, const float* cos, const float* sin,
+                 bool neox) {
+    const std::int64_t half = head_dim / 2;
+    for (std::int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + h * head_dim;
+        for (std::int64_t i = 0; i < half; ++i) {
+            const std::int64_t a = neox ? i : 2 * i;
+            const std::int64_t b = neox ? i + half : 2 * i + 1;
+            const float x0 = v[a];
+            const float x1 = v[b];
+            v[a] = x0 * cos[i] - x1 * sin[i];
+            v[b] = x1 * cos[i] + x0 * sin[i];
+        }
+    }
+}
+
 void rope(float* x, std::int64_t n_tokens, std::int64_t n_heads, std::int64_t head_dim,
           const std::int32_t* positions, const float* inv_freq, bool neox,
           std::int64_t token_stride) {
@@ -72,24 +101,8 @@ void rope(float* x, std::int64_t n_tokens, std::int64_t n_heads, std::int64_t he
     float cos_t[512];
     float sin_t[512];
     for (std::int64_t t = 0; t < n_tokens; ++t) {
-        const float pos = static_cast<float>(positions[t]);
-        for (std::int64_t i = 0; i < half; ++i) {
-            // The angle is rounded to f32 first, as the reference implementations do.
-            const float angle = pos * inv_freq[i];
-            cos_t[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-            sin_t[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-        }
-        for (std::int64_t h = 0; h < n_heads; ++h) {
-            float* v = x + t * token_stride + h * head_dim;
-            for (std::int64_t i = 0; i < half; ++i) {
-                const std::int64_t a = neox ? i : 2 * i;
-                const std::int64_t b = neox ? i + half : 2 * i + 1;
-                const float x0 = v[a];
-                const float x1 = v[b];
-                v[a] = x0 * cos_t[i] - x1 * sin_t[i];
-                v[b] = x1 * cos_t[i] + x0 * sin_t[i];
-            }
-        }
+        rope_angles(positions + t, 1, inv_freq, half, cos_t, sin_t);
+        rope_rotate(x + t * token_stride, n_heads, head_dim, cos_t, sin_t, neox);
     }
 }
 

@@ -29,6 +29,14 @@ void rope(float* x, std::int64_t n_tokens, std::int64_t n_heads, std::int64_t he
           const std::int32_t* positions, const float* inv_freq, bool neox,
           std::int64_t token_stride = 0);
 
+// The same in two parts, so that a forward pass computes the angles once for all layers:
+// rope_angles fills cos and sin f32 [n_tokens, head_dim/2]; rope_rotate applies one token's
+// row of them (cos, sin f32 [head_dim/2]) to its n_heads heads at x. rope() is exactly
+// rope_angles followed by rope_rotate on every token.
+void rope_angles(const std::int32_t* positions, std::int64_t n_tokens, const float* inv_freq, std::int64_t half,
+                 float* cos, float* sin);
+void rope_rotate(float* x, std::int64_t n_heads, std::int64_t head_dim, const float* cos, const float* sin, bool neox);
+
 // out f32 [rows, dim] = silu(gate_up[:, :dim]) * gate_up[:, dim:], gate_up f32 [rows, 2·dim].
 void silu_and_mul(const float* gate_up, float* out, std::int64_t rows, std::int64_t dim,
                   ThreadPool* pool = nullptr);

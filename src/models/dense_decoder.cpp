@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/aligned_buffer.h"
+#include "base/thread_pool.h"
 #include "dist/pp_partition.h"
 #include "dist/process_group.h"
 #include "kernels/attention.h"
@@ -92,6 +93,7 @@ class DenseDecoder final : public Model {
 
     // Activations, reused across steps. f32 [n_tokens, ...]
     std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, last_, shard_logits_, gathered_;
+    std::vector<float> rope_cos_, rope_sin_;  // f32 [tokens, head_dim/2] of the current pass
 };
 
 Status DenseDecoder::load(const WeightSource& source, const StageInfo& stage) {
@@ -309,6 +311,11 @@ Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv,
         std::copy(batch.hidden_in.begin(), batch.hidden_in.end(), x_.begin());
     }
     const float eps = static_cast<float>(c.rms_norm_eps);
+    // Rotary angles once per pass; every layer rotates with the same ones.
+    const std::int64_t half = c.head_dim / 2;
+    rope_cos_.resize(static_cast<std::size_t>(n * half));
+    rope_sin_.resize(static_cast<std::size_t>(n * half));
+    kernels::rope_angles(positions.data(), n, inv_freq_.data(), half, rope_cos_.data(), rope_sin_.data());
     const kernels::AttentionShape attn_shape{n_heads_, n_kv_heads_,
                                              c.head_dim,
                                              1.0f / std::sqrt(static_cast<float>(c.head_dim))};
@@ -316,35 +323,42 @@ Status DenseDecoder::forward(const BatchInput& batch, const kvcache::KvView& kv,
         DecoderLayer& layer = layers_[l];
         kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
         layer.qkv_proj.forward(h_.data(), n, qkv_.data(), pool);
-        for (std::int64_t t = 0; t < n; ++t) {
-            float* q = qkv_.data() + t * qkv_dim;
-            float* k = q + q_dim();
-            if (c.qk_norm) {
-                kernels::rms_norm(q, layer.q_norm.data(), q, n_heads_, c.head_dim, eps);
-                kernels::rms_norm(k, layer.k_norm.data(), k, n_kv_heads_, c.head_dim, eps);
-            }
-        }
-        kernels::rope(qkv_.data(), n, n_heads_, c.head_dim, positions.data(),
-                      inv_freq_.data(), /*neox=*/true, qkv_dim);
-        kernels::rope(qkv_.data() + q_dim(), n, n_kv_heads_, c.head_dim, positions.data(),
-                      inv_freq_.data(), /*neox=*/true, qkv_dim);
         void* k_cache = kv.k[l];
         void* v_cache = kv.v[l];
         const bool kv_bf16 = kv.dtype == DType::kBF16;
-        for (std::int64_t t = 0; t < n; ++t) {
-            const float* k = qkv_.data() + t * qkv_dim + q_dim();
-            const std::int64_t row = kv_rows[t] * kv_dim();
-            if (kv_bf16) {
-                auto* kd = static_cast<std::uint16_t*>(k_cache) + row;
-                auto* vd = static_cast<std::uint16_t*>(v_cache) + row;
-                for (std::int64_t i = 0; i < kv_dim(); ++i) {
-                    kd[i] = f32_to_bf16(k[i]);
-                    vd[i] = f32_to_bf16(k[kv_dim() + i]);
+        // Per token: q/k norms (qwen3), the rotation with this pass's angles, and K/V into
+        // the token's cache row.
+        const auto finish_qkv = [&](std::int64_t t_begin, std::int64_t t_end) {
+            for (std::int64_t t = t_begin; t < t_end; ++t) {
+                float* q = qkv_.data() + t * qkv_dim;
+                float* k = q + q_dim();
+                if (c.qk_norm) {
+                    kernels::rms_norm(q, layer.q_norm.data(), q, n_heads_, c.head_dim, eps);
+                    kernels::rms_norm(k, layer.k_norm.data(), k, n_kv_heads_, c.head_dim, eps);
                 }
-            } else {
-                std::memcpy(static_cast<float*>(k_cache) + row, k, static_cast<std::size_t>(kv_dim()) * 4);
-                std::memcpy(static_cast<float*>(v_cache) + row, k + kv_dim(), static_cast<std::size_t>(kv_dim()) * 4);
+                const float* cos = rope_cos_.data() + t * half;
+                const float* sin = rope_sin_.data() + t * half;
+                kernels::rope_rotate(q, n_heads_, c.head_dim, cos, sin, /*neox=*/true);
+                kernels::rope_rotate(k, n_kv_heads_, c.head_dim, cos, sin, /*neox=*/true);
+                const std::int64_t row = kv_rows[t] * kv_dim();
+                if (kv_bf16) {
+                    auto* kd = static_cast<std::uint16_t*>(k_cache) + row;
+                    auto* vd = static_cast<std::uint16_t*>(v_cache) + row;
+                    for (std::int64_t i = 0; i < kv_dim(); ++i) {
+                        kd[i] = f32_to_bf16(k[i]);
+                        vd[i] = f32_to_bf16(k[kv_dim() + i]);
+                    }
+                } else {
+                    std::memcpy(static_cast<float*>(k_cache) + row, k, static_cast<std::size_t>(kv_dim()) * 4);
+                    std::memcpy(static_cast<float*>(v_cache) + row, k + kv_dim(),
+                                static_cast<std::size_t>(kv_dim()) * 4);
+                }
             }
+        };
+        if (pool != nullptr && n >= 8) {
+            pool->parallel_for(n, finish_qkv);
+        } else {
+            finish_qkv(0, n);
         }
         std::vector<kernels::AttentionArgs> attention_args;
         std::int64_t first = 0;
