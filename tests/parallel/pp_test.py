@@ -17,7 +17,6 @@ Usage: pp_test.py --tessera PATH --case {equivalence,bad-partition,two-node-kill
 Exit 0 pass, 1 fail.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tp_test import free_port, kill_node1_mid_run  # noqa: E402
+from tp_test import free_port, kill_node1_mid_run, run_case  # noqa: E402
 
 PROMPT = ",".join(str((i * 37 + 11) % 200 + 3) for i in range(45))
 NEW_TOKENS = 10
@@ -199,18 +198,8 @@ def trace(tessera, workdir):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tessera", required=True)
-    ap.add_argument("--case", required=True, choices=["equivalence", "bad-partition", "two-node-kill", "trace"])
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
-    tessera = os.path.abspath(a.tessera)
-    fn = {"equivalence": equivalence, "bad-partition": bad_partition, "two-node-kill": two_node_kill,
-          "trace": trace}[a.case]
-    ok = fn(tessera, a.workdir)
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return run_case({"equivalence": equivalence, "bad-partition": bad_partition, "two-node-kill": two_node_kill,
+                     "trace": trace})
 
 
 if __name__ == "__main__":

@@ -255,20 +255,24 @@ def kill_rank(tessera, workdir):
     return ok and good
 
 
-def main():
+def run_case(cases):
+    """Runs the case named by --case with (tessera, workdir): exit 0 on pass, 1 on fail, 77
+    (CTest's skip) when the case returns None."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--tessera", required=True)
-    ap.add_argument("--case", required=True, choices=["equivalence", "two-node", "netns", "kill"])
+    ap.add_argument("--case", required=True, choices=sorted(cases))
     ap.add_argument("--workdir", required=True)
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    tessera = os.path.abspath(args.tessera)
-    result = {"equivalence": equivalence, "two-node": two_node, "netns": netns, "kill": kill_rank}[args.case](
-        tessera, args.workdir)
+    result = cases[args.case](os.path.abspath(args.tessera), args.workdir)
     if result is None:
         return 77
     print("RESULT:", "PASS" if result else "FAIL")
     return 0 if result else 1
+
+
+def main():
+    return run_case({"equivalence": equivalence, "two-node": two_node, "netns": netns, "kill": kill_rank})
 
 
 if __name__ == "__main__":
