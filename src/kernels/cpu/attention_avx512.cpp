@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "kernels/cpu/matmul_impl.h"
+#include "kernels/exp_poly.h"
 
 namespace tessera::kernels::cpu {
 
@@ -54,19 +55,14 @@ Layout layout_for(const AttentionShape& s, std::int64_t n_tokens) {
     return l;
 }
 
-// exp(x) for x <= 0, 16 lanes: the polynomial of kernels/simd_exp.h.
+// exp(x) for x <= 0, 16 lanes, with the polynomial of kernels/exp_poly.h.
 inline __m512 exp_nonpositive512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    x = _mm512_max_ps(x, _mm512_set1_ps(exp_poly::kMinArgument));
+    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(exp_poly::kLog2e));
     const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(t, n);
-    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(exp_poly::kCoefficients[0]);
+    for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(exp_poly::kCoefficients[i]));
     return _mm512_scalef_ps(p, n);
 }
 
