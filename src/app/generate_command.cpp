@@ -159,11 +159,9 @@ int run_generate_direct(const GenerateCommandOptions& o, const std::vector<std::
         return fail(Status::InvalidArgument("--logits-out runs the model on one pipeline stage; drop --pp-size"));
     auto runtime = init_rank_runtime(o.server, internal_rank, internal_store);
     if (!runtime.ok()) return fail(runtime.status());
-    models::LoadOptions load{o.server.model_path, o.server.dtype};
-    load.tp_rank = runtime->coords.tp_rank;
-    load.tp_size = o.server.tp_size;
-    load.tp_group = runtime->tp_group.get();
-    auto model = models::load_model(load);
+    auto load = model_load_options(o.server, *runtime);
+    if (!load.ok()) return fail(load.status());
+    auto model = models::load_model(*load);
     if (!model.ok()) return fail(model.status());
     ThreadPool pool(runtime->threads);
     executor::GenerateOptions gen;

@@ -51,7 +51,8 @@ Dims dims_for(const std::string& arch, const std::string& preset) {
         d.experts = 32, d.experts_per_tok = 4, d.moe_intermediate = 384, d.shared_experts = 2;
         d.first_dense = 1;
         d.kv_lora_rank = 512, d.qk_nope_head_dim = 128, d.qk_rope_head_dim = 64, d.v_head_dim = 128;
-        if (arch == "qwen3-moe" || arch == "deepseek-v2") d.layers = 8;
+        if (arch == "qwen3-moe" || arch == "qwen2-moe" || arch == "mixtral" || arch == "deepseek-v2") d.layers = 8;
+        if (arch == "mixtral") d.experts = 8, d.experts_per_tok = 2, d.moe_intermediate = 1024;
     }
     return d;
 }
@@ -154,11 +155,35 @@ void add_gqa_attention(TensorWriter& w, const std::string& p, const Dims& d, boo
     }
 }
 
-void add_moe(TensorWriter& w, const std::string& p, const Dims& d, bool shared) {
-    w.linear(p + "gate.weight", d.experts, d.hidden);
-    for (std::int64_t e = 0; e < d.experts; ++e)
-        add_dense_mlp(w, p + "experts." + std::to_string(e) + ".", d.hidden, d.moe_intermediate);
-    if (shared) add_dense_mlp(w, p + "shared_experts.", d.hidden, d.shared_experts * d.moe_intermediate);
+// The router gets a larger gain than a projection so that its softmax is peaked enough for
+// top-k to be well separated, yet spreads tokens over all experts.
+constexpr double kRouterGain = 3.0;
+
+// The MoE block of `arch`: Qwen3-MoE (experts only), Qwen2-MoE (plus a sigmoid-gated shared
+// expert), Mixtral (experts named w1/w3/w2), DeepSeek (plus ungated shared experts).
+void add_moe(TensorWriter& w, const std::string& p, const Dims& d, const std::string& arch) {
+    w.linear(p + "gate.weight", d.experts, d.hidden, kRouterGain);
+    for (std::int64_t e = 0; e < d.experts; ++e) {
+        const std::string ep = p + "experts." + std::to_string(e) + ".";
+        if (arch == "mixtral") {
+            w.linear(ep + "w1.weight", d.moe_intermediate, d.hidden);
+            w.linear(ep + "w3.weight", d.moe_intermediate, d.hidden);
+            w.linear(ep + "w2.weight", d.hidden, d.moe_intermediate, kResidualGain);
+        } else {
+            add_dense_mlp(w, ep, d.hidden, d.moe_intermediate);
+        }
+    }
+    if (arch == "deepseek-v2") add_dense_mlp(w, p + "shared_experts.", d.hidden, d.shared_experts * d.moe_intermediate);
+    if (arch == "qwen2-moe") {
+        add_dense_mlp(w, p + "shared_expert.", d.hidden, d.shared_experts * d.moe_intermediate);
+        w.linear(p + "shared_expert_gate.weight", 1, d.hidden);
+    }
+}
+
+// Qwen2-MoE's tiny model keeps layer 1 dense (mlp_only_layers), to exercise the rule.
+std::vector<std::int64_t> mlp_only_layers(const std::string& arch, const std::string& preset) {
+    if (arch == "qwen2-moe" && preset == "tiny") return {1};
+    return {};
 }
 
 void add_mla_attention(TensorWriter& w, const std::string& p, const Dims& d) {
@@ -206,6 +231,42 @@ json base_config(const std::string& arch, const Dims& d, DType dtype) {
         c["architectures"] = {"Qwen2ForCausalLM"};
         c["model_type"] = "qwen2";
         c["max_window_layers"] = d.layers;
+        c["rms_norm_eps"] = 1e-6;
+        c["rope_theta"] = 1000000.0;
+        c["sliding_window"] = d.max_positions;
+        c["use_sliding_window"] = false;
+        c["tie_word_embeddings"] = false;
+        c["bos_token_id"] = 151643;
+        c["eos_token_id"] = 151645;
+    } else if (arch == "mixtral") {
+        c["architectures"] = {"MixtralForCausalLM"};
+        c["model_type"] = "mixtral";
+        c["head_dim"] = d.head_dim;
+        c["intermediate_size"] = d.moe_intermediate;  // Mixtral's intermediate_size is per expert
+        c["num_local_experts"] = d.experts;
+        c["num_experts_per_tok"] = d.experts_per_tok;
+        c["output_router_logits"] = false;
+        c["router_aux_loss_coef"] = 0.02;
+        c["router_jitter_noise"] = 0.0;
+        c["rms_norm_eps"] = 1e-5;
+        c["rope_theta"] = 1000000.0;
+        c["sliding_window"] = nullptr;
+        c["tie_word_embeddings"] = false;
+        c["bos_token_id"] = 1;
+        c["eos_token_id"] = 2;
+    } else if (arch == "qwen2-moe") {
+        c["architectures"] = {"Qwen2MoeForCausalLM"};
+        c["model_type"] = "qwen2_moe";
+        c["decoder_sparse_step"] = 1;
+        c["max_window_layers"] = d.layers;
+        c["mlp_only_layers"] = json::array();
+        c["moe_intermediate_size"] = d.moe_intermediate;
+        c["norm_topk_prob"] = false;
+        c["num_experts"] = d.experts;
+        c["num_experts_per_tok"] = d.experts_per_tok;
+        c["output_router_logits"] = false;
+        c["router_aux_loss_coef"] = 0.001;
+        c["shared_expert_intermediate_size"] = d.shared_experts * d.moe_intermediate;
         c["rms_norm_eps"] = 1e-6;
         c["rope_theta"] = 1000000.0;
         c["sliding_window"] = d.max_positions;
@@ -301,9 +362,12 @@ Status write_json(const fs::path& path, const json& j) {
 }  // namespace
 
 Status make_model(const MakeModelOptions& o) {
-    static const std::vector<std::string> kArchs = {"llama", "qwen2", "qwen3", "qwen3-moe", "deepseek-v2"};
+    static const std::vector<std::string> kArchs = {"llama",     "qwen2",   "qwen3",      "qwen3-moe",
+                                                    "qwen2-moe", "mixtral", "deepseek-v2"};
     if (std::find(kArchs.begin(), kArchs.end(), o.arch) == kArchs.end())
-        return Status::InvalidArgument("--arch " + o.arch + " is not known; use llama, qwen2, qwen3, qwen3-moe or deepseek-v2");
+        return Status::InvalidArgument("--arch " + o.arch +
+                                       " is not known; use llama, qwen2, qwen3, qwen3-moe, qwen2-moe, mixtral or "
+                                       "deepseek-v2");
     if (o.preset != "tiny" && o.preset != "small")
         return Status::InvalidArgument("--preset " + o.preset + " is not known; use tiny or small");
     const auto dtype = parse_dtype(o.dtype);
@@ -341,6 +405,8 @@ Status make_model(const MakeModelOptions& o) {
     if (ec) return Status::Internal(o.out + ": cannot create folder: " + ec.message());
 
     json config = base_config(o.arch, d, *dtype);
+    const std::vector<std::int64_t> dense_layers = mlp_only_layers(o.arch, o.preset);
+    if (!dense_layers.empty()) config["mlp_only_layers"] = dense_layers;
     if (tokenizer == "llama3" && o.arch != "llama") {
         config["bos_token_id"] = 128000;
         config["eos_token_id"] = 128009;
@@ -360,13 +426,16 @@ Status make_model(const MakeModelOptions& o) {
             if (l < d.first_dense) {
                 add_dense_mlp(w, p + "mlp.", d.hidden, d.intermediate);
             } else {
-                add_moe(w, p + "mlp.", d, /*shared=*/true);
+                add_moe(w, p + "mlp.", d, o.arch);
             }
         } else {
-            add_gqa_attention(w, p + "self_attn.", d, /*bias=*/o.arch == "qwen2",
+            add_gqa_attention(w, p + "self_attn.", d, /*bias=*/o.arch == "qwen2" || o.arch == "qwen2-moe",
                               /*qk_norm=*/o.arch == "qwen3" || o.arch == "qwen3-moe");
-            if (o.arch == "qwen3-moe") {
-                add_moe(w, p + "mlp.", d, /*shared=*/false);
+            const bool dense = std::find(dense_layers.begin(), dense_layers.end(), l) != dense_layers.end();
+            if (o.arch == "mixtral") {
+                add_moe(w, p + "block_sparse_moe.", d, o.arch);
+            } else if ((o.arch == "qwen3-moe" || o.arch == "qwen2-moe") && !dense) {
+                add_moe(w, p + "mlp.", d, o.arch);
             } else {
                 add_dense_mlp(w, p + "mlp.", d.hidden, d.intermediate);
             }

@@ -80,13 +80,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     const RankRuntime& rt = rank->runtime;
 
     const auto t_load = std::chrono::steady_clock::now();
-    models::LoadOptions load{args.model_path, args.dtype};
-    load.tp_rank = rt.coords.tp_rank;
-    load.tp_size = args.tp_size;
-    load.tp_group = rt.tp_group.get();
-    load.pp_rank = rt.coords.pp_rank;
-    load.pp_size = args.pp_size;
-    load.layer_partition = env().pp_layer_partition;
+    TSR_ASSIGN_OR_RETURN(models::LoadOptions load, model_load_options(args, rt));
     TSR_ASSIGN_OR_RETURN(rank->model, models::load_model(load));
     rank->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     const models::Model& m = *rank->model;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "app/launcher.h"
+#include "base/env.h"
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "dist/group_factory.h"
@@ -81,6 +82,24 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
             layout.world_size(), rt.coords.tp_rank, rt.coords.pp_rank, rt.coords.node,
             rt.tp_group ? rt.tp_group->backend_name() : "none", rt.threads);
     return rt;
+}
+
+StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args, const RankRuntime& rt) {
+    models::LoadOptions load{args.model_path, args.dtype};
+    load.tp_rank = rt.coords.tp_rank;
+    load.tp_size = args.tp_size;
+    load.tp_group = rt.tp_group.get();
+    load.pp_rank = rt.coords.pp_rank;
+    load.pp_size = args.pp_size;
+    load.layer_partition = env().pp_layer_partition;
+    TSR_ASSIGN_OR_RETURN(load.moe.backend, layers::parse_moe_a2a_backend(args.moe_a2a_backend));
+    load.moe.ep_rank = rt.coords.moe_ep_rank;
+    load.moe.ep_size = args.ep_size;
+    load.moe.moe_tp_rank = rt.coords.moe_tp_rank;
+    load.moe.moe_tp_size = rt.layout.moe_tp_size();
+    // all_to_all runs with ep_size == tp_size (ServerArgs::resolve): the EP group is the TP group.
+    if (load.moe.backend == layers::MoeA2aBackend::kAllToAll) load.moe.ep_group = rt.tp_group.get();
+    return load;
 }
 
 }  // namespace tessera::app

@@ -12,6 +12,7 @@
 #include "dist/parallel_layout.h"
 #include "dist/process_group.h"
 #include "dist/store.h"
+#include "models/model.h"
 #include "server/server_args.h"
 
 namespace tessera::app {
@@ -33,5 +34,8 @@ struct RankRuntime {
 // absent for a single-process run.
 StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::optional<int> internal_rank,
                                         const std::string& internal_store);
+
+// What this rank loads of the model: its TP shard, pipeline stage and experts.
+StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args, const RankRuntime& rt);
 
 }  // namespace tessera::app

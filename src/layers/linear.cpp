@@ -58,6 +58,14 @@ StatusOr<Linear> Linear::load(const loader::WeightSource& source, const LinearSp
     return linear;
 }
 
+StatusOr<std::vector<float>> load_f32_vector(const loader::WeightSource& source, const std::string& name,
+                                             std::int64_t n) {
+    TSR_ASSIGN_OR_RETURN(auto t, source.get(name, {n}));
+    std::vector<float> v(static_cast<std::size_t>(n));
+    convert_to_f32(t->data, t->dtype, v.data(), v.size());
+    return v;
+}
+
 void Linear::forward(const float* x, std::int64_t m, float* y, ThreadPool* pool) const {
     kernels::matmul(x, m, weight_, y, pool);
     if (bias_.empty()) return;

@@ -56,4 +56,8 @@ class Linear {
     std::vector<float> bias_;  // f32 [out] or empty
 };
 
+// A 1-D checkpoint tensor (a norm weight, a bias) widened to f32; fails naming it.
+StatusOr<std::vector<float>> load_f32_vector(const loader::WeightSource& source, const std::string& name,
+                                             std::int64_t n);
+
 }  // namespace tessera::layers

@@ -1,5 +1,6 @@
 #include "loader/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,20 +13,6 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct ArchitectureInfo {
-    const char* name;
-    ModelFamily family;
-};
-
-constexpr ArchitectureInfo kArchitectures[] = {
-    {"LlamaForCausalLM", ModelFamily::kLlama},
-    {"Qwen2ForCausalLM", ModelFamily::kQwen2},
-    {"Qwen3ForCausalLM", ModelFamily::kQwen3},
-    {"Qwen3MoeForCausalLM", ModelFamily::kQwen3Moe},
-    {"DeepseekV2ForCausalLM", ModelFamily::kDeepseekV2},
-    {"DeepseekV3ForCausalLM", ModelFamily::kDeepseekV2},
-};
 
 StatusOr<json> read_json(const fs::path& path) {
     std::ifstream in(path);
@@ -62,15 +49,112 @@ std::vector<std::int32_t> read_token_ids(const json& v) {
     return ids;
 }
 
-}  // namespace
-
-std::vector<std::string> supported_architectures() {
-    std::vector<std::string> names;
-    for (const auto& a : kArchitectures) names.emplace_back(a.name);
-    return names;
+// A field that must be a number when present (`fallback` when absent or null).
+StatusOr<double> read_number(const json& j, const std::string& file, const char* key, double fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number()) return Status::InvalidArgument(file + ": field \"" + key + "\" must be a number");
+    return j[key].get<double>();
 }
 
-StatusOr<ModelConfig> load_model_config(const std::string& model_dir) {
+// The MoE fields of each family under the names of loader::MoeConfig (Hugging Face's
+// Qwen3MoeConfig, Qwen2MoeConfig, MixtralConfig, DeepseekV2Config / DeepseekV3Config).
+Status read_moe(const json& j, const std::string& file, ModelConfig& c) {
+    MoeConfig& m = c.moe;
+    const auto positive = [&](const char* key, std::int64_t* out) { return read_int(j, file, key, out, true); };
+    switch (c.family) {
+        case ModelFamily::kLlama:
+        case ModelFamily::kQwen2:
+        case ModelFamily::kQwen3:
+            return Status::Ok();
+        case ModelFamily::kQwen3Moe:
+        case ModelFamily::kQwen2Moe:
+            TSR_RETURN_IF_ERROR(positive("num_experts", &m.num_experts));
+            TSR_RETURN_IF_ERROR(positive("moe_intermediate_size", &m.moe_intermediate_size));
+            m.norm_topk_prob = j.value("norm_topk_prob", false);
+            TSR_RETURN_IF_ERROR(read_int(j, file, "decoder_sparse_step", &m.decoder_sparse_step, false));
+            if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
+                for (const auto& l : j["mlp_only_layers"]) m.mlp_only_layers.push_back(l.get<std::int64_t>());
+            if (c.family == ModelFamily::kQwen2Moe) {
+                TSR_RETURN_IF_ERROR(read_int(j, file, "shared_expert_intermediate_size",
+                                             &m.shared_expert_intermediate_size, false));
+                m.shared_expert_gate = m.shared_expert_intermediate_size > 0;
+            }
+            break;
+        case ModelFamily::kMixtral:
+            m.num_experts = 8;
+            TSR_RETURN_IF_ERROR(read_int(j, file, "num_local_experts", &m.num_experts, false));
+            m.moe_intermediate_size = c.intermediate_size;  // Mixtral's intermediate_size is per expert
+            m.norm_topk_prob = true;                        // MixtralSparseMoeBlock always renormalises
+            break;
+        case ModelFamily::kDeepseekV2: {
+            TSR_RETURN_IF_ERROR(positive("n_routed_experts", &m.num_experts));
+            TSR_RETURN_IF_ERROR(positive("moe_intermediate_size", &m.moe_intermediate_size));
+            m.norm_topk_prob = j.value("norm_topk_prob", false);
+            std::int64_t shared = 0;
+            TSR_RETURN_IF_ERROR(read_int(j, file, "n_shared_experts", &shared, false));
+            m.shared_expert_intermediate_size = shared * m.moe_intermediate_size;
+            TSR_RETURN_IF_ERROR(read_int(j, file, "first_k_dense_replace", &m.first_k_dense_replace, false));
+            TSR_RETURN_IF_ERROR(read_int(j, file, "moe_layer_freq", &m.moe_layer_freq, false));
+            TSR_RETURN_IF_ERROR(read_int(j, file, "n_group", &m.n_group, false));
+            TSR_RETURN_IF_ERROR(read_int(j, file, "topk_group", &m.topk_group, false));
+            TSR_ASSIGN_OR_RETURN(m.routed_scaling_factor, read_number(j, file, "routed_scaling_factor", 1.0));
+            const std::string scoring = j.value("scoring_func", std::string("softmax"));
+            if (scoring != "softmax" && scoring != "sigmoid")
+                return Status::InvalidArgument(file + ": scoring_func \"" + scoring + "\" is not softmax or sigmoid");
+            m.scoring_func = scoring == "sigmoid" ? ScoringFunc::kSigmoid : ScoringFunc::kSoftmax;
+            // A missing topk_method is greedy (DeepSeek's remote code defaults to a misspelt
+            // "gready" that no branch matches, i.e. plain top-k).
+            const std::string method = j.contains("topk_method") && j["topk_method"].is_string()
+                                           ? j["topk_method"].get<std::string>()
+                                           : "greedy";
+            if (method == "greedy" || method == "gready") {
+                m.topk_method = TopkMethod::kGreedy;
+            } else if (method == "group_limited_greedy") {
+                m.topk_method = TopkMethod::kGroupLimitedGreedy;
+            } else if (method == "noaux_tc") {
+                m.topk_method = TopkMethod::kNoauxTc;
+                m.e_score_correction_bias = true;
+            } else {
+                return Status::InvalidArgument(file + ": topk_method \"" + method +
+                                               "\" is not greedy, group_limited_greedy or noaux_tc");
+            }
+            break;
+        }
+    }
+    TSR_RETURN_IF_ERROR(positive("num_experts_per_tok", &m.num_experts_per_tok));
+    if (m.num_experts_per_tok > m.num_experts)
+        return Status::InvalidArgument(file + ": num_experts_per_tok (" + std::to_string(m.num_experts_per_tok) +
+                                       ") exceeds the " + std::to_string(m.num_experts) + " experts");
+    if (m.decoder_sparse_step < 1 || m.moe_layer_freq < 1)
+        return Status::InvalidArgument(file + ": decoder_sparse_step and moe_layer_freq must be at least 1");
+    if (m.n_group < 1 || m.num_experts % m.n_group != 0 || m.topk_group < 1 || m.topk_group > m.n_group)
+        return Status::InvalidArgument(file + ": n_group (" + std::to_string(m.n_group) + ") must divide the " +
+                                       std::to_string(m.num_experts) + " experts and topk_group (" +
+                                       std::to_string(m.topk_group) + ") must be in [1, n_group]");
+    if (m.topk_method != TopkMethod::kGreedy &&
+        m.num_experts_per_tok > m.topk_group * (m.num_experts / m.n_group))
+        return Status::InvalidArgument(file + ": num_experts_per_tok exceeds the experts of topk_group groups");
+    return Status::Ok();
+}
+
+}  // namespace
+
+bool ModelConfig::is_moe_layer(std::int64_t layer) const {
+    if (!is_moe()) return false;
+    switch (family) {
+        case ModelFamily::kQwen3Moe:
+        case ModelFamily::kQwen2Moe:
+            return std::find(moe.mlp_only_layers.begin(), moe.mlp_only_layers.end(), layer) ==
+                       moe.mlp_only_layers.end() &&
+                   (layer + 1) % moe.decoder_sparse_step == 0;
+        case ModelFamily::kDeepseekV2:
+            return layer >= moe.first_k_dense_replace && layer % moe.moe_layer_freq == 0;
+        default:
+            return true;
+    }
+}
+
+StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<const ArchitectureFamily> known) {
     const fs::path path = fs::path(model_dir) / "config.json";
     const std::string file = path.string();
     if (!fs::exists(path)) return Status::NotFound(file + ": no config.json in the model folder");
@@ -81,19 +165,14 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir) {
         return Status::InvalidArgument(file + ": missing \"architectures\" list");
     }
     c.architecture = j["architectures"][0].get<std::string>();
-    bool known = false;
-    for (const auto& a : kArchitectures) {
-        if (c.architecture == a.name) {
-            c.family = a.family;
-            known = true;
-        }
-    }
-    if (!known) {
+    const auto entry = std::find_if(known.begin(), known.end(),
+                                    [&](const ArchitectureFamily& a) { return c.architecture == a.architecture; });
+    if (entry == known.end()) {
         std::string list;
-        for (const auto& a : kArchitectures) list += std::string(list.empty() ? "" : ", ") + a.name;
-        return Status::Unimplemented(file + ": unsupported architecture " + c.architecture +
-                                     "; supported: " + list);
+        for (const auto& a : known) list += std::string(list.empty() ? "" : ", ") + a.architecture;
+        return Status::Unimplemented(file + ": unsupported architecture " + c.architecture + "; supported: " + list);
     }
+    c.family = entry->family;
     TSR_RETURN_IF_ERROR(read_int(j, file, "hidden_size", &c.hidden_size, true));
     TSR_RETURN_IF_ERROR(read_int(j, file, "intermediate_size", &c.intermediate_size, true));
     TSR_RETURN_IF_ERROR(read_int(j, file, "num_hidden_layers", &c.num_hidden_layers, true));
@@ -135,8 +214,10 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir) {
             rs.value("original_max_position_embeddings", std::int64_t{8192});
     }
     c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-    c.attention_bias = c.family == ModelFamily::kQwen2 || j.value("attention_bias", false);
+    c.attention_bias = c.family == ModelFamily::kQwen2 || c.family == ModelFamily::kQwen2Moe ||
+                       j.value("attention_bias", false);
     c.qk_norm = c.family == ModelFamily::kQwen3 || c.family == ModelFamily::kQwen3Moe;
+    TSR_RETURN_IF_ERROR(read_moe(j, file, c));
     if (j.contains("torch_dtype") && j["torch_dtype"].is_string())
         c.torch_dtype = parse_dtype(j["torch_dtype"].get<std::string>());
     if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,12 +13,48 @@
 
 namespace tessera::loader {
 
+// Which config.json semantics apply; the model registry (models/registry.cpp) maps each
+// architecture name to one of these and to the builder of its model.
 enum class ModelFamily {
     kLlama,       // LlamaForCausalLM
     kQwen2,       // Qwen2ForCausalLM: bias on q/k/v
     kQwen3,       // Qwen3ForCausalLM: RMSNorm on q and k per head
-    kQwen3Moe,    // Qwen3MoeForCausalLM (parsed; running it is a later capability)
-    kDeepseekV2,  // DeepseekV2ForCausalLM / DeepseekV3ForCausalLM (parsed only, for now)
+    kQwen3Moe,    // Qwen3MoeForCausalLM: Qwen3 attention, softmax top-k experts
+    kQwen2Moe,    // Qwen2MoeForCausalLM: Qwen2 attention, experts plus a sigmoid-gated shared expert
+    kMixtral,     // MixtralForCausalLM: Llama attention, block_sparse_moe experts w1/w3/w2
+    kDeepseekV2,  // DeepseekV2ForCausalLM / DeepseekV3ForCausalLM: MLA + DeepSeek MoE
+};
+
+struct ArchitectureFamily {
+    const char* architecture;  // config.json architectures[0]
+    ModelFamily family;
+};
+
+// How a MoE layer picks its experts (DeepSeek's names; Qwen and Mixtral are softmax greedy).
+enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+enum class ScoringFunc { kSoftmax, kSigmoid };
+
+// The MoE fields of every family, under one set of names. num_experts == 0: a dense model.
+struct MoeConfig {
+    std::int64_t num_experts = 0;             // routed experts (num_experts / num_local_experts / n_routed_experts)
+    std::int64_t num_experts_per_tok = 0;     // top-k
+    std::int64_t moe_intermediate_size = 0;   // per routed expert
+    bool norm_topk_prob = false;              // renormalise the top-k weights to sum to 1
+    ScoringFunc scoring_func = ScoringFunc::kSoftmax;
+    TopkMethod topk_method = TopkMethod::kGreedy;
+    std::int64_t n_group = 1;                 // expert groups (group-limited routing)
+    std::int64_t topk_group = 1;              // groups kept per token
+    double routed_scaling_factor = 1.0;       // multiplies the routed weights
+    bool e_score_correction_bias = false;     // noaux_tc: a per-expert bias used for selection only
+    // Shared experts: Qwen2-MoE has one of width shared_expert_intermediate_size behind a
+    // sigmoid gate; DeepSeek has n_shared_experts of width moe_intermediate_size, ungated.
+    std::int64_t shared_expert_intermediate_size = 0;  // 0: none
+    bool shared_expert_gate = false;
+    // Which layers are MoE (the others use a dense MLP of intermediate_size).
+    std::int64_t decoder_sparse_step = 1;     // Qwen: layer i is MoE iff (i + 1) % step == 0
+    std::vector<std::int64_t> mlp_only_layers;
+    std::int64_t first_k_dense_replace = 0;   // DeepSeek: the first k layers are dense
+    std::int64_t moe_layer_freq = 1;          // DeepSeek: MoE every freq layers after those
 };
 
 struct RopeScaling {
@@ -48,20 +85,19 @@ struct ModelConfig {
     std::optional<DType> torch_dtype;
     std::optional<std::int32_t> bos_token_id;
     std::vector<std::int32_t> eos_token_ids;  // config.json, else generation_config.json
+    MoeConfig moe;
 
-    bool is_dense() const {
-        return family == ModelFamily::kLlama || family == ModelFamily::kQwen2 ||
-               family == ModelFamily::kQwen3;
-    }
+    bool is_moe() const { return moe.num_experts > 0; }
+    // Hugging Face's rule per family (Qwen*MoeDecoderLayer, DeepseekV2DecoderLayer).
+    bool is_moe_layer(std::int64_t layer) const;
 };
 
 // Reads <model_dir>/config.json (and generation_config.json for eos ids when present).
-// Errors name the file and the field.
-StatusOr<ModelConfig> load_model_config(const std::string& model_dir);
+// `known` lists the runnable architectures (the model registry's table); another one fails
+// naming them. Errors name the file and the field.
+StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<const ArchitectureFamily> known);
 
 // Rotary inverse frequencies f32 [head_dim / 2] with rope_scaling folded in.
 std::vector<float> rope_inv_freq(const ModelConfig& config);
-
-std::vector<std::string> supported_architectures();
 
 }  // namespace tessera::loader

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "kvcache/kv_cache.h"
+#include "layers/parallel.h"
 #include "loader/model_config.h"
 
 namespace tessera {
@@ -78,6 +79,8 @@ class Model {
     // attention for a token at position `pos`: what a forward of n tokens must compute.
     virtual double linear_flops_per_token() const = 0;
     virtual double attention_flops_at(std::int64_t pos) const = 0;
+    // Bytes the MoE layers of this rank moved so far (zero for dense models).
+    virtual layers::MoeTraffic moe_traffic() const { return {}; }
 
     // One step over several sequences: every linear layer runs on all their new tokens at
     // once, attention per sequence over its own KV rows. Writes the new tokens' K/V into
@@ -111,9 +114,15 @@ struct LoadOptions {
     int pp_rank = 0;
     int pp_size = 1;
     std::optional<std::string> layer_partition;
+    // Expert parallelism: this rank's place in the MoE view of its TP group and the
+    // dispatcher; the model keeps only its experts (and its moe_tp slice of each).
+    layers::MoeParallel moe;
 };
 
 // Reads config.json and the weights; fails with errors naming the file and tensor.
 StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options);
+
+// config.json architectures tessera loads (models/registry.cpp).
+std::vector<std::string> supported_architectures();
 
 }  // namespace tessera::models

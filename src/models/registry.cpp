@@ -1,13 +1,43 @@
+// models/registry.cpp — the one table from config.json's architectures[0] to the config
+// semantics (loader::ModelFamily) and the builder of its model file; load_model reads the
+// config, picks the builder and loads the weights (SGLang's models/registry.py).
 #include <string>
+#include <vector>
 
 #include "base/logging.h"
 #include "loader/weight_source.h"
-#include "models/dense_decoder.h"
+#include "models/architectures.h"
 #include "models/model.h"
 
 namespace tessera::models {
 
 namespace {
+
+struct Architecture {
+    loader::ArchitectureFamily name;
+    ModelBuilder build;
+};
+
+constexpr Architecture kArchitectures[] = {
+    {{"LlamaForCausalLM", loader::ModelFamily::kLlama}, build_llama},
+    {{"Qwen2ForCausalLM", loader::ModelFamily::kQwen2}, build_llama},
+    {{"Qwen3ForCausalLM", loader::ModelFamily::kQwen3}, build_llama},
+    {{"Qwen3MoeForCausalLM", loader::ModelFamily::kQwen3Moe}, build_qwen_moe},
+    {{"Qwen2MoeForCausalLM", loader::ModelFamily::kQwen2Moe}, build_qwen_moe},
+    {{"MixtralForCausalLM", loader::ModelFamily::kMixtral}, build_mixtral},
+    {{"DeepseekV2ForCausalLM", loader::ModelFamily::kDeepseekV2}, build_deepseek_v2},
+    {{"DeepseekV3ForCausalLM", loader::ModelFamily::kDeepseekV2}, build_deepseek_v2},
+};
+
+const std::vector<loader::ArchitectureFamily>& known_architectures() {
+    static const std::vector<loader::ArchitectureFamily> names = [] {
+        std::vector<loader::ArchitectureFamily> v;
+        for (const auto& a : kArchitectures) v.push_back(a.name);
+        return v;
+    }();
+    return names;
+}
+
 StatusOr<DType> resolve_compute_dtype(const std::string& requested, const loader::WeightSource& source) {
     if (requested == "auto") {
         // f16 checkpoints compute in f32: there is no f16 kernel path.
@@ -15,29 +45,36 @@ StatusOr<DType> resolve_compute_dtype(const std::string& requested, const loader
     }
     auto d = parse_dtype(requested);
     if (!d || *d == DType::kF16) {
-        return Status::InvalidArgument("--dtype " + requested +
-                                       " is not a compute weight type; use auto, f32 or bf16");
+        return Status::InvalidArgument("--dtype " + requested + " is not a compute weight type; use auto, f32 or bf16");
     }
     return *d;
 }
+
 }  // namespace
 
+std::vector<std::string> supported_architectures() {
+    std::vector<std::string> names;
+    for (const auto& a : kArchitectures) names.emplace_back(a.name.architecture);
+    return names;
+}
+
 StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
-    TSR_ASSIGN_OR_RETURN(auto config, loader::load_model_config(options.model_path));
-    if (!config.is_dense()) {
-        return Status::Unimplemented(options.model_path + "/config.json: architecture " +
-                                     config.architecture +
-                                     " can be generated with make-model but not run yet; runnable: "
-                                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
-    }
+    TSR_ASSIGN_OR_RETURN(auto config, loader::load_model_config(options.model_path, known_architectures()));
     TSR_ASSIGN_OR_RETURN(auto source, loader::WeightSource::open(options.model_path));
     TSR_ASSIGN_OR_RETURN(DType dtype, resolve_compute_dtype(options.dtype, *source));
-    TSR_LOG_C(INFO, "loader", "loading {} ({} layers, hidden {}, vocab {}) with {} weights",
-              config.architecture, config.num_hidden_layers, config.hidden_size, config.vocab_size,
-              dtype_name(dtype));
+    if (config.is_moe()) {
+        TSR_LOG_C(INFO, "loader", "loading {} ({} layers, hidden {}, vocab {}, {} experts top-{}) with {} weights",
+                  config.architecture, config.num_hidden_layers, config.hidden_size, config.vocab_size,
+                  config.moe.num_experts, config.moe.num_experts_per_tok, dtype_name(dtype));
+    } else {
+        TSR_LOG_C(INFO, "loader", "loading {} ({} layers, hidden {}, vocab {}) with {} weights", config.architecture,
+                  config.num_hidden_layers, config.hidden_size, config.vocab_size, dtype_name(dtype));
+    }
     if (options.tp_size > 1 && options.tp_group == nullptr)
         return Status::Internal("tensor parallel load without a TP process group");
-    return load_dense_decoder(config, *source, dtype, options);
+    for (const auto& a : kArchitectures)
+        if (config.architecture == a.name.architecture) return a.build(config, *source, dtype, options);
+    return Status::Internal("architecture " + config.architecture + " has no builder");
 }
 
 }  // namespace tessera::models

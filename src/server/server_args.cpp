@@ -17,7 +17,7 @@ bool one_of(const std::string& v, std::initializer_list<const char*> options) {
 
 // a2a backends whose dispatch spans the whole TP group: SGLang forces ep_size = tp_size.
 constexpr std::initializer_list<const char*> kEpSpanningBackends = {
-    "megamoe", "deepep", "deepep_v2", "mooncake", "nixl", "ascend_fuseep", "flashinfer", "mori", "pplx"};
+    "all_to_all", "megamoe", "deepep", "deepep_v2", "mooncake", "nixl", "ascend_fuseep", "flashinfer", "mori", "pplx"};
 
 }  // namespace
 
@@ -147,6 +147,14 @@ Status ServerArgs::resolve() {
                        moe_runner_backend + ")");
     if (ep_num_redundant_experts < 0)
         return invalid("--ep-num-redundant-experts must be >= 0");
+    // What this build runs (after SGLang's own rules, so their messages come first).
+    if (!one_of(moe_a2a_backend, {"none", "all_to_all"}))
+        return invalid("--moe-a2a-backend " + moe_a2a_backend +
+                       " is one of SGLang's GPU backends; this build supports none (masked EP, then the TP "
+                       "all-reduce) and all_to_all (tokens sent only to their experts' ranks)");
+    if (moe_runner_backend != "auto")
+        return invalid("--moe-runner-backend " + moe_runner_backend +
+                       " is one of SGLang's GPU kernel backends; this build runs experts on CPU: use auto");
     return Status::Ok();
 }
 

@@ -98,7 +98,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
     value(app, t, "--dp-size,--data-parallel-size", a.dp_size,
           "data parallel size (replicas; attention DP groups with --enable-dp-attention)", kNotYet);
     value(app, t, "--ep-size,--expert-parallel-size,--ep", a.ep_size, "expert parallel size inside the TP group",
-          kNotYet);
+          kYes);
     value(app, t, "--moe-dp-size,--moe-data-parallel-size", a.moe_dp_size, "MoE data parallel size", kNotYet);
     value(app, t, "--attn-cp-size,--attention-context-parallel-size", a.attn_cp_size,
           "attention context parallel size", kNotYet);
@@ -162,10 +162,14 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
     value(app, t, "--quantization", a.quantization, "weight quantization method", kNotYet);
 
     // MoE / EP / EPLB (§1.3).
-    value(app, t, "--moe-a2a-backend", a.moe_a2a_backend, "MoE dispatch/combine backend", kNotYet)
-        ->check(CLI::IsMember({"none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "megamoe",
-                               "deepep_v2", "pplx", "ascend_tp"}));
-    value(app, t, "--moe-runner-backend", a.moe_runner_backend, "MoE expert kernel backend", kNotYet);
+    value(app, t, "--moe-a2a-backend", a.moe_a2a_backend,
+          "MoE dispatch/combine backend: none (masked EP + all-reduce) or all_to_all (tokens sent to their "
+          "experts' ranks); SGLang's GPU backends are refused",
+          kYes)
+        ->check(CLI::IsMember({"none", "all_to_all", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep",
+                               "flashinfer", "megamoe", "deepep_v2", "pplx", "ascend_tp"}));
+    value(app, t, "--moe-runner-backend", a.moe_runner_backend,
+          "MoE expert kernel backend (auto: grouped GEMMs per expert on CPU)", kYes);
     value(app, t, "--deepep-mode", a.deepep_mode, "DeepEP mode", kNotYet)
         ->check(CLI::IsMember({"auto", "normal", "low_latency"}));
     value(app, t, "--ep-num-redundant-experts", a.ep_num_redundant_experts, "extra physical expert slots", kNotYet);

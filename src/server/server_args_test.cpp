@@ -175,11 +175,13 @@ TEST(ServerArgsTest, RewritesDefaultsAsSglang) {
     a.dp_size = 4;
     a.enable_dp_attention = true;
     a.chunked_prefill_size = 8192;
-    a.moe_a2a_backend = "deepep";
+    a.moe_a2a_backend = "all_to_all";
     ASSERT_TRUE(a.resolve().ok());
     EXPECT_DOUBLE_EQ(a.schedule_conservativeness, 0.3);
     EXPECT_EQ(*a.chunked_prefill_size, 2048);
-    EXPECT_EQ(a.ep_size, 8) << "deepep spans the TP group";
+    EXPECT_EQ(a.ep_size, 8) << "an all-to-all dispatcher spans the TP group";
+    ASSERT_EQ(a.notes.size(), 2u);
+    EXPECT_NE(a.notes[1].find("spans the TP group: ep_size set to tp_size (8)"), std::string::npos) << a.notes[1];
     EXPECT_EQ(a.tokenizer_path, "/m");
     EXPECT_EQ(a.served_model_name, "/m");
     EXPECT_EQ(*a.page_size, 1);
@@ -198,6 +200,27 @@ TEST(ServerArgsTest, RewritesDefaultsAsSglang) {
     EXPECT_EQ(b.expert_distribution_recorder_mode, "stat");
     EXPECT_EQ(*b.expert_distribution_recorder_buffer_size, 1000);
     EXPECT_EQ(b.ep_dispatch_algorithm, "dynamic");
+}
+
+TEST(ServerArgsTest, GpuOnlyMoeBackendsNameWhatThisBuildRuns) {
+    for (const char* backend : {"deepep", "mooncake", "mori", "megamoe"}) {
+        ServerArgs a;
+        a.model_path = "/m";
+        a.tp_size = 2;
+        a.moe_a2a_backend = backend;
+        Status s = a.resolve();
+        ASSERT_FALSE(s.ok()) << backend;
+        EXPECT_NE(s.message().find("this build supports none (masked EP, then the TP all-reduce) and all_to_all"),
+                  std::string::npos)
+            << s.message();
+    }
+    ServerArgs r;
+    r.model_path = "/m";
+    r.moe_runner_backend = "triton";
+    Status s = r.resolve();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("--moe-runner-backend triton is one of SGLang's GPU kernel backends"), std::string::npos)
+        << s.message();
 }
 
 }  // namespace

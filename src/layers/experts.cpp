@@ -1,0 +1,58 @@
+#include "layers/experts.h"
+
+#include <algorithm>
+
+namespace tessera::layers {
+
+StatusOr<LocalExperts> LocalExperts::load(const loader::WeightSource& source, const ExpertsSpec& s,
+                                          std::int64_t first, std::int64_t count, Range slice) {
+    LocalExperts experts;
+    experts.hidden_ = s.hidden;
+    experts.first_ = first;
+    for (std::int64_t e = first; e < first + count; ++e) {
+        const std::string p = s.prefix + std::to_string(e) + ".";
+        TSR_ASSIGN_OR_RETURN(auto mlp, GatedMlp::load(source, {p + s.gate + ".weight", p + s.up + ".weight",
+                                                              p + s.down + ".weight", s.hidden, s.intermediate,
+                                                              slice, s.compute_dtype}));
+        experts.experts_.push_back(std::move(mlp));
+    }
+    return experts;
+}
+
+std::size_t LocalExperts::weight_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& e : experts_) bytes += e.weight_bytes();
+    return bytes;
+}
+
+void LocalExperts::forward(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
+                           std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const {
+    const std::int64_t H = hidden_;
+    std::fill(out, out + m * H, 0.0f);
+    // Token rows (and their weight) per local expert, in token order.
+    std::vector<std::vector<std::pair<std::int32_t, float>>> routed(experts_.size());
+    for (std::int64_t t = 0; t < m; ++t) {
+        for (std::int64_t j = 0; j < top_k; ++j) {
+            const std::int32_t e = local_ids[t * top_k + j];
+            if (e >= 0) routed[static_cast<std::size_t>(e)].emplace_back(static_cast<std::int32_t>(t), weights[t * top_k + j]);
+        }
+    }
+    for (std::size_t e = 0; e < experts_.size(); ++e) {
+        const auto& rows = routed[e];
+        if (rows.empty()) continue;
+        const auto n = static_cast<std::int64_t>(rows.size());
+        scratch.expert_in.resize(static_cast<std::size_t>(n * H));
+        scratch.expert_out.resize(static_cast<std::size_t>(n * H));
+        for (std::int64_t r = 0; r < n; ++r)
+            std::copy(x + rows[r].first * H, x + (rows[r].first + 1) * H, scratch.expert_in.begin() + r * H);
+        experts_[e].forward(scratch.expert_in.data(), n, scratch.expert_out.data(), scratch, pool);
+        for (std::int64_t r = 0; r < n; ++r) {
+            float* dst = out + rows[r].first * H;
+            const float* src = scratch.expert_out.data() + r * H;
+            const float w = rows[r].second;
+            for (std::int64_t i = 0; i < H; ++i) dst[i] += w * src[i];
+        }
+    }
+}
+
+}  // namespace tessera::layers

@@ -1,0 +1,42 @@
+#pragma once
+// layers/forward_batch.h — what every layer of one forward pass shares: the tokens' KV rows,
+// this pass's rotary angles, the sequences (for attention), the thread pool, and scratch
+// buffers reused across layers and steps. Filled by the model once per pass.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tessera {
+class ThreadPool;
+}
+
+namespace tessera::layers {
+
+// One sequence's new tokens, consecutive in the batch.
+struct SeqSpan {
+    std::int64_t n_tokens = 0;
+    std::int64_t start_pos = 0;
+    const std::int32_t* slots = nullptr;  // KV row of every position (nullptr: position p is row p)
+};
+
+struct LayerBatch {
+    std::int64_t n_tokens = 0;
+    const std::int64_t* kv_rows = nullptr;  // [n_tokens]
+    const float* rope_cos = nullptr;        // [n_tokens, rotary_dim / 2]
+    const float* rope_sin = nullptr;
+    std::span<const SeqSpan> seqs;
+    ThreadPool* pool = nullptr;
+};
+
+// Buffers the layers of one model reuse (one forward at a time).
+struct Scratch {
+    std::vector<float> qkv, attn, gate_up, act;
+    // MoE: router logits, top-k weights and ids, one expert's gathered rows and its output,
+    // the shared expert's output, and the all-to-all dispatcher's send/receive buffers.
+    std::vector<float> router_logits, topk_weights, expert_in, expert_out, routed, shared;
+    std::vector<std::int32_t> topk_ids, local_ids;
+    std::vector<std::uint8_t> send, recv;
+};
+
+}  // namespace tessera::layers

@@ -1,0 +1,47 @@
+#include "layers/mlp.h"
+
+#include "kernels/ops.h"
+#include "loader/weight_source.h"
+
+namespace tessera::layers {
+
+StatusOr<GatedMlp> GatedMlp::load(const loader::WeightSource& source, const MlpSpec& s) {
+    GatedMlp mlp;
+    TSR_ASSIGN_OR_RETURN(mlp.gate_up_,
+                         Linear::load(source, {{{s.gate, s.intermediate, s.slice.begin, s.slice.count},
+                                                {s.up, s.intermediate, s.slice.begin, s.slice.count}},
+                                               s.hidden, 0, -1, false, s.compute_dtype}));
+    TSR_ASSIGN_OR_RETURN(mlp.down_, Linear::load(source, {{{s.down, s.hidden}}, s.intermediate, s.slice.begin,
+                                                          s.slice.count, false, s.compute_dtype}));
+    return mlp;
+}
+
+StatusOr<GatedMlp> GatedMlp::load_dense(const loader::WeightSource& source, const std::string& prefix,
+                                        std::int64_t hidden, std::int64_t intermediate, DType compute_dtype,
+                                        const LayerParallel& par) {
+    TSR_ASSIGN_OR_RETURN(Range slice, even_shard("intermediate_size", intermediate, par.tp));
+    return load(source, {prefix + "gate_proj.weight", prefix + "up_proj.weight", prefix + "down_proj.weight", hidden,
+                         intermediate, slice, compute_dtype});
+}
+
+double GatedMlp::flops_per_token() const {
+    return 2.0 * (static_cast<double>(gate_up_.in_features()) * gate_up_.out_features() +
+                  static_cast<double>(down_.in_features()) * down_.out_features());
+}
+
+void GatedMlp::forward(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool) const {
+    const std::int64_t width = slice_width();
+    scratch.gate_up.resize(static_cast<std::size_t>(m * 2 * width));
+    scratch.act.resize(static_cast<std::size_t>(m * width));
+    gate_up_.forward(x, m, scratch.gate_up.data(), pool);
+    kernels::silu_and_mul(scratch.gate_up.data(), scratch.act.data(), m, width, pool);
+    down_.forward(scratch.act.data(), m, out, pool);
+}
+
+Status GatedMlp::forward_reduced(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool,
+                                 const LayerParallel& par) const {
+    forward(x, m, out, scratch, pool);
+    return par.all_reduce({out, static_cast<std::size_t>(m * down_.out_features())});
+}
+
+}  // namespace tessera::layers

@@ -1,0 +1,48 @@
+#pragma once
+// layers/mlp.h — the SiLU-gated MLP, down(silu(gate(x)) · up(x)), on a slice of its
+// intermediate features (gate/up column parallel, down row parallel: the result is this
+// slice's partial sum). Dense layers slice it over the TP group and all-reduce
+// (forward_reduced); experts slice it over moe_tp and leave the sum to the MoE layer.
+// Immutable after load; forward() by one thread.
+
+#include <cstdint>
+#include <string>
+
+#include "layers/forward_batch.h"
+#include "layers/linear.h"
+#include "layers/parallel.h"
+
+namespace tessera::layers {
+
+struct MlpSpec {
+    std::string gate, up, down;  // checkpoint tensor names
+    std::int64_t hidden = 0;
+    std::int64_t intermediate = 0;  // full width in the checkpoint
+    Range slice;                    // this rank's intermediate features
+    DType compute_dtype = DType::kF32;
+};
+
+class GatedMlp {
+ public:
+    static StatusOr<GatedMlp> load(const loader::WeightSource& source, const MlpSpec& spec);
+    // The TP slice of a dense MLP named <prefix>{gate,up,down}_proj.weight.
+    static StatusOr<GatedMlp> load_dense(const loader::WeightSource& source, const std::string& prefix,
+                                         std::int64_t hidden, std::int64_t intermediate, DType compute_dtype,
+                                         const LayerParallel& par);
+
+    // out f32 [m, hidden] = this slice's partial result for x f32 [m, hidden].
+    void forward(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool) const;
+    // The same, summed over the TP group.
+    Status forward_reduced(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool,
+                           const LayerParallel& par) const;
+
+    std::int64_t slice_width() const { return down_.in_features(); }
+    std::size_t weight_bytes() const { return gate_up_.weight_bytes() + down_.weight_bytes(); }
+    double flops_per_token() const;
+
+ private:
+    Linear gate_up_;  // [2·slice, hidden]: gate rows, then up rows
+    Linear down_;     // [hidden, slice]
+};
+
+}  // namespace tessera::layers

@@ -1,0 +1,226 @@
+#include "layers/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "dist/process_group.h"
+#include "loader/weight_source.h"
+
+namespace tessera::layers {
+
+StatusOr<MoeLayer> MoeLayer::load(const loader::WeightSource& source, const MoeSpec& spec,
+                                  const LayerParallel& par) {
+    MoeLayer moe;
+    const std::int64_t E = spec.routing.num_experts;
+    const std::int64_t H = spec.experts.hidden;
+    moe.hidden_ = H;
+    moe.routing_ = spec.routing;
+    const MoeParallel& mp = par.moe;
+    if (E % mp.ep_size != 0)
+        return Status::InvalidArgument("--ep-size " + std::to_string(mp.ep_size) + " must divide the model's " +
+                                       std::to_string(E) + " experts");
+    TSR_ASSIGN_OR_RETURN(moe.router_, Linear::load(source, {{{spec.prefix + spec.router + ".weight", E}}, H, 0, -1,
+                                                            false, DType::kF32}));
+    if (spec.correction_bias) {
+        TSR_ASSIGN_OR_RETURN(moe.correction_bias_,
+                             load_f32_vector(source, spec.prefix + spec.router + ".e_score_correction_bias", E));
+    }
+    moe.experts_per_rank_ = E / mp.ep_size;
+    TSR_ASSIGN_OR_RETURN(Range slice, even_shard("moe_intermediate_size", spec.experts.intermediate,
+                                                 TpShard{mp.moe_tp_rank, mp.moe_tp_size}));
+    ExpertsSpec experts = spec.experts;
+    if (experts.prefix.empty()) experts.prefix = spec.prefix + "experts.";
+    TSR_ASSIGN_OR_RETURN(moe.experts_, LocalExperts::load(source, experts, mp.ep_rank * moe.experts_per_rank_,
+                                                          moe.experts_per_rank_, slice));
+    if (spec.shared_intermediate > 0) {
+        TSR_ASSIGN_OR_RETURN(auto shared, GatedMlp::load_dense(source, spec.prefix + spec.shared + ".", H,
+                                                               spec.shared_intermediate, spec.compute_dtype, par));
+        moe.shared_ = std::move(shared);
+        if (spec.shared_gate) {
+            TSR_ASSIGN_OR_RETURN(auto gate, source.get(spec.prefix + "shared_expert_gate.weight", {1, H}));
+            moe.shared_gate_.resize(static_cast<std::size_t>(H));
+            convert_to_f32(gate->data, gate->dtype, moe.shared_gate_.data(), moe.shared_gate_.size());
+        }
+    }
+    return moe;
+}
+
+std::size_t MoeLayer::weight_bytes() const {
+    return router_.weight_bytes() + experts_.weight_bytes() + (shared_ ? shared_->weight_bytes() : 0);
+}
+
+std::size_t MoeLayer::weight_bytes_per_token() const {
+    return router_.weight_bytes() + static_cast<std::size_t>(routing_.top_k) * experts_.expert_bytes() +
+           (shared_ ? shared_->weight_bytes() : 0);
+}
+
+double MoeLayer::flops_per_token() const {
+    return 2.0 * static_cast<double>(router_.in_features()) * router_.out_features() +
+           static_cast<double>(routing_.top_k) * experts_.expert_flops() + (shared_ ? shared_->flops_per_token() : 0.0);
+}
+
+namespace {
+
+// out[t] += g(t) · shared[t], g = sigmoid(gate · h[t]) (Qwen2MoeSparseMoeBlock) or 1.
+void add_shared(const float* h, const float* shared, const std::vector<float>& gate, std::int64_t n,
+                std::int64_t H, float* out) {
+    for (std::int64_t t = 0; t < n; ++t) {
+        float g = 1.0f;
+        if (!gate.empty()) {
+            float dot = 0.0f;
+            for (std::int64_t i = 0; i < H; ++i) dot += gate[i] * h[t * H + i];
+            g = 1.0f / (1.0f + std::exp(-dot));
+        }
+        for (std::int64_t i = 0; i < H; ++i) out[t * H + i] += g * shared[t * H + i];
+    }
+}
+
+}  // namespace
+
+Status MoeLayer::forward(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
+                         const LayerParallel& par) {
+    traffic_.tokens += n;
+    if (par.moe.backend == MoeA2aBackend::kAllToAll && par.moe.ep_size > 1)
+        return dispatch_all_to_all(h, n, out, scratch, pool, par);
+    const std::int64_t H = hidden_, E = routing_.num_experts, k = routing_.top_k;
+    scratch.router_logits.resize(static_cast<std::size_t>(n * E));
+    scratch.topk_ids.resize(static_cast<std::size_t>(n * k));
+    scratch.topk_weights.resize(static_cast<std::size_t>(n * k));
+    router_.forward(h, n, scratch.router_logits.data(), pool);
+    route_tokens(scratch.router_logits.data(), n, routing_, correction_bias_.empty() ? nullptr : correction_bias_.data(),
+                 scratch.topk_ids.data(), scratch.topk_weights.data());
+    // Masked EP: this rank's experts by local index, every other id -1.
+    scratch.local_ids.resize(scratch.topk_ids.size());
+    const std::int64_t first = experts_.first(), count = experts_.count();
+    for (std::size_t i = 0; i < scratch.topk_ids.size(); ++i) {
+        const std::int64_t local = scratch.topk_ids[i] - first;
+        scratch.local_ids[i] = local >= 0 && local < count ? static_cast<std::int32_t>(local) : -1;
+    }
+    experts_.forward(h, n, scratch.local_ids.data(), scratch.topk_weights.data(), k, out, scratch, pool);
+    if (shared_) {
+        scratch.shared.resize(static_cast<std::size_t>(n * H));
+        shared_->forward(h, n, scratch.shared.data(), scratch, pool);
+        add_shared(h, scratch.shared.data(), shared_gate_, n, H, out);
+    }
+    if (par.tp_group != nullptr) traffic_.reduce_bytes += n * H * 4;
+    return par.all_reduce({out, static_cast<std::size_t>(n * H)});
+}
+
+Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
+                                     const LayerParallel& par) {
+    dist::ProcessGroup& group = *par.moe.ep_group;
+    const int p = group.size(), me = group.rank();
+    const std::int64_t H = hidden_, E = routing_.num_experts, k = routing_.top_k;
+    const std::int64_t per = (n + p - 1) / p;
+    const std::int64_t own_begin = std::min<std::int64_t>(n, me * per);
+    const std::int64_t owned = std::min<std::int64_t>(n, own_begin + per) - own_begin;
+
+    // Route the owned tokens only: every other rank routes its own.
+    scratch.router_logits.resize(static_cast<std::size_t>(owned * E));
+    scratch.topk_ids.resize(static_cast<std::size_t>(owned * k));
+    scratch.topk_weights.resize(static_cast<std::size_t>(owned * k));
+    if (owned > 0) {
+        router_.forward(h + own_begin * H, owned, scratch.router_logits.data(), pool);
+        route_tokens(scratch.router_logits.data(), owned, routing_,
+                     correction_bias_.empty() ? nullptr : correction_bias_.data(), scratch.topk_ids.data(),
+                     scratch.topk_weights.data());
+    }
+    // One record per (owned token, EP rank holding one of its experts): the hidden row, then
+    // top_k ids local to that rank (-1: not there) and top_k weights.
+    const std::int64_t record = H * 4 + k * 8;
+    std::vector<std::vector<std::int32_t>> rows_to(static_cast<std::size_t>(p));
+    for (std::int64_t t = 0; t < owned; ++t) {
+        for (int d = 0; d < p; ++d) {
+            for (std::int64_t j = 0; j < k; ++j) {
+                if (scratch.topk_ids[t * k + j] / experts_per_rank_ == d) {
+                    rows_to[d].push_back(static_cast<std::int32_t>(t));
+                    break;
+                }
+            }
+        }
+    }
+    std::vector<std::int64_t> send_records(static_cast<std::size_t>(p)), recv_records(static_cast<std::size_t>(p));
+    std::int64_t total_send = 0;
+    for (int d = 0; d < p; ++d) total_send += send_records[d] = static_cast<std::int64_t>(rows_to[d].size());
+    {
+        const std::vector<std::int64_t> eight(static_cast<std::size_t>(p), 8);
+        TSR_RETURN_IF_ERROR(group.all_to_all_v({reinterpret_cast<const std::uint8_t*>(send_records.data()), p * 8ul},
+                                               eight, {reinterpret_cast<std::uint8_t*>(recv_records.data()), p * 8ul},
+                                               eight));
+    }
+    scratch.send.resize(static_cast<std::size_t>(total_send * record));
+    std::uint8_t* w = scratch.send.data();
+    for (int d = 0; d < p; ++d) {
+        for (std::int32_t t : rows_to[d]) {
+            std::memcpy(w, h + (own_begin + t) * H, static_cast<std::size_t>(H) * 4);
+            auto* ids = reinterpret_cast<std::int32_t*>(w + H * 4);
+            auto* weights = reinterpret_cast<float*>(w + H * 4 + k * 4);
+            for (std::int64_t j = 0; j < k; ++j) {
+                const std::int32_t id = scratch.topk_ids[t * k + j];
+                ids[j] = id / experts_per_rank_ == d ? static_cast<std::int32_t>(id - d * experts_per_rank_) : -1;
+                weights[j] = scratch.topk_weights[t * k + j];
+            }
+            w += record;
+        }
+    }
+    std::int64_t m = 0;
+    for (int d = 0; d < p; ++d) m += recv_records[d];
+    std::vector<std::int64_t> send_bytes(static_cast<std::size_t>(p)), recv_bytes(static_cast<std::size_t>(p));
+    for (int d = 0; d < p; ++d) {
+        send_bytes[d] = send_records[d] * record;
+        recv_bytes[d] = recv_records[d] * record;
+        if (d != me) traffic_.dispatch_bytes += send_bytes[d];
+    }
+    scratch.recv.resize(static_cast<std::size_t>(m * record));
+    TSR_RETURN_IF_ERROR(group.all_to_all_v(scratch.send, send_bytes, scratch.recv, recv_bytes));
+
+    // Run this rank's experts on the received records.
+    std::vector<float> x(static_cast<std::size_t>(m * H)), weights(static_cast<std::size_t>(m * k));
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(m * k));
+    for (std::int64_t r = 0; r < m; ++r) {
+        const std::uint8_t* rec = scratch.recv.data() + r * record;
+        std::memcpy(x.data() + r * H, rec, static_cast<std::size_t>(H) * 4);
+        std::memcpy(ids.data() + r * k, rec + H * 4, static_cast<std::size_t>(k) * 4);
+        std::memcpy(weights.data() + r * k, rec + H * 4 + k * 4, static_cast<std::size_t>(k) * 4);
+    }
+    scratch.routed.resize(static_cast<std::size_t>(m * H));
+    experts_.forward(x.data(), m, ids.data(), weights.data(), k, scratch.routed.data(), scratch, pool);
+
+    // Combine: each result row goes back to the rank that sent its record, in record order.
+    for (int d = 0; d < p; ++d) {
+        send_bytes[d] = recv_records[d] * H * 4;
+        recv_bytes[d] = send_records[d] * H * 4;
+        if (d != me) traffic_.combine_bytes += send_bytes[d];
+    }
+    std::vector<float> returned(static_cast<std::size_t>(total_send * H));
+    TSR_RETURN_IF_ERROR(group.all_to_all_v(
+        {reinterpret_cast<const std::uint8_t*>(scratch.routed.data()), static_cast<std::size_t>(m * H * 4)}, send_bytes,
+        {reinterpret_cast<std::uint8_t*>(returned.data()), returned.size() * 4}, recv_bytes));
+    std::vector<float> own_out(static_cast<std::size_t>(per * H), 0.0f);
+    const float* src = returned.data();
+    for (int d = 0; d < p; ++d) {
+        for (std::int32_t t : rows_to[d]) {
+            float* dst = own_out.data() + t * H;
+            for (std::int64_t i = 0; i < H; ++i) dst[i] += src[i];
+            src += H;
+        }
+    }
+    // Attention under TP needs every token's row on every rank.
+    std::vector<float> gathered(static_cast<std::size_t>(p * per * H));
+    TSR_RETURN_IF_ERROR(group.all_gather(own_out, gathered));
+    traffic_.gather_bytes += per * H * 4 * (p - 1);
+    std::copy(gathered.begin(), gathered.begin() + n * H, out);
+    if (shared_) {
+        scratch.shared.assign(static_cast<std::size_t>(n * H), 0.0f);
+        std::vector<float> partial(static_cast<std::size_t>(n * H));
+        shared_->forward(h, n, partial.data(), scratch, pool);
+        add_shared(h, partial.data(), shared_gate_, n, H, scratch.shared.data());
+        TSR_RETURN_IF_ERROR(par.all_reduce(scratch.shared));
+        traffic_.reduce_bytes += n * H * 4;
+        for (std::int64_t i = 0; i < n * H; ++i) out[i] += scratch.shared[i];
+    }
+    return Status::Ok();
+}
+
+}  // namespace tessera::layers

@@ -1,0 +1,23 @@
+#include "layers/parallel.h"
+
+#include "dist/process_group.h"
+
+namespace tessera::layers {
+
+StatusOr<MoeA2aBackend> parse_moe_a2a_backend(const std::string& name) {
+    if (name == "none") return MoeA2aBackend::kNone;
+    if (name == "all_to_all") return MoeA2aBackend::kAllToAll;
+    return Status::InvalidArgument("--moe-a2a-backend " + name +
+                                   " is a GPU backend of SGLang; this build supports none and all_to_all");
+}
+
+const char* moe_a2a_backend_name(MoeA2aBackend backend) {
+    return backend == MoeA2aBackend::kNone ? "none" : "all_to_all";
+}
+
+Status LayerParallel::all_reduce(std::span<float> data) const {
+    if (tp_group == nullptr) return Status::Ok();
+    return tp_group->all_reduce(data);
+}
+
+}  // namespace tessera::layers

@@ -1,0 +1,317 @@
+#include "models/decoder.h"
+
+#include <variant>
+
+#include "base/thread_pool.h"
+#include "dist/pp_partition.h"
+#include "kernels/ops.h"
+#include "layers/attention_layer.h"
+#include "layers/embedding.h"
+#include "layers/logits_head.h"
+#include "layers/mlp.h"
+
+namespace tessera::models {
+
+using loader::ModelConfig;
+using loader::WeightSource;
+
+layers::MoeSpec standard_moe_spec(const ModelConfig& c, int layer, const std::string& block) {
+    layers::MoeSpec s;
+    s.prefix = "model.layers." + std::to_string(layer) + "." + block;
+    s.routing = layers::RouterConfig::from(c.moe);
+    s.correction_bias = c.moe.e_score_correction_bias;
+    s.experts.num_experts = c.moe.num_experts;
+    s.experts.hidden = c.hidden_size;
+    s.experts.intermediate = c.moe.moe_intermediate_size;
+    s.shared_intermediate = c.moe.shared_expert_intermediate_size;
+    s.shared_gate = c.moe.shared_expert_gate;
+    return s;
+}
+
+namespace {
+
+struct DecoderLayer {
+    std::vector<float> input_norm;  // f32 [hidden]
+    layers::GqaAttention attention;
+    std::vector<float> post_attention_norm;
+    std::variant<layers::GatedMlp, layers::MoeLayer> ffn;
+};
+
+class Decoder final : public Model {
+ public:
+    Decoder(ModelConfig config, DType compute_dtype, const LoadOptions& options)
+        : config_(std::move(config)), compute_dtype_(compute_dtype) {
+        par_.tp = {options.tp_rank, options.tp_size};
+        par_.tp_group = options.tp_group;
+        par_.moe = options.moe;
+    }
+
+    Status load(const WeightSource& source, const StageInfo& stage, const DecoderSpec& spec);
+
+    // Model
+    const ModelConfig& config() const override { return config_; }
+    kvcache::KvCacheShape kv_cache_shape() const override {
+        // SGLang's --kv-cache-dtype auto: the model's compute type.
+        return {stage_.num_layers(), n_kv_heads_, config_.head_dim,
+                compute_dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF32};
+    }
+    StageInfo stage() const override { return stage_; }
+    DType compute_dtype() const override { return compute_dtype_; }
+    std::size_t weight_bytes() const override;
+    std::size_t weight_bytes_per_token() const override;
+    double linear_flops_per_token() const override;
+    double attention_flops_at(std::int64_t pos) const override;
+    layers::MoeTraffic moe_traffic() const override;
+    using Model::forward;
+    Status forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
+                   std::vector<float>* out) override;
+
+ private:
+    Status check_batch(const BatchInput& batch, const kvcache::KvView& kv) const;
+
+    const ModelConfig config_;
+    const DType compute_dtype_;
+    layers::LayerParallel par_;
+    StageInfo stage_;
+    std::int64_t n_heads_ = 0;     // this rank's query heads
+    std::int64_t n_kv_heads_ = 0;  // this rank's KV heads
+    std::optional<layers::VocabParallelEmbedding> embedding_;  // first stage only
+    std::vector<DecoderLayer> layers_;  // the stage's: layers_[i] is layer stage_.layer_begin + i
+    std::vector<float> final_norm_;     // f32 [hidden]; last stage only
+    std::optional<layers::LogitsHead> lm_head_;  // last stage only
+    std::vector<float> inv_freq_;
+
+    // Reused across steps.
+    std::vector<float> x_, h_, branch_, last_;  // branch_: an attention or FFN output
+    std::vector<float> rope_cos_, rope_sin_;  // f32 [tokens, head_dim/2] of the current pass
+    layers::Scratch scratch_;
+};
+
+Status Decoder::load(const WeightSource& source, const StageInfo& stage, const DecoderSpec& spec) {
+    const ModelConfig& c = config_;
+    stage_ = stage;
+    const std::int64_t hidden = c.hidden_size;
+    if (stage_.first) {
+        TSR_ASSIGN_OR_RETURN(embedding_, layers::VocabParallelEmbedding::load(source, "model.embed_tokens.weight",
+                                                                            c.vocab_size, hidden, par_));
+    }
+    // Tensor names keep the global layer index: every stage reads the same checkpoint.
+    for (int l = stage_.layer_begin; l < stage_.layer_end; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        TSR_ASSIGN_OR_RETURN(auto input_norm, layers::load_f32_vector(source, p + "input_layernorm.weight", hidden));
+        TSR_ASSIGN_OR_RETURN(auto attention,
+                             layers::GqaAttention::load(source,
+                                                        {p + "self_attn.", hidden, c.num_attention_heads,
+                                                         c.num_key_value_heads, c.head_dim, spec.qkv_bias,
+                                                         spec.qk_norm, static_cast<float>(c.rms_norm_eps),
+                                                         compute_dtype_},
+                                                        par_));
+        TSR_ASSIGN_OR_RETURN(auto post_norm,
+                             layers::load_f32_vector(source, p + "post_attention_layernorm.weight", hidden));
+        n_heads_ = attention.local_heads();
+        n_kv_heads_ = attention.local_kv_heads();
+        if (c.is_moe_layer(l)) {
+            layers::MoeSpec moe_spec = spec.moe(c, l);
+            moe_spec.compute_dtype = compute_dtype_;
+            TSR_ASSIGN_OR_RETURN(auto moe, layers::MoeLayer::load(source, moe_spec, par_));
+            layers_.push_back({std::move(input_norm), std::move(attention), std::move(post_norm), std::move(moe)});
+        } else {
+            TSR_ASSIGN_OR_RETURN(auto mlp, layers::GatedMlp::load_dense(source, p + "mlp.", hidden, c.intermediate_size,
+                                                                        compute_dtype_, par_));
+            layers_.push_back({std::move(input_norm), std::move(attention), std::move(post_norm), std::move(mlp)});
+        }
+    }
+    if (stage_.num_layers() == 0) {
+        TSR_ASSIGN_OR_RETURN(auto heads, layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, par_.tp));
+        n_heads_ = heads.q_heads.count;
+        n_kv_heads_ = heads.kv_heads.count;
+    }
+    if (stage_.last) {
+        TSR_ASSIGN_OR_RETURN(final_norm_, layers::load_f32_vector(source, "model.norm.weight", hidden));
+        const bool tied = c.tie_word_embeddings || !source.contains("lm_head.weight");
+        TSR_ASSIGN_OR_RETURN(lm_head_, layers::LogitsHead::load(source, tied ? "model.embed_tokens.weight" : "lm_head.weight",
+                                                                c.vocab_size, hidden, compute_dtype_, par_));
+    }
+    inv_freq_ = loader::rope_inv_freq(c);
+    return Status::Ok();
+}
+
+std::size_t Decoder::weight_bytes_per_token() const {
+    std::size_t bytes = lm_head_ ? lm_head_->weight_bytes() : 0;
+    for (const auto& l : layers_) {
+        bytes += l.attention.weight_bytes();
+        if (const auto* mlp = std::get_if<layers::GatedMlp>(&l.ffn)) bytes += mlp->weight_bytes();
+        if (const auto* moe = std::get_if<layers::MoeLayer>(&l.ffn)) bytes += moe->weight_bytes_per_token();
+    }
+    return bytes;
+}
+
+std::size_t Decoder::weight_bytes() const {
+    std::size_t bytes = (lm_head_ ? lm_head_->weight_bytes() : 0) + (embedding_ ? embedding_->weight_bytes() : 0);
+    for (const auto& l : layers_) {
+        bytes += l.attention.weight_bytes();
+        if (const auto* mlp = std::get_if<layers::GatedMlp>(&l.ffn)) bytes += mlp->weight_bytes();
+        if (const auto* moe = std::get_if<layers::MoeLayer>(&l.ffn)) bytes += moe->weight_bytes();
+    }
+    return bytes;
+}
+
+double Decoder::linear_flops_per_token() const {
+    double flops = 0;
+    for (const auto& l : layers_) {
+        flops += l.attention.flops_per_token();
+        if (const auto* mlp = std::get_if<layers::GatedMlp>(&l.ffn)) flops += mlp->flops_per_token();
+        if (const auto* moe = std::get_if<layers::MoeLayer>(&l.ffn)) flops += moe->flops_per_token();
+    }
+    return flops;
+}
+
+double Decoder::attention_flops_at(std::int64_t pos) const {
+    // QKᵀ and PV over pos + 1 keys, per head and layer of this stage.
+    return 2.0 * 2.0 * static_cast<double>(pos + 1) * config_.head_dim * n_heads_ * stage_.num_layers();
+}
+
+layers::MoeTraffic Decoder::moe_traffic() const {
+    layers::MoeTraffic sum;
+    for (const auto& l : layers_) {
+        if (const auto* moe = std::get_if<layers::MoeLayer>(&l.ffn)) {
+            const layers::MoeTraffic& t = moe->traffic();
+            sum.tokens += t.tokens;
+            sum.dispatch_bytes += t.dispatch_bytes;
+            sum.combine_bytes += t.combine_bytes;
+            sum.gather_bytes += t.gather_bytes;
+            sum.reduce_bytes += t.reduce_bytes;
+        }
+    }
+    return sum;
+}
+
+Status Decoder::check_batch(const BatchInput& batch, const kvcache::KvView& kv) const {
+    const ModelConfig& c = config_;
+    const auto n = static_cast<std::int64_t>(batch.tokens.size());
+    if (n == 0) return Status::InvalidArgument("forward of zero tokens");
+    std::int64_t covered = 0;
+    for (const auto& seq : batch.seqs) covered += seq.n_tokens;
+    if (covered != n)
+        return Status::InvalidArgument("batch sequences cover " + std::to_string(covered) + " of " + std::to_string(n) +
+                                       " tokens");
+    const std::int64_t hidden = c.hidden_size;
+    if (stage_.first) {
+        if (!batch.hidden_in.empty())
+            return Status::InvalidArgument("the first pipeline stage embeds its tokens but was given " +
+                                           std::to_string(batch.hidden_in.size()) + " hidden-state values");
+        // Only the stage that indexes the embedding table needs the ids to be in range.
+        for (std::int32_t t : batch.tokens) {
+            if (t < 0 || t >= c.vocab_size) {
+                return Status::InvalidArgument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                               std::to_string(c.vocab_size) + ")");
+            }
+        }
+    } else if (static_cast<std::int64_t>(batch.hidden_in.size()) != n * hidden) {
+        return Status::InvalidArgument("hidden_in holds " + std::to_string(batch.hidden_in.size()) +
+                                       " values but the pipeline stage of layers [" +
+                                       std::to_string(stage_.layer_begin) + ", " + std::to_string(stage_.layer_end) +
+                                       ") needs " + std::to_string(n) + " tokens x hidden_size " +
+                                       std::to_string(hidden) + " = " + std::to_string(n * hidden));
+    }
+    if (static_cast<int>(kv.k.size()) != stage_.num_layers() || kv.v.size() != kv.k.size())
+        return Status::InvalidArgument("the KV view holds " + std::to_string(kv.k.size()) + " K and " +
+                                       std::to_string(kv.v.size()) + " V layers; this pipeline stage has " +
+                                       std::to_string(stage_.num_layers()));
+    return Status::Ok();
+}
+
+Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool, std::vector<float>* out) {
+    TSR_RETURN_IF_ERROR(check_batch(batch, kv));
+    const ModelConfig& c = config_;
+    const auto n = static_cast<std::int64_t>(batch.tokens.size());
+    const std::int64_t hidden = c.hidden_size;
+    x_.resize(n * hidden);
+    h_.resize(n * hidden);
+    branch_.resize(n * hidden);
+    // Position and KV row of every new token, in batch order.
+    std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> kv_rows(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> logit_rows;  // token index whose hidden state yields a logits row
+    std::vector<layers::SeqSpan> seqs;
+    std::int64_t t0 = 0;
+    for (const auto& seq : batch.seqs) {
+        seqs.push_back({seq.n_tokens, seq.start_pos, seq.slots});
+        for (std::int64_t i = 0; i < seq.n_tokens; ++i) {
+            const std::int64_t pos = seq.start_pos + i;
+            positions[t0 + i] = static_cast<std::int32_t>(pos);
+            kv_rows[t0 + i] = seq.slots == nullptr ? pos : seq.slots[pos];
+        }
+        if (stage_.last && seq.logits == LogitsMode::kAll) {
+            for (std::int64_t i = 0; i < seq.n_tokens; ++i) logit_rows.push_back(t0 + i);
+        } else if (stage_.last && seq.logits == LogitsMode::kLast && seq.n_tokens > 0) {
+            logit_rows.push_back(t0 + seq.n_tokens - 1);
+        }
+        t0 += seq.n_tokens;
+    }
+
+    if (stage_.first) {
+        TSR_RETURN_IF_ERROR(embedding_->forward(batch.tokens, x_.data(), par_));
+    } else {
+        std::copy(batch.hidden_in.begin(), batch.hidden_in.end(), x_.begin());
+    }
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    // Rotary angles once per pass; every layer rotates with the same ones.
+    const std::int64_t half = c.head_dim / 2;
+    rope_cos_.resize(static_cast<std::size_t>(n * half));
+    rope_sin_.resize(static_cast<std::size_t>(n * half));
+    kernels::rope_angles(positions.data(), n, inv_freq_.data(), half, rope_cos_.data(), rope_sin_.data());
+    const layers::LayerBatch lb{n, kv_rows.data(), rope_cos_.data(), rope_sin_.data(), seqs, pool};
+    const bool kv_bf16 = kv.dtype == DType::kBF16;
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+        DecoderLayer& layer = layers_[l];
+        kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
+        TSR_RETURN_IF_ERROR(layer.attention.forward(h_.data(), lb, kv.k[l], kv.v[l], kv_bf16, branch_.data(), scratch_, par_));
+        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+
+        kernels::rms_norm(x_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden, eps, pool);
+        if (auto* mlp = std::get_if<layers::GatedMlp>(&layer.ffn)) {
+            TSR_RETURN_IF_ERROR(mlp->forward_reduced(h_.data(), n, branch_.data(), scratch_, pool, par_));
+        } else {
+            TSR_RETURN_IF_ERROR(
+                std::get<layers::MoeLayer>(layer.ffn).forward(h_.data(), n, branch_.data(), scratch_, pool, par_));
+        }
+        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+    }
+    if (!stage_.last) {
+        out->assign(x_.begin(), x_.begin() + n * hidden);
+        return Status::Ok();
+    }
+    const auto n_out = static_cast<std::int64_t>(logit_rows.size());
+    out->clear();
+    // Every rank runs the same batch, so all of them skip (or issue) the gather together.
+    if (n_out == 0) return Status::Ok();
+    last_.resize(n_out * hidden);
+    for (std::int64_t r = 0; r < n_out; ++r)
+        std::copy(x_.begin() + logit_rows[r] * hidden, x_.begin() + (logit_rows[r] + 1) * hidden,
+                  last_.begin() + r * hidden);
+    kernels::rms_norm(last_.data(), final_norm_.data(), last_.data(), n_out, hidden, eps, pool);
+    return lm_head_->forward(last_.data(), n_out, out, pool, par_);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> load_decoder(const ModelConfig& config, const WeightSource& source,
+                                              DType compute_dtype, const LoadOptions& options,
+                                              const DecoderSpec& spec) {
+    if (options.pp_size < 1)
+        return Status::InvalidArgument("pp_size must be at least 1, got " + std::to_string(options.pp_size));
+    if (options.pp_rank < 0 || options.pp_rank >= options.pp_size)
+        return Status::InvalidArgument("pp_rank " + std::to_string(options.pp_rank) + " is outside [0, pp_size " +
+                                       std::to_string(options.pp_size) + ")");
+    TSR_ASSIGN_OR_RETURN(dist::LayerRange range,
+                         dist::pp_layer_range(static_cast<int>(config.num_hidden_layers), options.pp_rank,
+                                              options.pp_size, options.layer_partition));
+    const StageInfo stage{range.begin, range.end, dist::owns_embedding(options.pp_rank),
+                          dist::owns_lm_head(options.pp_rank, options.pp_size)};
+    auto model = std::make_unique<Decoder>(config, compute_dtype, options);
+    TSR_RETURN_IF_ERROR(model->load(source, stage, spec));
+    return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace tessera::models
