@@ -3,12 +3,14 @@
 
 Run by CTest as:
     /usr/bin/python3 tests/reference/check_numerics.py --tessera PATH/tessera \
-        --arch {llama,qwen2,qwen3} --dtype {f32,bf16} --workdir DIR
+        --arch {llama,qwen2,qwen3,qwen3-moe,qwen2-moe,mixtral} --dtype {f32,bf16} --workdir DIR
 
 Steps: build a tiny random model with `tessera make-model`, greedily decode 32
 tokens from a fixed 32-token prompt with `tessera generate` and with
 torch_reference.py, then require identical tokens and matching logits on the
-prompt rows and the first 16 decode rows (tolerances below).
+prompt rows and the first 16 decode rows (tolerances below). For MoE models the
+routing must not be degenerate: every MoE layer must have sent some token to at
+least half of its experts (as the reference counts them).
 
 For bf16 models the reference keeps f32 activations (the exact model) while
 tessera, like every bf16 x bf16 -> f32 kernel, rounds each linear layer's input
@@ -56,6 +58,16 @@ MODEL_SEED = 7
 #      the rounding is no tighter, which is why the exact model is the reference.
 F32_ABS_TOLERANCE = 1e-3
 BF16_RELATIVE_TOLERANCE = 0.05
+# MoE in bf16: top-k routing is discontinuous, and bf16 rounding of the hidden state flips
+# the choice between two experts whose router probabilities are within ~1% of each other.
+# Such a row jumps by up to ~60% of the logit std (measured on the tiny models) while the
+# rest stay at the dense bf16 error; a flip early in the prompt also moves the later rows a
+# little through their attention to its K/V (9 of 32 rows on the tiny Qwen3-MoE). So per
+# phase at most half of the rows may exceed the bf16 tolerance as long as the mean |diff|
+# stays under half of it (observed: 30% of the tolerance). f32 runs, where no flip happens,
+# keep the strict per-row bound.
+MOE_BF16_MAX_FLIPPED_FRACTION = 1 / 2
+MOE_BF16_MEAN_FRACTION = 0.5
 
 REFERENCE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_reference.py")
 
@@ -135,6 +147,10 @@ def tolerance_for(dtype: str, ref_logits: np.ndarray, gated_rows: int) -> float:
     return tolerance
 
 
+# Set by main() for MoE models in bf16 (see MOE_BF16_MAX_FLIPPED_FRACTION).
+ROUTING_FLIPS_ALLOWED = False
+
+
 def describe_rows(name: str, rows: range, diff: np.ndarray, tolerance: float, gated: bool) -> bool:
     """Prints one phase of the comparison; returns whether it is within tolerance."""
     if len(rows) == 0:
@@ -143,6 +159,12 @@ def describe_rows(name: str, rows: range, diff: np.ndarray, tolerance: float, ga
     per_row = diff[rows.start:rows.stop].max(axis=1)
     worst = rows.start + int(per_row.argmax())
     above = [rows.start + i for i, d in enumerate(per_row) if not d < tolerance]
+    mean = float(diff[rows.start:rows.stop].mean())
+    if ROUTING_FLIPS_ALLOWED and above and len(above) <= MOE_BF16_MAX_FLIPPED_FRACTION * len(rows) \
+            and mean < MOE_BF16_MEAN_FRACTION * tolerance:
+        print(f"  {name:<16} {len(above)} of {len(rows)} rows over the tolerance: routing flips, accepted "
+              f"(mean|diff| {mean:.3e} < {MOE_BF16_MEAN_FRACTION:g} x tolerance)")
+        above = []
     verdict = ("ok" if not above else f"FAIL from row {above[0]} ({len(above)} rows over)") if gated else "info only"
     print(f"  {name:<16} rows {rows.start:>2}..{rows.stop - 1:<2}  max|diff| {per_row.max():.3e} (row {worst:>2})"
           f"  mean|diff| {diff[rows.start:rows.stop].mean():.3e}  {verdict}")
@@ -206,10 +228,25 @@ def judge(dtype: str, tessera_ids: List[int], tessera_logits: np.ndarray, ref_id
     return False
 
 
+def check_routing(reference_report: dict, model_dir: str) -> None:
+    """MoE models only: a check whose tokens all went to one or two experts would not
+    exercise the routing, so require every MoE layer to reach half of its experts."""
+    hits = reference_report.get("experts_hit")
+    if hits is None:
+        return
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    experts = config.get("num_experts") or config.get("num_local_experts")
+    print(f"experts hit per MoE layer (of {experts}): {hits}")
+    degenerate = {layer: n for layer, n in hits.items() if n < experts / 2}
+    if degenerate:
+        raise SetupError(f"the routing is degenerate on layers {degenerate}: the test model does not exercise MoE")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tessera", required=True, help="path to the tessera binary")
-    parser.add_argument("--arch", required=True, choices=["llama", "qwen2", "qwen3"])
+    parser.add_argument("--arch", required=True, choices=["llama", "qwen2", "qwen3", "qwen3-moe", "qwen2-moe", "mixtral"])
     parser.add_argument("--dtype", required=True, choices=["f32", "bf16"])
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args()
@@ -249,7 +286,9 @@ def main() -> int:
              "--max-new-tokens", str(NEW_TOKENS), "--out-logits", ref_logits_path,
              "--out-json", ref_json_path], "torch_reference.py")
         with open(ref_json_path) as f:
-            ref_ids = generated_ids(f.read(), prompt, "torch_reference.py", error=SetupError)
+            ref_text = f.read()
+        ref_ids = generated_ids(ref_text, prompt, "torch_reference.py", error=SetupError)
+        check_routing(json.loads(ref_text), model_dir)
         tessera_logits = load_logits(tessera_logits_path, vocab_size, "tessera generate")
         ref_logits = load_logits(ref_logits_path, vocab_size, "torch_reference.py", error=SetupError)
         if len(tessera_ids) != NEW_TOKENS or not all(0 <= t < vocab_size for t in tessera_ids):
@@ -264,6 +303,8 @@ def main() -> int:
                 "torch_reference.py (teacher-forced)")
             return load_logits(forced_logits_path, vocab_size, "torch_reference.py", error=SetupError)
 
+        global ROUTING_FLIPS_ALLOWED
+        ROUTING_FLIPS_ALLOWED = args.dtype == "bf16" and args.arch in ("qwen3-moe", "qwen2-moe", "mixtral")
         print(f"\n== numerics: arch {args.arch}, dtype {args.dtype}, vocab {vocab_size}, "
               f"prompt {PROMPT_LEN} tokens, {NEW_TOKENS} new tokens ==")
         passed = judge(args.dtype, tessera_ids, tessera_logits, ref_ids, ref_logits, reference_along)

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Independent float32 PyTorch reference for tessera's dense decoder models.
+"""Independent float32 PyTorch reference for tessera's decoder models.
 
 Implements, from the Hugging Face transformers formulas, the forward pass of
-``LlamaForCausalLM``, ``Qwen2ForCausalLM`` and ``Qwen3ForCausalLM`` reading a
+``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM`` and the MoE
+models ``Qwen3MoeForCausalLM``, ``Qwen2MoeForCausalLM`` and
+``MixtralForCausalLM`` (sparse MoE blocks as in their ``*SparseMoeBlock``), reading a
 model folder (``config.json`` plus one ``model.safetensors`` or several shards
 listed in ``model.safetensors.index.json``) and greedily decodes from a prompt.
 
@@ -16,7 +18,8 @@ Usage:
         --out-logits FILE.npy --out-json FILE.json
 
 Output contract:
-    FILE.json  {"output_ids": [the N generated token ids]}
+    FILE.json  {"output_ids": [the N generated token ids],
+                "experts_hit": {layer: distinct experts chosen over the run}} (MoE only)
     FILE.npy   float32 [P + N - 1, vocab]: rows 0..P-1 are the logits at each
                prompt position (row P-1 predicts the first new token); row
                P+i (i = 0..N-2) holds the logits after appending generated
@@ -39,6 +42,9 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "MixtralForCausalLM": "mixtral",
 }
 
 
@@ -129,6 +135,30 @@ class DecoderConfig:
     qkv_bias: bool
     o_proj_bias: bool
     mlp_bias: bool
+    # MoE (num_experts == 0: dense)
+    num_experts: int = 0
+    top_k: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    shared_expert_intermediate_size: int = 0
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple = ()
+
+    def qk_norm(self) -> bool:
+        return self.arch in ("qwen3", "qwen3_moe")
+
+    def moe_block(self) -> str:
+        """Module name of the sparse block (HF: Mixtral's block_sparse_moe, Qwen's mlp)."""
+        return "block_sparse_moe." if self.arch == "mixtral" else "mlp."
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer: sparse unless listed in
+        mlp_only_layers or off the decoder_sparse_step grid; Mixtral: always."""
+        if self.num_experts == 0:
+            return False
+        if self.arch == "mixtral":
+            return True
+        return i not in self.mlp_only_layers and (i + 1) % self.decoder_sparse_step == 0
 
     @staticmethod
     def from_json(path: str) -> "DecoderConfig":
@@ -145,6 +175,19 @@ class DecoderConfig:
         num_heads = raw["num_attention_heads"]
         head_dim = raw.get("head_dim") or raw["hidden_size"] // num_heads
         attention_bias = bool(raw.get("attention_bias", False))
+        moe = {}
+        if arch in ("qwen3_moe", "qwen2_moe"):
+            moe = dict(num_experts=raw["num_experts"], top_k=raw["num_experts_per_tok"],
+                       moe_intermediate_size=raw["moe_intermediate_size"],
+                       norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+                       shared_expert_intermediate_size=raw.get("shared_expert_intermediate_size", 0)
+                       if arch == "qwen2_moe" else 0,
+                       decoder_sparse_step=raw.get("decoder_sparse_step", 1),
+                       mlp_only_layers=tuple(raw.get("mlp_only_layers") or ()))
+        elif arch == "mixtral":
+            # MixtralConfig: intermediate_size is each expert's width; top-k always renormalised.
+            moe = dict(num_experts=raw.get("num_local_experts", 8), top_k=raw["num_experts_per_tok"],
+                       moe_intermediate_size=raw["intermediate_size"], norm_topk_prob=True)
         return DecoderConfig(
             arch=arch,
             vocab_size=raw["vocab_size"],
@@ -161,9 +204,10 @@ class DecoderConfig:
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             # Qwen2 always has q/k/v biases; Llama and Qwen3 follow attention_bias,
             # which in transformers also governs o_proj (Qwen2's o_proj never has one).
-            qkv_bias=arch == "qwen2" or attention_bias,
-            o_proj_bias=arch != "qwen2" and attention_bias,
+            qkv_bias=arch in ("qwen2", "qwen2_moe") or attention_bias,
+            o_proj_bias=arch not in ("qwen2", "qwen2_moe") and attention_bias,
             mlp_bias=arch == "llama" and bool(raw.get("mlp_bias", False)),
+            **moe,
         )
 
 
@@ -242,6 +286,7 @@ class DecoderModel:
         tensors = load_checkpoint(model_dir)
         self.weights = self._take_expected_weights(tensors)
         self.inv_freq = rope_inverse_frequencies(self.config)
+        self.experts_hit: Dict[int, set] = {}  # MoE layer -> experts chosen by any token
 
     def _expected_shapes(self) -> Dict[str, tuple]:
         c = self.config
@@ -264,9 +309,12 @@ class DecoderModel:
                 shapes[p + "self_attn.v_proj.bias"] = (kv_dim,)
             if c.o_proj_bias:
                 shapes[p + "self_attn.o_proj.bias"] = (c.hidden_size,)
-            if c.arch == "qwen3":
+            if c.qk_norm():
                 shapes[p + "self_attn.q_norm.weight"] = (c.head_dim,)
                 shapes[p + "self_attn.k_norm.weight"] = (c.head_dim,)
+            if c.is_moe_layer(i):
+                shapes.update(self._moe_shapes(p + c.moe_block()))
+                continue
             shapes[p + "mlp.gate_proj.weight"] = (c.intermediate_size, c.hidden_size)
             shapes[p + "mlp.up_proj.weight"] = (c.intermediate_size, c.hidden_size)
             shapes[p + "mlp.down_proj.weight"] = (c.hidden_size, c.intermediate_size)
@@ -274,6 +322,23 @@ class DecoderModel:
                 shapes[p + "mlp.gate_proj.bias"] = (c.intermediate_size,)
                 shapes[p + "mlp.up_proj.bias"] = (c.intermediate_size,)
                 shapes[p + "mlp.down_proj.bias"] = (c.hidden_size,)
+        return shapes
+
+    def _moe_shapes(self, p: str) -> Dict[str, tuple]:
+        c = self.config
+        H, I = c.hidden_size, c.moe_intermediate_size
+        shapes = {p + "gate.weight": (c.num_experts, H)}
+        names = ("w1", "w3", "w2") if c.arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+        for e in range(c.num_experts):
+            shapes[f"{p}experts.{e}.{names[0]}.weight"] = (I, H)
+            shapes[f"{p}experts.{e}.{names[1]}.weight"] = (I, H)
+            shapes[f"{p}experts.{e}.{names[2]}.weight"] = (H, I)
+        if c.shared_expert_intermediate_size:
+            S = c.shared_expert_intermediate_size
+            shapes[p + "shared_expert.gate_proj.weight"] = (S, H)
+            shapes[p + "shared_expert.up_proj.weight"] = (S, H)
+            shapes[p + "shared_expert.down_proj.weight"] = (H, S)
+            shapes[p + "shared_expert_gate.weight"] = (1, H)
         return shapes
 
     def _take_expected_weights(self, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -307,7 +372,7 @@ class DecoderModel:
         q = q.view(seq_len, c.num_heads, c.head_dim).transpose(0, 1)
         k = k.view(seq_len, c.num_kv_heads, c.head_dim).transpose(0, 1)
         v = v.view(seq_len, c.num_kv_heads, c.head_dim).transpose(0, 1)
-        if c.arch == "qwen3":
+        if c.qk_norm():
             # Qwen3 normalises each head's q and k before the rotation.
             q = rms_norm(q, w[p + "q_norm.weight"], c.rms_norm_eps)
             k = rms_norm(k, w[p + "k_norm.weight"], c.rms_norm_eps)
@@ -325,11 +390,40 @@ class DecoderModel:
         context = context.transpose(0, 1).reshape(seq_len, c.num_heads * c.head_dim)
         return linear(context, w[p + "o_proj.weight"], self._bias(p + "o_proj.bias"))
 
+    def _swiglu(self, p: str, names, x: torch.Tensor) -> torch.Tensor:
+        w = self.weights
+        gate = linear(x, w[p + names[0] + ".weight"], self._bias(p + names[0] + ".bias"))
+        up = linear(x, w[p + names[1] + ".weight"], self._bias(p + names[1] + ".bias"))
+        return linear(torch.nn.functional.silu(gate) * up, w[p + names[2] + ".weight"], self._bias(p + names[2] + ".bias"))
+
     def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        w, p = self.weights, f"model.layers.{i}.mlp."
-        gate = linear(x, w[p + "gate_proj.weight"], self._bias(p + "gate_proj.bias"))
-        up = linear(x, w[p + "up_proj.weight"], self._bias(p + "up_proj.bias"))
-        return linear(torch.nn.functional.silu(gate) * up, w[p + "down_proj.weight"], self._bias(p + "down_proj.bias"))
+        if self.config.is_moe_layer(i):
+            return self._sparse_moe(i, x)
+        return self._swiglu(f"model.layers.{i}.mlp.", ("gate_proj", "up_proj", "down_proj"), x)
+
+    def _sparse_moe(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Qwen3MoeSparseMoeBlock / Qwen2MoeSparseMoeBlock / MixtralSparseMoeBlock:
+        softmax over all experts, top-k, optional renormalisation, the weighted sum of
+        the chosen experts' SwiGLU outputs (plus Qwen2-MoE's sigmoid-gated shared expert)."""
+        c, w = self.config, self.weights
+        p = f"model.layers.{i}.{c.moe_block()}"
+        probs = torch.softmax(linear(x, w[p + "gate.weight"], None), dim=-1)
+        weights, experts = torch.topk(probs, c.top_k, dim=-1)
+        if c.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        self.experts_hit.setdefault(i, set()).update(int(e) for e in experts.flatten())
+        names = ("w1", "w3", "w2") if c.arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+        out = torch.zeros_like(x)
+        for e in range(c.num_experts):
+            rows, slot = torch.nonzero(experts == e, as_tuple=True)
+            if rows.numel() == 0:
+                continue
+            y = self._swiglu(f"{p}experts.{e}.", names, x[rows])
+            out.index_add_(0, rows, y * weights[rows, slot].unsqueeze(-1))
+        if c.shared_expert_intermediate_size:
+            gate = torch.sigmoid(linear(x, w[p + "shared_expert_gate.weight"], None))
+            out = out + gate * self._swiglu(p + "shared_expert.", ("gate_proj", "up_proj", "down_proj"), x)
+        return out
 
     @torch.no_grad()
     def forward(self, token_ids: List[int]) -> torch.Tensor:
@@ -387,7 +481,10 @@ def main() -> int:
     generated, logits = greedy_decode(model, prompt_ids, args.max_new_tokens)
     np.save(args.out_logits, logits)
     with open(args.out_json, "w") as f:
-        json.dump({"output_ids": generated}, f)
+        report = {"output_ids": generated}
+        if model.experts_hit:
+            report["experts_hit"] = {str(i): len(e) for i, e in sorted(model.experts_hit.items())}
+        json.dump(report, f)
     return 0
 
 
