@@ -14,6 +14,7 @@
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "executor/generator.h"
+#include "executor/pipelined_model.h"
 #include "kernels/isa.h"
 #include "models/model.h"
 #include "scheduler/scheduler.h"
@@ -150,13 +151,11 @@ void print_report(const GenerateCommandOptions& o, const std::vector<std::int32_
     std::printf("decode: %zu tokens, %.1f tok/s\n", r.output_ids.size(), decode_tps);
 }
 
-// --logits-out: the model run directly on one rank (or a TP group), every position's logits
-// kept; the scheduler never materialises them.
+// --logits-out: the model run directly on every rank (TP, EP, and PP stage by stage), every
+// position's logits kept; the scheduler never materialises them.
 int run_generate_direct(const GenerateCommandOptions& o, const std::vector<std::int32_t>& prompt,
                         const tokenizer::Tokenizer* tok, std::optional<int> internal_rank,
                         const std::string& internal_store) {
-    if (o.server.pp_size > 1)
-        return fail(Status::InvalidArgument("--logits-out runs the model on one pipeline stage; drop --pp-size"));
     auto runtime = init_rank_runtime(o.server, internal_rank, internal_store);
     if (!runtime.ok()) return fail(runtime.status());
     auto load = model_load_options(o.server, *runtime);
@@ -164,14 +163,17 @@ int run_generate_direct(const GenerateCommandOptions& o, const std::vector<std::
     auto model = models::load_model(*load);
     if (!model.ok()) return fail(model.status());
     ThreadPool pool(runtime->threads);
+    std::unique_ptr<models::Model> pipelined;
+    if (runtime->pp_group) pipelined = std::make_unique<executor::PipelinedModel>(**model, *runtime->pp_group);
+    models::Model& whole = pipelined ? *pipelined : **model;
     executor::GenerateOptions gen;
     gen.max_new_tokens = o.max_new_tokens;
     gen.sampling = {o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
     gen.ignore_eos = o.ignore_eos;
     gen.capture_logits = true;
-    auto result = executor::generate(**model, prompt, gen, &pool);
+    auto result = executor::generate(whole, prompt, gen, &pool);
     if (!result.ok()) return fail(result.status());
-    if (!runtime->is_output_rank()) return 0;  // every rank computed the same tokens; one reports
+    if (!runtime->is_output_rank()) return 0;  // every rank sampled the same tokens; one reports
     const std::int64_t vocab = (*model)->config().vocab_size;
     const auto rows = static_cast<std::int64_t>(result->logits.size()) / vocab;
     if (Status s = write_npy(o.logits_out, result->logits, rows, vocab); !s.ok()) return fail(s);

@@ -84,16 +84,20 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--arch", default="qwen3", help="make-model architecture (qwen3-moe: an MoE model)")
+    ap.add_argument("--ep", type=int, default=1)
+    ap.add_argument("--moe-a2a-backend", default="none")
     a = ap.parse_args()
     tessera = os.path.abspath(a.tessera)
     os.makedirs(a.workdir, exist_ok=True)
     model = os.path.join(a.workdir, "model")
-    subprocess.run([tessera, "make-model", "--arch", "qwen3", "--preset", "tiny", "--tokenizer", "qwen3",
+    subprocess.run([tessera, "make-model", "--arch", a.arch, "--preset", "tiny", "--tokenizer", "qwen3",
                     "--dtype", "f32", "--seed", "5", "--out", model], check=True, capture_output=True)
     port = free_port()
     log = open(os.path.join(a.workdir, "server.log"), "w")
     server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
                                "--port", str(port), "--tp", str(a.tp), "--pp-size", str(a.pp), "--threads", "1",
+                               "--ep", str(a.ep), "--moe-a2a-backend", a.moe_a2a_backend,
                                "--max-total-tokens", "16384", "--chunked-prefill-size", "64",
                                "--random-seed", "1"], stdout=log, stderr=subprocess.STDOUT)
     try:
