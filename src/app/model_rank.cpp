@@ -51,12 +51,9 @@ scheduler::SchedulePolicy parse_policy(const std::string& name) {
 StatusOr<std::int64_t> agree_on_slots(const RankRuntime& rt, std::int64_t n_slots) {
     for (dist::ProcessGroup* g : {rt.tp_group.get(), rt.pp_group.get()}) {
         if (g == nullptr) continue;
-        // f32 is exact below 2^24; above, round toward zero so no rank is promised more.
-        auto v = static_cast<float>(n_slots);
-        if (static_cast<std::int64_t>(v) > n_slots) v = std::nextafter(v, 0.0f);
-        std::vector<float> x = {v};
-        TSR_RETURN_IF_ERROR(g->all_reduce(x, dist::ReduceOp::kMin));
-        n_slots = static_cast<std::int64_t>(x[0]);
+        std::int64_t slots[1] = {n_slots};
+        TSR_RETURN_IF_ERROR(g->all_reduce(std::span<std::int64_t>(slots), dist::ReduceOp::kMin));
+        n_slots = slots[0];
     }
     return n_slots;
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <vector>
 
 namespace tessera::dist {
 
@@ -19,6 +20,30 @@ Status ProcessGroup::unsupported(const char* op) const {
 }
 
 Status ProcessGroup::all_reduce(std::span<float>, ReduceOp) { return unsupported("all_reduce"); }
+
+template <typename Int>
+Status ProcessGroup::all_reduce_integers(std::span<Int> data, ReduceOp op) {
+    const int n = size();
+    const auto bytes = static_cast<std::int64_t>(data.size_bytes());
+    std::vector<std::uint8_t> send(static_cast<std::size_t>(bytes * n));
+    for (int r = 0; r < n; ++r) std::memcpy(send.data() + r * bytes, data.data(), static_cast<std::size_t>(bytes));
+    std::vector<std::uint8_t> recv(send.size());
+    const std::vector<std::int64_t> counts(static_cast<std::size_t>(n), bytes);
+    TSR_RETURN_IF_ERROR(all_to_all_v(send, counts, recv, counts));
+    const auto* values = reinterpret_cast<const Int*>(recv.data());
+    for (std::size_t i = 0; i < data.size(); ++i) {
+        Int v = values[i];
+        for (int r = 1; r < n; ++r) {
+            const Int x = values[r * data.size() + i];
+            v = op == ReduceOp::kSum ? static_cast<Int>(v + x) : op == ReduceOp::kMax ? std::max(v, x) : std::min(v, x);
+        }
+        data[i] = v;
+    }
+    return Status::Ok();
+}
+
+Status ProcessGroup::all_reduce(std::span<std::int64_t> data, ReduceOp op) { return all_reduce_integers(data, op); }
+Status ProcessGroup::all_reduce(std::span<std::int32_t> data, ReduceOp op) { return all_reduce_integers(data, op); }
 Status ProcessGroup::all_gather(std::span<const float>, std::span<float>) {
     return unsupported("all_gather");
 }
@@ -111,6 +136,7 @@ class ProcessGroupSingle final : public ProcessGroup {
     std::string backend_name() const override { return "single"; }
 
     // ProcessGroup
+    using ProcessGroup::all_reduce;  // the integer overloads
     Status all_reduce(std::span<float>, ReduceOp) override { return Status::Ok(); }
     Status all_gather(std::span<const float> in, std::span<float> out) override {
         TSR_RETURN_IF_ERROR(check_all_gather(in.size(), out.size()));

@@ -41,6 +41,11 @@ class ProcessGroup {
 
     // f32 in place; identical count on all ranks.
     virtual Status all_reduce(std::span<float> data, ReduceOp op = ReduceOp::kSum);
+    // Integers in place, exact (token and expert counts, batch sizes the ranks must agree on):
+    // every rank sends its values to every other with all_to_all_v and reduces them in rank
+    // order, so any backend with all_to_all_v has them. Meant for short arrays.
+    Status all_reduce(std::span<std::int64_t> data, ReduceOp op = ReduceOp::kSum);
+    Status all_reduce(std::span<std::int32_t> data, ReduceOp op = ReduceOp::kSum);
     // out [size × in.size()] = concatenation of every rank's `in`, in rank order.
     virtual Status all_gather(std::span<const float> in, std::span<float> out);
     // in [size × out.size()]: rank r receives the reduction of every rank's r-th chunk.
@@ -72,6 +77,9 @@ class ProcessGroup {
                               std::size_t recv_bytes,
                               std::span<const std::int64_t> recv_counts) const;
     Status check_rank(int peer, const char* op, const char* what) const;
+
+    template <typename Int>
+    Status all_reduce_integers(std::span<Int> data, ReduceOp op);
 
  private:
     const std::string name_;

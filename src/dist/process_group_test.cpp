@@ -190,6 +190,25 @@ void check_all_ops(ProcessGroup& g) {
             }
         }
     }
+    // Integer all_reduce: exact beyond f32's 2^24, negative values, int32 and int64.
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+        std::vector<std::int64_t> big = {(std::int64_t{1} << 40) + me, -3 * me, 7};
+        std::vector<std::int32_t> small = {me, 100 - me};
+        ASSERT_TRUE(g.all_reduce(std::span<std::int64_t>(big), op).ok());
+        ASSERT_TRUE(g.all_reduce(std::span<std::int32_t>(small), op).ok());
+        const std::int64_t ranks_sum = std::int64_t{n} * (n - 1) / 2;
+        if (op == ReduceOp::kSum) {
+            EXPECT_EQ(big, (std::vector<std::int64_t>{n * (std::int64_t{1} << 40) + ranks_sum, -3 * ranks_sum, 7 * n}));
+            EXPECT_EQ(small, (std::vector<std::int32_t>{static_cast<std::int32_t>(ranks_sum),
+                                                        static_cast<std::int32_t>(100 * n - ranks_sum)}));
+        } else if (op == ReduceOp::kMax) {
+            EXPECT_EQ(big, (std::vector<std::int64_t>{(std::int64_t{1} << 40) + n - 1, 0, 7}));
+            EXPECT_EQ(small, (std::vector<std::int32_t>{n - 1, 100}));
+        } else {
+            EXPECT_EQ(big, (std::vector<std::int64_t>{std::int64_t{1} << 40, -3 * (n - 1), 7}));
+            EXPECT_EQ(small, (std::vector<std::int32_t>{0, 100 - (n - 1)}));
+        }
+    }
     // all_gather.
     for (size_t count : {size_t{1}, size_t{13}, size_t{70'001}, size_t{300'000}}) {
         auto in = rank_data(me, count);
@@ -492,6 +511,9 @@ TEST(ProcessGroupSingleTest, CollectivesAreIdentity) {
     std::vector<float> data{1.f, 2.f, 3.f};
     ASSERT_TRUE(g->all_reduce(data, ReduceOp::kMax).ok());
     EXPECT_EQ(data, (std::vector<float>{1.f, 2.f, 3.f}));
+    std::vector<std::int64_t> ints{std::int64_t{1} << 50, -2};
+    ASSERT_TRUE(g->all_reduce(std::span<std::int64_t>(ints)).ok());
+    EXPECT_EQ(ints, (std::vector<std::int64_t>{std::int64_t{1} << 50, -2}));
     std::vector<float> out(3);
     ASSERT_TRUE(g->all_gather(data, out).ok());
     EXPECT_EQ(out, data);

@@ -39,6 +39,7 @@ class ProcessGroupGloo final : public ProcessGroup {
     std::string backend_name() const override { return "gloo"; }
 
     // ProcessGroup
+    using ProcessGroup::all_reduce;  // the integer overloads
     Status all_reduce(std::span<float> data, ReduceOp op) override;
     Status all_gather(std::span<const float> in, std::span<float> out) override;
     Status reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) override;

@@ -39,6 +39,7 @@ class ProcessGroupShm final : public ProcessGroup {
     std::string backend_name() const override { return "shm"; }
 
     // ProcessGroup
+    using ProcessGroup::all_reduce;  // the integer overloads
     Status all_reduce(std::span<float> data, ReduceOp op) override;
     Status all_gather(std::span<const float> in, std::span<float> out) override;
     Status reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) override;
