@@ -105,6 +105,7 @@ struct GenerateReport {
     std::vector<std::int64_t> prefill_chunks;  // tokens of each prefill chunk, in order
     bool dynamic_chunking = false;
     std::int64_t chunked_prefill_size = -1;
+    layers::MoeTraffic moe;  // rank 0's MoE layers (zero for dense models)
 };
 
 void print_report(const GenerateCommandOptions& o, const std::vector<std::int32_t>& prompt,
@@ -135,6 +136,17 @@ void print_report(const GenerateCommandOptions& o, const std::vector<std::int32_
                             {"prefill_chunks", r.prefill_chunks},
                             {"weight_mb_per_rank", r.weight_mb},
                             {"rss_mb", resident_mb()}};
+        if (r.moe.tokens > 0) {
+            // Per token and MoE layer this rank sent: dispatch records and combine rows
+            // (all_to_all), owned output rows (all_gather), and the all-reduced MoE output.
+            const auto per = [&](std::int64_t bytes) { return static_cast<double>(bytes) / r.moe.tokens; };
+            j["ep_size"] = o.server.ep_size;
+            j["moe_a2a_backend"] = o.server.moe_a2a_backend;
+            j["moe_bytes_per_token_layer"] = {{"dispatch", per(r.moe.dispatch_bytes)},
+                                              {"combine", per(r.moe.combine_bytes)},
+                                              {"all_gather", per(r.moe.gather_bytes)},
+                                              {"all_reduce_payload", per(r.moe.reduce_bytes)}};
+        }
         if (tok) j["text"] = text;
         std::printf("%s\n", j.dump().c_str());
         return;
@@ -185,6 +197,7 @@ int run_generate_direct(const GenerateCommandOptions& o, const std::vector<std::
     report.threads = runtime->threads;
     report.dtype = dtype_name((*model)->compute_dtype());
     report.weight_mb = (*model)->weight_bytes() / 1e6;
+    report.moe = (*model)->moe_traffic();
     print_report(o, prompt, tok, report);
     return 0;
 }
@@ -323,6 +336,7 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
     report.threads = rank.runtime.threads;
     report.dtype = dtype_name(rank.model->compute_dtype());
     report.weight_mb = rank.model->weight_bytes() / 1e6;
+    report.moe = rank.model->moe_traffic();
     report.load_s = rank.load_s;
     report.prefill_chunks = recorder.chunks();
     report.dynamic_chunking = rank.scheduler.dynamic_chunking.has_value();
