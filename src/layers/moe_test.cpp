@@ -27,6 +27,8 @@ class MoeLayerTest : public ::testing::Test {
         for (std::int64_t e = 0; e < E; ++e) add_mlp("mlp.experts." + std::to_string(e) + ".", I);
         add_mlp("mlp.shared_expert.", S);
         add("mlp.shared_expert_gate.weight", {1, H}, 0.5);
+        add_mlp("mlp.shared_experts.", S);  // DeepSeek's name
+        add("mlp.gate.e_score_correction_bias", {E}, 0.3 * std::sqrt(double(E)));
         ASSERT_TRUE(loader::write_safetensors((dir_ / "model.safetensors").string(), tensors_).ok());
         auto source = loader::WeightSource::open(dir_.string());
         ASSERT_TRUE(source.ok()) << source.status().message();
@@ -70,8 +72,9 @@ class MoeLayerTest : public ::testing::Test {
         return y;
     }
 
-    // The block token by token: softmax router, top-k renormalised, experts, shared expert.
-    std::vector<float> expected(bool gated_shared, const RouterConfig& routing) {
+    // The block token by token: router, top-k, experts, shared expert.
+    std::vector<float> expected(bool gated_shared, const RouterConfig& routing, const std::string& shared_name = "mlp.shared_expert.",
+                                const float* bias = nullptr) {
         std::vector<float> out(x_.size(), 0.0f);
         for (std::int64_t t = 0; t < kTokens; ++t) {
             const float* x = x_.data() + t * H;
@@ -80,12 +83,12 @@ class MoeLayerTest : public ::testing::Test {
                 for (std::int64_t j = 0; j < H; ++j) logits[e] += values_["mlp.gate.weight"][e * H + j] * x[j];
             std::vector<std::int32_t> ids(K);
             std::vector<float> w(K);
-            route_tokens(logits.data(), 1, routing, nullptr, ids.data(), w.data());
+            route_tokens(logits.data(), 1, routing, bias, ids.data(), w.data());
             for (std::int64_t j = 0; j < K; ++j) {
                 auto y = swiglu("mlp.experts." + std::to_string(ids[j]) + ".", I, x);
                 for (std::int64_t o = 0; o < H; ++o) out[t * H + o] += w[j] * y[o];
             }
-            auto shared = swiglu("mlp.shared_expert.", S, x);
+            auto shared = swiglu(shared_name, S, x);
             float g = 1.0f;
             if (gated_shared) {
                 float dot = 0;
@@ -148,6 +151,25 @@ TEST_F(MoeLayerTest, RoutingReachesSeveralExperts) {
     route_tokens(logits.data(), kTokens, routing, nullptr, ids.data(), w.data());
     std::set<std::int32_t> hit(ids.begin(), ids.end());
     EXPECT_GE(hit.size(), 5u) << "the test would not exercise the expert grouping";
+}
+
+// DeepSeek-V3's block: sigmoid scores, noaux_tc group-limited selection on the biased scores,
+// unbiased renormalised weights × routed_scaling_factor, ungated mlp.shared_experts.
+TEST_F(MoeLayerTest, DeepseekBlockWithCorrectionBias) {
+    MoeSpec s = spec(false);
+    s.routing = {.num_experts = E, .top_k = K, .scoring = loader::ScoringFunc::kSigmoid,
+                 .method = loader::TopkMethod::kNoauxTc, .n_group = 4, .topk_group = 2, .renormalize = true,
+                 .routed_scaling_factor = 2.5};
+    s.correction_bias = true;
+    s.shared = "shared_experts";
+    const std::vector<float>& bias = values_["mlp.gate.e_score_correction_bias"];
+    const std::vector<float> got = run(s, {});
+    expect_near(got, expected(false, s.routing, "mlp.shared_experts.", bias.data()), 1e-4f);
+    // The bias changes the selection: without it the result differs.
+    const std::vector<float> unbiased = expected(false, s.routing, "mlp.shared_experts.", nullptr);
+    float max_diff = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, std::abs(got[i] - unbiased[i]));
+    EXPECT_GT(max_diff, 1e-2f) << "the correction bias never changed an expert choice; the test cannot see it";
 }
 
 // Masked EP (--moe-a2a-backend none) and moe_tp: every rank returns its partial sum (the TP
