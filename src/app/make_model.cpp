@@ -227,9 +227,9 @@ json base_config(const std::string& arch, const Dims& d, DType dtype) {
         c["tie_word_embeddings"] = false;
         c["bos_token_id"] = 128000;
         c["eos_token_id"] = {128001, 128008, 128009};
-    } else if (arch == "qwen2") {
-        c["architectures"] = {"Qwen2ForCausalLM"};
-        c["model_type"] = "qwen2";
+    } else if (arch == "qwen2" || arch == "qwen2-moe") {
+        c["architectures"] = {arch == "qwen2" ? "Qwen2ForCausalLM" : "Qwen2MoeForCausalLM"};
+        c["model_type"] = arch == "qwen2" ? "qwen2" : "qwen2_moe";
         c["max_window_layers"] = d.layers;
         c["rms_norm_eps"] = 1e-6;
         c["rope_theta"] = 1000000.0;
@@ -254,26 +254,6 @@ json base_config(const std::string& arch, const Dims& d, DType dtype) {
         c["tie_word_embeddings"] = false;
         c["bos_token_id"] = 1;
         c["eos_token_id"] = 2;
-    } else if (arch == "qwen2-moe") {
-        c["architectures"] = {"Qwen2MoeForCausalLM"};
-        c["model_type"] = "qwen2_moe";
-        c["decoder_sparse_step"] = 1;
-        c["max_window_layers"] = d.layers;
-        c["mlp_only_layers"] = json::array();
-        c["moe_intermediate_size"] = d.moe_intermediate;
-        c["norm_topk_prob"] = false;
-        c["num_experts"] = d.experts;
-        c["num_experts_per_tok"] = d.experts_per_tok;
-        c["output_router_logits"] = false;
-        c["router_aux_loss_coef"] = 0.001;
-        c["shared_expert_intermediate_size"] = d.shared_experts * d.moe_intermediate;
-        c["rms_norm_eps"] = 1e-6;
-        c["rope_theta"] = 1000000.0;
-        c["sliding_window"] = d.max_positions;
-        c["use_sliding_window"] = false;
-        c["tie_word_embeddings"] = false;
-        c["bos_token_id"] = 151643;
-        c["eos_token_id"] = 151645;
     } else {  // qwen3, qwen3-moe, deepseek-v2 share the Qwen-style fields below
         c["architectures"] = {arch == "qwen3" ? "Qwen3ForCausalLM" : "Qwen3MoeForCausalLM"};
         c["model_type"] = arch == "qwen3" ? "qwen3" : "qwen3_moe";
@@ -288,16 +268,17 @@ json base_config(const std::string& arch, const Dims& d, DType dtype) {
         c["tie_word_embeddings"] = arch == "qwen3";
         c["bos_token_id"] = 151643;
         c["eos_token_id"] = 151645;
-        if (arch == "qwen3-moe") {
-            c["decoder_sparse_step"] = 1;
-            c["mlp_only_layers"] = json::array();
-            c["moe_intermediate_size"] = d.moe_intermediate;
-            c["norm_topk_prob"] = true;
-            c["num_experts"] = d.experts;
-            c["num_experts_per_tok"] = d.experts_per_tok;
-            c["output_router_logits"] = false;
-            c["router_aux_loss_coef"] = 0.001;
-        }
+    }
+    if (arch == "qwen3-moe" || arch == "qwen2-moe") {
+        c["decoder_sparse_step"] = 1;
+        c["mlp_only_layers"] = json::array();
+        c["moe_intermediate_size"] = d.moe_intermediate;
+        c["norm_topk_prob"] = arch == "qwen3-moe";  // as the released checkpoints
+        c["num_experts"] = d.experts;
+        c["num_experts_per_tok"] = d.experts_per_tok;
+        c["output_router_logits"] = false;
+        c["router_aux_loss_coef"] = 0.001;
+        if (arch == "qwen2-moe") c["shared_expert_intermediate_size"] = d.shared_experts * d.moe_intermediate;
     }
     if (arch == "deepseek-v2") {
         c.erase("head_dim");

@@ -17,14 +17,13 @@ Exit 0 pass, 1 fail.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tp_test import PROMPT, NEW_TOKENS, free_port, kill_node1_mid_run, run_case  # noqa: E402
+from tp_test import PROMPT, NEW_TOKENS, free_port, kill_node1_mid_run, make_model, run_case  # noqa: E402
 
 LOGIT_TOLERANCE = 1e-4
 
@@ -47,14 +46,6 @@ LAYOUTS = {
         ["--tp", "2", "--moe-a2a-backend", "all_to_all"],
     ],
 }
-
-
-def make_model(tessera, arch, workdir):
-    out = os.path.join(workdir, arch)
-    shutil.rmtree(out, ignore_errors=True)
-    subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--dtype", "f32", "--seed", "11",
-                    "--out", out], check=True, capture_output=True)
-    return out
 
 
 def generate(tessera, model, extra, logits):
