@@ -81,8 +81,11 @@ void add_shared(const float* h, const float* shared, const std::vector<float>& g
 Status MoeLayer::forward(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                          const LayerParallel& par) {
     traffic_.tokens += n;
-    if (par.moe.backend == MoeA2aBackend::kAllToAll && par.moe.ep_size > 1)
+    if (par.moe.backend == MoeA2aBackend::kAllToAll && par.moe.ep_size > 1) {
+        if (par.moe.ep_group == nullptr || par.moe.ep_group->size() != par.moe.ep_size)
+            return Status::Internal("the all_to_all dispatcher needs an EP group of ep_size ranks");
         return dispatch_all_to_all(h, n, out, scratch, pool, par);
+    }
     const std::int64_t H = hidden_, E = routing_.num_experts, k = routing_.top_k;
     scratch.router_logits.resize(static_cast<std::size_t>(n * E));
     scratch.topk_ids.resize(static_cast<std::size_t>(n * k));
