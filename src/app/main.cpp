@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
         "make-model", "write a random-weight Hugging Face model folder (config.json, "
                       "model.safetensors, tokenizer files)");
     make_model->add_option("--arch", mm.arch, "architecture")
-        ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3-moe", "qwen2-moe", "mixtral", "deepseek-v2"}))
+        ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3-moe", "qwen2-moe", "mixtral", "deepseek-v2", "deepseek-v3"}))
         ->capture_default_str();
     make_model->add_option("--preset", mm.preset, "tiny: unit tests; small: Qwen3-0.6B shapes")
         ->check(CLI::IsMember({"tiny", "small"}))

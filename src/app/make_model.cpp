@@ -33,8 +33,11 @@ struct Dims {
     std::int64_t experts = 0, experts_per_tok = 0, moe_intermediate = 0, shared_experts = 0;
     std::int64_t first_dense = 0;
     // MLA (DeepSeek-V2)
-    std::int64_t kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+    std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+    std::int64_t n_group = 1, topk_group = 1;
 };
+
+bool is_deepseek(const std::string& arch) { return arch == "deepseek-v2" || arch == "deepseek-v3"; }
 
 Dims dims_for(const std::string& arch, const std::string& preset) {
     Dims d;
@@ -45,14 +48,16 @@ Dims dims_for(const std::string& arch, const std::string& preset) {
         d.experts = 8, d.experts_per_tok = 2, d.moe_intermediate = 96, d.shared_experts = 1;
         d.first_dense = 1;
         d.kv_lora_rank = 64, d.qk_nope_head_dim = 32, d.qk_rope_head_dim = 16, d.v_head_dim = 32;
+        if (arch == "deepseek-v3") d.q_lora_rank = 48, d.n_group = 4, d.topk_group = 2;
     } else {
         d = {.hidden = 1024, .intermediate = 3072, .layers = 28, .heads = 16, .kv_heads = 8,
              .head_dim = 128, .vocab = 151936, .max_positions = 40960};
         d.experts = 32, d.experts_per_tok = 4, d.moe_intermediate = 384, d.shared_experts = 2;
         d.first_dense = 1;
         d.kv_lora_rank = 512, d.qk_nope_head_dim = 128, d.qk_rope_head_dim = 64, d.v_head_dim = 128;
-        if (arch == "qwen3-moe" || arch == "qwen2-moe" || arch == "mixtral" || arch == "deepseek-v2") d.layers = 8;
+        if (arch == "qwen3-moe" || arch == "qwen2-moe" || arch == "mixtral" || is_deepseek(arch)) d.layers = 8;
         if (arch == "mixtral") d.experts = 8, d.experts_per_tok = 2, d.moe_intermediate = 1024;
+        if (arch == "deepseek-v3") d.q_lora_rank = 384, d.n_group = 8, d.topk_group = 4, d.shared_experts = 1;
     }
     return d;
 }
@@ -173,7 +178,9 @@ void add_moe(TensorWriter& w, const std::string& p, const Dims& d, const std::st
             add_dense_mlp(w, ep, d.hidden, d.moe_intermediate);
         }
     }
-    if (arch == "deepseek-v2") add_dense_mlp(w, p + "shared_experts.", d.hidden, d.shared_experts * d.moe_intermediate);
+    if (is_deepseek(arch)) add_dense_mlp(w, p + "shared_experts.", d.hidden, d.shared_experts * d.moe_intermediate);
+    // V3's noaux_tc selection bias: small next to the sigmoid scores, but it moves choices.
+    if (arch == "deepseek-v3") w.add(p + "gate.e_score_correction_bias", {d.experts}, 0.1);
     if (arch == "qwen2-moe") {
         add_dense_mlp(w, p + "shared_expert.", d.hidden, d.shared_experts * d.moe_intermediate);
         w.linear(p + "shared_expert_gate.weight", 1, d.hidden);
@@ -188,7 +195,13 @@ std::vector<std::int64_t> mlp_only_layers(const std::string& arch, const std::st
 
 void add_mla_attention(TensorWriter& w, const std::string& p, const Dims& d) {
     const std::int64_t qk_head = d.qk_nope_head_dim + d.qk_rope_head_dim;
-    w.linear(p + "q_proj.weight", d.heads * qk_head, d.hidden);
+    if (d.q_lora_rank > 0) {
+        w.linear(p + "q_a_proj.weight", d.q_lora_rank, d.hidden);
+        w.norm(p + "q_a_layernorm.weight", d.q_lora_rank);
+        w.linear(p + "q_b_proj.weight", d.heads * qk_head, d.q_lora_rank);
+    } else {
+        w.linear(p + "q_proj.weight", d.heads * qk_head, d.hidden);
+    }
     w.linear(p + "kv_a_proj_with_mqa.weight", d.kv_lora_rank + d.qk_rope_head_dim, d.hidden);
     w.norm(p + "kv_a_layernorm.weight", d.kv_lora_rank);
     w.linear(p + "kv_b_proj.weight", d.heads * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank);
@@ -280,35 +293,43 @@ json base_config(const std::string& arch, const Dims& d, DType dtype) {
         c["router_aux_loss_coef"] = 0.001;
         if (arch == "qwen2-moe") c["shared_expert_intermediate_size"] = d.shared_experts * d.moe_intermediate;
     }
-    if (arch == "deepseek-v2") {
+    if (is_deepseek(arch)) {
+        const bool v3 = arch == "deepseek-v3";
         c.erase("head_dim");
         c.erase("max_window_layers");
         c.erase("sliding_window");
         c.erase("use_sliding_window");
         c.erase("attention_bias");
-        c["architectures"] = {"DeepseekV2ForCausalLM"};
-        c["model_type"] = "deepseek_v2";
+        c["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
+        c["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
         c["aux_loss_alpha"] = 0.001;
         c["first_k_dense_replace"] = d.first_dense;
         c["kv_lora_rank"] = d.kv_lora_rank;
         c["moe_intermediate_size"] = d.moe_intermediate;
         c["moe_layer_freq"] = 1;
-        c["n_group"] = 1;
+        // V2-Lite: softmax greedy routing, no q compression; V3: sigmoid noaux_tc over
+        // expert groups with the correction bias, scaled routed weights, compressed q.
+        c["n_group"] = d.n_group;
         c["n_routed_experts"] = d.experts;
         c["n_shared_experts"] = d.shared_experts;
-        c["norm_topk_prob"] = false;
+        c["norm_topk_prob"] = v3;
         c["num_experts_per_tok"] = d.experts_per_tok;
         c["num_key_value_heads"] = d.heads;
-        c["q_lora_rank"] = nullptr;
+        c["q_lora_rank"] = d.q_lora_rank > 0 ? json(d.q_lora_rank) : json(nullptr);
         c["qk_nope_head_dim"] = d.qk_nope_head_dim;
         c["qk_rope_head_dim"] = d.qk_rope_head_dim;
         c["v_head_dim"] = d.v_head_dim;
-        c["routed_scaling_factor"] = 1.0;
-        c["scoring_func"] = "softmax";
+        c["routed_scaling_factor"] = v3 ? 2.5 : 1.0;
+        c["scoring_func"] = v3 ? "sigmoid" : "softmax";
         c["seq_aux"] = true;
-        c["topk_group"] = 1;
-        c["topk_method"] = "greedy";
+        c["topk_group"] = d.topk_group;
+        c["topk_method"] = v3 ? "noaux_tc" : "greedy";
         c["rope_theta"] = 10000.0;
+        // As their released configs: yarn from a 4k original context by 40x.
+        const double mscale = v3 ? 1.0 : 0.707;
+        c["rope_scaling"] = {{"type", "yarn"},          {"factor", 40.0},          {"original_max_position_embeddings", 4096},
+                             {"beta_fast", 32},        {"beta_slow", 1},          {"mscale", mscale},
+                             {"mscale_all_dim", mscale}};
         c["rms_norm_eps"] = 1e-6;
         c["tie_word_embeddings"] = false;
         c["bos_token_id"] = 100000;
@@ -343,12 +364,12 @@ Status write_json(const fs::path& path, const json& j) {
 }  // namespace
 
 Status make_model(const MakeModelOptions& o) {
-    static const std::vector<std::string> kArchs = {"llama",     "qwen2",   "qwen3",      "qwen3-moe",
-                                                    "qwen2-moe", "mixtral", "deepseek-v2"};
+    static const std::vector<std::string> kArchs = {"llama",   "qwen2",       "qwen3",      "qwen3-moe",
+                                                    "qwen2-moe", "mixtral", "deepseek-v2", "deepseek-v3"};
     if (std::find(kArchs.begin(), kArchs.end(), o.arch) == kArchs.end())
         return Status::InvalidArgument("--arch " + o.arch +
-                                       " is not known; use llama, qwen2, qwen3, qwen3-moe, qwen2-moe, mixtral or "
-                                       "deepseek-v2");
+                                       " is not known; use llama, qwen2, qwen3, qwen3-moe, qwen2-moe, mixtral, "
+                                       "deepseek-v2 or deepseek-v3");
     if (o.preset != "tiny" && o.preset != "small")
         return Status::InvalidArgument("--preset " + o.preset + " is not known; use tiny or small");
     const auto dtype = parse_dtype(o.dtype);
@@ -402,7 +423,7 @@ Status make_model(const MakeModelOptions& o) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         w.norm(p + "input_layernorm.weight", d.hidden);
         w.norm(p + "post_attention_layernorm.weight", d.hidden);
-        if (o.arch == "deepseek-v2") {
+        if (is_deepseek(o.arch)) {
             add_mla_attention(w, p + "self_attn.", d);
             if (l < d.first_dense) {
                 add_dense_mlp(w, p + "mlp.", d.hidden, d.intermediate);

@@ -10,7 +10,7 @@
 namespace tessera::app {
 
 struct MakeModelOptions {
-    std::string arch = "qwen3";     // llama, qwen2, qwen3, qwen3-moe, qwen2-moe, mixtral, deepseek-v2
+    std::string arch = "qwen3";     // llama, qwen2, qwen3, qwen3-moe, qwen2-moe, mixtral, deepseek-v2, deepseek-v3
     std::string preset = "tiny";    // tiny (unit tests), small (Qwen3-0.6B shapes)
     std::string dtype = "bf16";     // f32, bf16
     std::string tokenizer;          // "", qwen3, llama3: copy the real tokenizer files in

@@ -9,7 +9,7 @@ KvCache::KvCache(const KvCacheShape& shape, std::int64_t capacity)
     const auto bytes = static_cast<std::size_t>(capacity * shape.row_bytes());
     for (std::int64_t l = 0; l < shape.n_layers; ++l) {
         k_.emplace_back(bytes);
-        v_.emplace_back(bytes);
+        if (shape.has_v()) v_.emplace_back(bytes);
     }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // kvcache/kv_cache.h — the K/V store of one sequence: per layer, [capacity, n_kv_heads,
-// head_dim] of shape.dtype for K and for V, positions 0..capacity-1 in order.
+// head_dim] of shape.dtype for K and for V, positions 0..capacity-1 in order; or, for MLA, one
+// latent row per token (the K buffer) and no V.
 // The paged, multi-request pool of the serving engine builds on the same row layout.
 // Owned and used by one thread (the rank's executor thread).
 
@@ -17,19 +18,25 @@ namespace tessera::kvcache {
 struct KvView {
     DType dtype = DType::kF32;  // kF32 or kBF16 elements
     std::vector<void*> k;       // [layer] → dtype [rows, n_kv_heads, head_dim]
-    std::vector<void*> v;
+    std::vector<void*> v;       // [layer] → the same; nullptr for a latent cache
 };
+
+// What one layer stores per token: K and V of its KV heads (MHA / GQA), or one latent row
+// shared by every head with no separate V (MLA: kv_lora_rank + qk_rope_head_dim values).
+enum class KvKind { kKeyValue, kLatent };
 
 struct KvCacheShape {
     std::int64_t n_layers = 0;
     std::int64_t n_kv_heads = 0;
     std::int64_t head_dim = 0;
     DType dtype = DType::kF32;  // element type of the stored K/V (kF32 or kBF16)
+    KvKind kind = KvKind::kKeyValue;
 
     std::int64_t row_floats() const { return n_kv_heads * head_dim; }  // elements per row
     std::int64_t row_bytes() const { return row_floats() * static_cast<std::int64_t>(dtype_size(dtype)); }
-    // Bytes of K and V for one token over all layers.
-    std::int64_t bytes_per_token() const { return 2 * n_layers * row_bytes(); }
+    bool has_v() const { return kind == KvKind::kKeyValue; }
+    // Bytes one token takes over all layers (SGLang's cell size): K and V, or the latent.
+    std::int64_t bytes_per_token() const { return (has_v() ? 2 : 1) * n_layers * row_bytes(); }
 };
 
 class KvCache {
@@ -41,7 +48,7 @@ class KvCache {
 
     // shape().dtype [capacity, n_kv_heads, head_dim]
     void* k(std::int64_t layer) { return k_[layer].data(); }
-    void* v(std::int64_t layer) { return v_[layer].data(); }
+    void* v(std::int64_t layer) { return shape_.has_v() ? v_[layer].data() : nullptr; }
 
     KvView view();
 

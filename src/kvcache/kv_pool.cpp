@@ -21,7 +21,7 @@ KvPool::KvPool(const KvPoolConfig& config) : config_(config) {
     v_.reserve(static_cast<std::size_t>(config.shape.n_layers));
     for (std::int64_t l = 0; l < config.shape.n_layers; ++l) {
         k_.emplace_back(bytes);
-        v_.emplace_back(bytes);
+        if (config.shape.has_v()) v_.emplace_back(bytes);
     }
 }
 

@@ -27,7 +27,7 @@ class KvPool {
     const KvPoolConfig& config() const { return config_; }
     // f32 [n_slots + page_size, n_kv_heads, head_dim]; row s is slot s (slot 0 = padding).
     void* k(std::int64_t layer) { return k_[layer].data(); }
-    void* v(std::int64_t layer) { return v_[layer].data(); }
+    void* v(std::int64_t layer) { return config_.shape.has_v() ? v_[layer].data() : nullptr; }
     KvView view();
     std::int64_t row_floats() const { return config_.shape.row_floats(); }
 

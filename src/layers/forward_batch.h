@@ -37,6 +37,9 @@ struct Scratch {
     std::vector<float> router_logits, topk_weights, expert_in, expert_out, routed, shared;
     std::vector<std::int32_t> topk_ids, local_ids;
     std::vector<std::uint8_t> send, recv;
+    // MLA: the fused input projection, queries, one head's gathered rows and their product,
+    // the context's latents and rope keys, and kv_b_proj over them.
+    std::vector<float> mla_proj, mla_q, mla_head_in, mla_head_out, mla_latent, mla_k_pe, mla_kv;
 };
 
 }  // namespace tessera::layers

@@ -58,6 +58,13 @@ StatusOr<Linear> Linear::load(const loader::WeightSource& source, const LinearSp
     return linear;
 }
 
+Linear Linear::from_f32(const float* weight, std::int64_t out_features, std::int64_t in_features,
+                        DType compute_dtype) {
+    Linear linear;
+    linear.weight_ = kernels::pack_weight(weight, DType::kF32, out_features, in_features, compute_dtype);
+    return linear;
+}
+
 StatusOr<std::vector<float>> load_f32_vector(const loader::WeightSource& source, const std::string& name,
                                              std::int64_t n) {
     TSR_ASSIGN_OR_RETURN(auto t, source.get(name, {n}));
@@ -67,11 +74,17 @@ StatusOr<std::vector<float>> load_f32_vector(const loader::WeightSource& source,
 }
 
 void Linear::forward(const float* x, std::int64_t m, float* y, ThreadPool* pool) const {
-    kernels::matmul(x, m, weight_, y, pool);
+    forward(x, m, y, pool, 0, 0);
+}
+
+void Linear::forward(const float* x, std::int64_t m, float* y, ThreadPool* pool, std::int64_t x_stride,
+                     std::int64_t y_stride) const {
+    kernels::matmul(x, m, weight_, y, pool, kernels::active_isa(), x_stride, y_stride);
     if (bias_.empty()) return;
     const std::int64_t n = weight_.n;
+    const std::int64_t stride = y_stride > 0 ? y_stride : n;
     for (std::int64_t r = 0; r < m; ++r)
-        for (std::int64_t i = 0; i < n; ++i) y[r * n + i] += bias_[i];
+        for (std::int64_t i = 0; i < n; ++i) y[r * stride + i] += bias_[i];
 }
 
 }  // namespace tessera::layers

@@ -43,9 +43,16 @@ class Linear {
  public:
     Linear() = default;
     static StatusOr<Linear> load(const loader::WeightSource& source, const LinearSpec& spec);
+    // From a weight already in memory, f32 [out, in] row-major (a derived matrix, e.g. a
+    // transposed slice of a checkpoint tensor).
+    static Linear from_f32(const float* weight, std::int64_t out_features, std::int64_t in_features,
+                           DType compute_dtype);
 
     // y f32 [m, out] = x f32 [m, in] · Wᵀ + b, with out / in this rank's kept rows / columns.
     void forward(const float* x, std::int64_t m, float* y, ThreadPool* pool) const;
+    // The same with rows of x `x_stride` and rows of y `y_stride` floats apart (0: dense).
+    void forward(const float* x, std::int64_t m, float* y, ThreadPool* pool, std::int64_t x_stride,
+                 std::int64_t y_stride) const;
 
     std::int64_t in_features() const { return weight_.k; }
     std::int64_t out_features() const { return weight_.n; }

@@ -137,7 +137,45 @@ Status read_moe(const json& j, const std::string& file, ModelConfig& c) {
     return Status::Ok();
 }
 
+// DeepseekV2Config / DeepseekV3Config's attention fields.
+Status read_mla(const json& j, const std::string& file, ModelConfig& c) {
+    MlaConfig& m = c.mla;
+    TSR_RETURN_IF_ERROR(read_int(j, file, "q_lora_rank", &m.q_lora_rank, false));
+    TSR_RETURN_IF_ERROR(read_int(j, file, "kv_lora_rank", &m.kv_lora_rank, true));
+    TSR_RETURN_IF_ERROR(read_int(j, file, "qk_nope_head_dim", &m.qk_nope_head_dim, true));
+    TSR_RETURN_IF_ERROR(read_int(j, file, "qk_rope_head_dim", &m.qk_rope_head_dim, true));
+    TSR_RETURN_IF_ERROR(read_int(j, file, "v_head_dim", &m.v_head_dim, true));
+    if (m.q_lora_rank < 0) return Status::InvalidArgument(file + ": q_lora_rank must be null or positive");
+    if (m.qk_rope_head_dim % 2 != 0)
+        return Status::InvalidArgument(file + ": qk_rope_head_dim must be even, got " +
+                                       std::to_string(m.qk_rope_head_dim));
+    if (j.value("attention_bias", false))
+        return Status::Unimplemented(file + ": attention_bias on MLA projections is not supported");
+    c.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    return Status::Ok();
+}
+
+// yarn_get_mscale of DeepSeek's and Hugging Face's code.
+double yarn_mscale(double factor, double mscale) {
+    return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
 }  // namespace
+
+float ModelConfig::attention_scale() const {
+    double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    if (rope_scaling.type == "yarn" && rope_scaling.mscale_all_dim != 0.0) {
+        const double m = yarn_mscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
+        scale *= m * m;
+    }
+    return static_cast<float>(scale);
+}
+
+float ModelConfig::rope_magnitude() const {
+    if (rope_scaling.type != "yarn") return 1.0f;
+    return static_cast<float>(yarn_mscale(rope_scaling.factor, rope_scaling.mscale) /
+                              yarn_mscale(rope_scaling.factor, rope_scaling.mscale_all_dim));
+}
 
 bool ModelConfig::is_moe_layer(std::int64_t layer) const {
     if (!is_moe()) return false;
@@ -202,22 +240,27 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<
         const json& rs = j["rope_scaling"];
         std::string type = rs.value("rope_type", rs.value("type", std::string()));
         if (type == "default") type = "";
-        if (!type.empty() && type != "linear" && type != "llama3") {
+        if (!type.empty() && type != "linear" && type != "llama3" && type != "yarn") {
             return Status::Unimplemented(file + ": rope_scaling type \"" + type +
-                                         "\" is not supported yet (supported: linear, llama3)");
+                                         "\" is not supported yet (supported: linear, llama3, yarn)");
         }
         c.rope_scaling.type = type;
         c.rope_scaling.factor = rs.value("factor", 1.0);
         c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0);
         c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0);
         c.rope_scaling.original_max_position_embeddings =
-            rs.value("original_max_position_embeddings", std::int64_t{8192});
+            rs.value("original_max_position_embeddings", std::int64_t{type == "yarn" ? 4096 : 8192});
+        c.rope_scaling.beta_fast = rs.value("beta_fast", 32.0);
+        c.rope_scaling.beta_slow = rs.value("beta_slow", 1.0);
+        c.rope_scaling.mscale = rs.value("mscale", 1.0);
+        c.rope_scaling.mscale_all_dim = rs.value("mscale_all_dim", 0.0);
     }
     c.tie_word_embeddings = j.value("tie_word_embeddings", false);
     c.attention_bias = c.family == ModelFamily::kQwen2 || c.family == ModelFamily::kQwen2Moe ||
                        j.value("attention_bias", false);
     c.qk_norm = c.family == ModelFamily::kQwen3 || c.family == ModelFamily::kQwen3Moe;
     TSR_RETURN_IF_ERROR(read_moe(j, file, c));
+    if (c.family == ModelFamily::kDeepseekV2) TSR_RETURN_IF_ERROR(read_mla(j, file, c));
     if (j.contains("torch_dtype") && j["torch_dtype"].is_string())
         c.torch_dtype = parse_dtype(j["torch_dtype"].get<std::string>());
     if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
@@ -235,16 +278,34 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
-    const std::int64_t half = c.head_dim / 2;
+    const std::int64_t dim = c.rope_dim();
+    const std::int64_t half = dim / 2;
     std::vector<float> inv(static_cast<std::size_t>(half));
     for (std::int64_t i = 0; i < half; ++i) {
         // As the reference computes it: in f32, base^(2i/d).
-        const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
         inv[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
     }
     const RopeScaling& rs = c.rope_scaling;
     if (rs.type == "linear") {
         for (auto& f : inv) f = static_cast<float>(f / rs.factor);
+    } else if (rs.type == "yarn") {
+        // DeepSeek's yarn_find_correction_range / yarn_linear_ramp_mask: dimensions that turn
+        // more than beta_fast times over the original context keep their frequency, those
+        // turning fewer than beta_slow times are slowed by `factor`, linear in between.
+        const double d = static_cast<double>(dim);
+        const double base = c.rope_theta;
+        const auto correction_dim = [&](double rotations) {
+            return d * std::log(static_cast<double>(rs.original_max_position_embeddings) / (rotations * 2.0 * M_PI)) /
+                   (2.0 * std::log(base));
+        };
+        const double low = std::max(std::floor(correction_dim(rs.beta_fast)), 0.0);
+        double high = std::min(std::ceil(correction_dim(rs.beta_slow)), d - 1.0);
+        if (low == high) high += 0.001;
+        for (std::int64_t i = 0; i < half; ++i) {
+            const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+            inv[i] = static_cast<float>(inv[i] * ((1.0 - ramp) + ramp / rs.factor));
+        }
     } else if (rs.type == "llama3") {
         // Long wavelengths are slowed by `factor`, short ones kept, the band between blended.
         const double old_ctx = static_cast<double>(rs.original_max_position_embeddings);

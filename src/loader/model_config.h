@@ -58,11 +58,27 @@ struct MoeConfig {
 };
 
 struct RopeScaling {
-    std::string type;  // "" (none), "linear", "llama3"
+    std::string type;  // "" (none), "linear", "llama3", "yarn"
     double factor = 1.0;
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
     std::int64_t original_max_position_embeddings = 0;
+    // yarn (DeepSeek): the frequency ramp's bounds and the magnitude factors.
+    double beta_fast = 32.0;
+    double beta_slow = 1.0;
+    double mscale = 1.0;
+    double mscale_all_dim = 0.0;
+};
+
+// DeepSeek's multi-head latent attention (kv_lora_rank > 0): K and V come from one cached
+// latent of kv_lora_rank values per token plus a rotary key of qk_rope_head_dim shared by
+// every head.
+struct MlaConfig {
+    std::int64_t q_lora_rank = 0;  // 0: q_proj straight from the hidden state (V2-Lite)
+    std::int64_t kv_lora_rank = 0;
+    std::int64_t qk_nope_head_dim = 0;
+    std::int64_t qk_rope_head_dim = 0;
+    std::int64_t v_head_dim = 0;
 };
 
 struct ModelConfig {
@@ -86,8 +102,17 @@ struct ModelConfig {
     std::optional<std::int32_t> bos_token_id;
     std::vector<std::int32_t> eos_token_ids;  // config.json, else generation_config.json
     MoeConfig moe;
+    MlaConfig mla;
 
     bool is_moe() const { return moe.num_experts > 0; }
+    bool is_mla() const { return mla.kv_lora_rank > 0; }
+    // The dimensions RoPE rotates: every head dim, or MLA's rope part.
+    std::int64_t rope_dim() const { return is_mla() ? mla.qk_rope_head_dim : head_dim; }
+    // The softmax scale of attention: head_dim^-1/2 (MLA: (nope + rope)^-1/2), times
+    // yarn's mscale(factor, mscale_all_dim)^2 where yarn applies.
+    float attention_scale() const;
+    // What yarn multiplies cos and sin by: mscale(factor, mscale) / mscale(factor, mscale_all_dim).
+    float rope_magnitude() const;
     // Hugging Face's rule per family (Qwen*MoeDecoderLayer, DeepseekV2DecoderLayer).
     bool is_moe_layer(std::int64_t layer) const;
 };
@@ -97,7 +122,7 @@ struct ModelConfig {
 // naming them. Errors name the file and the field.
 StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<const ArchitectureFamily> known);
 
-// Rotary inverse frequencies f32 [head_dim / 2] with rope_scaling folded in.
+// Rotary inverse frequencies f32 [rope_dim / 2] with rope_scaling folded in.
 std::vector<float> rope_inv_freq(const ModelConfig& config);
 
 }  // namespace tessera::loader

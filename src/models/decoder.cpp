@@ -8,6 +8,7 @@
 #include "layers/attention_layer.h"
 #include "layers/embedding.h"
 #include "layers/logits_head.h"
+#include "layers/mla_attention.h"
 #include "layers/mlp.h"
 
 namespace tessera::models {
@@ -32,7 +33,7 @@ namespace {
 
 struct DecoderLayer {
     std::vector<float> input_norm;  // f32 [hidden]
-    layers::GqaAttention attention;
+    std::variant<layers::GqaAttention, layers::MlaAttention> attention;
     std::vector<float> post_attention_norm;
     std::variant<layers::GatedMlp, layers::MoeLayer> ffn;
 };
@@ -52,8 +53,11 @@ class Decoder final : public Model {
     const ModelConfig& config() const override { return config_; }
     kvcache::KvCacheShape kv_cache_shape() const override {
         // SGLang's --kv-cache-dtype auto: the model's compute type.
-        return {stage_.num_layers(), n_kv_heads_, config_.head_dim,
-                compute_dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF32};
+        const DType dtype = compute_dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF32;
+        if (config_.is_mla())
+            return {stage_.num_layers(), 1, config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim, dtype,
+                    kvcache::KvKind::kLatent};
+        return {stage_.num_layers(), n_kv_heads_, config_.head_dim, dtype};
     }
     StageInfo stage() const override { return stage_; }
     DType compute_dtype() const override { return compute_dtype_; }
@@ -68,6 +72,9 @@ class Decoder final : public Model {
 
  private:
     Status check_batch(const BatchInput& batch, const kvcache::KvView& kv) const;
+    StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> load_attention(const WeightSource& source,
+                                                                                    const std::string& prefix,
+                                                                                    const DecoderSpec& spec) const;
 
     const ModelConfig config_;
     const DType compute_dtype_;
@@ -99,17 +106,9 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
     for (int l = stage_.layer_begin; l < stage_.layer_end; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         TSR_ASSIGN_OR_RETURN(auto input_norm, layers::load_f32_vector(source, p + "input_layernorm.weight", hidden));
-        TSR_ASSIGN_OR_RETURN(auto attention,
-                             layers::GqaAttention::load(source,
-                                                        {p + "self_attn.", hidden, c.num_attention_heads,
-                                                         c.num_key_value_heads, c.head_dim, spec.qkv_bias,
-                                                         spec.qk_norm, static_cast<float>(c.rms_norm_eps),
-                                                         compute_dtype_},
-                                                        par_));
+        TSR_ASSIGN_OR_RETURN(auto attention, load_attention(source, p + "self_attn.", spec));
         TSR_ASSIGN_OR_RETURN(auto post_norm,
                              layers::load_f32_vector(source, p + "post_attention_layernorm.weight", hidden));
-        n_heads_ = attention.local_heads();
-        n_kv_heads_ = attention.local_kv_heads();
         if (c.is_moe_layer(l)) {
             layers::MoeSpec moe_spec = spec.moe(c, l);
             moe_spec.compute_dtype = compute_dtype_;
@@ -121,11 +120,9 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
             layers_.push_back({std::move(input_norm), std::move(attention), std::move(post_norm), std::move(mlp)});
         }
     }
-    if (stage_.num_layers() == 0) {
-        TSR_ASSIGN_OR_RETURN(auto heads, layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, par_.tp));
-        n_heads_ = heads.q_heads.count;
-        n_kv_heads_ = heads.kv_heads.count;
-    }
+    TSR_ASSIGN_OR_RETURN(auto heads, layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, par_.tp));
+    n_heads_ = heads.q_heads.count;
+    n_kv_heads_ = heads.kv_heads.count;
     if (stage_.last) {
         TSR_ASSIGN_OR_RETURN(final_norm_, layers::load_f32_vector(source, "model.norm.weight", hidden));
         const bool tied = c.tie_word_embeddings || !source.contains("lm_head.weight");
@@ -136,10 +133,30 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
     return Status::Ok();
 }
 
+StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> Decoder::load_attention(
+    const WeightSource& source, const std::string& prefix, const DecoderSpec& spec) const {
+    const ModelConfig& c = config_;
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    if (spec.mla) {
+        TSR_ASSIGN_OR_RETURN(auto mla, layers::MlaAttention::load(source,
+                                                                  {prefix, c.hidden_size, c.num_attention_heads, c.mla,
+                                                                   eps, c.attention_scale(), c.rope_magnitude(),
+                                                                   compute_dtype_},
+                                                                  par_));
+        return std::variant<layers::GqaAttention, layers::MlaAttention>(std::move(mla));
+    }
+    TSR_ASSIGN_OR_RETURN(auto gqa, layers::GqaAttention::load(source,
+                                                              {prefix, c.hidden_size, c.num_attention_heads,
+                                                               c.num_key_value_heads, c.head_dim, spec.qkv_bias,
+                                                               spec.qk_norm, eps, compute_dtype_},
+                                                              par_));
+    return std::variant<layers::GqaAttention, layers::MlaAttention>(std::move(gqa));
+}
+
 std::size_t Decoder::weight_bytes_per_token() const {
     std::size_t bytes = lm_head_ ? lm_head_->weight_bytes() : 0;
     for (const auto& l : layers_) {
-        bytes += l.attention.weight_bytes();
+        bytes += std::visit([](const auto& a) { return a.weight_bytes(); }, l.attention);
         if (const auto* mlp = std::get_if<layers::GatedMlp>(&l.ffn)) bytes += mlp->weight_bytes();
         if (const auto* moe = std::get_if<layers::MoeLayer>(&l.ffn)) bytes += moe->weight_bytes_per_token();
     }
@@ -149,7 +166,7 @@ std::size_t Decoder::weight_bytes_per_token() const {
 std::size_t Decoder::weight_bytes() const {
     std::size_t bytes = (lm_head_ ? lm_head_->weight_bytes() : 0) + (embedding_ ? embedding_->weight_bytes() : 0);
     for (const auto& l : layers_) {
-        bytes += l.attention.weight_bytes();
+        bytes += std::visit([](const auto& a) { return a.weight_bytes(); }, l.attention);
         if (const auto* mlp = std::get_if<layers::GatedMlp>(&l.ffn)) bytes += mlp->weight_bytes();
         if (const auto* moe = std::get_if<layers::MoeLayer>(&l.ffn)) bytes += moe->weight_bytes();
     }
@@ -159,7 +176,7 @@ std::size_t Decoder::weight_bytes() const {
 double Decoder::linear_flops_per_token() const {
     double flops = 0;
     for (const auto& l : layers_) {
-        flops += l.attention.flops_per_token();
+        flops += std::visit([](const auto& a) { return a.flops_per_token(); }, l.attention);
         if (const auto* mlp = std::get_if<layers::GatedMlp>(&l.ffn)) flops += mlp->flops_per_token();
         if (const auto* moe = std::get_if<layers::MoeLayer>(&l.ffn)) flops += moe->flops_per_token();
     }
@@ -257,7 +274,7 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
     }
     const float eps = static_cast<float>(c.rms_norm_eps);
     // Rotary angles once per pass; every layer rotates with the same ones.
-    const std::int64_t half = c.head_dim / 2;
+    const std::int64_t half = c.rope_dim() / 2;
     rope_cos_.resize(static_cast<std::size_t>(n * half));
     rope_sin_.resize(static_cast<std::size_t>(n * half));
     kernels::rope_angles(positions.data(), n, inv_freq_.data(), half, rope_cos_.data(), rope_sin_.data());
@@ -266,7 +283,12 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
     for (std::size_t l = 0; l < layers_.size(); ++l) {
         DecoderLayer& layer = layers_[l];
         kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
-        TSR_RETURN_IF_ERROR(layer.attention.forward(h_.data(), lb, kv.k[l], kv.v[l], kv_bf16, branch_.data(), scratch_, par_));
+        if (auto* mla = std::get_if<layers::MlaAttention>(&layer.attention)) {
+            TSR_RETURN_IF_ERROR(mla->forward(h_.data(), lb, kv.k[l], kv_bf16, branch_.data(), scratch_, par_));
+        } else {
+            TSR_RETURN_IF_ERROR(std::get<layers::GqaAttention>(layer.attention)
+                                    .forward(h_.data(), lb, kv.k[l], kv.v[l], kv_bf16, branch_.data(), scratch_, par_));
+        }
         kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
 
         kernels::rms_norm(x_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden, eps, pool);

@@ -21,6 +21,7 @@ namespace tessera::models {
 struct DecoderSpec {
     bool qkv_bias = false;
     bool qk_norm = false;
+    bool mla = false;  // DeepSeek's latent attention instead of GQA
     // The MoE block of layer `layer` (its `prefix` and names), for layers config.is_moe_layer.
     std::function<layers::MoeSpec(const loader::ModelConfig& config, int layer)> moe;
 };

@@ -134,14 +134,21 @@ TEST_F(ModelFolderTest, UnsupportedArchitectureListsTheSupportedOnes) {
         << s.message();
 }
 
-TEST_F(ModelFolderTest, DeepseekIsWrittenButItsAttentionIsNotBuiltYet) {
-    const std::string m = make("deepseek-v2", "bf16");
-    auto file = loader::SafetensorsFile::open(m + "/model.safetensors");
-    ASSERT_TRUE(file.ok());
-    EXPECT_NE((*file)->find("model.layers.1.mlp.experts.7.down_proj.weight"), nullptr);
-    Status s = load_error(m);
-    EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.message();
-    EXPECT_NE(s.message().find("MLA attention is not implemented yet"), std::string::npos) << s.message();
+// DeepSeek keeps one latent row per token and layer (kv_lora_rank + qk_rope_head_dim) and no
+// V: SGLang's MLA cell size.
+TEST_F(ModelFolderTest, DeepseekCachesOneLatentRowPerToken) {
+    for (const std::string arch : {"deepseek-v2", "deepseek-v3"}) {
+        const std::string m = make(arch, "bf16");
+        models::LoadOptions o;
+        o.model_path = m;
+        auto model = models::load_model(o);
+        ASSERT_TRUE(model.ok()) << model.status().message();
+        const kvcache::KvCacheShape shape = (*model)->kv_cache_shape();
+        EXPECT_EQ(shape.kind, kvcache::KvKind::kLatent) << arch;
+        EXPECT_FALSE(shape.has_v());
+        EXPECT_EQ(shape.row_floats(), 64 + 16) << "tiny: kv_lora_rank 64 + qk_rope_head_dim 16";
+        EXPECT_EQ(shape.bytes_per_token(), 3 * (64 + 16) * 2) << "3 layers of bf16 latents";
+    }
 }
 
 TEST_F(ModelFolderTest, MissingFolderAndBadConfigFields) {

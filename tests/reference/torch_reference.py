@@ -2,9 +2,11 @@
 """Independent float32 PyTorch reference for tessera's decoder models.
 
 Implements, from the Hugging Face transformers formulas, the forward pass of
-``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM`` and the MoE
+``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``, the MoE
 models ``Qwen3MoeForCausalLM``, ``Qwen2MoeForCausalLM`` and
-``MixtralForCausalLM`` (sparse MoE blocks as in their ``*SparseMoeBlock``), reading a
+``MixtralForCausalLM`` (sparse MoE blocks as in their ``*SparseMoeBlock``), and
+``DeepseekV2ForCausalLM`` / ``DeepseekV3ForCausalLM`` (multi-head latent
+attention in its naive form with yarn rope scaling, DeepSeek's MoE routing), reading a
 model folder (``config.json`` plus one ``model.safetensors`` or several shards
 listed in ``model.safetensors.index.json``) and greedily decodes from a prompt.
 
@@ -45,6 +47,8 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "MixtralForCausalLM": "mixtral",
+    "DeepseekV2ForCausalLM": "deepseek",
+    "DeepseekV3ForCausalLM": "deepseek",
 }
 
 
@@ -143,11 +147,20 @@ class DecoderConfig:
     shared_expert_intermediate_size: int = 0
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple = ()
+    # DeepSeek: the latent attention's sizes and the MoE routing (None for the others)
+    mla: Optional[dict] = None
+    routing: Optional[dict] = None
+    first_k_dense_replace: int = 0
+
+    def rope_dim(self) -> int:
+        return self.mla["qk_rope_head_dim"] if self.mla else self.head_dim
 
     def qk_norm(self) -> bool:
         return self.arch in ("qwen3", "qwen3_moe")
 
     def moe_block(self) -> str:
+        if self.arch == "deepseek":
+            return "mlp."
         """Module name of the sparse block (HF: Mixtral's block_sparse_moe, Qwen's mlp)."""
         return "block_sparse_moe." if self.arch == "mixtral" else "mlp."
 
@@ -158,6 +171,8 @@ class DecoderConfig:
             return False
         if self.arch == "mixtral":
             return True
+        if self.arch == "deepseek":  # DeepseekV3DecoderLayer: dense below first_k_dense_replace
+            return i >= self.first_k_dense_replace
         return i not in self.mlp_only_layers and (i + 1) % self.decoder_sparse_step == 0
 
     @staticmethod
@@ -188,6 +203,19 @@ class DecoderConfig:
             # MixtralConfig: intermediate_size is each expert's width; top-k always renormalised.
             moe = dict(num_experts=raw.get("num_local_experts", 8), top_k=raw["num_experts_per_tok"],
                        moe_intermediate_size=raw["intermediate_size"], norm_topk_prob=True)
+        elif arch == "deepseek":
+            moe = dict(num_experts=raw["n_routed_experts"], top_k=raw["num_experts_per_tok"],
+                       moe_intermediate_size=raw["moe_intermediate_size"],
+                       norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+                       shared_expert_intermediate_size=(raw.get("n_shared_experts") or 0) * raw["moe_intermediate_size"],
+                       first_k_dense_replace=raw.get("first_k_dense_replace", 0),
+                       mla={k: raw[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                                "qk_rope_head_dim", "v_head_dim")},
+                       routing=dict(scoring=raw.get("scoring_func", "softmax"),
+                                    method=raw.get("topk_method") or "greedy",
+                                    n_group=raw.get("n_group") or 1, topk_group=raw.get("topk_group") or 1,
+                                    scale=float(raw.get("routed_scaling_factor", 1.0))))
+            head_dim = raw["qk_nope_head_dim"] + raw["qk_rope_head_dim"]
         return DecoderConfig(
             arch=arch,
             vocab_size=raw["vocab_size"],
@@ -228,7 +256,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def rope_inverse_frequencies(config: DecoderConfig) -> torch.Tensor:
     """inv_freq[j] = theta^(-2j/d), adjusted for the configured rope_scaling."""
-    d = config.head_dim
+    d = config.rope_dim()
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     scaling = config.rope_scaling
     rope_type = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
@@ -239,6 +267,8 @@ def rope_inverse_frequencies(config: DecoderConfig) -> torch.Tensor:
         return inv_freq / float(scaling["factor"])
     if rope_type == "llama3":
         return _llama3_inverse_frequencies(inv_freq, scaling)
+    if rope_type == "yarn":
+        return _yarn_inverse_frequencies(inv_freq, d, config.rope_theta, scaling)
     raise ValueError(f"unsupported rope_scaling type {rope_type!r}")
 
 
@@ -262,6 +292,29 @@ def _llama3_inverse_frequencies(inv_freq: torch.Tensor, scaling: dict) -> torch.
     interpolated = (1 - smooth) * scaled / factor + smooth * scaled
     in_band = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
     return torch.where(in_band, interpolated, scaled)
+
+
+def _yarn_inverse_frequencies(inv_freq: torch.Tensor, d: int, base: float, scaling: dict) -> torch.Tensor:
+    """DeepSeek's DeepseekV2YarnRotaryEmbedding: frequencies that turn more than beta_fast
+    times over the original context are kept, fewer than beta_slow are divided by factor,
+    a linear ramp over the dimension index in between."""
+    factor = float(scaling["factor"])
+    original = float(scaling.get("original_max_position_embeddings", 4096))
+
+    def correction_dim(rotations: float) -> float:
+        return d * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(float(scaling.get("beta_fast", 32)))), 0)
+    high = min(math.ceil(correction_dim(float(scaling.get("beta_slow", 1)))), d - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    keep = 1.0 - ramp
+    return inv_freq / factor * (1 - keep) + inv_freq * keep
+
+
+def yarn_mscale(factor: float, mscale: float) -> float:
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -299,6 +352,13 @@ class DecoderModel:
             p = f"model.layers.{i}."
             shapes[p + "input_layernorm.weight"] = (c.hidden_size,)
             shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
+            if c.mla:
+                shapes.update(self._mla_shapes(p + "self_attn."))
+                if c.is_moe_layer(i):
+                    shapes.update(self._moe_shapes(p + c.moe_block()))
+                else:
+                    shapes.update(self._dense_mlp_shapes(p + "mlp.", c.intermediate_size))
+                continue
             shapes[p + "self_attn.q_proj.weight"] = (q_dim, c.hidden_size)
             shapes[p + "self_attn.k_proj.weight"] = (kv_dim, c.hidden_size)
             shapes[p + "self_attn.v_proj.weight"] = (kv_dim, c.hidden_size)
@@ -324,6 +384,27 @@ class DecoderModel:
                 shapes[p + "mlp.down_proj.bias"] = (c.hidden_size,)
         return shapes
 
+    def _dense_mlp_shapes(self, p: str, width: int) -> Dict[str, tuple]:
+        H = self.config.hidden_size
+        return {p + "gate_proj.weight": (width, H), p + "up_proj.weight": (width, H),
+                p + "down_proj.weight": (H, width)}
+
+    def _mla_shapes(self, p: str) -> Dict[str, tuple]:
+        c, m = self.config, self.config.mla
+        H, nH = c.hidden_size, c.num_heads
+        qk = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
+        shapes = {p + "kv_a_proj_with_mqa.weight": (m["kv_lora_rank"] + m["qk_rope_head_dim"], H),
+                  p + "kv_a_layernorm.weight": (m["kv_lora_rank"],),
+                  p + "kv_b_proj.weight": (nH * (m["qk_nope_head_dim"] + m["v_head_dim"]), m["kv_lora_rank"]),
+                  p + "o_proj.weight": (H, nH * m["v_head_dim"])}
+        if m["q_lora_rank"]:
+            shapes[p + "q_a_proj.weight"] = (m["q_lora_rank"], H)
+            shapes[p + "q_a_layernorm.weight"] = (m["q_lora_rank"],)
+            shapes[p + "q_b_proj.weight"] = (nH * qk, m["q_lora_rank"])
+        else:
+            shapes[p + "q_proj.weight"] = (nH * qk, H)
+        return shapes
+
     def _moe_shapes(self, p: str) -> Dict[str, tuple]:
         c = self.config
         H, I = c.hidden_size, c.moe_intermediate_size
@@ -333,7 +414,12 @@ class DecoderModel:
             shapes[f"{p}experts.{e}.{names[0]}.weight"] = (I, H)
             shapes[f"{p}experts.{e}.{names[1]}.weight"] = (I, H)
             shapes[f"{p}experts.{e}.{names[2]}.weight"] = (H, I)
-        if c.shared_expert_intermediate_size:
+        if c.arch == "deepseek":
+            if c.shared_expert_intermediate_size:
+                shapes.update(self._dense_mlp_shapes(p + "shared_experts.", c.shared_expert_intermediate_size))
+            if c.routing["method"] == "noaux_tc":
+                shapes[p + "gate.e_score_correction_bias"] = (c.num_experts,)
+        elif c.shared_expert_intermediate_size:
             S = c.shared_expert_intermediate_size
             shapes[p + "shared_expert.gate_proj.weight"] = (S, H)
             shapes[p + "shared_expert.up_proj.weight"] = (S, H)
@@ -362,7 +448,46 @@ class DecoderModel:
     def _bias(self, name: str) -> Optional[torch.Tensor]:
         return self.weights.get(name)
 
+    def _mla_attention(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """DeepseekV3Attention (naive form): per-head K and V from the normalised latent,
+        the rope key shared by all heads, rope on de-interleaved pairs as HF's
+        apply_rotary_pos_emb_interleave, softmax scale (nope + rope)^-1/2 x yarn mscale^2."""
+        c, w, m, p = self.config, self.weights, self.config.mla, f"model.layers.{i}.self_attn."
+        T, nH = x.shape[0], c.num_heads
+        dn, dr, dv, r = m["qk_nope_head_dim"], m["qk_rope_head_dim"], m["v_head_dim"], m["kv_lora_rank"]
+        if m["q_lora_rank"]:
+            cq = rms_norm(linear(x, w[p + "q_a_proj.weight"], None), w[p + "q_a_layernorm.weight"], c.rms_norm_eps)
+            q = linear(cq, w[p + "q_b_proj.weight"], None)
+        else:
+            q = linear(x, w[p + "q_proj.weight"], None)
+        q = q.view(T, nH, dn + dr).transpose(0, 1)
+        q_nope, q_pe = q[..., :dn], q[..., dn:]
+        kv_a = linear(x, w[p + "kv_a_proj_with_mqa.weight"], None)
+        latent = rms_norm(kv_a[:, :r], w[p + "kv_a_layernorm.weight"], c.rms_norm_eps)
+        k_pe = kv_a[:, r:].view(1, T, dr)
+        kv = linear(latent, w[p + "kv_b_proj.weight"], None).view(T, nH, dn + dv).transpose(0, 1)
+        k_nope, v = kv[..., :dn], kv[..., dn:]
+
+        def interleaved_rope(t: torch.Tensor) -> torch.Tensor:
+            # [x0, x1, x2, ...] -> [x0, x2, ..., x1, x3, ...], then the half-split rotation.
+            t = t.view(*t.shape[:-1], dr // 2, 2).transpose(-1, -2).reshape(t.shape)
+            return apply_rope(t, cos, sin)
+
+        q_pe, k_pe = interleaved_rope(q_pe), interleaved_rope(k_pe).expand(nH, T, dr)
+        query = torch.cat((q_nope, q_pe), dim=-1)
+        key = torch.cat((k_nope, k_pe), dim=-1)
+        scale = (dn + dr) ** -0.5
+        scaling = c.rope_scaling or {}
+        if scaling.get("type", scaling.get("rope_type")) == "yarn" and scaling.get("mscale_all_dim"):
+            scale *= yarn_mscale(float(scaling["factor"]), float(scaling["mscale_all_dim"])) ** 2
+        scores = (query @ key.transpose(1, 2)) * scale
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        context = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v
+        return linear(context.transpose(0, 1).reshape(T, nH * dv), w[p + "o_proj.weight"], None)
+
     def _attention(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        if self.config.mla:
+            return self._mla_attention(i, x, cos, sin)
         c, w, p = self.config, self.weights, f"model.layers.{i}.self_attn."
         seq_len = x.shape[0]
         q = linear(x, w[p + "q_proj.weight"], self._bias(p + "q_proj.bias"))
@@ -401,16 +526,47 @@ class DecoderModel:
             return self._sparse_moe(i, x)
         return self._swiglu(f"model.layers.{i}.mlp.", ("gate_proj", "up_proj", "down_proj"), x)
 
+    def _deepseek_route(self, p: str, x: torch.Tensor):
+        """DeepseekV3TopkRouter / MoEGate: softmax or sigmoid scores; greedy, or the best
+        groups first (group_limited_greedy: a group's best score; noaux_tc: the sum of its
+        two best bias-corrected scores); the bias only chooses, the weights are the plain
+        scores, renormalised if norm_topk_prob, times routed_scaling_factor. Experts of
+        dropped groups are masked to -inf (as SGLang and vLLM; HF masks to 0.0, which only
+        differs when every kept score is negative)."""
+        c, w, rt = self.config, self.weights, self.config.routing
+        logits = linear(x, w[p + "gate.weight"], None)
+        scores = torch.softmax(logits, dim=-1) if rt["scoring"] == "softmax" else torch.sigmoid(logits)
+        choice = scores.clone()
+        if rt["method"] == "noaux_tc":
+            choice = choice + w[p + "gate.e_score_correction_bias"]
+        if rt["method"] != "greedy" and rt["n_group"] > 1:
+            grouped = choice.view(x.shape[0], rt["n_group"], -1)
+            if rt["method"] == "noaux_tc":
+                group_scores = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values.sum(dim=-1)
+            else:
+                group_scores = grouped.max(dim=-1).values
+            kept = torch.zeros_like(group_scores, dtype=torch.bool)
+            kept.scatter_(1, group_scores.topk(rt["topk_group"], dim=-1).indices, True)
+            choice = grouped.masked_fill(~kept.unsqueeze(-1), float("-inf")).view(x.shape[0], -1)
+        experts = choice.topk(c.top_k, dim=-1).indices
+        weights = scores.gather(1, experts)
+        if c.norm_topk_prob and c.top_k > 1:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return weights * rt["scale"], experts
+
     def _sparse_moe(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """Qwen3MoeSparseMoeBlock / Qwen2MoeSparseMoeBlock / MixtralSparseMoeBlock:
         softmax over all experts, top-k, optional renormalisation, the weighted sum of
         the chosen experts' SwiGLU outputs (plus Qwen2-MoE's sigmoid-gated shared expert)."""
         c, w = self.config, self.weights
         p = f"model.layers.{i}.{c.moe_block()}"
-        probs = torch.softmax(linear(x, w[p + "gate.weight"], None), dim=-1)
-        weights, experts = torch.topk(probs, c.top_k, dim=-1)
-        if c.norm_topk_prob:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
+        if c.arch == "deepseek":
+            weights, experts = self._deepseek_route(p, x)
+        else:
+            probs = torch.softmax(linear(x, w[p + "gate.weight"], None), dim=-1)
+            weights, experts = torch.topk(probs, c.top_k, dim=-1)
+            if c.norm_topk_prob:
+                weights = weights / weights.sum(dim=-1, keepdim=True)
         self.experts_hit.setdefault(i, set()).update(int(e) for e in experts.flatten())
         names = ("w1", "w3", "w2") if c.arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
         out = torch.zeros_like(x)
@@ -420,7 +576,9 @@ class DecoderModel:
                 continue
             y = self._swiglu(f"{p}experts.{e}.", names, x[rows])
             out.index_add_(0, rows, y * weights[rows, slot].unsqueeze(-1))
-        if c.shared_expert_intermediate_size:
+        if c.arch == "deepseek" and c.shared_expert_intermediate_size:
+            out = out + self._swiglu(p + "shared_experts.", ("gate_proj", "up_proj", "down_proj"), x)
+        elif c.shared_expert_intermediate_size:
             gate = torch.sigmoid(linear(x, w[p + "shared_expert_gate.weight"], None))
             out = out + gate * self._swiglu(p + "shared_expert.", ("gate_proj", "up_proj", "down_proj"), x)
         return out
@@ -436,6 +594,13 @@ class DecoderModel:
         angles = positions[:, None] * self.inv_freq[None, :]
         angles = torch.cat((angles, angles), dim=-1)  # both halves share a frequency
         cos, sin = angles.cos(), angles.sin()
+        scaling = c.rope_scaling or {}
+        if scaling.get("type", scaling.get("rope_type")) == "yarn":
+            # DeepseekV2YarnRotaryEmbedding: cos and sin times mscale(mscale) / mscale(mscale_all_dim).
+            factor = float(scaling["factor"])
+            magnitude = yarn_mscale(factor, float(scaling.get("mscale", 1))) / \
+                yarn_mscale(factor, float(scaling.get("mscale_all_dim", 0)))
+            cos, sin = cos * magnitude, sin * magnitude
 
         h = w["model.embed_tokens.weight"][ids]
         for i in range(c.num_layers):

@@ -1,0 +1,199 @@
+#include "layers/mla_attention.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/thread_pool.h"
+#include "kernels/mla_attention.h"
+#include "kernels/ops.h"
+#include "loader/weight_source.h"
+
+namespace tessera::layers {
+
+StatusOr<MlaAttention> MlaAttention::load(const loader::WeightSource& source, const MlaSpec& s,
+                                          const LayerParallel& par) {
+    MlaAttention a;
+    const loader::MlaConfig& m = s.mla;
+    a.mla_ = m;
+    a.eps_ = s.rms_norm_eps;
+    a.scale_ = s.scale;
+    a.rope_magnitude_ = s.rope_magnitude;
+    TSR_ASSIGN_OR_RETURN(Range heads, even_shard("num_attention_heads", s.heads, par.tp));
+    a.heads_ = heads.count;
+    const std::int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    const std::int64_t kv_a_rows = m.kv_lora_rank + m.qk_rope_head_dim;
+    const std::string& p = s.prefix;
+    LinearPart q_part = m.q_lora_rank > 0
+                            ? LinearPart{p + "q_a_proj.weight", m.q_lora_rank}
+                            : LinearPart{p + "q_proj.weight", s.heads * qk, heads.begin * qk, heads.count * qk};
+    TSR_ASSIGN_OR_RETURN(a.in_proj_, Linear::load(source, {{q_part, {p + "kv_a_proj_with_mqa.weight", kv_a_rows}},
+                                                           s.hidden, 0, -1, false, s.compute_dtype}));
+    if (m.q_lora_rank > 0) {
+        TSR_ASSIGN_OR_RETURN(a.q_a_norm_, load_f32_vector(source, p + "q_a_layernorm.weight", m.q_lora_rank));
+        TSR_ASSIGN_OR_RETURN(a.q_b_proj_, Linear::load(source, {{{p + "q_b_proj.weight", s.heads * qk,
+                                                                  heads.begin * qk, heads.count * qk}},
+                                                                m.q_lora_rank, 0, -1, false, s.compute_dtype}));
+    }
+    TSR_ASSIGN_OR_RETURN(a.kv_a_norm_, load_f32_vector(source, p + "kv_a_layernorm.weight", m.kv_lora_rank));
+    const std::int64_t kv_b_per_head = m.qk_nope_head_dim + m.v_head_dim;
+    TSR_ASSIGN_OR_RETURN(a.kv_b_proj_, Linear::load(source, {{{p + "kv_b_proj.weight", s.heads * kv_b_per_head,
+                                                               heads.begin * kv_b_per_head,
+                                                               heads.count * kv_b_per_head}},
+                                                             m.kv_lora_rank, 0, -1, false, s.compute_dtype}));
+    // The absorbed form's per-head slices of kv_b_proj (SGLang's post_load_weights w_kc, w_vc).
+    TSR_ASSIGN_OR_RETURN(auto kv_b, source.get(p + "kv_b_proj.weight", {s.heads * kv_b_per_head, m.kv_lora_rank}));
+    const std::int64_t r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dv = m.v_head_dim;
+    std::vector<float> rows(static_cast<std::size_t>(kv_b_per_head * r)), w(static_cast<std::size_t>(r * std::max(dn, dv)));
+    for (std::int64_t h = heads.begin; h < heads.begin + heads.count; ++h) {
+        const auto* base = reinterpret_cast<const unsigned char*>(kv_b->data) +
+                           static_cast<std::size_t>(h * kv_b_per_head * r) * dtype_size(kv_b->dtype);
+        convert_to_f32(base, kv_b->dtype, rows.data(), rows.size());
+        for (std::int64_t i = 0; i < dn; ++i)  // W_UK^T: [r, dn]
+            for (std::int64_t j = 0; j < r; ++j) w[j * dn + i] = rows[i * r + j];
+        a.w_uk_t_.push_back(Linear::from_f32(w.data(), r, dn, s.compute_dtype));
+        a.w_uv_.push_back(Linear::from_f32(rows.data() + dn * r, dv, r, s.compute_dtype));  // W_UV: [dv, r]
+    }
+    TSR_ASSIGN_OR_RETURN(a.o_proj_, Linear::load(source, {{{p + "o_proj.weight", s.hidden}}, s.heads * dv,
+                                                          heads.begin * dv, heads.count * dv, false,
+                                                          s.compute_dtype}));
+    return a;
+}
+
+std::size_t MlaAttention::weight_bytes() const {
+    // The decode path reads in_proj, q_b, the absorbed slices and o_proj; kv_b_proj holds the
+    // same numbers as the slices for prefill.
+    std::size_t bytes = in_proj_.weight_bytes() + q_b_proj_.weight_bytes() + o_proj_.weight_bytes();
+    for (std::size_t h = 0; h < w_uk_t_.size(); ++h) bytes += w_uk_t_[h].weight_bytes() + w_uv_[h].weight_bytes();
+    return bytes;
+}
+
+double MlaAttention::flops_per_token() const {
+    double macs = static_cast<double>(in_proj_.in_features()) * in_proj_.out_features() +
+                  static_cast<double>(q_b_proj_.in_features()) * q_b_proj_.out_features() +
+                  static_cast<double>(o_proj_.in_features()) * o_proj_.out_features();
+    for (std::size_t h = 0; h < w_uk_t_.size(); ++h)
+        macs += static_cast<double>(w_uk_t_[h].in_features()) * w_uk_t_[h].out_features() +
+                static_cast<double>(w_uv_[h].in_features()) * w_uv_[h].out_features();
+    return 2.0 * macs;
+}
+
+Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cache, bool cache_bf16, float* out,
+                             Scratch& scratch, const LayerParallel& par, MlaForm form) const {
+    const std::int64_t n = batch.n_tokens;
+    const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
+    const std::int64_t qk = dn + dr, dv = mla_.v_head_dim, width = cache_width();
+    const std::int64_t proj_width = in_proj_.out_features();
+    const std::int64_t q_in = mla_.q_lora_rank > 0 ? mla_.q_lora_rank : heads_ * qk;  // q part of in_proj
+    scratch.mla_proj.resize(static_cast<std::size_t>(n * proj_width));
+    in_proj_.forward(h, n, scratch.mla_proj.data(), batch.pool);
+    // Per token: the latent's norm, the rope key, the cache row; the q_a norm.
+    const auto finish_kv = [&](std::int64_t t_begin, std::int64_t t_end) {
+        for (std::int64_t t = t_begin; t < t_end; ++t) {
+            float* row = scratch.mla_proj.data() + t * proj_width;
+            if (!q_a_norm_.empty()) kernels::rms_norm(row, q_a_norm_.data(), row, 1, mla_.q_lora_rank, eps_);
+            float* kv = row + q_in;
+            kernels::rms_norm(kv, kv_a_norm_.data(), kv, 1, r, eps_);
+            kernels::rope_rotate(kv + r, 1, dr, batch.rope_cos + t * dr / 2, batch.rope_sin + t * dr / 2,
+                                 /*neox=*/false);
+            for (std::int64_t i = 0; i < dr; ++i) kv[r + i] *= rope_magnitude_;
+            const std::int64_t slot = batch.kv_rows[t];
+            if (cache_bf16) {
+                auto* dst = static_cast<std::uint16_t*>(cache) + slot * width;
+                for (std::int64_t i = 0; i < width; ++i) dst[i] = f32_to_bf16(kv[i]);
+            } else {
+                std::memcpy(static_cast<float*>(cache) + slot * width, kv, static_cast<std::size_t>(width) * 4);
+            }
+        }
+    };
+    if (batch.pool != nullptr && n >= 8) {
+        batch.pool->parallel_for(n, finish_kv);
+    } else {
+        finish_kv(0, n);
+    }
+    // Queries [n, heads, nope + rope], q_pe rotated.
+    scratch.mla_q.resize(static_cast<std::size_t>(n * heads_ * qk));
+    if (mla_.q_lora_rank > 0) {
+        q_b_proj_.forward(scratch.mla_proj.data(), n, scratch.mla_q.data(), batch.pool, proj_width, 0);
+    } else {
+        for (std::int64_t t = 0; t < n; ++t)
+            std::copy(scratch.mla_proj.begin() + t * proj_width, scratch.mla_proj.begin() + t * proj_width + q_in,
+                      scratch.mla_q.begin() + t * q_in);
+    }
+    for (std::int64_t t = 0; t < n; ++t) {
+        for (std::int64_t hd = 0; hd < heads_; ++hd) {
+            float* q_pe = scratch.mla_q.data() + (t * heads_ + hd) * qk + dn;
+            kernels::rope_rotate(q_pe, 1, dr, batch.rope_cos + t * dr / 2, batch.rope_sin + t * dr / 2, false);
+            for (std::int64_t i = 0; i < dr; ++i) q_pe[i] *= rope_magnitude_;
+        }
+    }
+    // Attention per sequence, into [n, heads · v].
+    scratch.attn.resize(static_cast<std::size_t>(n * heads_ * dv));
+    std::int64_t first = 0;
+    for (const SeqSpan& seq : batch.seqs) {
+        const bool use_absorbed = form == MlaForm::kAbsorbed || (form == MlaForm::kAuto && seq.n_tokens == 1);
+        if (seq.n_tokens > 0) {
+            if (use_absorbed) {
+                absorbed(scratch.mla_q.data(), seq, first, cache, cache_bf16, scratch.attn.data(), scratch, batch.pool);
+            } else {
+                naive(scratch.mla_q.data(), seq, first, cache, cache_bf16, scratch.attn.data(), scratch, batch.pool);
+            }
+        }
+        first += seq.n_tokens;
+    }
+    o_proj_.forward(scratch.attn.data(), n, out, batch.pool);
+    return par.all_reduce({out, static_cast<std::size_t>(n * o_proj_.out_features())});
+}
+
+void MlaAttention::absorbed(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache,
+                            bool cache_bf16, float* attn, Scratch& scratch, ThreadPool* pool) const {
+    const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
+    const std::int64_t qk = dn + dr, dv = mla_.v_head_dim, width = r + dr, n = seq.n_tokens;
+    // Q [n, heads, r + dr] = [W_UK^T q_nope ; q_pe] per head.
+    scratch.mla_head_in.resize(static_cast<std::size_t>(n * heads_ * width));
+    float* wide = scratch.mla_head_in.data();
+    const float* q_seq = q + first * heads_ * qk;
+    for (std::int64_t hd = 0; hd < heads_; ++hd) {
+        w_uk_t_[hd].forward(q_seq + hd * qk, n, wide + hd * width, pool, heads_ * qk, heads_ * width);
+        for (std::int64_t t = 0; t < n; ++t)
+            std::copy(q_seq + (t * heads_ + hd) * qk + dn, q_seq + (t * heads_ + hd) * qk + qk,
+                      wide + (t * heads_ + hd) * width + r);
+    }
+    scratch.mla_head_out.resize(static_cast<std::size_t>(n * heads_ * r));
+    const kernels::MlaAbsorbedArgs args{wide, cache, cache_bf16, seq.slots, n, seq.start_pos,
+                                        scratch.mla_head_out.data()};
+    kernels::mla_attention_absorbed({&args, 1}, {heads_, r, dr, scale_}, pool);
+    // Each head's weighted latent through its W_UV, into attn [n, heads · v].
+    for (std::int64_t hd = 0; hd < heads_; ++hd)
+        w_uv_[hd].forward(scratch.mla_head_out.data() + hd * r, n, attn + first * heads_ * dv + hd * dv, pool,
+                          heads_ * r, heads_ * dv);
+}
+
+void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache,
+                         bool cache_bf16, float* attn, Scratch& scratch, ThreadPool* pool) const {
+    const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
+    const std::int64_t width = r + dr, ctx = seq.start_pos + seq.n_tokens;
+    // The context's latents and rope keys, then K_nope and V of every head from kv_b_proj.
+    scratch.mla_latent.resize(static_cast<std::size_t>(ctx * r));
+    scratch.mla_k_pe.resize(static_cast<std::size_t>(ctx * dr));
+    for (std::int64_t pos = 0; pos < ctx; ++pos) {
+        const std::int64_t slot = seq.slots != nullptr ? seq.slots[pos] : pos;
+        float* latent = scratch.mla_latent.data() + pos * r;
+        float* k_pe = scratch.mla_k_pe.data() + pos * dr;
+        if (cache_bf16) {
+            const auto* src = static_cast<const std::uint16_t*>(cache) + slot * width;
+            for (std::int64_t i = 0; i < r; ++i) latent[i] = bf16_to_f32(src[i]);
+            for (std::int64_t i = 0; i < dr; ++i) k_pe[i] = bf16_to_f32(src[r + i]);
+        } else {
+            const float* src = static_cast<const float*>(cache) + slot * width;
+            std::copy(src, src + r, latent);
+            std::copy(src + r, src + width, k_pe);
+        }
+    }
+    scratch.mla_kv.resize(static_cast<std::size_t>(ctx * kv_b_proj_.out_features()));
+    kv_b_proj_.forward(scratch.mla_latent.data(), ctx, scratch.mla_kv.data(), pool);
+    const kernels::MlaNaiveArgs args{q + first * heads_ * (dn + dr), scratch.mla_kv.data(), scratch.mla_k_pe.data(),
+                                     seq.n_tokens, seq.start_pos, attn + first * heads_ * mla_.v_head_dim};
+    kernels::mla_attention_naive(args, {heads_, dn, dr, mla_.v_head_dim, scale_}, pool);
+}
+
+}  // namespace tessera::layers
