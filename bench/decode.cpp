@@ -1,6 +1,7 @@
 // bench/decode — single-sequence decode speed against the memory-bandwidth limit.
-// Each decode token streams every linear weight once, so tokens/s can be at most
-// bandwidth / weight_bytes_per_token. Prints one JSON line.
+// Each decode token streams every linear weight it uses once (MoE: only its experts) and
+// reads the KV rows of its context, so tokens/s can be at most
+// bandwidth / (weight_bytes_per_token + kv bytes of the context). Prints one JSON line.
 // Usage: bench_decode --model-path DIR [--threads 2] [--steps 64] [--context 16] [--dtype auto]
 
 #include <chrono>
@@ -49,6 +50,10 @@ int main(int argc, char** argv) {
     const double bytes = static_cast<double>(m.weight_bytes_per_token());
     const double tok_s = 1.0 / median_step;
     const double limit_triad = triad * 1e9 / bytes;
+    // KV read by one step at the median context of the measured steps.
+    const kvcache::KvCacheShape kv = m.kv_cache_shape();
+    const double kv_read = static_cast<double>(kv.bytes_per_token()) * static_cast<double>(context + steps / 2);
+    const double limit_with_kv = triad * 1e9 / (bytes + kv_read);
     nlohmann::json j = {
         {"bench", "decode"},
         {"model", m.config().architecture},
@@ -66,7 +71,17 @@ int main(int argc, char** argv) {
         {"bandwidth_limit_tokens_per_s", limit_triad},
         {"ratio_to_triad_limit", tok_s / limit_triad},
         {"ratio_to_read_limit", tok_s / (read * 1e9 / bytes)},
+        {"kv_bytes_per_token", kv.bytes_per_token()},
+        {"kv_bytes_read_per_step", kv_read},
+        {"bandwidth_limit_with_kv_tokens_per_s", limit_with_kv},
+        {"ratio_to_triad_limit_with_kv", tok_s / limit_with_kv},
     };
+    const loader::ModelConfig& c = m.config();
+    if (c.is_mla()) {
+        // The same layers caching per-head K (nope + rope) and V, as plain multi-head attention.
+        j["kv_bytes_per_token_mha_equivalent"] =
+            kv.n_layers * c.num_attention_heads * (c.head_dim + c.mla.v_head_dim) * static_cast<std::int64_t>(dtype_size(kv.dtype));
+    }
     std::printf("%s\n", j.dump().c_str());
     return 0;
 }

@@ -86,6 +86,11 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
             rank->load_s, m.weight_bytes() / 1e6, dtype_name(m.compute_dtype()), stage.layer_begin,
             stage.layer_end - 1, m.config().num_hidden_layers, rt.threads, kernels::isa_name(kernels::active_isa()));
 
+    const kvcache::KvCacheShape kv_shape = m.kv_cache_shape();
+    TSR_LOG(INFO, "KV cache: {} bytes per token ({} layers x {} of {} {} values{})", kv_shape.bytes_per_token(),
+            kv_shape.n_layers, kv_shape.has_v() ? "K and V" : "one latent row", kv_shape.row_floats(),
+            dtype_name(kv_shape.dtype), kv_shape.has_v() ? "" : ": MLA, kv_lora_rank + qk_rope_head_dim");
+
     // Memory plan (reference §8).
     const int local_ranks = static_cast<int>(rt.layout.ranks_on_node(args.node_rank).size());
     const std::int64_t capacity = rank_capacity_bytes(local_ranks);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/simd_exp.h"
 #include "tensor/dtype.h"
 
 namespace tessera::kernels {
@@ -18,23 +19,102 @@ struct Online {
     float sum = 0.0f;
 };
 
-// Adds value `v` [dim] with score `s` to (state, acc).
-inline void online_add(Online& o, float* acc, const float* v, std::int64_t dim, float s) {
-    if (s > o.max) {
-        const float rescale = std::exp(o.max - s);  // 0 on the first key
-        for (std::int64_t i = 0; i < dim; ++i) acc[i] = acc[i] * rescale + v[i];
-        o.sum = o.sum * rescale + 1.0f;
-        o.max = s;
-    } else {
-        const float w = std::exp(s - o.max);
-        for (std::int64_t i = 0; i < dim; ++i) acc[i] += w * v[i];
-        o.sum += w;
-    }
-}
-
 // Keys per split of one query's context in the absorbed form: enough work per task that
 // merging stays cheap.
 constexpr std::int64_t kMinKeysPerSplit = 256;
+// Keys scored together: their f32 rows (32 x 576 floats = 72 KiB at DeepSeek's sizes) stay
+// in L2 while every head reads them twice (scores, then the weighted latent sum).
+constexpr std::int64_t kKeyBlock = 32;
+
+inline float dot(const float* a, const float* b, std::int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s0 = _mm256_add_ps(s0, s1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_hadd_ps(h, h);
+    h = _mm_hadd_ps(h, h);
+    float total = _mm_cvtss_f32(h);
+    for (; i < n; ++i) total += a[i] * b[i];
+    return total;
+}
+
+// out[k] = a · rows[k] for the 4 rows `stride` floats apart: a's loads serve four rows.
+inline void dot4(const float* a, const float* rows, std::int64_t stride, std::int64_t n, float* out) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    std::int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(a + i);
+        s0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(rows + i), s0);
+        s1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(rows + stride + i), s1);
+        s2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(rows + 2 * stride + i), s2);
+        s3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(rows + 3 * stride + i), s3);
+    }
+    // Horizontal sums of the four accumulators at once.
+    const __m256 s01 = _mm256_hadd_ps(s0, s1), s23 = _mm256_hadd_ps(s2, s3);
+    const __m256 s0123 = _mm256_hadd_ps(s01, s23);
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(s0123), _mm256_extractf128_ps(s0123, 1));
+    _mm_storeu_ps(out, sum);
+    for (; i < n; ++i)
+        for (int k = 0; k < 4; ++k) out[k] += a[i] * rows[k * stride + i];
+}
+
+// y[i] = y[i] * keep + Σ_b w[b] · rows[b][i] over nb rows `stride` floats apart: each chunk of
+// y stays in a register across the rows.
+inline void weighted_rows(float* y, float keep, const float* w, const float* rows, std::int64_t stride,
+                          std::int64_t nb, std::int64_t n) {
+    const __m256 k = _mm256_set1_ps(keep);
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 v0 = _mm256_mul_ps(k, _mm256_loadu_ps(y + i)), v1 = _mm256_mul_ps(k, _mm256_loadu_ps(y + i + 8));
+        for (std::int64_t b = 0; b < nb; ++b) {
+            const __m256 wb = _mm256_set1_ps(w[b]);
+            v0 = _mm256_fmadd_ps(wb, _mm256_loadu_ps(rows + b * stride + i), v0);
+            v1 = _mm256_fmadd_ps(wb, _mm256_loadu_ps(rows + b * stride + i + 8), v1);
+        }
+        _mm256_storeu_ps(y + i, v0);
+        _mm256_storeu_ps(y + i + 8, v1);
+    }
+    for (; i < n; ++i) {
+        float v = y[i] * keep;
+        for (std::int64_t b = 0; b < nb; ++b) v += w[b] * rows[b * stride + i];
+        y[i] = v;
+    }
+}
+
+// y[i] = y[i] * keep + w * x[i]
+inline void scale_add(float* y, float keep, float w, const float* x, std::int64_t n) {
+    const __m256 k = _mm256_set1_ps(keep), wv = _mm256_set1_ps(w);
+    std::int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_mul_ps(k, _mm256_loadu_ps(y + i))));
+    for (; i < n; ++i) y[i] = y[i] * keep + w * x[i];
+}
+
+// Rows [n, width] of the cache, widened to f32.
+void load_rows(const MlaAbsorbedArgs& a, std::int64_t first_pos, std::int64_t n, std::int64_t width, float* out) {
+    for (std::int64_t b = 0; b < n; ++b) {
+        const std::int64_t pos = first_pos + b;
+        const std::int64_t slot = a.slots != nullptr ? a.slots[pos] : pos;
+        float* dst = out + b * width;
+        if (a.cache_bf16) {
+            const auto* src = static_cast<const std::uint16_t*>(a.cache) + slot * width;
+            std::int64_t i = 0;
+            for (; i + 8 <= width; i += 8) {
+                const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+                _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+            }
+            for (; i < width; ++i) dst[i] = bf16_to_f32(src[i]);
+        } else {
+            const float* src = static_cast<const float*>(a.cache) + slot * width;
+            std::copy(src, src + width, dst);
+        }
+    }
+}
 
 struct Split {
     std::int64_t run, token, key_begin, key_end;
@@ -58,7 +138,8 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
     const std::int64_t state = 2 + s.latent;
     std::vector<float> partial(splits.size() * static_cast<std::size_t>(s.n_heads * state));
     const auto work = [&](std::int64_t begin, std::int64_t end) {
-        std::vector<float> row(static_cast<std::size_t>(width));
+        std::vector<float> rows(static_cast<std::size_t>(kKeyBlock * width));
+        std::vector<float> scores(static_cast<std::size_t>(kKeyBlock + 8));
         std::vector<Online> online(static_cast<std::size_t>(s.n_heads));
         std::vector<float> acc(static_cast<std::size_t>(s.n_heads * s.latent));
         for (std::int64_t i = begin; i < end; ++i) {
@@ -67,20 +148,29 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
             const float* q = a.q + sp.token * s.n_heads * width;
             std::fill(online.begin(), online.end(), Online{});
             std::fill(acc.begin(), acc.end(), 0.0f);
-            for (std::int64_t pos = sp.key_begin; pos < sp.key_end; ++pos) {
-                const std::int64_t slot = a.slots != nullptr ? a.slots[pos] : pos;
-                if (a.cache_bf16) {
-                    const auto* src = static_cast<const std::uint16_t*>(a.cache) + slot * width;
-                    for (std::int64_t j = 0; j < width; ++j) row[j] = bf16_to_f32(src[j]);
-                } else {
-                    const float* src = static_cast<const float*>(a.cache) + slot * width;
-                    std::copy(src, src + width, row.begin());
-                }
+            for (std::int64_t block = sp.key_begin; block < sp.key_end; block += kKeyBlock) {
+                const std::int64_t nb = std::min(kKeyBlock, sp.key_end - block);
+                load_rows(a, block, nb, width, rows.data());
                 for (std::int64_t h = 0; h < s.n_heads; ++h) {
                     const float* qh = q + h * width;
-                    float dot = 0.0f;
-                    for (std::int64_t j = 0; j < width; ++j) dot += qh[j] * row[j];
-                    online_add(online[h], acc.data() + h * s.latent, row.data(), s.latent, dot * s.scale);
+                    std::int64_t b = 0;
+                    for (; b + 4 <= nb; b += 4) dot4(qh, rows.data() + b * width, width, width, scores.data() + b);
+                    for (; b < nb; ++b) scores[b] = dot(qh, rows.data() + b * width, width);
+                    float block_max = -std::numeric_limits<float>::infinity();
+                    for (b = 0; b < nb; ++b) block_max = std::max(block_max, scores[b] *= s.scale);
+                    Online& o = online[h];
+                    const float new_max = std::max(o.max, block_max);
+                    const float keep = std::exp(o.max - new_max);  // 0 before the first block
+                    b = 0;
+                    const __m256 m = _mm256_set1_ps(new_max);
+                    for (; b + 8 <= nb; b += 8)
+                        _mm256_storeu_ps(scores.data() + b, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores.data() + b), m)));
+                    for (; b < nb; ++b) scores[b] = std::exp(scores[b] - new_max);
+                    float block_sum = 0.0f;
+                    for (b = 0; b < nb; ++b) block_sum += scores[b];
+                    weighted_rows(acc.data() + h * s.latent, keep, scores.data(), rows.data(), width, nb, s.latent);
+                    o.sum = o.sum * keep + block_sum;
+                    o.max = new_max;
                 }
             }
             float* dst = partial.data() + i * s.n_heads * state;
@@ -135,11 +225,17 @@ void mla_attention_naive(const MlaNaiveArgs& a, const MlaNaiveShape& s, ThreadPo
             std::fill(acc.begin(), acc.end(), 0.0f);
             for (std::int64_t pos = 0; pos <= a.start_pos + t; ++pos) {
                 const float* kv = a.kv + (pos * s.n_heads + h) * kv_width;
-                const float* k_pe = a.k_pe + pos * s.rope;
-                float dot = 0.0f;
-                for (std::int64_t j = 0; j < s.nope; ++j) dot += q[j] * kv[j];
-                for (std::int64_t j = 0; j < s.rope; ++j) dot += q[s.nope + j] * k_pe[j];
-                online_add(online, acc.data(), kv + s.nope, s.v_dim, dot * s.scale);
+                const float score = (dot(q, kv, s.nope) + dot(q + s.nope, a.k_pe + pos * s.rope, s.rope)) * s.scale;
+                if (score > online.max) {
+                    const float keep = std::exp(online.max - score);  // 0 on the first key
+                    scale_add(acc.data(), keep, 1.0f, kv + s.nope, s.v_dim);
+                    online.sum = online.sum * keep + 1.0f;
+                    online.max = score;
+                } else {
+                    const float w = std::exp(score - online.max);
+                    scale_add(acc.data(), 1.0f, w, kv + s.nope, s.v_dim);
+                    online.sum += w;
+                }
             }
             float* out = a.out + (t * s.n_heads + h) * s.v_dim;
             for (std::int64_t d = 0; d < s.v_dim; ++d) out[d] = acc[d] / online.sum;

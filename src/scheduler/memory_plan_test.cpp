@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kvcache/kv_cache.h"
+
 namespace tessera::scheduler {
 namespace {
 
@@ -21,6 +23,22 @@ TEST(MemoryPlanTest, CapacityFromFractionAndCellSize) {
     EXPECT_EQ(plan->max_req_len, 4095);
     EXPECT_EQ(plan->max_req_input_len, 4094);
     EXPECT_TRUE(plan->warnings.empty());
+}
+
+// MLA (SGLang's get_cell_size_per_token): (kv_lora_rank + qk_rope_head_dim) per layer, no V.
+// DeepSeek-V3: (512 + 64) · 61 layers · 2 bytes = 70,272 B; the same layers as MHA would hold
+// 128 heads · (192 + 128) · 61 · 2 = 4,997,120 B.
+TEST(MemoryPlanTest, MlaCellSizeIsTheLatentRow) {
+    const kvcache::KvCacheShape mla{61, 1, 512 + 64, DType::kBF16, kvcache::KvKind::kLatent};
+    EXPECT_EQ(mla.bytes_per_token(), 70272);
+    MemoryPlanInput in{.capacity_bytes = 16 * kGiB, .weight_bytes = 4 * kGiB,
+                       .mem_fraction_static = 0.5, .kv_bytes_per_token = mla.bytes_per_token(),
+                       .page_size = 64, .context_len = 4096};
+    auto plan = plan_memory(in);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    // rest 4 GiB: 4294967296 // 70272 = 61119 tokens, down to a page multiple: 61056.
+    EXPECT_EQ(plan->max_total_num_tokens, 61056);
+    EXPECT_EQ(plan->kv_pool_bytes, 61056LL * 70272);
 }
 
 TEST(MemoryPlanTest, UserCapsAndPageRounding) {
