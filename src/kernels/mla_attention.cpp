@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/mla_attention_avx512.h"
 #include "kernels/simd_exp.h"
 #include "tensor/dtype.h"
 
@@ -122,8 +123,11 @@ struct Split {
 
 }  // namespace
 
-void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& s, ThreadPool* pool) {
+void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& s, ThreadPool* pool, Isa isa) {
     const std::int64_t width = s.latent + s.rope;
+    bool bf16_cache = !runs.empty();
+    for (const auto& r : runs) bf16_cache = bf16_cache && r.cache_bf16;
+    const bool avx512 = isa == Isa::kAvx512Bf16 && bf16_cache && cpu::mla_avx512_supported(width, s.latent);
     const int threads = pool != nullptr ? pool->size() : 1;
     std::vector<Split> splits;
     for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -139,39 +143,70 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
     std::vector<float> partial(splits.size() * static_cast<std::size_t>(s.n_heads * state));
     const auto work = [&](std::int64_t begin, std::int64_t end) {
         std::vector<float> rows(static_cast<std::size_t>(kKeyBlock * width));
-        std::vector<float> scores(static_cast<std::size_t>(kKeyBlock + 8));
+        std::vector<float> probs(static_cast<std::size_t>(s.n_heads * kKeyBlock)), keeps(static_cast<std::size_t>(s.n_heads));
         std::vector<Online> online(static_cast<std::size_t>(s.n_heads));
         std::vector<float> acc(static_cast<std::size_t>(s.n_heads * s.latent));
+        std::vector<std::uint16_t> q_bf16(avx512 ? static_cast<std::size_t>(s.n_heads * width) : 0);
+        std::vector<const std::uint16_t*> row_ptrs(static_cast<std::size_t>(kKeyBlock));
         for (std::int64_t i = begin; i < end; ++i) {
             const Split& sp = splits[i];
             const MlaAbsorbedArgs& a = runs[sp.run];
             const float* q = a.q + sp.token * s.n_heads * width;
             std::fill(online.begin(), online.end(), Online{});
             std::fill(acc.begin(), acc.end(), 0.0f);
+            if (avx512) {
+                for (std::int64_t h = 0; h < s.n_heads; ++h)
+                    cpu::mla_round_query_bf16(q + h * width, width, q_bf16.data() + h * width);
+            }
             for (std::int64_t block = sp.key_begin; block < sp.key_end; block += kKeyBlock) {
                 const std::int64_t nb = std::min(kKeyBlock, sp.key_end - block);
-                load_rows(a, block, nb, width, rows.data());
+                if (avx512) {
+                    // Scores straight from the bf16 rows; only the latent part is widened.
+                    for (std::int64_t b = 0; b < nb; ++b) {
+                        const std::int64_t pos = block + b;
+                        row_ptrs[b] = static_cast<const std::uint16_t*>(a.cache) +
+                                      (a.slots != nullptr ? a.slots[pos] : pos) * width;
+                    }
+                    cpu::mla_widen_rows(row_ptrs.data(), nb, s.latent, rows.data());
+                } else {
+                    load_rows(a, block, nb, width, rows.data());
+                }
+                // Scores and softmax weights of every head for this block, then the weighted
+                // latent sums (on AVX-512 four heads share each row load).
                 for (std::int64_t h = 0; h < s.n_heads; ++h) {
                     const float* qh = q + h * width;
+                    float* p = probs.data() + h * kKeyBlock;
                     std::int64_t b = 0;
-                    for (; b + 4 <= nb; b += 4) dot4(qh, rows.data() + b * width, width, width, scores.data() + b);
-                    for (; b < nb; ++b) scores[b] = dot(qh, rows.data() + b * width, width);
+                    if (avx512) {
+                        cpu::mla_scores_bf16(q_bf16.data() + h * width, row_ptrs.data(), nb, width, p);
+                        b = nb;
+                    }
+                    for (; b + 4 <= nb; b += 4) dot4(qh, rows.data() + b * width, width, width, p + b);
+                    for (; b < nb; ++b) p[b] = dot(qh, rows.data() + b * width, width);
                     float block_max = -std::numeric_limits<float>::infinity();
-                    for (b = 0; b < nb; ++b) block_max = std::max(block_max, scores[b] *= s.scale);
+                    for (b = 0; b < nb; ++b) block_max = std::max(block_max, p[b] *= s.scale);
                     Online& o = online[h];
                     const float new_max = std::max(o.max, block_max);
-                    const float keep = std::exp(o.max - new_max);  // 0 before the first block
+                    keeps[h] = std::exp(o.max - new_max);  // 0 before the first block
                     b = 0;
                     const __m256 m = _mm256_set1_ps(new_max);
                     for (; b + 8 <= nb; b += 8)
-                        _mm256_storeu_ps(scores.data() + b, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores.data() + b), m)));
-                    for (; b < nb; ++b) scores[b] = std::exp(scores[b] - new_max);
+                        _mm256_storeu_ps(p + b, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + b), m)));
+                    for (; b < nb; ++b) p[b] = std::exp(p[b] - new_max);
                     float block_sum = 0.0f;
-                    for (b = 0; b < nb; ++b) block_sum += scores[b];
-                    weighted_rows(acc.data() + h * s.latent, keep, scores.data(), rows.data(), width, nb, s.latent);
-                    o.sum = o.sum * keep + block_sum;
+                    for (b = 0; b < nb; ++b) block_sum += p[b];
+                    o.sum = o.sum * keeps[h] + block_sum;
                     o.max = new_max;
                 }
+                std::int64_t h = 0;
+                if (avx512) {
+                    for (; h + 4 <= s.n_heads; h += 4)
+                        cpu::mla_weighted_rows4(acc.data() + h * s.latent, keeps.data() + h, probs.data() + h * kKeyBlock,
+                                                kKeyBlock, rows.data(), nb, s.latent);
+                }
+                for (; h < s.n_heads; ++h)
+                    weighted_rows(acc.data() + h * s.latent, keeps[h], probs.data() + h * kKeyBlock, rows.data(),
+                                  avx512 ? s.latent : width, nb, s.latent);
             }
             float* dst = partial.data() + i * s.n_heads * state;
             for (std::int64_t h = 0; h < s.n_heads; ++h) {

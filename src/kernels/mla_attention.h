@@ -6,7 +6,8 @@
 //     every key the cached row [c_kv ; k_pe] (one row per token, shared by all heads), every
 //     value the row's latent part c_kv; the output per head is the weighted latent sum,
 //     which the caller maps through W_UV. Each cached row is read once per query token for
-//     all heads; long contexts are split over the threads and merged (flash-decoding).
+//     all heads, in blocks of 32 keys; long contexts are split over the threads and merged
+//     (flash-decoding).
 //   naive (prefill): K and V per head from kv_b_proj over the context's latents, the rope
 //     key shared by the heads; q·k = q_nope·k_nope + q_pe·k_pe, values of v_head_dim.
 // Causal: query i of a run starting at start_pos sees positions 0..start_pos+i. f32 math.
@@ -14,6 +15,8 @@
 
 #include <cstdint>
 #include <span>
+
+#include "kernels/isa.h"
 
 namespace tessera {
 class ThreadPool;
@@ -38,7 +41,11 @@ struct MlaShape {
     float scale = 1.0f;       // softmax scale ((nope + rope)^-1/2, yarn-adjusted)
 };
 
-void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& shape, ThreadPool* pool);
+// With Isa::kAvx512Bf16, a bf16 cache and widths that are multiples of 32, the scores come
+// from _mm512_dpbf16_ps on the cached rows as they are, the query rounded to bf16 (as the
+// GEMV rounds activations); otherwise f32 on AVX2.
+void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& shape, ThreadPool* pool,
+                            Isa isa = active_isa());
 
 struct MlaNaiveArgs {
     const float* q = nullptr;     // f32 [n_q, n_heads, nope + rope] (q_pe rotated)

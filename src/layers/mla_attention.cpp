@@ -152,20 +152,32 @@ void MlaAttention::absorbed(const float* q, const SeqSpan& seq, std::int64_t fir
     scratch.mla_head_in.resize(static_cast<std::size_t>(n * heads_ * width));
     float* wide = scratch.mla_head_in.data();
     const float* q_seq = q + first * heads_ * qk;
-    for (std::int64_t hd = 0; hd < heads_; ++hd) {
-        w_uk_t_[hd].forward(q_seq + hd * qk, n, wide + hd * width, pool, heads_ * qk, heads_ * width);
+    // One task per head range, each head's small GEMMs on one thread: a pool dispatch per
+    // head and layer would cost more than the GEMV of its 2·r·nope weights.
+    const auto for_heads = [&](auto&& fn) {
+        if (pool != nullptr && heads_ > 1) {
+            pool->parallel_for(heads_, [&](std::int64_t h0, std::int64_t h1) {
+                for (std::int64_t hd = h0; hd < h1; ++hd) fn(hd);
+            });
+        } else {
+            for (std::int64_t hd = 0; hd < heads_; ++hd) fn(hd);
+        }
+    };
+    for_heads([&](std::int64_t hd) {
+        w_uk_t_[hd].forward(q_seq + hd * qk, n, wide + hd * width, nullptr, heads_ * qk, heads_ * width);
         for (std::int64_t t = 0; t < n; ++t)
             std::copy(q_seq + (t * heads_ + hd) * qk + dn, q_seq + (t * heads_ + hd) * qk + qk,
                       wide + (t * heads_ + hd) * width + r);
-    }
+    });
     scratch.mla_head_out.resize(static_cast<std::size_t>(n * heads_ * r));
     const kernels::MlaAbsorbedArgs args{wide, cache, cache_bf16, seq.slots, n, seq.start_pos,
                                         scratch.mla_head_out.data()};
     kernels::mla_attention_absorbed({&args, 1}, {heads_, r, dr, scale_}, pool);
     // Each head's weighted latent through its W_UV, into attn [n, heads · v].
-    for (std::int64_t hd = 0; hd < heads_; ++hd)
-        w_uv_[hd].forward(scratch.mla_head_out.data() + hd * r, n, attn + first * heads_ * dv + hd * dv, pool,
+    for_heads([&](std::int64_t hd) {
+        w_uv_[hd].forward(scratch.mla_head_out.data() + hd * r, n, attn + first * heads_ * dv + hd * dv, nullptr,
                           heads_ * r, heads_ * dv);
+    });
 }
 
 void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache,
