@@ -87,15 +87,6 @@ inline void weighted_rows(float* y, float keep, const float* w, const float* row
     }
 }
 
-// y[i] = y[i] * keep + w * x[i]
-inline void scale_add(float* y, float keep, float w, const float* x, std::int64_t n) {
-    const __m256 k = _mm256_set1_ps(keep), wv = _mm256_set1_ps(w);
-    std::int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_mul_ps(k, _mm256_loadu_ps(y + i))));
-    for (; i < n; ++i) y[i] = y[i] * keep + w * x[i];
-}
-
 // Rows [n, width] of the cache, widened to f32.
 void load_rows(const MlaAbsorbedArgs& a, std::int64_t first_pos, std::int64_t n, std::int64_t width, float* out) {
     for (std::int64_t b = 0; b < n; ++b) {
@@ -245,42 +236,6 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
             for (std::int64_t d = 0; d < s.latent; ++d) out[d] *= inv;
         }
         i = j;
-    }
-}
-
-void mla_attention_naive(const MlaNaiveArgs& a, const MlaNaiveShape& s, ThreadPool* pool) {
-    const std::int64_t q_width = s.nope + s.rope;
-    const std::int64_t kv_width = s.nope + s.v_dim;
-    const auto work = [&](std::int64_t begin, std::int64_t end) {
-        std::vector<float> acc(static_cast<std::size_t>(s.v_dim));
-        for (std::int64_t task = begin; task < end; ++task) {
-            const std::int64_t t = task / s.n_heads, h = task % s.n_heads;
-            const float* q = a.q + (t * s.n_heads + h) * q_width;
-            Online online;
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            for (std::int64_t pos = 0; pos <= a.start_pos + t; ++pos) {
-                const float* kv = a.kv + (pos * s.n_heads + h) * kv_width;
-                const float score = (dot(q, kv, s.nope) + dot(q + s.nope, a.k_pe + pos * s.rope, s.rope)) * s.scale;
-                if (score > online.max) {
-                    const float keep = std::exp(online.max - score);  // 0 on the first key
-                    scale_add(acc.data(), keep, 1.0f, kv + s.nope, s.v_dim);
-                    online.sum = online.sum * keep + 1.0f;
-                    online.max = score;
-                } else {
-                    const float w = std::exp(score - online.max);
-                    scale_add(acc.data(), 1.0f, w, kv + s.nope, s.v_dim);
-                    online.sum += w;
-                }
-            }
-            float* out = a.out + (t * s.n_heads + h) * s.v_dim;
-            for (std::int64_t d = 0; d < s.v_dim; ++d) out[d] = acc[d] / online.sum;
-        }
-    };
-    const std::int64_t tasks = a.n_q * s.n_heads;
-    if (pool != nullptr && tasks > 1) {
-        pool->parallel_for(tasks, work);
-    } else {
-        work(0, tasks);
     }
 }
 

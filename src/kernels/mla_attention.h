@@ -1,15 +1,12 @@
 #pragma once
-// kernels/mla_attention.h — attention of DeepSeek's multi-head latent attention (MLA), in its
-// two forms (DeepSeek's inference/model.py MLA.forward naive and absorb branches; SGLang's
-// DeepseekV2AttentionMLA forward_normal / forward_absorb):
-//   absorbed (decode): every head's query is [W_UK^T q_nope ; q_pe] of width latent + rope,
-//     every key the cached row [c_kv ; k_pe] (one row per token, shared by all heads), every
-//     value the row's latent part c_kv; the output per head is the weighted latent sum,
-//     which the caller maps through W_UV. Each cached row is read once per query token for
-//     all heads, in blocks of 32 keys; long contexts are split over the threads and merged
-//     (flash-decoding).
-//   naive (prefill): K and V per head from kv_b_proj over the context's latents, the rope
-//     key shared by the heads; q·k = q_nope·k_nope + q_pe·k_pe, values of v_head_dim.
+// kernels/mla_attention.h — the absorbed form of DeepSeek's multi-head latent attention (MLA)
+// (DeepSeek's inference/model.py MLA.forward absorb branch; SGLang's DeepseekV2AttentionMLA
+// forward_absorb); the naive form is plain multi-head attention (kernels/attention.h):
+// every head's query is [W_UK^T q_nope ; q_pe] of width latent + rope, every key the cached
+// row [c_kv ; k_pe] (one row per token, shared by all heads), every value the row's latent
+// part c_kv; the output per head is the weighted latent sum, which the caller maps through
+// W_UV. Each cached row is read once per query token for all heads, in blocks of 32 keys;
+// long contexts are split over the threads and merged (flash-decoding).
 // Causal: query i of a run starting at start_pos sees positions 0..start_pos+i. f32 math.
 // Stateless and thread-safe; work is split over `pool` (nullptr: the calling thread).
 
@@ -46,24 +43,5 @@ struct MlaShape {
 // GEMV rounds activations); otherwise f32 on AVX2.
 void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& shape, ThreadPool* pool,
                             Isa isa = active_isa());
-
-struct MlaNaiveArgs {
-    const float* q = nullptr;     // f32 [n_q, n_heads, nope + rope] (q_pe rotated)
-    const float* kv = nullptr;    // f32 [n_ctx, n_heads, nope + v_dim]: k_nope then v per head
-    const float* k_pe = nullptr;  // f32 [n_ctx, rope] (rotated)
-    std::int64_t n_q = 0;
-    std::int64_t start_pos = 0;   // n_ctx = start_pos + n_q
-    float* out = nullptr;         // f32 [n_q, n_heads, v_dim]
-};
-
-struct MlaNaiveShape {
-    std::int64_t n_heads = 0;
-    std::int64_t nope = 0;
-    std::int64_t rope = 0;
-    std::int64_t v_dim = 0;
-    float scale = 1.0f;
-};
-
-void mla_attention_naive(const MlaNaiveArgs& run, const MlaNaiveShape& shape, ThreadPool* pool);
 
 }  // namespace tessera::kernels

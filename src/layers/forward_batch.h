@@ -37,9 +37,11 @@ struct Scratch {
     std::vector<float> router_logits, topk_weights, expert_in, expert_out, routed, shared;
     std::vector<std::int32_t> topk_ids, local_ids;
     std::vector<std::uint8_t> send, recv;
-    // MLA: the fused input projection, queries, one head's gathered rows and their product,
-    // the context's latents and rope keys, and kv_b_proj over them.
-    std::vector<float> mla_proj, mla_q, mla_head_in, mla_head_out, mla_latent, mla_k_pe, mla_kv;
+    // MLA: the fused input projection, queries, the absorbed form's wide queries and latent
+    // outputs, the context's latents and rope keys, kv_b_proj over them, and the naive
+    // form's per-head K and V (f32 or bf16).
+    std::vector<float> mla_proj, mla_q, mla_head_in, mla_head_out, mla_latent, mla_k_pe, mla_kv, mla_k, mla_v;
+    std::vector<std::uint16_t> mla_k16, mla_v16;
 };
 
 }  // namespace tessera::layers

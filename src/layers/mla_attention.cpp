@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/mla_attention.h"
 #include "kernels/ops.h"
 #include "loader/weight_source.h"
@@ -203,9 +204,65 @@ void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first,
     }
     scratch.mla_kv.resize(static_cast<std::size_t>(ctx * kv_b_proj_.out_features()));
     kv_b_proj_.forward(scratch.mla_latent.data(), ctx, scratch.mla_kv.data(), pool);
-    const kernels::MlaNaiveArgs args{q + first * heads_ * (dn + dr), scratch.mla_kv.data(), scratch.mla_k_pe.data(),
-                                     seq.n_tokens, seq.start_pos, attn + first * heads_ * mla_.v_head_dim};
-    kernels::mla_attention_naive(args, {heads_, dn, dr, mla_.v_head_dim, scale_}, pool);
+    // Plain multi-head attention from here, on the flash kernel of GQA models: per head
+    // K = [k_nope ; k_pe] and V = v, both padded with zeros to one head width D (as Hugging
+    // Face pads V for flash attention), in the cache's element type.
+    const std::int64_t dv = mla_.v_head_dim, qk = dn + dr, D = std::max(qk, dv);
+    const std::int64_t kv_b_width = dn + dv;
+    const auto rows = static_cast<std::size_t>(ctx * heads_ * D);
+    const auto k_at = [&](std::int64_t pos, std::int64_t hd, std::int64_t i) -> float {
+        if (i < dn) return scratch.mla_kv[(pos * heads_ + hd) * kv_b_width + i];
+        return i < qk ? scratch.mla_k_pe[pos * dr + i - dn] : 0.0f;
+    };
+    const auto v_at = [&](std::int64_t pos, std::int64_t hd, std::int64_t i) -> float {
+        return i < dv ? scratch.mla_kv[(pos * heads_ + hd) * kv_b_width + dn + i] : 0.0f;
+    };
+    const void* k = nullptr;
+    const void* v = nullptr;
+    if (cache_bf16) {
+        scratch.mla_k16.resize(rows);
+        scratch.mla_v16.resize(rows);
+        for (std::int64_t pos = 0; pos < ctx; ++pos)
+            for (std::int64_t hd = 0; hd < heads_; ++hd)
+                for (std::int64_t i = 0; i < D; ++i) {
+                    scratch.mla_k16[(pos * heads_ + hd) * D + i] = f32_to_bf16(k_at(pos, hd, i));
+                    scratch.mla_v16[(pos * heads_ + hd) * D + i] = f32_to_bf16(v_at(pos, hd, i));
+                }
+        k = scratch.mla_k16.data();
+        v = scratch.mla_v16.data();
+    } else {
+        scratch.mla_k.resize(rows);
+        scratch.mla_v.resize(rows);
+        for (std::int64_t pos = 0; pos < ctx; ++pos)
+            for (std::int64_t hd = 0; hd < heads_; ++hd)
+                for (std::int64_t i = 0; i < D; ++i) {
+                    scratch.mla_k[(pos * heads_ + hd) * D + i] = k_at(pos, hd, i);
+                    scratch.mla_v[(pos * heads_ + hd) * D + i] = v_at(pos, hd, i);
+                }
+        k = scratch.mla_k.data();
+        v = scratch.mla_v.data();
+    }
+    const std::int64_t n = seq.n_tokens;
+    const float* q_seq = q + first * heads_ * qk;
+    if (D != qk) {  // queries padded too
+        scratch.mla_head_in.assign(static_cast<std::size_t>(n * heads_ * D), 0.0f);
+        for (std::int64_t t = 0; t < n * heads_; ++t)
+            std::copy(q_seq + t * qk, q_seq + (t + 1) * qk, scratch.mla_head_in.begin() + t * D);
+        q_seq = scratch.mla_head_in.data();
+    }
+    scratch.mla_head_out.resize(static_cast<std::size_t>(n * heads_ * D));
+    kernels::AttentionArgs args;
+    args.q = q_seq;
+    args.k = k;
+    args.v = v;
+    args.out = scratch.mla_head_out.data();
+    args.n_q = n;
+    args.start_pos = seq.start_pos;
+    args.kv_bf16 = cache_bf16;
+    kernels::attention(args, {heads_, heads_, D, scale_}, pool);
+    for (std::int64_t t = 0; t < n * heads_; ++t)
+        std::copy(scratch.mla_head_out.begin() + t * D, scratch.mla_head_out.begin() + t * D + dv,
+                  attn + first * heads_ * dv + t * dv);
 }
 
 }  // namespace tessera::layers

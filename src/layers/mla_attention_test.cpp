@@ -1,7 +1,7 @@
 // MLA's two forms on the same weights and cache: the absorbed form (W_UK folded into the
 // query, attention over the latent rows, W_UV after) equals the naive one (K and V per head
-// from kv_b_proj) within 1e-4, with and without q compression, f32 and bf16 caches, over a
-// prefill run and a decode step, and split over threads.
+// from kv_b_proj) within 1e-4 on an f32 cache (bf16: within the rounding of K and V), with
+// and without q compression, over a prefill run and decode steps, and split over threads.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -122,7 +122,9 @@ TEST_P(MlaAttentionTest, AbsorbedEqualsNaive) {
             max_diff = std::max(max_diff, std::abs(naive[i] - absorbed[i]));
             max_abs = std::max(max_abs, std::abs(naive[i]));
         }
-        EXPECT_LT(max_diff, 1e-4f) << "outputs up to " << max_abs;
+        // With a bf16 cache the naive form's per-head K and V are rounded to bf16 too (as a
+        // GQA model's bf16 cache is), the absorbed form keeps W_UK / W_UV products in f32.
+        EXPECT_LT(max_diff, bf16 ? 5e-3f * max_abs : 1e-4f) << "outputs up to " << max_abs;
         EXPECT_GT(max_abs, 0.1f) << "the test input produces no signal";
         EXPECT_EQ(f32_naive, f32_absorbed);
         EXPECT_EQ(bf16_naive, bf16_absorbed);
