@@ -12,7 +12,9 @@
 #include "app/commands.h"
 #include "app/engine.h"
 #include "app/model_rank.h"
+#include "base/env.h"
 #include "base/logging.h"
+#include "server/http_access.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -84,6 +86,16 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     server::HttpServerOptions ho;
     ho.host = args.host;
     ho.port = args.port;
+    ho.api_key = !args.api_key.empty() ? args.api_key : env().api_key;
+    ho.admin_api_key = args.admin_api_key;
+    for (std::size_t begin = 0; begin < args.allowed_hosts.size();) {
+        const std::size_t comma = std::min(args.allowed_hosts.find(',', begin), args.allowed_hosts.size());
+        if (comma > begin) ho.allowed_hosts.push_back(args.allowed_hosts.substr(begin, comma - begin));
+        begin = comma + 1;
+    }
+    if (ho.api_key.empty() && !server::is_loopback_host(args.host))
+        TSR_LOG(WARN, "listening on {} without an API key: anyone who can reach it can use it; set --api-key "
+                "(or TESSERA_API_KEY)", args.host);
     if (args.max_queued_requests) ho.max_pending_requests = *args.max_queued_requests;
     server::HttpServer http(engine, ho);
     if (Status s = http.start(); !s.ok()) return fail(s);

@@ -23,6 +23,8 @@ struct EnvFlags {
     // cost model, a number in [0, 1]. Unset: 0.75. Parsed by
     // scheduler::parse_dynamic_chunking_smooth_factor.
     std::optional<std::string> dynamic_chunking_smooth_factor;
+    // env: TESSERA_API_KEY — the API key `serve` requires when --api-key is not given.
+    std::string api_key;
 };
 
 const EnvFlags& env();

@@ -7,6 +7,7 @@
 
 #include "base/logging.h"
 #include "server/backend.h"
+#include "server/http_access.h"
 #include "server/http_metrics.h"
 #include "server/openai_protocol.h"
 
@@ -61,10 +62,14 @@ std::string detail_json(const std::string& detail) {
 // may outlive the server: the gate stops them from posting once the io_context is gone).
 struct ServerState {
     ServerState(Backend& b, HttpServerOptions o)
-        : backend(b), options(std::move(o)), metrics(b.served_model_name()) {}
+        : backend(b),
+          options(std::move(o)),
+          access{options.api_key, options.admin_api_key, options.host, options.allowed_hosts},
+          metrics(b.served_model_name()) {}
 
     Backend& backend;
     const HttpServerOptions options;
+    const AccessPolicy access;
     ProtocolOptions protocol;  // set once in start()
     HttpMetrics metrics;
     std::atomic<std::int64_t> n_pending{0};        // admitted generation requests in the backend
@@ -222,12 +227,26 @@ class Session : public std::enable_shared_from_this<Session> {
             return ok;
         };
         Backend& backend = state_->backend;
+        const RouteKind kind = path == "/health" ? RouteKind::kOpen
+                               : path == "/flush_cache" ? RouteKind::kAdmin
+                                                        : RouteKind::kApi;
+        const auto header = [&](http::field f) { return std::string_view(req[f].data(), req[f].size()); };
+        if (auto denied = check_access(state_->access, kind, header(http::field::host),
+                                       header(http::field::authorization))) {
+            return respond_error(*denied);
+        }
+        // JSON routes: a body a web page could post without a preflight is refused.
+        const auto json_body = [&] {
+            auto bad = check_json_content_type(header(http::field::content_type));
+            if (bad) respond_error(*bad);
+            return !bad;
+        };
         if (path == "/v1/chat/completions") {
-            if (allow(post, "POST")) start_generation(ApiKind::kChatCompletion);
+            if (allow(post, "POST") && json_body()) start_generation(ApiKind::kChatCompletion);
         } else if (path == "/v1/completions") {
-            if (allow(post, "POST")) start_generation(ApiKind::kCompletion);
+            if (allow(post, "POST") && json_body()) start_generation(ApiKind::kCompletion);
         } else if (path == "/generate") {
-            if (allow(post || m == http::verb::put, "POST, PUT")) start_generation(ApiKind::kGenerate);
+            if (allow(post || m == http::verb::put, "POST, PUT") && json_body()) start_generation(ApiKind::kGenerate);
         } else if (path == "/health") {
             if (!allow(get, "GET")) return;
             const bool up = backend.ready() && !state_->stopping.load();
@@ -239,7 +258,7 @@ class Session : public std::enable_shared_from_this<Session> {
         } else if (path == "/get_server_info" || path == "/server_info") {
             if (allow(get, "GET")) respond(200, kJson, backend.server_info().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         } else if (path == "/flush_cache") {
-            if (!allow(get || post, "GET, POST")) return;
+            if (!allow(post, "POST")) return;  // it changes state: never a GET a page can trigger
             Status st = backend.flush_cache();
             if (st.ok()) {
                 respond(200, kText,

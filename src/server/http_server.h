@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -32,6 +33,13 @@ struct HttpServerOptions {
     std::chrono::milliseconds keep_alive_timeout{60'000};  // idle or slow request headers
     std::chrono::milliseconds health_generate_timeout{20'000};  // SGLANG_HEALTH_CHECK_TIMEOUT
     std::chrono::milliseconds drain_timeout{300'000};  // stop(): wait for streams to flush
+    // Access (server/http_access.h): every route but /health needs `Authorization: Bearer
+    // <api_key>` when api_key is set; state-changing routes need admin_api_key when set.
+    // The Host header must name the bound address (a loopback name when bound to loopback)
+    // or one of allowed_hosts, which defeats DNS rebinding from a web page.
+    std::string api_key;
+    std::string admin_api_key;
+    std::vector<std::string> allowed_hosts;
 
     Status validate() const;
 };

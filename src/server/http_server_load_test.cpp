@@ -57,7 +57,7 @@ TEST(HttpServerLoadTest, ThousandConcurrentStreamsOnOneIoThread) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string body = R"({"model": "tiny", "prompt": "x", "max_tokens": )" + std::to_string(kTokens) +
                              R"(, "stream": true})";
-    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
     std::vector<pollfd> fds;
     std::vector<std::string> received(kStreams);

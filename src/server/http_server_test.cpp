@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "server/http_access.h"
 #include "server/http_test_support.h"
 
 namespace tessera::server {
@@ -107,9 +108,9 @@ TEST_F(HttpServerTest, ChatStreamingAndKeepAlive) {
 TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
     TestClient c(server_->port());
     const std::string body = R"({"prompt": "abc", "max_tokens": 2})";
-    const std::string one = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+    const std::string one = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                             std::to_string(body.size()) + "\r\n\r\n" + body;
-    ASSERT_TRUE(c.send_raw(one + one + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+    ASSERT_TRUE(c.send_raw(one + one + "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
     for (int i = 0; i < 2; ++i) {
         HttpResponse r = c.read_response();
         ASSERT_EQ(r.status, 200) << r.body;
@@ -266,6 +267,69 @@ TEST_F(HttpServerTest, BadInputsAreRejectedAndServerKeepsServing) {
     EXPECT_EQ(r.header("allow"), "POST");
 }
 
+// --api-key on every route but /health, --admin-api-key on /flush_cache, the Host header
+// against DNS rebinding, and JSON routes refusing bodies a web page can post cross-origin.
+TEST_F(HttpServerTest, AccessControl) {
+    server_->stop();
+    HttpServerOptions o;
+    o.api_key = "sk-user";
+    o.admin_api_key = "sk-admin";
+    o.allowed_hosts = {"tessera.internal"};
+    start(o);
+    const std::string body = R"({"prompt": "abc", "max_tokens": 2})";
+    const auto as = [&](const std::string& method, const std::string& path, const std::string& headers,
+                        const std::string& b = "") {
+        TestClient c(server_->port());
+        std::string req = method + " " + path + " HTTP/1.1\r\n" + headers;
+        if (!b.empty()) req += "Content-Length: " + std::to_string(b.size()) + "\r\n";
+        if (!c.send_raw(req + "\r\n" + b)) return HttpResponse{};
+        return c.read_response();
+    };
+    const std::string json = "Content-Type: application/json\r\n";
+    const std::string local = "Host: tessera.internal:8000\r\n";
+    const std::string user = "Authorization: Bearer sk-user\r\n";
+    // /health needs no key; everything else does.
+    EXPECT_EQ(as("GET", "/health", local).status, 200);
+    for (const char* path : {"/v1/models", "/get_server_info", "/metrics"}) {
+        HttpResponse r = as("GET", path, local);
+        EXPECT_EQ(r.status, 401) << path;
+        EXPECT_EQ(r.json()["error"]["code"], "invalid_api_key") << r.body;
+        EXPECT_EQ(as("GET", path, local + "Authorization: Bearer sk-wrong\r\n").status, 401) << path;
+        EXPECT_EQ(as("GET", path, local + user).status, 200) << path;
+    }
+    EXPECT_EQ(as("POST", "/v1/completions", local + json, body).status, 401);
+    EXPECT_EQ(as("POST", "/v1/completions", local + json + user, body).status, 200);
+    // State changes need the admin key, by POST.
+    EXPECT_EQ(as("POST", "/flush_cache", local + user).status, 401);
+    EXPECT_EQ(as("POST", "/flush_cache", local + "Authorization: Bearer sk-admin\r\n").status, 200);
+    EXPECT_EQ(as("GET", "/flush_cache", local + "Authorization: Bearer sk-admin\r\n").status, 405);
+    // A Host the server does not answer to (a rebinding page's name), even with the key.
+    HttpResponse foreign = as("GET", "/v1/models", "Host: attacker.example\r\n" + user);
+    EXPECT_EQ(foreign.status, 403);
+    EXPECT_NE(foreign.body.find("--allowed-hosts"), std::string::npos) << foreign.body;
+    // text/plain and form bodies are refused on JSON routes.
+    for (const char* type : {"text/plain", "application/x-www-form-urlencoded"}) {
+        HttpResponse r = as("POST", "/v1/completions", local + user + "Content-Type: " + type + "\r\n", body);
+        EXPECT_EQ(r.status, 415) << type;
+    }
+    EXPECT_EQ(as("POST", "/generate", local + user + "Content-Type: application/json; charset=utf-8\r\n",
+                 R"({"text": "abc", "sampling_params": {"max_new_tokens": 2}})").status,
+              200);
+}
+
+TEST(HttpAccessTest, LoopbackBindAcceptsOnlyLoopbackNames) {
+    const AccessPolicy loopback{"", "", "127.0.0.1", {}};
+    for (const char* host : {"127.0.0.1:30000", "localhost:30000", "[::1]:30000", "LOCALHOST"})
+        EXPECT_FALSE(check_access(loopback, RouteKind::kApi, host, "").has_value()) << host;
+    for (const char* host : {"evil.example:30000", "192.168.1.5", "127.0.0.1.evil.example"})
+        EXPECT_TRUE(check_access(loopback, RouteKind::kApi, host, "").has_value()) << host;
+    const AccessPolicy any{"", "", "0.0.0.0", {}};
+    EXPECT_FALSE(check_access(any, RouteKind::kApi, "whatever.example", "").has_value());
+    EXPECT_TRUE(constant_time_equal("abc", "abc"));
+    EXPECT_FALSE(constant_time_equal("abc", "abd"));
+    EXPECT_FALSE(constant_time_equal("abc", "abcd"));
+}
+
 TEST_F(HttpServerTest, OversizeBodyAndMalformedHttp) {
     server_->stop();
     HttpServerOptions o;
@@ -357,7 +421,7 @@ TEST_F(HttpServerTest, HealthModelsInfoFlush) {
     EXPECT_EQ(call("GET", "/get_server_info").json()["version"], "fake");
     EXPECT_EQ(call("GET", "/server_info").json()["model_path"], "tiny");
     EXPECT_EQ(call("POST", "/flush_cache").status, 200);
-    EXPECT_EQ(call("GET", "/flush_cache").status, 200);
+    EXPECT_EQ(call("GET", "/flush_cache").status, 405) << "it changes state: POST only";
 }
 
 TEST_F(HttpServerTest, MetricsHaveSglangNames) {

@@ -179,10 +179,15 @@ std::int64_t max_tokens_limit(const ProtocolOptions& o) {
     return o.max_model_len > 0 ? o.max_model_len : std::numeric_limits<std::int32_t>::max();
 }
 
-// Features that need a grammar backend or other machinery tessera does not have yet.
+// Features that need a grammar backend or other machinery tessera does not have yet: a
+// request that sets one is refused rather than served without it.
 void reject_unsupported(FieldReader& r) {
     for (const char* name : {"regex", "json_schema", "ebnf", "structural_tag"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server (no constrained decoding)");
+    }
+    for (const char* name :
+         {"logit_bias", "lora_path", "custom_logit_processor", "custom_params", "return_hidden_states"}) {
+        if (r.has(name)) r.fail(name, "is not supported by this server");
     }
 }
 
@@ -419,6 +424,7 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     const Json* ids = r.get("input_ids");
     if (r.has("input_embeds") || r.has("image_data") || r.has("video_data") || r.has("audio_data"))
         return r.fail("input_embeds", "embeddings and multimodal inputs are not supported by this server");
+    reject_unsupported(r);  // lora_path, custom_logit_processor, ... sit beside sampling_params
     if ((text != nullptr) == (ids != nullptr)) {
         if (r.ok()) r.fail("text", "exactly one of 'text' and 'input_ids' must be given");
         return;
@@ -579,10 +585,23 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
         return outcome;
     }
     Json root;
+    // Nesting is bounded while parsing: a deeper document is refused before it exists, as
+    // its copies and destruction recurse once per level (10^5 levels overflow the stack).
+    bool too_deep = false;
+    const Json::parser_callback_t bound_depth = [&](int depth, Json::parse_event_t, Json&) {
+        if (depth > kMaxJsonDepth) too_deep = true;
+        return !too_deep;
+    };
     try {
-        root = Json::parse(body);
+        root = Json::parse(body, bound_depth);
     } catch (const Json::exception& e) {
-        outcome.error = invalid("", std::string("request body is not valid JSON: ") + e.what());
+        outcome.error = too_deep ? invalid("", "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) +
+                                                   " levels")
+                                 : invalid("", std::string("request body is not valid JSON: ") + e.what());
+        return outcome;
+    }
+    if (too_deep) {
+        outcome.error = invalid("", "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
         return outcome;
     }
     if (!root.is_object()) {

@@ -20,6 +20,10 @@ namespace tessera::server {
 
 enum class ApiKind { kChatCompletion, kCompletion, kGenerate };
 
+// Deepest nesting of arrays / objects a request body may have (tool schemas nest a few
+// levels; 10^5 levels would overflow the stack of any recursive walk of the value).
+constexpr int kMaxJsonDepth = 128;
+
 // An error answered to the client: HTTP status plus OpenAI's error object
 // {"error": {"message", "type", "param", "code"}}; empty param / code are sent as null.
 struct ApiError {

@@ -133,6 +133,35 @@ TEST(OpenAiProtocolTest, ChatErrorsNameTheField) {
     EXPECT_TRUE(chat("{" + m + R"(, "max_tokens": null, "temperature": null})").ok());
 }
 
+// 10^5 nested arrays in a message, in a tool's parameters or in chat_template_kwargs: a 400
+// naming the limit, never a crash; nesting up to the limit is still accepted.
+TEST(OpenAiProtocolTest, DeepNestingIsRefusedNotCrashedOn) {
+    const auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+    const std::string deep = nested(100000);
+    for (const std::string& body :
+         {R"({"messages": [{"role": "user", "content": )" + deep + "}]}",
+          R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"a": )" +
+              deep + "}}}]}",
+          R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"x": )" + deep + "}}"}) {
+        const ParseOutcome o = chat(body);
+        ASSERT_FALSE(o.ok());
+        EXPECT_EQ(o.error->http_status, 400);
+        EXPECT_NE(o.error->message.find("nests deeper than 128 levels"), std::string::npos) << o.error->message;
+    }
+    const ParseOutcome ok = chat(R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"x": )" +
+                                 nested(100) + "}}");
+    EXPECT_TRUE(ok.ok()) << (ok.error ? ok.error->message : "");
+}
+
+// Fields the server does not implement are refused, not silently ignored.
+TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefused) {
+    expect_error(chat(R"({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"42": 5}})"), "logit_bias");
+    expect_error(completion(R"({"prompt": "hi", "logit_bias": {"42": -100}})"), "logit_bias");
+    expect_error(generate(R"({"text": "hi", "lora_path": "adapter"})"), "lora_path");
+    expect_error(generate(R"({"text": "hi", "custom_logit_processor": "x"})"), "custom_logit_processor");
+    expect_error(generate(R"({"text": "hi", "sampling_params": {"logit_bias": {"1": 1}}})"), "sampling_params.logit_bias");
+}
+
 TEST(OpenAiProtocolTest, BodyLevelErrors) {
     std::string msg = expect_error(chat("{not json"), "");
     EXPECT_NE(msg.find("not valid JSON"), std::string::npos);

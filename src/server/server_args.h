@@ -26,6 +26,9 @@ struct ServerArgs {
     std::string dtype = "auto";
     std::string host = "127.0.0.1";
     int port = 30000;
+    std::string api_key;        // --api-key (else env TESSERA_API_KEY); empty: no authentication
+    std::string admin_api_key;  // --admin-api-key: routes that change state
+    std::string allowed_hosts;  // --allowed-hosts: comma-separated Host names besides the bound address
     std::optional<std::int64_t> random_seed;
     std::optional<std::int64_t> context_length;
     int threads_per_rank = 0;  // 0: cores on the host / ranks on the host

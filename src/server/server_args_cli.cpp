@@ -85,6 +85,11 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
         ->check(CLI::IsMember({"auto", "half", "float16", "bfloat16", "bf16", "float", "float32", "f32"}));
     value(app, t, "--host", a.host, "HTTP listen address", kServe);
     value(app, t, "--port", a.port, "HTTP port", kServe);
+    value(app, t, "--api-key", a.api_key,
+          "require `Authorization: Bearer KEY` on every route but /health (default: env TESSERA_API_KEY)", kServe);
+    value(app, t, "--admin-api-key", a.admin_api_key, "key for routes that change state (/flush_cache)", kServe);
+    value(app, t, "--allowed-hosts", a.allowed_hosts,
+          "comma-separated Host header names accepted besides the bound address", kServe);
     optional(app, t, "--random-seed", a.random_seed, "server-wide random seed", kYes);
     optional(app, t, "--context-length", a.context_length, "override the model's context length", kYes);
     value(app, t, "--threads-per-rank,--threads", a.threads_per_rank,

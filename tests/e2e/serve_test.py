@@ -27,10 +27,15 @@ check = Checks()
 
 
 
-def request(port, method, path, body=None, raw=None, timeout=60):
+# Headers every request sends (the API key when the server was started with one).
+AUTH = {}
+
+
+def request(port, method, path, body=None, raw=None, timeout=60, headers=None):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+    conn.request(method, path, body=data, headers=headers if headers is not None else
+                 {"Content-Type": "application/json", **AUTH})
     resp = conn.getresponse()
     payload = resp.read()
     conn.close()
@@ -48,7 +53,7 @@ def post(port, path, body):
 def stream(port, path, body, stop_after=None):
     """Returns the list of parsed SSE data objects (and whether [DONE] arrived)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json", **AUTH})
     resp = conn.getresponse()
     events, done = [], False
     while True:
@@ -87,7 +92,10 @@ def main():
     ap.add_argument("--arch", default="qwen3", help="make-model architecture (qwen3-moe: an MoE model)")
     ap.add_argument("--ep", type=int, default=1)
     ap.add_argument("--moe-a2a-backend", default="none")
+    ap.add_argument("--api-key", default="", help="start the server with this --api-key")
     a = ap.parse_args()
+    if a.api_key:
+        AUTH["Authorization"] = f"Bearer {a.api_key}"
     tessera = os.path.abspath(a.tessera)
     os.makedirs(a.workdir, exist_ok=True)
     model = os.path.join(a.workdir, "model")
@@ -98,6 +106,7 @@ def main():
     server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
                                "--port", str(port), "--tp", str(a.tp), "--pp-size", str(a.pp), "--threads", "1",
                                "--ep", str(a.ep), "--moe-a2a-backend", a.moe_a2a_backend,
+                               *(["--api-key", a.api_key] if a.api_key else []),
                                "--max-total-tokens", "16384", "--chunked-prefill-size", "64",
                                "--random-seed", "1"], stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -183,6 +192,30 @@ def run_checks(tessera, model, port, tp):
     check("/v1/models lists the served name and max_model_len",
           status == 200 and models["data"][0]["id"] == "tiny" and models["data"][0]["max_model_len"] == 4096, body)
     check("/health_generate", request(port, "GET", "/health_generate")[0] == 200)
+
+    # Hostile bodies: 10^5 nested arrays in a message, in a tool's parameters and in
+    # chat_template_kwargs get a 400 naming the limit and the server keeps serving; a
+    # text/plain body (what a web page can post cross-origin) gets a 415.
+    deep = "[" * 100000 + "]" * 100000
+    for where, raw in (("message", '{"messages": [{"role": "user", "content": %s}]}' % deep),
+                       ("tools", '{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", '
+                                 '"function": {"name": "f", "parameters": {"a": %s}}}]}' % deep),
+                       ("chat_template_kwargs", '{"messages": [{"role": "user", "content": "hi"}], '
+                                                '"chat_template_kwargs": {"x": %s}}' % deep)):
+        status, payload = request(port, "POST", "/v1/chat/completions", raw=raw.encode())
+        check(f"deep nesting in {where}: 400 naming the limit",
+              status == 400 and b"nests deeper than 128 levels" in payload, f"{status} {payload[:200]}")
+    check("still healthy after the hostile bodies", request(port, "GET", "/health")[0] == 200)
+    status, _ = request(port, "POST", "/v1/completions", raw=b'{"prompt": "hi", "max_tokens": 1}',
+                        headers={"Content-Type": "text/plain", **AUTH})
+    check("text/plain body: 415", status == 415, str(status))
+    if AUTH:
+        status, payload = request(port, "GET", "/v1/models", headers={})
+        check("no API key: 401", status == 401 and b"invalid_api_key" in payload, f"{status} {payload[:200]}")
+        status, _ = request(port, "POST", "/v1/completions", body={"prompt": "hi", "max_tokens": 1},
+                            headers={"Content-Type": "application/json", "Authorization": "Bearer wrong"})
+        check("wrong API key: 401", status == 401, str(status))
+        check("/health needs no key", request(port, "GET", "/health", headers={})[0] == 200)
 
     # Greedy output equals `tessera generate` for the same ids.
     prompt_ids = [9707, 11, 1879, 0, 358, 1079, 264, 4128, 1614, 13, 220, 16, 17, 18]
