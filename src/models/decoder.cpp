@@ -184,8 +184,12 @@ double Decoder::linear_flops_per_token() const {
 }
 
 double Decoder::attention_flops_at(std::int64_t pos) const {
-    // QKᵀ and PV over pos + 1 keys, per head and layer of this stage.
-    return 2.0 * 2.0 * static_cast<double>(pos + 1) * config_.head_dim * n_heads_ * stage_.num_layers();
+    // QKᵀ and PV over pos + 1 keys, per head and layer of this stage. MLA (absorbed, as decode
+    // runs it): scores over the latent + rope row, values over the latent.
+    const double per_key = config_.is_mla()
+                               ? 2.0 * static_cast<double>(2 * config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim)
+                               : 2.0 * 2.0 * static_cast<double>(config_.head_dim);
+    return per_key * static_cast<double>(pos + 1) * n_heads_ * stage_.num_layers();
 }
 
 layers::MoeTraffic Decoder::moe_traffic() const {

@@ -9,14 +9,15 @@ namespace tessera::kernels::cpu {
 
 namespace {
 
-// The sum of the 16 lanes, through memory: GCC 12's 512-to-256-bit casts (and so
-// _mm512_reduce_add_ps) trip -Wmaybe-uninitialized, an error in CI.
+// The sum of the 16 lanes, with in-register lane swaps. The maskz forms: GCC 12's plain
+// shuffles and 512-to-256-bit casts (so _mm512_reduce_add_ps) pass an undefined vector and
+// trip -Wmaybe-uninitialized, an error in CI.
 inline float hsum(__m512 v) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, v);
-    float sum = 0.0f;
-    for (float x : lanes) sum += x;
-    return sum;
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(0xFFFF, v, v, 0x4E));  // swap the 256-bit halves
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(0xFFFF, v, v, 0xB1));  // swap neighbouring 128-bit lanes
+    v = _mm512_add_ps(v, _mm512_maskz_permute_ps(0xFFFF, v, 0x4E));  // swap 64-bit pairs
+    v = _mm512_add_ps(v, _mm512_maskz_permute_ps(0xFFFF, v, 0xB1));  // swap neighbours
+    return _mm512_cvtss_f32(v);
 }
 
 }  // namespace
