@@ -104,6 +104,12 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.sampling.presence_penalty = p.presence_penalty;
     req.sampling.logprobs = p.logprobs || p.top_logprobs > 0;
     req.sampling.top_logprobs = p.top_logprobs;
+    for (const auto& [id, bias] : p.logit_bias) {
+        if (id >= tokenizer_.vocab_size())
+            return Status::InvalidArgument("logit_bias token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                           std::to_string(tokenizer_.vocab_size()) + ")");
+    }
+    req.sampling.logit_bias = p.logit_bias;
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_.count(req.rid) != 0) return Status::InvalidArgument("request id " + req.rid + " is already running");
     req.sampling.params.seed = p.seed ? *p.seed : seed_rng_();

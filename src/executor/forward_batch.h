@@ -23,6 +23,7 @@ struct SequenceSampling {
     float presence_penalty = 0.0f;   // logit -= p · [token in output]
     int top_logprobs = 0;            // > 0: also return the top-k log-probabilities
     bool logprobs = false;           // return the chosen token's log-probability
+    std::vector<std::pair<std::int32_t, float>> logit_bias;  // added to those logits first
 };
 
 struct ForwardSequence {

@@ -11,6 +11,8 @@ namespace tessera::executor {
 SampledToken sample_row(std::vector<float>& row, const SequenceSampling& s, const std::vector<std::int32_t>& output_ids,
                         std::vector<std::pair<float, std::int32_t>>& scratch) {
     const auto vocab = static_cast<std::int64_t>(row.size());
+    for (const auto& [token, bias] : s.logit_bias)
+        if (token >= 0 && token < vocab) row[token] += bias;
     if (s.frequency_penalty != 0.0f || s.presence_penalty != 0.0f) {
         std::unordered_map<std::int32_t, int> counts;
         for (std::int32_t t : output_ids) ++counts[t];

@@ -25,6 +25,22 @@ TEST(SampleRowTest, PenaltiesShiftTheChoice) {
     EXPECT_EQ(sample_row(row, presence, {1}, scratch).token, 2);
 }
 
+// OpenAI's logit_bias: -100 bans the argmax, +100 forces a token; it applies before the
+// log-probabilities are taken.
+TEST(SampleRowTest, LogitBiasBansAndForces) {
+    std::vector<std::pair<float, std::int32_t>> scratch;
+    SequenceSampling s;  // greedy
+    std::vector<float> row = {0.0f, 3.0f, 2.0f, 1.0f};
+    s.logit_bias = {{1, -100.0f}};
+    EXPECT_EQ(sample_row(row, s, {}, scratch).token, 2);
+    row = {0.0f, 3.0f, 2.0f, 1.0f};
+    s.logit_bias = {{0, 100.0f}};
+    s.logprobs = true;
+    const SampledToken t = sample_row(row, s, {}, scratch);
+    EXPECT_EQ(t.token, 0);
+    EXPECT_GT(t.logprob, -1e-3f) << "the forced token has probability ~1";
+}
+
 TEST(SampleRowTest, LogprobsAreTheLogSoftmax) {
     std::vector<std::pair<float, std::int32_t>> scratch;
     SequenceSampling s;
@@ -87,6 +103,7 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     sampling.presence_penalty = -0.25f;
     sampling.top_logprobs = 3;
     sampling.logprobs = true;
+    sampling.logit_bias = {{7, -100.0f}, {3, 2.5f}};
     batch.seqs.push_back({"a", {5}, 2, {1, 2, 3}, true, sampling, {10, 11}});
     batch.seqs.push_back({"b", {6, 7}, 0, {4, 5}, false, {}, {}});
     std::int64_t flags = 0;
@@ -103,6 +120,7 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     EXPECT_EQ(got.presence_penalty, -0.25f);
     EXPECT_EQ(got.top_logprobs, 3);
     EXPECT_TRUE(got.logprobs);
+    EXPECT_EQ(got.logit_bias, sampling.logit_bias);
     EXPECT_EQ(back->seqs[0].output_ids, (std::vector<std::int32_t>{10, 11}));
     EXPECT_TRUE(back->seqs[1].output_ids.empty());
 

@@ -82,6 +82,11 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
         w.f32(p.presence_penalty);
         w.i64(p.top_logprobs);
         w.i64(p.logprobs ? 1 : 0);
+        w.i64(static_cast<std::int64_t>(p.logit_bias.size()));
+        for (const auto& [id, bias] : p.logit_bias) {
+            w.i64(id);
+            w.f32(bias);
+        }
         w.i32s(s.output_ids);
     }
     return w.take();
@@ -101,11 +106,19 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
         s.need_token = need != 0;
         if ((flags & kStepWithSampling) == 0 || !s.need_token) continue;
         SequenceSampling& p = s.sampling;
-        std::int64_t logprobs = 0;
+        std::int64_t logprobs = 0, n_bias = 0;
         if (!r.f32(&p.params.temperature) || !r.i32(&p.params.top_k) || !r.f32(&p.params.top_p) ||
             !r.f32(&p.params.min_p) || !r.u64(&p.params.seed) || !r.f32(&p.frequency_penalty) ||
-            !r.f32(&p.presence_penalty) || !r.i32(&p.top_logprobs) || !r.i64(&logprobs) || !r.i32s(&s.output_ids))
+            !r.f32(&p.presence_penalty) || !r.i32(&p.top_logprobs) || !r.i64(&logprobs) || !r.i64(&n_bias) ||
+            n_bias < 0 || n_bias > kMaxCount)
             return Status::DataLoss("corrupt sampling parameters in a step");
+        p.logit_bias.resize(static_cast<std::size_t>(n_bias));
+        for (auto& [id, bias] : p.logit_bias) {
+            std::int64_t token = 0;
+            if (!r.i64(&token) || !r.f32(&bias)) return Status::DataLoss("corrupt logit_bias in a step");
+            id = static_cast<std::int32_t>(token);
+        }
+        if (!r.i32s(&s.output_ids)) return Status::DataLoss("corrupt sampling parameters in a step");
         p.logprobs = logprobs != 0;
     }
     if (!r.done()) return Status::DataLoss("trailing bytes in a step");

@@ -32,6 +32,8 @@ struct GenerationParams {
     float presence_penalty = 0.0f;
     bool logprobs = false;
     int top_logprobs = 0;
+    // OpenAI's logit_bias: added to the token's logit before sampling (-100 bans, +100 forces).
+    std::vector<std::pair<std::int32_t, float>> logit_bias;
 };
 
 struct GenerationInput {

@@ -185,9 +185,30 @@ void reject_unsupported(FieldReader& r) {
     for (const char* name : {"regex", "json_schema", "ebnf", "structural_tag"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server (no constrained decoding)");
     }
-    for (const char* name :
-         {"logit_bias", "lora_path", "custom_logit_processor", "custom_params", "return_hidden_states"}) {
+    for (const char* name : {"lora_path", "custom_logit_processor", "custom_params", "return_hidden_states"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server");
+    }
+}
+
+// logit_bias: {"<token id>": bias in [-100, 100], ...} (OpenAI); ids are checked against the
+// vocabulary by the backend.
+constexpr std::size_t kMaxLogitBias = 1024;
+void read_logit_bias(FieldReader& r, GenerationParams& p) {
+    const Json* j = r.get("logit_bias");
+    if (j == nullptr) return;
+    if (!j->is_object()) return r.fail("logit_bias", "must be an object mapping token ids to biases");
+    if (j->size() > kMaxLogitBias)
+        return r.fail("logit_bias", "may bias at most " + std::to_string(kMaxLogitBias) + " tokens");
+    for (auto it = j->begin(); it != j->end(); ++it) {
+        const std::string& key = it.key();
+        std::int64_t id = -1;
+        if (!key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            id = std::stoll(key);
+        if (id < 0 || id > std::numeric_limits<std::int32_t>::max())
+            return r.fail("logit_bias", "keys must be token ids (non-negative integers as strings), got \"" + key + "\"");
+        if (!it->is_number() || it->get<double>() < -100.0 || it->get<double>() > 100.0)
+            return r.fail("logit_bias", "values must be numbers in [-100, 100] (token " + key + ")");
+        p.logit_bias.emplace_back(static_cast<std::int32_t>(id), static_cast<float>(it->get<double>()));
     }
 }
 
@@ -196,6 +217,7 @@ void read_openai_sampling(FieldReader& r, ApiKind kind, const ProtocolOptions& o
                           GenerationParams& p) {
     const std::int64_t limit = max_tokens_limit(o);
     const std::int64_t min_tokens = kind == ApiKind::kChatCompletion ? 1 : 0;
+    read_logit_bias(r, p);
     if (auto v = r.integer("max_tokens", min_tokens, limit)) p.max_new_tokens = *v;
     if (auto v = r.integer("max_completion_tokens", min_tokens, limit)) p.max_new_tokens = *v;
     if (auto v = r.number("temperature", 0.0, 2.0)) p.temperature = static_cast<float>(*v);
@@ -479,6 +501,7 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     }
     if (auto v = s.boolean("ignore_eos")) p.ignore_eos = *v;
     if (auto v = s.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+    read_logit_bias(s, p);
     if (auto v = s.integer("sampling_seed", std::numeric_limits<std::int64_t>::min(),
                            std::numeric_limits<std::int64_t>::max()))
         p.seed = static_cast<std::uint64_t>(*v);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace tessera::server {
@@ -155,11 +157,26 @@ TEST(OpenAiProtocolTest, DeepNestingIsRefusedNotCrashedOn) {
 
 // Fields the server does not implement are refused, not silently ignored.
 TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefused) {
-    expect_error(chat(R"({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"42": 5}})"), "logit_bias");
-    expect_error(completion(R"({"prompt": "hi", "logit_bias": {"42": -100}})"), "logit_bias");
     expect_error(generate(R"({"text": "hi", "lora_path": "adapter"})"), "lora_path");
     expect_error(generate(R"({"text": "hi", "custom_logit_processor": "x"})"), "custom_logit_processor");
-    expect_error(generate(R"({"text": "hi", "sampling_params": {"logit_bias": {"1": 1}}})"), "sampling_params.logit_bias");
+    expect_error(generate(R"({"text": "hi", "sampling_params": {"custom_params": {}}})"), "sampling_params.custom_params");
+}
+
+TEST(OpenAiProtocolTest, LogitBias) {
+    const ParseOutcome o = chat(R"({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"42": 5, "7": -100}})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    auto bias = o.request.requests[0].params.logit_bias;
+    std::sort(bias.begin(), bias.end());
+    EXPECT_EQ(bias, (std::vector<std::pair<std::int32_t, float>>{{7, -100.0f}, {42, 5.0f}}));
+    const ParseOutcome g = generate(R"({"text": "hi", "sampling_params": {"logit_bias": {"3": 1.5}}})");
+    ASSERT_TRUE(g.ok()) << g.error->message;
+    EXPECT_EQ(g.request.requests[0].params.logit_bias, (std::vector<std::pair<std::int32_t, float>>{{3, 1.5f}}));
+    expect_error(completion(R"({"prompt": "hi", "logit_bias": {"42": 101}})"), "logit_bias");
+    expect_error(completion(R"({"prompt": "hi", "logit_bias": {"-1": 1}})"), "logit_bias");
+    expect_error(completion(R"({"prompt": "hi", "logit_bias": {"abc": 1}})"), "logit_bias");
+    expect_error(completion(R"({"prompt": "hi", "logit_bias": [1, 2]})"), "logit_bias");
+    expect_error(generate(R"({"text": "hi", "sampling_params": {"logit_bias": {"1": "x"}}})"),
+                 "sampling_params.logit_bias");
 }
 
 TEST(OpenAiProtocolTest, BodyLevelErrors) {

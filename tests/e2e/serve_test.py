@@ -206,6 +206,14 @@ def run_checks(tessera, model, port, tp):
         check(f"deep nesting in {where}: 400 naming the limit",
               status == 400 and b"nests deeper than 128 levels" in payload, f"{status} {payload[:200]}")
     check("still healthy after the hostile bodies", request(port, "GET", "/health")[0] == 200)
+    # logit_bias: +100 forces token 42 at every greedy step (on every rank layout: the bias
+    # travels with the step to the sampling stage); an id outside the vocabulary is a 400.
+    status, body = post(port, "/generate", {"input_ids": [5, 6, 7], "sampling_params": {
+        "max_new_tokens": 4, "temperature": 0, "ignore_eos": True, "logit_bias": {"42": 100}}})
+    check("logit_bias +100 forces the token", status == 200 and body["output_ids"] == [42] * 4, f"{status} {body}")
+    status, body = post(port, "/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 1,
+                                                   "logit_bias": {str(10 ** 8): 5}})
+    check("logit_bias id outside the vocabulary: 400", status == 400, f"{status} {body}")
     status, _ = request(port, "POST", "/v1/completions", raw=b'{"prompt": "hi", "max_tokens": 1}',
                         headers={"Content-Type": "text/plain", **AUTH})
     check("text/plain body: 415", status == 415, str(status))
