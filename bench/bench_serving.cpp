@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "base/env.h"
+
 namespace tessera::bench {
 
 namespace {
@@ -268,6 +270,11 @@ const char* api_backend_name(ApiBackend backend) {
     return "?";
 }
 
+// A server started with --api-key wants the key on every request (OPENAI_API_KEY).
+void add_auth(HttpRequest& req) {
+    if (!env().openai_api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + env().openai_api_key);
+}
+
 RequestResult send_request(const RequestConfig& config, const BenchPrompt& prompt, Clock::time_point run_start) {
     RequestResult r;
     r.prompt_len = prompt.prompt_len;
@@ -276,6 +283,7 @@ RequestResult send_request(const RequestConfig& config, const BenchPrompt& promp
     req.path = request_path(config.backend);
     req.body = request_body(config, prompt).dump();
     req.headers = {{"Content-Type", "application/json"}, {"Accept", "text/event-stream"}};
+    add_auth(req);
     req.timeout = config.timeout;
 
     StreamState s;
@@ -407,6 +415,7 @@ StatusOr<BenchServeResult> run_benchmark(const BenchServeOptions& options, const
 StatusOr<std::string> fetch_served_model(const HttpEndpoint& endpoint, std::chrono::milliseconds timeout) {
     HttpRequest req;
     req.path = "/v1/models";
+    add_auth(req);
     req.timeout = timeout;
     TSR_ASSIGN_OR_RETURN(HttpResponse resp, http_fetch(endpoint, req));
     if (resp.status != 200)

@@ -27,6 +27,7 @@ const EnvFlags& env() {
         f.pp_layer_partition = read_optional("SGLANG_PP_LAYER_PARTITION");
         f.dynamic_chunking_smooth_factor = read_optional("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR");
         f.api_key = read("TESSERA_API_KEY");
+        f.openai_api_key = read("OPENAI_API_KEY");
         return f;
     }();
     return flags;

@@ -25,6 +25,9 @@ struct EnvFlags {
     std::optional<std::string> dynamic_chunking_smooth_factor;
     // env: TESSERA_API_KEY — the API key `serve` requires when --api-key is not given.
     std::string api_key;
+    // env: OPENAI_API_KEY — what `bench serve` sends as `Authorization: Bearer` (as SGLang's
+    // bench_serving does).
+    std::string openai_api_key;
 };
 
 const EnvFlags& env();
