@@ -139,6 +139,7 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
         std::vector<float> acc(static_cast<std::size_t>(s.n_heads * s.latent));
         std::vector<std::uint16_t> q_bf16(avx512 ? static_cast<std::size_t>(s.n_heads * width) : 0);
         std::vector<const std::uint16_t*> row_ptrs(static_cast<std::size_t>(kKeyBlock));
+        std::vector<std::uint16_t> value_pairs(avx512 ? static_cast<std::size_t>(s.latent * (kKeyBlock + 1)) : 0);
         for (std::int64_t i = begin; i < end; ++i) {
             const Split& sp = splits[i];
             const MlaAbsorbedArgs& a = runs[sp.run];
@@ -158,7 +159,7 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
                         row_ptrs[b] = static_cast<const std::uint16_t*>(a.cache) +
                                       (a.slots != nullptr ? a.slots[pos] : pos) * width;
                     }
-                    cpu::mla_widen_rows(row_ptrs.data(), nb, s.latent, rows.data());
+                    cpu::mla_pack_value_pairs(row_ptrs.data(), nb, s.latent, value_pairs.data());
                 } else {
                     load_rows(a, block, nb, width, rows.data());
                 }
@@ -189,15 +190,16 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
                     o.sum = o.sum * keeps[h] + block_sum;
                     o.max = new_max;
                 }
-                std::int64_t h = 0;
-                if (avx512) {
-                    for (; h + 4 <= s.n_heads; h += 4)
-                        cpu::mla_weighted_rows4(acc.data() + h * s.latent, keeps.data() + h, probs.data() + h * kKeyBlock,
-                                                kKeyBlock, rows.data(), nb, s.latent);
+                for (std::int64_t h = 0; h < s.n_heads; h += avx512 ? 4 : 1) {
+                    if (avx512) {
+                        cpu::mla_weighted_pairs(acc.data() + h * s.latent, static_cast<int>(std::min<std::int64_t>(4, s.n_heads - h)),
+                                                keeps.data() + h, probs.data() + h * kKeyBlock, kKeyBlock,
+                                                value_pairs.data(), nb, s.latent);
+                    } else {
+                        weighted_rows(acc.data() + h * s.latent, keeps[h], probs.data() + h * kKeyBlock, rows.data(),
+                                      width, nb, s.latent);
+                    }
                 }
-                for (; h < s.n_heads; ++h)
-                    weighted_rows(acc.data() + h * s.latent, keeps[h], probs.data() + h * kKeyBlock, rows.data(),
-                                  avx512 ? s.latent : width, nb, s.latent);
             }
             float* dst = partial.data() + i * s.n_heads * state;
             for (std::int64_t h = 0; h < s.n_heads; ++h) {

@@ -54,40 +54,47 @@ void mla_scores_bf16(const std::uint16_t* q, const std::uint16_t* const* rows, s
     }
 }
 
-// The maskz forms: the plain ones pass _mm512_undefined_epi32(), which GCC 12 reports as
-// maybe uninitialized.
-void mla_widen_rows(const std::uint16_t* const* rows, std::int64_t nb, std::int64_t latent, float* rows_f32) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-        for (std::int64_t i = 0; i < latent; i += 16) {
-            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[b] + i));
-            _mm512_storeu_ps(rows_f32 + b * latent + i,
-                             _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16)));
+void mla_pack_value_pairs(const std::uint16_t* const* rows, std::int64_t nb, std::int64_t latent, std::uint16_t* vp) {
+    // Lane i of the result takes element i of the first row and element i of the second.
+    alignas(64) static const std::uint16_t kInterleave[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                             8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i idx = _mm512_load_si512(kInterleave);
+    const std::int64_t pairs = (nb + 1) / 2;
+    for (std::int64_t j = 0; j < pairs; ++j) {
+        const std::uint16_t* r0 = rows[2 * j];
+        const std::uint16_t* r1 = 2 * j + 1 < nb ? rows[2 * j + 1] : nullptr;
+        for (std::int64_t c = 0; c < latent / 16; ++c) {
+            // Masked loads of 16 values: no undefined upper half (GCC 12 warns on the casts).
+            const __m512i a = _mm512_maskz_loadu_epi16(0xFFFF, r0 + 16 * c);
+            const __m512i b = r1 != nullptr ? _mm512_maskz_loadu_epi16(0xFFFF, r1 + 16 * c) : _mm512_setzero_si512();
+            _mm512_storeu_si512(vp + (c * pairs + j) * 32, _mm512_permutex2var_epi16(a, idx, b));
         }
     }
 }
 
-void mla_weighted_rows4(float* y, const float* keep, const float* w, std::int64_t w_stride, const float* rows_f32,
-                        std::int64_t nb, std::int64_t latent) {
-    for (std::int64_t i = 0; i < latent; i += 32) {
-        __m512 v[4][2];
-        for (int h = 0; h < 4; ++h) {
-            const __m512 k = _mm512_set1_ps(keep[h]);
-            v[h][0] = _mm512_mul_ps(k, _mm512_loadu_ps(y + h * latent + i));
-            v[h][1] = _mm512_mul_ps(k, _mm512_loadu_ps(y + h * latent + i + 16));
+void mla_weighted_pairs(float* y, int n_heads, const float* keep, const float* w, std::int64_t w_stride,
+                        const std::uint16_t* vp, std::int64_t nb, std::int64_t latent) {
+    const std::int64_t pairs = (nb + 1) / 2;
+    // The weights as bf16 pairs (w[2j], w[2j+1]) in one 32-bit word each.
+    alignas(64) std::uint32_t wp[4][32];
+    for (int h = 0; h < n_heads; ++h) {
+        alignas(64) float padded[64] = {};
+        for (std::int64_t b = 0; b < nb; ++b) padded[b] = w[h * w_stride + b];
+        const __m512bh lo = _mm512_cvtne2ps_pbh(_mm512_load_ps(padded + 16), _mm512_load_ps(padded));
+        const __m512bh hi = _mm512_cvtne2ps_pbh(_mm512_load_ps(padded + 48), _mm512_load_ps(padded + 32));
+        _mm512_store_si512(wp[h], reinterpret_cast<const __m512i&>(lo));
+        _mm512_store_si512(wp[h] + 16, reinterpret_cast<const __m512i&>(hi));
+    }
+    for (std::int64_t c = 0; c < latent / 16; ++c) {
+        __m512 acc[4];
+        for (int h = 0; h < n_heads; ++h) acc[h] = _mm512_mul_ps(_mm512_set1_ps(keep[h]), _mm512_loadu_ps(y + h * latent + 16 * c));
+        const std::uint16_t* v = vp + c * pairs * 32;
+        for (std::int64_t j = 0; j < pairs; ++j) {
+            const __m512bh x = (__m512bh)_mm512_loadu_si512(v + j * 32);
+            for (int h = 0; h < n_heads; ++h)
+                acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_set1_epi32(static_cast<int>(wp[h][j])), x);
         }
-        for (std::int64_t b = 0; b < nb; ++b) {
-            const __m512 r0 = _mm512_loadu_ps(rows_f32 + b * latent + i);
-            const __m512 r1 = _mm512_loadu_ps(rows_f32 + b * latent + i + 16);
-            for (int h = 0; h < 4; ++h) {
-                const __m512 wb = _mm512_set1_ps(w[h * w_stride + b]);
-                v[h][0] = _mm512_fmadd_ps(wb, r0, v[h][0]);
-                v[h][1] = _mm512_fmadd_ps(wb, r1, v[h][1]);
-            }
-        }
-        for (int h = 0; h < 4; ++h) {
-            _mm512_storeu_ps(y + h * latent + i, v[h][0]);
-            _mm512_storeu_ps(y + h * latent + i + 16, v[h][1]);
-        }
+        for (int h = 0; h < n_heads; ++h) _mm512_storeu_ps(y + h * latent + 16 * c, acc[h]);
     }
 }
 

@@ -19,11 +19,15 @@ void mla_round_query_bf16(const float* q, std::int64_t width, std::uint16_t* out
 void mla_scores_bf16(const std::uint16_t* q, const std::uint16_t* const* rows, std::int64_t nb, std::int64_t width,
                      float* scores);
 
-// rows_f32[b] = rows[b][0:latent] widened.
-void mla_widen_rows(const std::uint16_t* const* rows, std::int64_t nb, std::int64_t latent, float* rows_f32);
-// The same for four heads at once: y[h] (latent floats apart) with keep[h] and weights
-// w[h · w_stride + b]; each row chunk is loaded once for the four.
-void mla_weighted_rows4(float* y, const float* keep, const float* w, std::int64_t w_stride, const float* rows_f32,
-                        std::int64_t nb, std::int64_t latent);
+// The latent parts of nb rows as key pairs for _mm512_dpbf16_ps: vp[c][j] holds the 32 bf16
+// (rows[2j][16c + i], rows[2j+1][16c + i]) for i < 16 (an odd last row is paired with
+// zeros). vp: (latent / 16) · ceil(nb / 2) · 32 values.
+void mla_pack_value_pairs(const std::uint16_t* const* rows, std::int64_t nb, std::int64_t latent, std::uint16_t* vp);
+
+// For heads h < n_heads (1..4): y[h] (latent floats apart) = y[h] · keep[h] +
+// Σ_b w[h · w_stride + b] · rows[b][0:latent], with the weights rounded to bf16 pairs; each
+// pair vector is loaded once for all the heads.
+void mla_weighted_pairs(float* y, int n_heads, const float* keep, const float* w, std::int64_t w_stride,
+                        const std::uint16_t* vp, std::int64_t nb, std::int64_t latent);
 
 }  // namespace tessera::kernels::cpu
