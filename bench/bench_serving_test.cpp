@@ -316,7 +316,10 @@ TEST(ArrivalsTest, PoissonGapsHaveTheRequestedRate) {
 
 // TTFT 100 ms, then one token every 25 ms: 12 tokens take 100 + 11·25 = 375 ms. 8 requests,
 // 4 at a time, all at once: two waves, 750 ms; 96 tokens → 128 tok/s. (A long TTFT keeps the
-// client's fixed costs — connect, thread start — well inside the 5% on a loaded machine.)
+// client's fixed costs — connect, thread start — small; 10% leaves room for the scheduling
+// noise of a 2-core machine running other tests at the same time (5% failed now and then),
+// while a wrong schedule is off by a whole TTFT or ITL.)
+constexpr double kScheduleTolerance = 0.10;
 void check_schedule(ApiBackend backend, bool send_usage) {
     SCOPED_TRACE(std::string(api_backend_name(backend)) + (send_usage ? " with usage" : " without usage"));
     FakeOpenAiServer server(
@@ -330,16 +333,16 @@ void check_schedule(ApiBackend backend, bool send_usage) {
     EXPECT_EQ(m.failed, 0);
     EXPECT_EQ(m.total_output_tokens, 8 * 12);
     EXPECT_EQ(m.total_input_tokens, 8 * 2);
-    expect_within(m.ttft_ms.mean, 100.0, 0.05, "mean TTFT");
-    expect_within(m.ttft_ms.median, 100.0, 0.05, "median TTFT");
-    expect_within(m.itl_ms.mean, 25.0, 0.05, "mean ITL");
-    expect_within(m.itl_ms.median, 25.0, 0.05, "median ITL");
-    expect_within(m.tpot_ms.mean, 25.0, 0.05, "mean TPOT");
-    expect_within(m.e2e_latency_ms.mean, 375.0, 0.05, "mean E2E");
-    expect_within(m.duration_s, 0.750, 0.05, "duration");
-    expect_within(m.output_throughput, 96 / 0.750, 0.05, "output tok/s");
-    expect_within(m.input_throughput, 16 / 0.750, 0.05, "input tok/s");
-    expect_within(m.request_throughput, 8 / 0.750, 0.05, "req/s");
+    expect_within(m.ttft_ms.mean, 100.0, kScheduleTolerance, "mean TTFT");
+    expect_within(m.ttft_ms.median, 100.0, kScheduleTolerance, "median TTFT");
+    expect_within(m.itl_ms.mean, 25.0, kScheduleTolerance, "mean ITL");
+    expect_within(m.itl_ms.median, 25.0, kScheduleTolerance, "median ITL");
+    expect_within(m.tpot_ms.mean, 25.0, kScheduleTolerance, "mean TPOT");
+    expect_within(m.e2e_latency_ms.mean, 375.0, kScheduleTolerance, "mean E2E");
+    expect_within(m.duration_s, 0.750, kScheduleTolerance, "duration");
+    expect_within(m.output_throughput, 96 / 0.750, kScheduleTolerance, "output tok/s");
+    expect_within(m.input_throughput, 16 / 0.750, kScheduleTolerance, "input tok/s");
+    expect_within(m.request_throughput, 8 / 0.750, kScheduleTolerance, "req/s");
     EXPECT_EQ(m.itl_ms.count, 8u * 11u);
     EXPECT_EQ(server.max_in_flight(), 4);
     EXPECT_EQ(m.max_in_flight, 4);
