@@ -36,6 +36,11 @@ struct Scratch {
     // the shared expert's output, and the all-to-all dispatcher's send/receive buffers.
     std::vector<float> router_logits, topk_weights, expert_in, expert_out, routed, shared;
     std::vector<std::int32_t> topk_ids, local_ids;
+    // The tokens routed to each local expert (and their weights), grouped by expert:
+    // expert e's entries are [expert_begin[e], expert_begin[e + 1]).
+    std::vector<std::int64_t> expert_begin, expert_fill;
+    std::vector<std::int32_t> expert_tokens;
+    std::vector<float> expert_weights;
     std::vector<std::uint8_t> send, recv;
     // MLA: the fused input projection, queries, the absorbed form's wide queries and latent
     // outputs, the context's latents and rope keys, kv_b_proj over them, and the naive
