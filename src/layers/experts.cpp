@@ -5,11 +5,11 @@
 namespace tessera::layers {
 
 StatusOr<LocalExperts> LocalExperts::load(const loader::WeightSource& source, const ExpertsSpec& s,
-                                          std::int64_t first, std::int64_t count, Range slice) {
+                                          std::int64_t first, const std::vector<std::int32_t>& logical, Range slice) {
     LocalExperts experts;
     experts.hidden_ = s.hidden;
     experts.first_ = first;
-    for (std::int64_t e = first; e < first + count; ++e) {
+    for (std::int32_t e : logical) {
         const std::string p = s.prefix + std::to_string(e) + ".";
         TSR_ASSIGN_OR_RETURN(auto mlp, GatedMlp::load(source, {p + s.gate + ".weight", p + s.up + ".weight",
                                                               p + s.down + ".weight", s.hidden, s.intermediate,

@@ -26,18 +26,23 @@ struct ExpertsSpec {
 
 class LocalExperts {
  public:
-    // Loads experts [first, first + count) on the moe_tp slice of their intermediate features.
+    // Loads the physical slots [first, first + logical.size()), slot first + i holding logical
+    // expert logical[i] (a redundant copy loads the same checkpoint tensors again), on the
+    // moe_tp slice of their intermediate features.
     static StatusOr<LocalExperts> load(const loader::WeightSource& source, const ExpertsSpec& spec,
-                                       std::int64_t first, std::int64_t count, Range slice);
+                                       std::int64_t first, const std::vector<std::int32_t>& logical, Range slice);
 
-    // out f32 [m, hidden] = Σ_j weights[t, j] · expert(local_ids[t, j])(x[t]) over the entries
-    // with local_ids >= 0 (ids relative to `first`; -1: another rank's expert). Rows with no
+    // out f32 [m, hidden] = Σ_j weights[t, j] · slot(local_ids[t, j])(x[t]) over the entries
+    // with local_ids >= 0 (slots relative to `first`; -1: another rank's). Rows with no
     // local entry are zero.
     void forward(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
                  std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const;
 
     std::int64_t first() const { return first_; }
     std::int64_t count() const { return static_cast<std::int64_t>(experts_.size()); }
+    // EPLB moves experts by replacing slots (layers/moe.h MoeLayer::apply_placement).
+    const GatedMlp& slot(std::int64_t i) const { return experts_[i]; }
+    void set_slot(std::int64_t i, GatedMlp expert) { experts_[i] = std::move(expert); }
     std::size_t weight_bytes() const;
     // Bytes streamed by one token: top_k experts' slices (the average expert's size).
     std::size_t expert_bytes() const { return experts_.empty() ? 0 : experts_[0].weight_bytes(); }

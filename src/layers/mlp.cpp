@@ -1,5 +1,7 @@
 #include "layers/mlp.h"
 
+#include <cstring>
+
 #include "kernels/ops.h"
 #include "loader/weight_source.h"
 
@@ -22,6 +24,18 @@ StatusOr<GatedMlp> GatedMlp::load_dense(const loader::WeightSource& source, cons
     TSR_ASSIGN_OR_RETURN(Range slice, even_shard("intermediate_size", intermediate, par.tp));
     return load(source, {prefix + "gate_proj.weight", prefix + "up_proj.weight", prefix + "down_proj.weight", hidden,
                          intermediate, slice, compute_dtype});
+}
+
+void GatedMlp::copy_packed_to(std::byte* dst) const {
+    const auto a = gate_up_.packed(), b = down_.packed();
+    std::memcpy(dst, a.data(), a.size());
+    std::memcpy(dst + a.size(), b.data(), b.size());
+}
+
+void GatedMlp::copy_packed_from(const std::byte* src) {
+    const auto a = gate_up_.packed(), b = down_.packed();
+    std::memcpy(a.data(), src, a.size());
+    std::memcpy(b.data(), src + a.size(), b.size());
 }
 
 double GatedMlp::flops_per_token() const {

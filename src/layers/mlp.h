@@ -24,6 +24,7 @@ struct MlpSpec {
 
 class GatedMlp {
  public:
+    GatedMlp() = default;
     static StatusOr<GatedMlp> load(const loader::WeightSource& source, const MlpSpec& spec);
     // The TP slice of a dense MLP named <prefix>{gate,up,down}_proj.weight.
     static StatusOr<GatedMlp> load_dense(const loader::WeightSource& source, const std::string& prefix,
@@ -40,7 +41,15 @@ class GatedMlp {
     std::size_t weight_bytes() const { return gate_up_.weight_bytes() + down_.weight_bytes(); }
     double flops_per_token() const;
 
+    // EPLB: a deep copy, and the packed weights as one byte run (gate/up, then down).
+    GatedMlp clone() const { return GatedMlp(gate_up_.clone(), down_.clone()); }
+    std::size_t packed_bytes() const { return gate_up_.packed().size() + down_.packed().size(); }
+    void copy_packed_to(std::byte* dst) const;
+    void copy_packed_from(const std::byte* src);
+
  private:
+    GatedMlp(Linear gate_up, Linear down) : gate_up_(std::move(gate_up)), down_(std::move(down)) {}
+
     Linear gate_up_;  // [2·slice, hidden]: gate rows, then up rows
     Linear down_;     // [hidden, slice]
 };

@@ -5,34 +5,49 @@
 #include <cstring>
 
 #include "dist/process_group.h"
+#include "eplb/expert_dispatch.h"
 #include "loader/weight_source.h"
 
 namespace tessera::layers {
 
-StatusOr<MoeLayer> MoeLayer::load(const loader::WeightSource& source, const MoeSpec& spec,
-                                  const LayerParallel& par) {
+StatusOr<MoeLayer> MoeLayer::load(const loader::WeightSource& source, const MoeSpec& spec, const LayerParallel& par,
+                                  std::shared_ptr<const eplb::ExpertDispatch> dispatch) {
     MoeLayer moe;
     const std::int64_t E = spec.routing.num_experts;
     const std::int64_t H = spec.experts.hidden;
     moe.hidden_ = H;
     moe.routing_ = spec.routing;
+    moe.layer_ = spec.layer;
     const MoeParallel& mp = par.moe;
-    if (E % mp.ep_size != 0)
+    const std::int64_t P = dispatch ? dispatch->location().num_physical() : E;
+    if (dispatch && (dispatch->location().num_logical() != E || dispatch->location().ep_size() != mp.ep_size ||
+                     spec.layer >= dispatch->location().num_layers()))
+        return Status::Internal("the expert placement does not match layer " + std::to_string(spec.layer));
+    if (P % mp.ep_size != 0)
         return Status::InvalidArgument("--ep-size " + std::to_string(mp.ep_size) + " must divide the model's " +
-                                       std::to_string(E) + " experts");
+                                       std::to_string(E) + " experts" +
+                                       (P != E ? " plus --ep-num-redundant-experts (" + std::to_string(P) + ")" : ""));
     TSR_ASSIGN_OR_RETURN(moe.router_, Linear::load(source, {{{spec.prefix + spec.router + ".weight", E}}, H, 0, -1,
                                                             false, DType::kF32}));
     if (spec.correction_bias) {
         TSR_ASSIGN_OR_RETURN(moe.correction_bias_,
                              load_f32_vector(source, spec.prefix + spec.router + ".e_score_correction_bias", E));
     }
-    moe.experts_per_rank_ = E / mp.ep_size;
+    moe.experts_per_rank_ = P / mp.ep_size;
+    std::vector<std::int32_t> logical(static_cast<std::size_t>(moe.experts_per_rank_));
+    for (std::int64_t i = 0; i < moe.experts_per_rank_; ++i) {
+        const std::int64_t slot = mp.ep_rank * moe.experts_per_rank_ + i;
+        logical[i] = dispatch ? dispatch->location().phy2log(spec.layer)[slot] : static_cast<std::int32_t>(slot);
+    }
+    moe.dispatch_ = std::move(dispatch);
+    moe.counts_.logical.assign(static_cast<std::size_t>(E), 0);
+    moe.counts_.physical.assign(static_cast<std::size_t>(P), 0);
     TSR_ASSIGN_OR_RETURN(Range slice, even_shard("moe_intermediate_size", spec.experts.intermediate,
                                                  TpShard{mp.moe_tp_rank, mp.moe_tp_size}));
     ExpertsSpec experts = spec.experts;
     if (experts.prefix.empty()) experts.prefix = spec.prefix + "experts.";
     TSR_ASSIGN_OR_RETURN(moe.experts_, LocalExperts::load(source, experts, mp.ep_rank * moe.experts_per_rank_,
-                                                          moe.experts_per_rank_, slice));
+                                                          logical, slice));
     if (spec.shared_intermediate > 0) {
         TSR_ASSIGN_OR_RETURN(auto shared, GatedMlp::load_dense(source, spec.prefix + spec.shared + ".", H,
                                                                spec.shared_intermediate, spec.compute_dtype, par));
@@ -78,22 +93,47 @@ void add_shared(const float* h, const float* shared, const std::vector<float>& g
 
 }  // namespace
 
+void MoeLayer::apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch, std::vector<GatedMlp> slots) {
+    for (std::size_t i = 0; i < slots.size(); ++i) experts_.set_slot(static_cast<std::int64_t>(i), std::move(slots[i]));
+    dispatch_ = std::move(dispatch);
+}
+
+void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, Scratch& scratch,
+                     ThreadPool* pool) {
+    const std::int64_t E = routing_.num_experts, k = routing_.top_k;
+    scratch.router_logits.resize(static_cast<std::size_t>(n * E));
+    scratch.topk_ids.resize(static_cast<std::size_t>(n * k));
+    scratch.topk_weights.resize(static_cast<std::size_t>(n * k));
+    std::fill(counts_.logical.begin(), counts_.logical.end(), 0);
+    std::fill(counts_.physical.begin(), counts_.physical.end(), 0);
+    counts_.tokens = n;
+    counts_.topk.clear();
+    if (n == 0) return;
+    router_.forward(h, n, scratch.router_logits.data(), pool);
+    const float* bias = correction_bias_.empty() ? nullptr : correction_bias_.data();
+    if (dispatch_ && dispatch_->algorithm() == eplb::DispatchAlgorithm::kFake) {
+        eplb::router_noise(scratch.router_logits.data(), n, E, row0, layer_, passes_);
+        bias = nullptr;
+    }
+    route_tokens(scratch.router_logits.data(), n, routing_, bias, scratch.topk_ids.data(), scratch.topk_weights.data());
+    for (std::int32_t id : scratch.topk_ids) ++counts_.logical[id];
+    if (keep_topk_) counts_.topk = scratch.topk_ids;
+    if (dispatch_) dispatch_->to_physical(layer_, scratch.topk_ids.data(), n, k, row0, rows, passes_);
+    for (std::int32_t id : scratch.topk_ids) ++counts_.physical[id];
+}
+
 Status MoeLayer::forward(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                          const LayerParallel& par) {
     traffic_.tokens += n;
+    ++passes_;
     if (par.moe.backend == MoeA2aBackend::kAllToAll && par.moe.ep_size > 1) {
         if (par.moe.ep_group == nullptr || par.moe.ep_group->size() != par.moe.ep_size)
             return Status::Internal("the all_to_all dispatcher needs an EP group of ep_size ranks");
         return dispatch_all_to_all(h, n, out, scratch, pool, par);
     }
-    const std::int64_t H = hidden_, E = routing_.num_experts, k = routing_.top_k;
-    scratch.router_logits.resize(static_cast<std::size_t>(n * E));
-    scratch.topk_ids.resize(static_cast<std::size_t>(n * k));
-    scratch.topk_weights.resize(static_cast<std::size_t>(n * k));
-    router_.forward(h, n, scratch.router_logits.data(), pool);
-    route_tokens(scratch.router_logits.data(), n, routing_, correction_bias_.empty() ? nullptr : correction_bias_.data(),
-                 scratch.topk_ids.data(), scratch.topk_weights.data());
-    // Masked EP: this rank's experts by local index, every other id -1.
+    const std::int64_t H = hidden_, k = routing_.top_k;
+    route(h, n, 0, n, scratch, pool);
+    // Masked EP: this rank's slots by local index, every other id -1.
     scratch.local_ids.resize(scratch.topk_ids.size());
     const std::int64_t first = experts_.first(), count = experts_.count();
     for (std::size_t i = 0; i < scratch.topk_ids.size(); ++i) {
@@ -114,21 +154,13 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
                                      const LayerParallel& par) {
     dist::ProcessGroup& group = *par.moe.ep_group;
     const int p = group.size(), me = group.rank();
-    const std::int64_t H = hidden_, E = routing_.num_experts, k = routing_.top_k;
+    const std::int64_t H = hidden_, k = routing_.top_k;
     const std::int64_t per = (n + p - 1) / p;
     const std::int64_t own_begin = std::min<std::int64_t>(n, me * per);
     const std::int64_t owned = std::min<std::int64_t>(n, own_begin + per) - own_begin;
 
     // Route the owned tokens only: every other rank routes its own.
-    scratch.router_logits.resize(static_cast<std::size_t>(owned * E));
-    scratch.topk_ids.resize(static_cast<std::size_t>(owned * k));
-    scratch.topk_weights.resize(static_cast<std::size_t>(owned * k));
-    if (owned > 0) {
-        router_.forward(h + own_begin * H, owned, scratch.router_logits.data(), pool);
-        route_tokens(scratch.router_logits.data(), owned, routing_,
-                     correction_bias_.empty() ? nullptr : correction_bias_.data(), scratch.topk_ids.data(),
-                     scratch.topk_weights.data());
-    }
+    route(h + own_begin * H, owned, own_begin, n, scratch, pool);
     // One record per (owned token, EP rank holding one of its experts): the hidden row, then
     // top_k ids local to that rank (-1: not there) and top_k weights.
     const std::int64_t record = H * 4 + k * 8;

@@ -4,9 +4,12 @@
 // has one (Qwen2-MoE: behind a sigmoid gate; DeepSeek: ungated). The result is complete on
 // every rank of the TP group, as a dense MLP's would be.
 //
-// Placement (dist::ParallelLayout's MoE view, tp = moe_ep × moe_tp): EP rank r holds experts
-// [r·E/ep, (r+1)·E/ep), each on its moe_tp slice of the intermediate features; the shared
-// expert is split over the whole TP group like a dense MLP.
+// Placement (dist::ParallelLayout's MoE view, tp = moe_ep × moe_tp): EP rank r holds the
+// physical expert slots [r·P/ep, (r+1)·P/ep), each on its moe_tp slice of the intermediate
+// features; which logical expert a slot holds, and which copy serves a token, come from the
+// EPLB placement (eplb/expert_dispatch.h; without one, slot = expert). Every path from the
+// router to the experts goes through that one map. The shared expert is split over the whole
+// TP group like a dense MLP.
 //
 // Dispatchers (--moe-a2a-backend):
 //   none: SGLang's token_dispatcher/standard.py — every rank runs its experts on every token
@@ -25,13 +28,20 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "layers/experts.h"
 #include "layers/moe_router.h"
+
+namespace tessera::eplb {
+class ExpertDispatch;
+}
 
 namespace tessera::layers {
 
 struct MoeSpec {
     std::string prefix;                 // "model.layers.{i}.mlp." (Mixtral: "...block_sparse_moe.")
+    std::int64_t layer = 0;             // the decoder layer (its row of the EPLB placement)
     std::string router = "gate";        // <prefix><router>.weight [E, hidden]
     ExpertsSpec experts;                // prefix filled from `prefix` when empty
     RouterConfig routing;
@@ -42,10 +52,20 @@ struct MoeSpec {
     DType compute_dtype = DType::kF32;
 };
 
+// What the router did in the last forward, for the expert distribution recorder: tokens this
+// rank routed (all of them under masked EP, its own under all_to_all).
+struct MoePassCounts {
+    std::int64_t tokens = 0;
+    std::vector<std::int32_t> logical;   // [num_experts]: top-k choices per logical expert
+    std::vector<std::int32_t> physical;  // [num_physical]: ... per physical slot that served them
+    std::vector<std::int32_t> topk;      // [tokens, top_k] logical ids (kept when asked)
+};
+
 class MoeLayer {
  public:
-    static StatusOr<MoeLayer> load(const loader::WeightSource& source, const MoeSpec& spec,
-                                   const LayerParallel& par);
+    // `dispatch`: the placement and dispatch algorithm (nullptr: slot = expert, no copies).
+    static StatusOr<MoeLayer> load(const loader::WeightSource& source, const MoeSpec& spec, const LayerParallel& par,
+                                   std::shared_ptr<const eplb::ExpertDispatch> dispatch = nullptr);
 
     // out f32 [n, hidden], complete on every rank, from h f32 [n, hidden].
     Status forward(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
@@ -58,16 +78,34 @@ class MoeLayer {
     const MoeTraffic& traffic() const { return traffic_; }
     void reset_traffic() { traffic_ = {}; }
 
+    // EPLB.
+    std::int64_t layer() const { return layer_; }
+    const MoePassCounts& pass_counts() const { return counts_; }
+    void keep_topk(bool keep) { keep_topk_ = keep; }
+    const eplb::ExpertDispatch* dispatch() const { return dispatch_.get(); }
+    const LocalExperts& experts() const { return experts_; }
+    // A new placement for this layer: `slots` are this rank's experts in slot order.
+    void apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch, std::vector<GatedMlp> slots);
+
  private:
     Status dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                                const LayerParallel& par);
+    // Router → top-k logical ids → physical ids (scratch.topk_ids) for token rows
+    // [row0, row0 + n) of a pass of `rows` tokens, counted in counts_.
+    void route(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, Scratch& scratch,
+               ThreadPool* pool);
 
     std::int64_t hidden_ = 0;
     RouterConfig routing_;
     Linear router_;                          // f32 [E, hidden], on every rank
     std::vector<float> correction_bias_;     // f32 [E] or empty
-    std::int64_t experts_per_rank_ = 0;
+    std::int64_t layer_ = 0;
+    std::int64_t experts_per_rank_ = 0;      // physical slots per EP rank
+    std::shared_ptr<const eplb::ExpertDispatch> dispatch_;
     LocalExperts experts_;
+    std::int64_t passes_ = 0;                // forwards so far (the fake router's noise stream)
+    MoePassCounts counts_;
+    bool keep_topk_ = false;
     std::optional<GatedMlp> shared_;
     std::vector<float> shared_gate_;         // f32 [hidden] or empty
     MoeTraffic traffic_;
