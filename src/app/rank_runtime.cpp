@@ -13,6 +13,7 @@
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "dist/group_factory.h"
+#include "eplb/balancedness_report.h"
 
 namespace tessera::app {
 
@@ -99,7 +100,30 @@ StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args,
     load.moe.moe_tp_size = rt.layout.moe_tp_size();
     // all_to_all runs with ep_size == tp_size (ServerArgs::resolve): the EP group is the TP group.
     if (load.moe.backend == layers::MoeA2aBackend::kAllToAll) load.moe.ep_group = rt.tp_group.get();
+    TSR_ASSIGN_OR_RETURN(load.eplb, eplb_options(args, rt));
     return load;
+}
+
+StatusOr<eplb::EplbOptions> eplb_options(const server::ServerArgs& args, const RankRuntime& rt) {
+    eplb::EplbOptions o;
+    o.num_redundant_experts = args.ep_num_redundant_experts;
+    o.init_expert_location = args.init_expert_location;
+    if (!args.ep_dispatch_algorithm.empty()) {
+        TSR_ASSIGN_OR_RETURN(o.dispatch, eplb::parse_dispatch_algorithm(args.ep_dispatch_algorithm));
+    }
+    o.enable = args.enable_eplb;
+    TSR_ASSIGN_OR_RETURN(o.algorithm, eplb::parse_eplb_algorithm(args.eplb_algorithm));
+    o.rebalance_num_iterations = args.eplb_rebalance_num_iterations;
+    if (args.eplb_rebalance_layers_per_chunk) o.layers_per_chunk = *args.eplb_rebalance_layers_per_chunk;
+    o.min_rebalancing_utilization_threshold = args.eplb_min_rebalancing_utilization_threshold;
+    TSR_ASSIGN_OR_RETURN(o.recorder_mode, eplb::parse_recorder_mode(args.expert_distribution_recorder_mode));
+    o.recorder_buffer_size = args.expert_distribution_recorder_buffer_size.value_or(args.eplb_rebalance_num_iterations);
+    TSR_ASSIGN_OR_RETURN(o.report, eplb::parse_report_mode(args.expert_balancedness_report_mode));
+    o.num_nodes = args.nnodes;
+    o.dump_dir = env().expert_distribution_recorder_dir;
+    o.global_rank = rt.coords.global_rank;
+    if (o.report != eplb::ReportMode::kOff && rt.is_output_rank()) o.metrics = std::make_shared<eplb::BalancednessReport>();
+    return o;
 }
 
 }  // namespace tessera::app

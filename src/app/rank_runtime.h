@@ -37,5 +37,7 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
 
 // What this rank loads of the model: its TP shard, pipeline stage and experts.
 StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args, const RankRuntime& rt);
+// Its part of the EPLB settings (placement, dispatch, recorder, rebalancing).
+StatusOr<eplb::EplbOptions> eplb_options(const server::ServerArgs& args, const RankRuntime& rt);
 
 }  // namespace tessera::app

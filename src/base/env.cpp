@@ -28,6 +28,9 @@ const EnvFlags& env() {
         f.dynamic_chunking_smooth_factor = read_optional("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR");
         f.api_key = read("TESSERA_API_KEY");
         f.openai_api_key = read("OPENAI_API_KEY");
+        f.expert_distribution_recorder_dir = read("SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR");
+        if (f.expert_distribution_recorder_dir.empty()) f.expert_distribution_recorder_dir = "/tmp";
+        f.eplb_corrupt_transfer = read("TSR_EPLB_FAULT_CORRUPT_TRANSFER") == "1";
         return f;
     }();
     return flags;

@@ -28,6 +28,12 @@ struct EnvFlags {
     // env: OPENAI_API_KEY — what `bench serve` sends as `Authorization: Bearer` (as SGLang's
     // bench_serving does).
     std::string openai_api_key;
+    // env: SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR — where /dump_expert_distribution_record
+    // writes (default /tmp, as SGLang).
+    std::string expert_distribution_recorder_dir;
+    // env: TSR_EPLB_FAULT_CORRUPT_TRANSFER=1 — fault injection for tests: experts moved by an
+    // EPLB rebalance arrive corrupted, which the probe batch must catch (and roll back).
+    bool eplb_corrupt_transfer = false;
 };
 
 const EnvFlags& env();

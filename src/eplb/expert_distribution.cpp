@@ -1,5 +1,7 @@
 #include "eplb/expert_distribution.h"
 
+#include "eplb/eplb_options.h"
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +15,15 @@ StatusOr<RecorderMode> parse_recorder_mode(const std::string& name) {
     if (name == "per_token") return RecorderMode::kPerToken;
     return Status::InvalidArgument("--expert-distribution-recorder-mode " + name +
                                    ": expected stat, stat_approx, per_pass or per_token");
+}
+
+StatusOr<ReportMode> parse_report_mode(const std::string& name) {
+    if (name.empty() || name == "off") return ReportMode::kOff;
+    if (name == "server_log") return ReportMode::kServerLog;
+    if (name == "prometheus") return ReportMode::kPrometheus;
+    if (name == "both") return ReportMode::kBoth;
+    return Status::InvalidArgument("--expert-balancedness-report-mode " + name +
+                                   ": expected off, server_log, prometheus or both");
 }
 
 const char* recorder_mode_name(RecorderMode mode) {

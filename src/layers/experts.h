@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "layers/mlp.h"
@@ -42,7 +43,7 @@ class LocalExperts {
     std::int64_t count() const { return static_cast<std::int64_t>(experts_.size()); }
     // EPLB moves experts by replacing slots (layers/moe.h MoeLayer::apply_placement).
     const GatedMlp& slot(std::int64_t i) const { return experts_[i]; }
-    void set_slot(std::int64_t i, GatedMlp expert) { experts_[i] = std::move(expert); }
+    GatedMlp exchange_slot(std::int64_t i, GatedMlp expert) { return std::exchange(experts_[i], std::move(expert)); }
     std::size_t weight_bytes() const;
     // Bytes streamed by one token: top_k experts' slices (the average expert's size).
     std::size_t expert_bytes() const { return experts_.empty() ? 0 : experts_[0].weight_bytes(); }

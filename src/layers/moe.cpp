@@ -93,9 +93,14 @@ void add_shared(const float* h, const float* shared, const std::vector<float>& g
 
 }  // namespace
 
-void MoeLayer::apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch, std::vector<GatedMlp> slots) {
-    for (std::size_t i = 0; i < slots.size(); ++i) experts_.set_slot(static_cast<std::int64_t>(i), std::move(slots[i]));
+std::vector<GatedMlp> MoeLayer::apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch,
+                                                std::vector<GatedMlp> slots) {
+    std::vector<GatedMlp> old;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+        old.push_back(experts_.exchange_slot(static_cast<std::int64_t>(i), std::move(slots[i])));
+    }
     dispatch_ = std::move(dispatch);
+    return old;
 }
 
 void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, Scratch& scratch,

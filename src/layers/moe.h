@@ -80,12 +80,16 @@ class MoeLayer {
 
     // EPLB.
     std::int64_t layer() const { return layer_; }
+    std::int64_t hidden_size() const { return hidden_; }
     const MoePassCounts& pass_counts() const { return counts_; }
     void keep_topk(bool keep) { keep_topk_ = keep; }
     const eplb::ExpertDispatch* dispatch() const { return dispatch_.get(); }
     const LocalExperts& experts() const { return experts_; }
-    // A new placement for this layer: `slots` are this rank's experts in slot order.
-    void apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch, std::vector<GatedMlp> slots);
+    std::shared_ptr<const eplb::ExpertDispatch> shared_dispatch() const { return dispatch_; }
+    // A new placement for this layer: `slots` are this rank's experts in slot order. Returns
+    // the slots it replaces (to roll back with).
+    std::vector<GatedMlp> apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch,
+                                          std::vector<GatedMlp> slots);
 
  private:
     Status dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,

@@ -10,6 +10,7 @@
 #include "layers/logits_head.h"
 #include "layers/mla_attention.h"
 #include "layers/mlp.h"
+#include "models/eplb_manager.h"
 
 namespace tessera::models {
 
@@ -47,7 +48,7 @@ class Decoder final : public Model {
         par_.moe = options.moe;
     }
 
-    Status load(const WeightSource& source, const StageInfo& stage, const DecoderSpec& spec);
+    Status load(const WeightSource& source, const StageInfo& stage, const DecoderSpec& spec, const LoadOptions& options);
 
     // Model
     const ModelConfig& config() const override { return config_; }
@@ -72,6 +73,7 @@ class Decoder final : public Model {
 
  private:
     Status check_batch(const BatchInput& batch, const kvcache::KvView& kv) const;
+    Status init_eplb(const LoadOptions& options);
     StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> load_attention(const WeightSource& source,
                                                                                     const std::string& prefix,
                                                                                     const DecoderSpec& spec) const;
@@ -92,9 +94,39 @@ class Decoder final : public Model {
     std::vector<float> x_, h_, branch_, last_;  // branch_: an attention or FFN output
     std::vector<float> rope_cos_, rope_sin_;  // f32 [tokens, head_dim/2] of the current pass
     layers::Scratch scratch_;
+    std::unique_ptr<EplbManager> eplb_;  // MoE models only
 };
 
-Status Decoder::load(const WeightSource& source, const StageInfo& stage, const DecoderSpec& spec) {
+Status Decoder::init_eplb(const LoadOptions& options) {
+    const ModelConfig& c = config_;
+    const eplb::EplbOptions& o = options.eplb;
+    if (c.moe.num_experts == 0) {
+        if (o.num_redundant_experts > 0 || o.enable || o.init_expert_location != "trivial" ||
+            o.recorder_mode != eplb::RecorderMode::kOff || o.report != eplb::ReportMode::kOff)
+            return Status::InvalidArgument("--ep-num-redundant-experts, --init-expert-location, --enable-eplb and the "
+                                           "expert distribution recorder need a MoE model; " +
+                                           c.architecture + " has no routed experts");
+        return Status::Ok();
+    }
+    eplb::ExpertLocationShape shape;
+    shape.num_layers = c.num_hidden_layers;
+    shape.num_logical = c.moe.num_experts;
+    shape.num_physical = c.moe.num_experts + o.num_redundant_experts;
+    shape.ep_size = options.moe.ep_size;
+    shape.num_groups = c.moe.n_group > 1 ? c.moe.n_group : 0;
+    shape.num_nodes = o.num_nodes;
+    shape.algorithm = o.algorithm;
+    if (shape.num_physical % shape.ep_size != 0)
+        return Status::InvalidArgument(std::to_string(c.moe.num_experts) + " experts + --ep-num-redundant-experts " +
+                                       std::to_string(o.num_redundant_experts) + " = " +
+                                       std::to_string(shape.num_physical) + " physical experts do not split evenly over "
+                                       "--ep-size " + std::to_string(shape.ep_size));
+    TSR_ASSIGN_OR_RETURN(eplb_, EplbManager::create(o, shape));
+    return Status::Ok();
+}
+
+Status Decoder::load(const WeightSource& source, const StageInfo& stage, const DecoderSpec& spec,
+                     const LoadOptions& options) {
     const ModelConfig& c = config_;
     stage_ = stage;
     const std::int64_t hidden = c.hidden_size;
@@ -102,6 +134,7 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
         TSR_ASSIGN_OR_RETURN(embedding_, layers::VocabParallelEmbedding::load(source, "model.embed_tokens.weight",
                                                                             c.vocab_size, hidden, par_));
     }
+    TSR_RETURN_IF_ERROR(init_eplb(options));
     // Tensor names keep the global layer index: every stage reads the same checkpoint.
     for (int l = stage_.layer_begin; l < stage_.layer_end; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -112,7 +145,8 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
         if (c.is_moe_layer(l)) {
             layers::MoeSpec moe_spec = spec.moe(c, l);
             moe_spec.compute_dtype = compute_dtype_;
-            TSR_ASSIGN_OR_RETURN(auto moe, layers::MoeLayer::load(source, moe_spec, par_));
+            moe_spec.layer = l;
+            TSR_ASSIGN_OR_RETURN(auto moe, layers::MoeLayer::load(source, moe_spec, par_, eplb_->initial_dispatch()));
             layers_.push_back({std::move(input_norm), std::move(attention), std::move(post_norm), std::move(moe)});
         } else {
             TSR_ASSIGN_OR_RETURN(auto mlp, layers::GatedMlp::load_dense(source, p + "mlp.", hidden, c.intermediate_size,
@@ -130,6 +164,12 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
                                                                 c.vocab_size, hidden, compute_dtype_, par_));
     }
     inv_freq_ = loader::rope_inv_freq(c);
+    if (eplb_) {
+        std::vector<layers::MoeLayer*> moe_layers;
+        for (auto& layer : layers_)
+            if (auto* moe = std::get_if<layers::MoeLayer>(&layer.ffn)) moe_layers.push_back(moe);
+        eplb_->attach(std::move(moe_layers), par_);
+    }
     return Status::Ok();
 }
 
@@ -243,6 +283,16 @@ Status Decoder::check_batch(const BatchInput& batch, const kvcache::KvView& kv) 
 }
 
 Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool, std::vector<float>* out) {
+    if (batch.expert_record != eplb::ExpertRecordCommand::kNone) {
+        if (!eplb_)
+            return Status::InvalidArgument("expert distribution recording needs a MoE model; " +
+                                              config_.architecture + " has no routed experts");
+        TSR_RETURN_IF_ERROR(eplb_->on_command(batch.expert_record));
+        if (batch.tokens.empty() && batch.seqs.empty()) {  // a control step
+            out->clear();
+            return Status::Ok();
+        }
+    }
     TSR_RETURN_IF_ERROR(check_batch(batch, kv));
     const ModelConfig& c = config_;
     const auto n = static_cast<std::int64_t>(batch.tokens.size());
@@ -304,6 +354,7 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
         }
         kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
     }
+    if (eplb_) TSR_RETURN_IF_ERROR(eplb_->on_forward_pass_end(scratch_, pool));
     if (!stage_.last) {
         out->assign(x_.begin(), x_.begin() + n * hidden);
         return Status::Ok();
@@ -336,7 +387,7 @@ StatusOr<std::unique_ptr<Model>> load_decoder(const ModelConfig& config, const W
     const StageInfo stage{range.begin, range.end, dist::owns_embedding(options.pp_rank),
                           dist::owns_lm_head(options.pp_rank, options.pp_size)};
     auto model = std::make_unique<Decoder>(config, compute_dtype, options);
-    TSR_RETURN_IF_ERROR(model->load(source, stage, spec));
+    TSR_RETURN_IF_ERROR(model->load(source, stage, spec, options));
     return std::unique_ptr<Model>(std::move(model));
 }
 

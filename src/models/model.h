@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "kvcache/kv_cache.h"
+#include "eplb/eplb_options.h"
 #include "layers/parallel.h"
 #include "loader/model_config.h"
 
@@ -41,6 +42,8 @@ struct BatchInput {
     // Pipeline stages after the first: f32 [Σ n_tokens, hidden_size], the residual stream the
     // previous stage produced (its `out`). Empty on the first stage, which embeds `tokens`.
     std::span<const float> hidden_in;
+    // Applied by the MoE models before the pass; a step with no tokens carries only this.
+    eplb::ExpertRecordCommand expert_record = eplb::ExpertRecordCommand::kNone;
 };
 
 // The part of the model one pipeline stage runs: decoder layers [layer_begin, layer_end);
@@ -117,6 +120,8 @@ struct LoadOptions {
     // Expert parallelism: this rank's place in the MoE view of its TP group and the
     // dispatcher; the model keeps only its experts (and its moe_tp slice of each).
     layers::MoeParallel moe;
+    // Expert placement, dispatch, recording and live rebalancing (MoE models).
+    eplb::EplbOptions eplb;
 };
 
 // Reads config.json and the weights; fails with errors naming the file and tensor.

@@ -75,7 +75,7 @@ Status ServerArgs::resolve() {
     if (!expert_distribution_recorder_buffer_size && !expert_distribution_recorder_mode.empty())
         expert_distribution_recorder_buffer_size = eplb_rebalance_num_iterations;
     if ((enable_eplb || init_expert_location != "trivial") && ep_dispatch_algorithm.empty())
-        ep_dispatch_algorithm = moe_a2a_backend == "none" ? "dynamic" : "static";
+        ep_dispatch_algorithm = "static";
 
     // Parallel sizes and groups (§1.5, §1.6).
     TSR_RETURN_IF_ERROR(dist::ParallelLayout::create(parallel_config()).status());
@@ -119,11 +119,20 @@ Status ServerArgs::resolve() {
                        "--enable-dp-attention is required");
     if (disable_shared_experts_fusion && enforce_shared_experts_fusion)
         return invalid("--disable-shared-experts-fusion and --enforce-shared-experts-fusion are mutually exclusive");
-    if (moe_a2a_backend == "none" && one_of(ep_dispatch_algorithm, {"static", "lp"}))
-        return invalid("--ep-dispatch-algorithm " + ep_dispatch_algorithm +
-                       " picks a different physical replica per rank, but with --moe-a2a-backend none every EP "
-                       "rank runs the MoE on the same tokens. Use --ep-dispatch-algorithm dynamic with "
-                       "--moe-a2a-backend none");
+    if (ep_dispatch_algorithm == "lp")
+        return invalid("--ep-dispatch-algorithm lp (SGLang's linear-programming planner) is not implemented yet; "
+                       "use static, dynamic or fake");
+    if (one_of(eplb_algorithm, {"deepseek_vec", "deepseek_vec_hierarchical", "elasticity_aware"}))
+        return invalid("--eplb-algorithm " + eplb_algorithm +
+                       " is not implemented yet; use auto, deepseek or deepseek_hierarchical (deepseek_vec places "
+                       "experts as deepseek does)");
+    if (eplb_rebalance_num_iterations < 1)
+        return invalid("--eplb-rebalance-num-iterations must be at least 1, got " + str(eplb_rebalance_num_iterations));
+    if (eplb_rebalance_layers_per_chunk && *eplb_rebalance_layers_per_chunk < 1)
+        return invalid("--eplb-rebalance-layers-per-chunk must be at least 1, got " +
+                       str(*eplb_rebalance_layers_per_chunk));
+    if (expert_distribution_recorder_buffer_size && *expert_distribution_recorder_buffer_size == 0)
+        return invalid("--expert-distribution-recorder-buffer-size must be positive, or -1 for an unbounded buffer");
     if (enable_eplb && ep_size <= 1)
         return invalid("--enable-eplb requires --ep-size > 1 (got " + str(ep_size) + ")");
     if (expert_distribution_recorder_buffer_size && *expert_distribution_recorder_buffer_size > 0 &&

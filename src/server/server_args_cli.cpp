@@ -177,27 +177,26 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
           "MoE expert kernel backend (auto: grouped GEMMs per expert on CPU)", kYes);
     value(app, t, "--deepep-mode", a.deepep_mode, "DeepEP mode", kNotYet)
         ->check(CLI::IsMember({"auto", "normal", "low_latency"}));
-    value(app, t, "--ep-num-redundant-experts", a.ep_num_redundant_experts, "extra physical expert slots", kNotYet);
-    value(app, t, "--ep-dispatch-algorithm", a.ep_dispatch_algorithm, "replica choice per token", kNotYet)
+    value(app, t, "--ep-num-redundant-experts", a.ep_num_redundant_experts, "extra physical expert slots (copies of hot experts); physical experts must divide by --ep-size", kYes);
+    value(app, t, "--ep-dispatch-algorithm", a.ep_dispatch_algorithm, "which copy serves a token: static (per-rank table), dynamic (hashed per token), fake (uniform random router for load tests)", kYes)
         ->check(CLI::IsMember({"static", "dynamic", "fake", "lp"}));
-    value(app, t, "--init-expert-location", a.init_expert_location, "initial expert placement", kNotYet);
-    flag(app, t, "--enable-eplb", a.enable_eplb, "expert load balancing", kNotYet);
-    value(app, t, "--eplb-algorithm", a.eplb_algorithm, "EPLB algorithm", kNotYet)
+    value(app, t, "--init-expert-location", a.init_expert_location, "initial expert placement: trivial, a .json file or inline JSON with a physical_to_logical_map or a logical_count (a recorder dump)", kYes);
+    flag(app, t, "--enable-eplb", a.enable_eplb, "rebalance expert placement while serving, from the recorded load", kYes);
+    value(app, t, "--eplb-algorithm", a.eplb_algorithm, "EPLB algorithm", kYes)
         ->check(CLI::IsMember({"auto", "deepseek", "deepseek_hierarchical", "deepseek_vec",
                                "deepseek_vec_hierarchical", "elasticity_aware"}));
     value(app, t, "--eplb-rebalance-num-iterations", a.eplb_rebalance_num_iterations,
-          "forward passes between rebalances", kNotYet);
+          "forward passes between rebalances", kYes);
     optional(app, t, "--eplb-rebalance-layers-per-chunk", a.eplb_rebalance_layers_per_chunk,
-             "layers updated per pass during a rebalance", kNotYet);
+             "layers updated per pass during a rebalance", kYes);
     value(app, t, "--eplb-min-rebalancing-utilization-threshold", a.eplb_min_rebalancing_utilization_threshold,
-          "skip rebalancing above this balancedness", kNotYet);
+          "skip a rebalance when the window's balancedness is above this (1.0: never skip)", kYes);
     value(app, t, "--expert-distribution-recorder-mode", a.expert_distribution_recorder_mode,
-          "expert load recording", kNotYet)
+          "expert load recording: stat, stat_approx, per_pass, per_token", kYes)
         ->check(CLI::IsMember({"stat", "stat_approx", "per_pass", "per_token"}));
     optional(app, t, "--expert-distribution-recorder-buffer-size", a.expert_distribution_recorder_buffer_size,
-             "recorder window", kNotYet);
-    value(app, t, "--expert-balancedness-report-mode", a.expert_balancedness_report_mode, "balancedness reporting",
-          kNotYet)
+             "recorder window in forward passes (-1: unbounded; default --eplb-rebalance-num-iterations)", kYes);
+    value(app, t, "--expert-balancedness-report-mode", a.expert_balancedness_report_mode, "balancedness reporting: off, server_log, prometheus (/metrics), both", kYes)
         ->check(CLI::IsMember({"off", "server_log", "prometheus", "both"}));
     flag(app, t, "--enable-two-batch-overlap", a.enable_two_batch_overlap, "two-batch overlap", kNotYet);
     flag(app, t, "--enable-single-batch-overlap", a.enable_single_batch_overlap, "single-batch overlap", kNotYet);

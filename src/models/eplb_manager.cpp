@@ -1,0 +1,410 @@
+#include "models/eplb_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "base/env.h"
+#include "base/logging.h"
+#include "dist/process_group.h"
+#include "eplb/balancedness_report.h"
+#include "eplb/expert_dispatch.h"
+
+namespace tessera::models {
+
+namespace {
+
+using I64 = std::int64_t;
+
+// Tokens each EP rank's slots served in one layer, from the per-slot counts.
+std::vector<I64> rank_loads(const std::vector<std::int32_t>& physical, int ep_size) {
+    std::vector<I64> load(static_cast<std::size_t>(ep_size), 0);
+    const auto per = static_cast<I64>(physical.size()) / ep_size;
+    for (std::size_t s = 0; s < physical.size(); ++s) load[static_cast<I64>(s) / per] += physical[s];
+    return load;
+}
+
+// The busiest EP rank's share of `count` f32 [num_logical] under a layer's placement, with each
+// expert's tokens split evenly over its copies (what the balancer optimises).
+double max_rank_load(const eplb::ExpertLocation& loc, I64 layer, const float* count) {
+    std::vector<double> load(static_cast<std::size_t>(loc.ep_size()), 0.0);
+    for (I64 s = 0; s < loc.num_physical(); ++s) {
+        const std::int32_t e = loc.phy2log(layer)[s];
+        load[loc.rank_of_physical(s)] += count[e] / loc.logcnt(layer)[e];
+    }
+    return *std::max_element(load.begin(), load.end());
+}
+
+// Deterministic probe rows in [-1, 1): the same on every rank.
+void probe_rows(float* x, I64 n) {
+    std::uint64_t state = 0x2545F4914F6CDD1Dull;
+    for (I64 i = 0; i < n; ++i) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        x[i] = static_cast<float>(static_cast<double>(state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<EplbManager>> EplbManager::create(const eplb::EplbOptions& options,
+                                                           const eplb::ExpertLocationShape& shape) {
+    std::unique_ptr<EplbManager> m(new EplbManager(options, shape));
+    TSR_ASSIGN_OR_RETURN(eplb::ExpertLocation location, eplb::init_expert_location(options.init_expert_location, shape));
+    if (options.init_expert_location != "trivial")
+        TSR_LOG_C(INFO, "eplb", "initial expert location from --init-expert-location ({} physical experts on {} EP ranks)",
+                  shape.num_physical, shape.ep_size);
+    m->dispatch_ = std::make_shared<eplb::ExpertDispatch>(std::make_shared<eplb::ExpertLocation>(std::move(location)),
+                                                          options.dispatch);
+    // EPLB and balancedness reports need the counts from the first pass on.
+    if (options.enable || options.report != eplb::ReportMode::kOff) m->recorder_.start();
+    if (options.enable)
+        TSR_LOG_C(INFO, "eplb", "[EPLBManager] system started, will rebalance per {} iterations.",
+                  options.rebalance_num_iterations);
+    return m;
+}
+
+EplbManager::EplbManager(const eplb::EplbOptions& options, const eplb::ExpertLocationShape& shape)
+    : options_(options),
+      shape_(shape),
+      recorder_(options.recorder_mode == eplb::RecorderMode::kOff && (options.enable || options.report != eplb::ReportMode::kOff)
+                    ? eplb::RecorderMode::kStat
+                    : options.recorder_mode,
+                options.recorder_buffer_size, shape.num_layers, shape.num_logical) {}
+
+void EplbManager::attach(std::vector<layers::MoeLayer*> moe_layers, const layers::LayerParallel& par) {
+    layers_ = std::move(moe_layers);
+    par_ = par;
+    for (layers::MoeLayer* l : layers_) l->keep_topk(recorder_.mode() == eplb::RecorderMode::kPerToken);
+}
+
+bool EplbManager::logs() const { return par_.tp.rank == 0; }
+
+Status EplbManager::on_command(eplb::ExpertRecordCommand command) {
+    if (command == eplb::ExpertRecordCommand::kNone) return Status::Ok();
+    if (recorder_.mode() == eplb::RecorderMode::kOff)
+        return Status::InvalidArgument(
+            "expert distribution recording needs --expert-distribution-recorder-mode (stat, per_pass or per_token)");
+    switch (command) {
+        case eplb::ExpertRecordCommand::kStart:
+            if (recorder_.recording() && logs())
+                TSR_LOG_C(WARN, "eplb", "the server is already recording expert ids; dump the ids recorded so far "
+                                        "with /stop_expert_distribution_record and /dump_expert_distribution_record");
+            recorder_.start();
+            return Status::Ok();
+        case eplb::ExpertRecordCommand::kStop:
+            if (!recorder_.recording() && logs())
+                TSR_LOG_C(WARN, "eplb", "the server has not been recording expert ids; start with "
+                                        "/start_expert_distribution_record");
+            recorder_.stop();
+            return Status::Ok();
+        case eplb::ExpertRecordCommand::kDump:
+            return dump();
+        case eplb::ExpertRecordCommand::kNone:
+            break;
+    }
+    return Status::Ok();
+}
+
+Status EplbManager::dump() {
+    // stat: the stage's TP rank 0 writes the (already global) counts; per_pass / per_token:
+    // every rank writes its own, as SGLang does.
+    const bool writer = recorder_.mode() != eplb::RecorderMode::kStat || logs();
+    Status result = Status::Ok();
+    if (writer) {
+        std::error_code ec;
+        std::filesystem::create_directories(options_.dump_dir, ec);
+        const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        std::string name = fmt::format("expert_distribution_recorder_{:.6f}", now);
+        if (recorder_.mode() != eplb::RecorderMode::kStat) name += "_" + std::to_string(options_.global_rank);
+        const std::filesystem::path path = std::filesystem::path(options_.dump_dir) / (name + ".json");
+        std::ofstream out(path);
+        out << recorder_.dump_json(options_.global_rank);
+        out.close();
+        if (!out) {
+            result = Status::Internal("writing the expert distribution to " + path.string() + " failed");
+        } else {
+            TSR_LOG_C(INFO, "eplb", "Write expert distribution to {}", path.string());
+        }
+    }
+    recorder_.reset();
+    return result;
+}
+
+Status EplbManager::record_pass() {
+    const I64 E = shape_.num_logical, P = shape_.num_physical;
+    const int ep = shape_.ep_size;
+    // Per MoE layer: tokens, logical counts, physical counts.
+    const I64 row = 1 + E + P;
+    std::vector<std::int32_t> counts(layers_.size() * static_cast<std::size_t>(row), 0);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+        const layers::MoePassCounts& c = layers_[i]->pass_counts();
+        std::int32_t* dst = counts.data() + i * row;
+        dst[0] = static_cast<std::int32_t>(c.tokens);
+        std::copy(c.logical.begin(), c.logical.end(), dst + 1);
+        std::copy(c.physical.begin(), c.physical.end(), dst + 1 + E);
+    }
+    // Under all_to_all each rank routed only its own tokens.
+    if (par_.moe.backend == layers::MoeA2aBackend::kAllToAll && par_.moe.ep_size > 1 && par_.moe.ep_group != nullptr)
+        TSR_RETURN_IF_ERROR(par_.moe.ep_group->all_reduce(std::span<std::int32_t>(counts)));
+
+    eplb::PassRecord pass;
+    pass.pass_id = pass_id_;
+    pass.logical_count.assign(static_cast<std::size_t>(shape_.num_layers * E), 0);
+    double sum = 0.0;
+    int layers_with_tokens = 0;
+    I64 physical_sum = 0;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+        const std::int32_t* c = counts.data() + i * row;
+        pass.tokens = std::max<I64>(pass.tokens, c[0]);
+        std::copy(c + 1, c + 1 + E, pass.logical_count.begin() + layers_[i]->layer() * E);
+        const std::vector<std::int32_t> physical(c + 1 + E, c + 1 + E + P);
+        const std::vector<I64> load = rank_loads(physical, ep);
+        for (I64 v : load) physical_sum += v;
+        if (c[0] > 0) sum += eplb::balancedness(load), ++layers_with_tokens;
+        if (recorder_.mode() == eplb::RecorderMode::kPerToken) {
+            const auto& topk = layers_[i]->pass_counts().topk;
+            pass.token_experts.insert(pass.token_experts.end(), topk.begin(), topk.end());
+        }
+    }
+    if (layers_with_tokens > 0) pass.balancedness = sum / layers_with_tokens;
+    if (pass.balancedness && options_.report != eplb::ReportMode::kOff && logs() && options_.metrics) {
+        options_.metrics->add(pass_id_, *pass.balancedness, physical_sum);
+        if (options_.report == eplb::ReportMode::kServerLog || options_.report == eplb::ReportMode::kBoth)
+            TSR_LOG_C(INFO, "eplb", "{}", options_.metrics->log_line());
+    }
+    recorder_.record(std::move(pass));
+    return Status::Ok();
+}
+
+Status EplbManager::on_forward_pass_end(layers::Scratch& scratch, ThreadPool* pool) {
+    ++pass_id_;
+    if (recorder_.recording() || options_.report != eplb::ReportMode::kOff) TSR_RETURN_IF_ERROR(record_pass());
+    if (!options_.enable) return Status::Ok();
+    if (pending_.empty()) {
+        if (++since_rebalance_ < options_.rebalance_num_iterations) return Status::Ok();
+        since_rebalance_ = 0;
+        TSR_RETURN_IF_ERROR(start_rebalance());
+        if (pending_.empty()) return Status::Ok();
+    }
+    std::vector<layers::MoeLayer*> chunk = std::move(pending_.front());
+    pending_.erase(pending_.begin());
+    const Status applied = apply_chunk(chunk, scratch, pool);
+    if (!applied.ok()) {
+        pending_.clear();  // the rest of this placement is dropped with the failed chunk
+        return applied;
+    }
+    if (rolled_back_) {
+        rolled_back_ = false;
+        if (logs()) TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance end: rolled back, the old placement stays");
+    } else if (pending_.empty()) {
+        ++rebalances_;
+        if (logs())
+            TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance end time={:.3f}s",
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - rebalance_start_).count());
+    }
+    return Status::Ok();
+}
+
+Status EplbManager::start_rebalance() {
+    rebalance_start_ = std::chrono::steady_clock::now();
+    if (logs()) TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance start");
+    const std::optional<double> utilization = recorder_.average_balancedness();
+    const double threshold = options_.min_rebalancing_utilization_threshold;
+    if (utilization && std::abs(threshold - 1.0) > 1e-9 && *utilization > threshold) {
+        if (logs())
+            TSR_LOG_C(INFO, "eplb",
+                      "[EPLBManager] Skipped ep rebalancing: current GPU utilization {:.2f} > minimum rebalance "
+                      "threshold {:.2f}",
+                      *utilization, threshold);
+        return Status::Ok();
+    }
+    const std::vector<float> count = recorder_.logical_count_sum();
+    recorder_.start();  // the next window starts now
+    TSR_ASSIGN_OR_RETURN(eplb::ExpertLocation proposed, eplb::balanced_expert_location(count, shape_));
+    // Per layer of this stage: the placement it runs with, or the proposal where that lowers
+    // the busiest rank's load.
+    eplb::Placement next = proposed.placement();
+    const I64 E = shape_.num_logical, P = shape_.num_physical, X = next.max_copies;
+    auto copy_row = [&](const eplb::ExpertLocation& from, I64 l) {
+        std::copy_n(from.phy2log(l), P, next.phy2log.begin() + l * P);
+        std::copy_n(from.log2phy(l), E * X, next.log2phy.begin() + l * E * X);
+        std::copy_n(from.logcnt(l), E, next.logcnt.begin() + l * E);
+    };
+    std::vector<layers::MoeLayer*> moved;
+    for (layers::MoeLayer* layer : layers_) {
+        const I64 l = layer->layer();
+        const float* c = count.data() + l * E;
+        const eplb::ExpertLocation& current = layer->dispatch()->location();
+        copy_row(current, l);
+        if (max_rank_load(proposed, l, c) >= max_rank_load(current, l, c) - 1e-6) continue;
+        copy_row(proposed, l);
+        moved.push_back(layer);
+    }
+    if (moved.empty()) {
+        if (logs()) TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance end: no layer's placement improves");
+        return Status::Ok();
+    }
+    TSR_ASSIGN_OR_RETURN(eplb::ExpertLocation location, eplb::ExpertLocation::from_placement(std::move(next), shape_.ep_size));
+    pending_dispatch_ = std::make_shared<eplb::ExpertDispatch>(std::make_shared<eplb::ExpertLocation>(std::move(location)),
+                                                               options_.dispatch);
+    const auto per = static_cast<std::size_t>(options_.layers_per_chunk.value_or(static_cast<I64>(moved.size())));
+    for (std::size_t i = 0; i < moved.size(); i += std::max<std::size_t>(per, 1))
+        pending_.emplace_back(moved.begin() + static_cast<std::ptrdiff_t>(i),
+                              moved.begin() + static_cast<std::ptrdiff_t>(std::min(moved.size(), i + std::max<std::size_t>(per, 1))));
+    return Status::Ok();
+}
+
+Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, layers::Scratch& scratch,
+                                ThreadPool* pool) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const eplb::ExpertLocation& next = pending_dispatch_->location();
+    const int ep = shape_.ep_size, me = par_.moe.ep_rank, moe_tp = par_.moe.moe_tp_size;
+    const I64 Lp = next.local_physical();
+    const int group_size = par_.tp_group != nullptr ? par_.tp_group->size() : 1;
+    auto group_rank = [&](int ep_rank) { return ep_rank * moe_tp + par_.moe.moe_tp_rank; };
+
+    // Where each new slot's expert comes from: unchanged, a local copy, or the EP rank that
+    // holds its lowest old copy. Every rank computes the whole plan.
+    struct Move {
+        std::size_t layer;  // index in chunk
+        I64 slot;           // new slot (global)
+        int from;           // EP rank with the expert
+        I64 from_local;     // its local slot there (old placement)
+    };
+    std::vector<Move> remote;                                    // transfers between ranks
+    std::vector<std::vector<std::pair<I64, I64>>> local(chunk.size());  // my new local slot <- my old local slot
+    for (std::size_t c = 0; c < chunk.size(); ++c) {
+        const I64 l = chunk[c]->layer();
+        const eplb::ExpertLocation& old = chunk[c]->dispatch()->location();
+        for (I64 s = 0; s < next.num_physical(); ++s) {
+            const std::int32_t e = next.phy2log(l)[s];
+            const int owner = static_cast<int>(s / Lp);
+            I64 source = old.phy2log(l)[s] == e ? s : -1;  // the same slot, else any copy on the owner
+            for (I64 i = owner * Lp; i < (owner + 1) * Lp && source < 0; ++i)
+                if (old.phy2log(l)[i] == e) source = i;
+            if (source >= 0) {
+                if (owner == me) local[c].emplace_back(s - me * Lp, source - me * Lp);
+                continue;
+            }
+            I64 lowest = 0;
+            while (old.phy2log(l)[lowest] != e) ++lowest;
+            remote.push_back({c, s, static_cast<int>(lowest / Lp), lowest % Lp});
+        }
+    }
+    // One all_to_all_v: the packed bytes of every expert a peer needs from this rank.
+    std::vector<std::int64_t> send_counts(static_cast<std::size_t>(group_size), 0), recv_counts(send_counts);
+    std::vector<std::uint8_t> send, recv;
+    I64 moved_bytes = 0;
+    for (int d = 0; d < ep; ++d) {
+        for (const Move& m : remote) {
+            if (m.from != me || m.slot / Lp != d) continue;
+            const layers::GatedMlp& expert = chunk[m.layer]->experts().slot(m.from_local);
+            const std::size_t at = send.size();
+            send.resize(at + expert.packed_bytes());
+            expert.copy_packed_to(reinterpret_cast<std::byte*>(send.data() + at));
+            send_counts[group_rank(d)] += static_cast<std::int64_t>(expert.packed_bytes());
+        }
+    }
+    for (const Move& m : remote) {
+        if (m.slot / Lp != me) continue;
+        recv_counts[group_rank(m.from)] +=
+            static_cast<std::int64_t>(chunk[m.layer]->experts().slot(0).packed_bytes());
+    }
+    I64 recv_total = 0;
+    for (std::int64_t v : recv_counts) recv_total += v;
+    recv.resize(static_cast<std::size_t>(recv_total));
+    moved_bytes = static_cast<I64>(send.size());
+    if (par_.tp_group != nullptr) {
+        // Peers send to themselves nothing; a rank's own copies are "local".
+        const Status sent = par_.tp_group->all_to_all_v(send, send_counts, recv, recv_counts);
+        if (!sent.ok()) {
+            TSR_LOG_C(ERROR, "eplb", "[EPLBManager] moving experts failed ({}); keeping the old placement",
+                      sent.message());
+            pending_.clear();
+            return sent;
+        }
+    }
+    if (env().eplb_corrupt_transfer)  // fault injection for tests: the probe must catch it
+        std::fill(recv.begin(), recv.end(), std::uint8_t{0x7f});
+
+    // Probe each moved layer before and after, on every rank (the MoE forward is collective).
+    const I64 probe_tokens = std::max<I64>(64, 2 * shape_.num_physical);
+    std::vector<std::vector<float>> before(chunk.size());
+    std::vector<float> x;
+    for (std::size_t c = 0; c < chunk.size(); ++c) {
+        const I64 H = chunk[c]->hidden_size();
+        x.resize(static_cast<std::size_t>(probe_tokens * H));
+        probe_rows(x.data(), probe_tokens * H);
+        before[c].resize(x.size());
+        TSR_RETURN_IF_ERROR(chunk[c]->forward(x.data(), probe_tokens, before[c].data(), scratch, pool, par_));
+    }
+    // Build and install the new slots; keep the old ones to roll back to.
+    std::vector<std::vector<layers::GatedMlp>> old_slots(chunk.size());
+    std::vector<std::shared_ptr<const eplb::ExpertDispatch>> old_dispatch(chunk.size());
+    std::vector<std::size_t> recv_offset(static_cast<std::size_t>(group_size), 0);
+    {
+        std::size_t at = 0;
+        for (int r = 0; r < group_size; ++r) recv_offset[r] = at, at += static_cast<std::size_t>(recv_counts[r]);
+    }
+    for (std::size_t c = 0; c < chunk.size(); ++c) {
+        const layers::LocalExperts& experts = chunk[c]->experts();
+        std::vector<layers::GatedMlp> slots(static_cast<std::size_t>(Lp));
+        std::vector<bool> filled(static_cast<std::size_t>(Lp), false);
+        for (const auto& [to, from] : local[c]) slots[to] = experts.slot(from).clone(), filled[to] = true;
+        for (const Move& m : remote) {
+            if (m.layer != c || m.slot / Lp != me) continue;
+            layers::GatedMlp expert = experts.slot(0).clone();
+            const std::size_t at = recv_offset[group_rank(m.from)];
+            expert.copy_packed_from(reinterpret_cast<const std::byte*>(recv.data() + at));
+            recv_offset[group_rank(m.from)] += expert.packed_bytes();
+            slots[m.slot % Lp] = std::move(expert);
+            filled[m.slot % Lp] = true;
+        }
+        for (I64 i = 0; i < Lp; ++i)
+            if (!filled[i]) return Status::Internal("EPLB left slot " + std::to_string(me * Lp + i) + " empty");
+        old_dispatch[c] = chunk[c]->shared_dispatch();
+        old_slots[c] = chunk[c]->apply_placement(pending_dispatch_, std::move(slots));
+    }
+    // The probe again: the same tokens must come out the same (up to summation order).
+    std::int32_t mismatch = 0;
+    double worst = 0.0;
+    std::vector<float> after;
+    for (std::size_t c = 0; c < chunk.size(); ++c) {
+        const I64 H = chunk[c]->hidden_size();
+        x.resize(static_cast<std::size_t>(probe_tokens * H));
+        probe_rows(x.data(), probe_tokens * H);
+        after.resize(x.size());
+        TSR_RETURN_IF_ERROR(chunk[c]->forward(x.data(), probe_tokens, after.data(), scratch, pool, par_));
+        double scale = 0.0, diff = 0.0;
+        for (std::size_t i = 0; i < after.size(); ++i) {
+            scale = std::max(scale, static_cast<double>(std::abs(before[c][i])));
+            diff = std::max(diff, static_cast<double>(std::abs(after[i] - before[c][i])));
+        }
+        worst = std::max(worst, diff / (scale + 1e-12));
+        if (!(diff <= 1e-3 * scale + 1e-5)) mismatch = 1;
+    }
+    if (par_.tp_group != nullptr) TSR_RETURN_IF_ERROR(par_.tp_group->all_reduce(std::span<std::int32_t>(&mismatch, 1), dist::ReduceOp::kMax));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (mismatch != 0) {
+        for (std::size_t c = 0; c < chunk.size(); ++c)
+            chunk[c]->apply_placement(old_dispatch[c], std::move(old_slots[c]));
+        pending_.clear();
+        rolled_back_ = true;
+        TSR_LOG_C(WARN, "eplb",
+                  "[EPLBManager] rebalance of layers {}..{} rolled back: the probe batch's output changed by {:.3g} "
+                  "(relative) after moving the experts",
+                  chunk.front()->layer(), chunk.back()->layer(), worst);
+        return Status::Ok();
+    }
+    if (logs())
+        TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalanced layers {}..{}: {} experts moved between ranks ({:.2f} MB "
+                                "sent by this rank) in {:.1f} ms, probe difference {:.2g}",
+                  chunk.front()->layer(), chunk.back()->layer(), remote.size(), moved_bytes / 1e6, ms, worst);
+    return Status::Ok();
+}
+
+}  // namespace tessera::models
