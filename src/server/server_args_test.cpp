@@ -59,10 +59,10 @@ TEST(FlagTableTest, DefaultsAreSglangs) {
 }
 
 TEST(FlagTableTest, UnimplementedFlagsFailLoudlyOnlyWhenGiven) {
-    Parsed p = parse({"--enable-eplb"});
+    Parsed p = parse({"--enable-two-batch-overlap"});
     EXPECT_EQ(p.status.code(), StatusCode::kUnimplemented);
-    EXPECT_NE(p.status.message().find("--enable-eplb is accepted for SGLang compatibility but tessera does not "
-                                      "implement it yet"),
+    EXPECT_NE(p.status.message().find("--enable-two-batch-overlap is accepted for SGLang compatibility but tessera "
+                                      "does not implement it yet"),
               std::string::npos)
         << p.status.message();
     EXPECT_TRUE(parse({"--dtype", "bfloat16"}).status.ok());
@@ -141,8 +141,14 @@ TEST(ServerArgsTest, EveryValidationRule) {
          "--enable-dp-attention is required"},
         {"shared experts fusion", [](ServerArgs& a) { a.disable_shared_experts_fusion = a.enforce_shared_experts_fusion = true; },
          "mutually exclusive"},
-        {"static dispatch with a2a none", [](ServerArgs& a) { a.ep_dispatch_algorithm = "static"; },
-         "Use --ep-dispatch-algorithm dynamic with --moe-a2a-backend none"},
+        {"lp dispatch", [](ServerArgs& a) { a.ep_dispatch_algorithm = "lp"; }, "--ep-dispatch-algorithm lp"},
+        {"vectorised eplb", [](ServerArgs& a) { a.eplb_algorithm = "deepseek_vec"; }, "--eplb-algorithm deepseek_vec"},
+        {"eplb period", [](ServerArgs& a) { a.eplb_rebalance_num_iterations = 0; },
+         "--eplb-rebalance-num-iterations must be at least 1"},
+        {"eplb chunk", [](ServerArgs& a) { a.eplb_rebalance_layers_per_chunk = 0; },
+         "--eplb-rebalance-layers-per-chunk must be at least 1"},
+        {"recorder buffer", [](ServerArgs& a) { a.expert_distribution_recorder_buffer_size = 0; },
+         "-1 for an unbounded buffer"},
         {"eplb needs ep", [](ServerArgs& a) { a.enable_eplb = true; }, "--enable-eplb requires --ep-size > 1"},
         {"eplb window", [](ServerArgs& a) { a.tp_size = 2; a.ep_size = 2; a.enable_eplb = true;
                                             a.expert_distribution_recorder_buffer_size = 2000; },
@@ -199,7 +205,7 @@ TEST(ServerArgsTest, RewritesDefaultsAsSglang) {
     EXPECT_FALSE(b.enable_dp_attention) << "dp_size 1 turns DP attention off";
     EXPECT_EQ(b.expert_distribution_recorder_mode, "stat");
     EXPECT_EQ(*b.expert_distribution_recorder_buffer_size, 1000);
-    EXPECT_EQ(b.ep_dispatch_algorithm, "dynamic");
+    EXPECT_EQ(b.ep_dispatch_algorithm, "static") << "SGLang's _handle_eplb_and_dispatch";
 }
 
 TEST(ServerArgsTest, GpuOnlyMoeBackendsNameWhatThisBuildRuns) {
