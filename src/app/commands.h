@@ -40,6 +40,9 @@ struct TokenizeCommandOptions {
 
 int run_tokenize(const TokenizeCommandOptions& options);
 
+// `tessera eplb`: expert placements for recorded loads, JSON lines on stdin/stdout.
+int run_eplb();
+
 // `tessera bench serve|one-batch` (argv[0] is "bench").
 int run_bench(int argc, char** argv);
 

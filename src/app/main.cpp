@@ -1,5 +1,5 @@
-// The one `tessera` binary: subcommands make-model and generate (serve, bench, gateway,
-// plan and tokenize arrive with their capabilities).
+// The one `tessera` binary: subcommands make-model, generate, serve, bench, tokenize and eplb
+// (gateway and plan arrive with their capabilities).
 
 #include <csignal>
 
@@ -108,6 +108,11 @@ int main(int argc, char** argv) {
                        "render a messages array, or {\"messages\": [...], \"add_generation_prompt\": true, "
                        "\"enable_thinking\": false, \"tools\": [...]}, with the model's chat template");
 
+    auto* eplb = app.add_subcommand(
+        "eplb", "DeepSeek's expert placement, offline: one JSON object per line on stdin, {\"weight\": [[tokens per "
+                "expert, per layer]], \"num_replicas\": R, \"num_groups\": G, \"num_nodes\": N, \"num_gpus\": M}, "
+                "one {\"phy2log\", \"log2phy\", \"logcnt\"} per line on stdout");
+
     CLI11_PARSE(app, argc, argv);
     set_log_level(log_level);
 
@@ -120,6 +125,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (tokenize->parsed()) return tessera::app::run_tokenize(tk);
+    if (eplb->parsed()) return tessera::app::run_eplb();
     if (serve->parsed()) {
         tessera::Status s = serve_flags.check_unimplemented();
         if (s.ok()) s = serve_args.resolve();
