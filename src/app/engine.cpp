@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
+#include "eplb/balancedness_report.h"
 
 namespace tessera::app {
 
@@ -143,6 +144,20 @@ Status Engine::flush_cache() {
     return Status::Ok();
 }
 
+Status Engine::expert_record(ExpertRecordAction action) {
+    const eplb::ExpertRecordCommand command = action == ExpertRecordAction::kStart  ? eplb::ExpertRecordCommand::kStart
+                                              : action == ExpertRecordAction::kStop ? eplb::ExpertRecordCommand::kStop
+                                                                                    : eplb::ExpertRecordCommand::kDump;
+    std::lock_guard<std::mutex> one_at_a_time(record_mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    record_result_.reset();
+    inbox_.push_back({Command::Kind::kExpertRecord, {}, {}, command});
+    cv_.notify_all();
+    if (!cv_.wait_for(lock, std::chrono::seconds(60), [this] { return record_result_.has_value(); }))
+        return Status(StatusCode::kUnavailable, "the expert distribution command did not complete within 60 s");
+    return *record_result_;
+}
+
 void Engine::drain() {
     draining_.store(true);
     std::unique_lock<std::mutex> lock(mu_);
@@ -194,6 +209,12 @@ void Engine::loop() {
                     const bool ok = scheduler_.flush_cache();
                     std::lock_guard<std::mutex> lock(mu_);
                     flush_result_ = ok;
+                    break;
+                }
+                case Command::Kind::kExpertRecord: {
+                    Status s = scheduler_.run_expert_record(c.record);
+                    std::lock_guard<std::mutex> lock(mu_);
+                    record_result_ = std::move(s);
                     break;
                 }
             }
@@ -297,6 +318,7 @@ std::string Engine::metrics_text() const {
     out += fmt::format("# HELP sglang:num_retractions Requests retracted under KV pressure.\n"
                        "# TYPE sglang:num_retractions counter\nsglang:num_retractions{} {}\n",
                        label, s.total_retracted_reqs);
+    if (config_.balancedness) out += config_.balancedness->prometheus(label.substr(1, label.size() - 2));
     return out;
 }
 

@@ -34,6 +34,8 @@ struct EngineConfig {
     std::uint64_t random_seed = 0;
     scheduler::SchedulerConfig scheduler;
     std::string startup_info_json = "{}";  // resolved launch settings for /get_server_info
+    // --expert-balancedness-report-mode prometheus|both: the output rank's report (or null).
+    std::shared_ptr<eplb::BalancednessReport> balancedness;
 };
 
 class Engine final : public server::Backend {
@@ -57,13 +59,15 @@ class Engine final : public server::Backend {
     nlohmann::json server_info() const override;
     std::string metrics_text() const override;
     Status flush_cache() override;
+    Status expert_record(ExpertRecordAction action) override;
     void drain() override;
 
  private:
     struct Command {
-        enum class Kind { kAdd, kAbort, kFlush } kind;
+        enum class Kind { kAdd, kAbort, kFlush, kExpertRecord } kind;
         scheduler::Req req;  // kAdd
         std::string rid;     // kAbort
+        eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;  // kExpertRecord
     };
     struct StreamParams {
         bool skip_special_tokens = true;
@@ -87,6 +91,7 @@ class Engine final : public server::Backend {
     const std::optional<tokenizer::ChatTemplate> chat_template_;
     scheduler::Scheduler scheduler_;  // scheduler thread only
 
+    std::mutex record_mu_;  // one expert_record() at a time
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Command> inbox_;                                           // GUARDED_BY(mu_)
@@ -96,6 +101,7 @@ class Engine final : public server::Backend {
     scheduler::SchedulerStats stats_;                                     // GUARDED_BY(mu_)
     bool idle_ = true;                                                    // GUARDED_BY(mu_)
     std::optional<bool> flush_result_;                                    // GUARDED_BY(mu_)
+    std::optional<Status> record_result_;                                 // GUARDED_BY(mu_)
 
     std::unordered_map<std::string, Stream> streams_;  // scheduler thread only
     std::vector<std::string> stop_matched_;            // scheduler thread only: abort after step

@@ -79,6 +79,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     const auto t_load = std::chrono::steady_clock::now();
     TSR_ASSIGN_OR_RETURN(models::LoadOptions load, model_load_options(args, rt));
     TSR_ASSIGN_OR_RETURN(rank->model, models::load_model(load));
+    rank->balancedness = load.eplb.metrics;
     rank->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     const models::Model& m = *rank->model;
     const models::StageInfo stage = m.stage();

@@ -66,6 +66,8 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
             ec.eos_token_ids.push_back(id);
     ec.random_seed = rank.scheduler.random_seed;
     ec.scheduler = rank.scheduler;
+    if (args.expert_balancedness_report_mode == "prometheus" || args.expert_balancedness_report_mode == "both")
+        ec.balancedness = rank.balancedness;
     ec.startup_info_json = nlohmann::json{{"tp_size", args.tp_size},
                                           {"pp_size", args.pp_size},
                                           {"page_size", rank.scheduler.page_size},

@@ -83,7 +83,7 @@ std::optional<double> ExpertDistributionRecorder::average_balancedness() const {
     return sum / n;
 }
 
-std::string ExpertDistributionRecorder::dump_json(int rank) const {
+std::string ExpertDistributionRecorder::dump_json(int rank, const std::vector<std::int32_t>& phy2log) const {
     nlohmann::json j;
     j["rank"] = rank;
     j["recorder_mode"] = recorder_mode_name(mode_);
@@ -116,6 +116,11 @@ std::string ExpertDistributionRecorder::dump_json(int rank) const {
         }
         j["records"] = std::move(records);
     }
+    const std::size_t P = num_layers_ > 0 ? phy2log.size() / static_cast<std::size_t>(num_layers_) : 0;
+    nlohmann::json map = nlohmann::json::array();
+    for (std::int64_t l = 0; l < num_layers_ && P > 0; ++l)
+        map.push_back(std::vector<std::int32_t>(phy2log.begin() + l * P, phy2log.begin() + (l + 1) * P));
+    j["last_physical_to_logical_map"] = std::move(map);
     return j.dump();
 }
 

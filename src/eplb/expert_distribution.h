@@ -59,8 +59,9 @@ class ExpertDistributionRecorder {
     std::optional<double> average_balancedness() const;
     std::int64_t buffered_passes() const { return static_cast<std::int64_t>(passes_.size()); }
 
-    // The dump, as JSON text. `rank` names the writer (its global rank).
-    std::string dump_json(int rank) const;
+    // The dump, as JSON text. `rank` names the writer (its global rank); `phy2log` [num_layers,
+    // num_physical] is the placement in force, written as last_physical_to_logical_map.
+    std::string dump_json(int rank, const std::vector<std::int32_t>& phy2log) const;
 
  private:
     const RecorderMode mode_;

@@ -34,7 +34,8 @@ TEST(ExpertDistributionRecorder, StatKeepsACircularWindow) {
     EXPECT_EQ(r.buffered_passes(), 2);
     EXPECT_EQ(r.logical_count_sum(), (std::vector<float>{0, 2, 4}));
     EXPECT_NEAR(*r.average_balancedness(), 1.0, 1e-12) << "passes without tokens do not count";
-    const auto dump = nlohmann::json::parse(r.dump_json(0));
+    const auto dump = nlohmann::json::parse(r.dump_json(0, {0, 1, 2, 0}));
+    EXPECT_EQ(dump["last_physical_to_logical_map"], nlohmann::json::parse("[[0, 1, 2, 0]]"));
     EXPECT_EQ(dump["logical_count"], nlohmann::json::parse("[[[0, 2, 0]], [[0, 0, 4]]]"));
     EXPECT_EQ(dump["average_utilization_rate_over_window"].get<double>(), 1.0);
     r.stop();
@@ -47,7 +48,7 @@ TEST(ExpertDistributionRecorder, PerPassKeepsEveryPassUnbounded) {
     r.start();
     for (int i = 0; i < 300; ++i) r.record(pass(i, {1, 0, 0, 1}, 0.5));
     EXPECT_EQ(r.buffered_passes(), 300);
-    const auto dump = nlohmann::json::parse(r.dump_json(3));
+    const auto dump = nlohmann::json::parse(r.dump_json(3, {0, 1, 0, 1}));
     EXPECT_EQ(dump["rank"], 3);
     ASSERT_EQ(dump["records"].size(), 300u);
     EXPECT_EQ(dump["records"][299]["forward_pass_id"], 299);

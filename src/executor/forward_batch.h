@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "eplb/eplb_options.h"
 #include "kernels/sampling.h"
 
 namespace tessera::executor {
@@ -38,6 +39,9 @@ struct ForwardSequence {
 
 struct ForwardBatch {
     std::vector<ForwardSequence> seqs;
+    // An expert-distribution recorder command for every rank (a step with no sequences
+    // carries only this).
+    eplb::ExpertRecordCommand expert_record = eplb::ExpertRecordCommand::kNone;
     std::int64_t total_new_tokens() const {
         std::int64_t n = 0;
         for (const auto& s : seqs) n += static_cast<std::int64_t>(s.tokens.size());

@@ -65,6 +65,7 @@ constexpr std::int64_t kMaxCount = 1 << 20;
 std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t flags) {
     Writer w;
     w.i64(flags);
+    w.i64(static_cast<std::int64_t>(batch.expert_record));
     w.i64(static_cast<std::int64_t>(batch.seqs.size()));
     for (const auto& s : batch.seqs) {
         w.i32s(s.tokens);
@@ -96,8 +97,10 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
     Reader r(bytes);
     ForwardBatch batch;
     std::int64_t flags = 0;
-    std::int64_t n = 0;
-    if (!r.i64(&flags) || !r.i64(&n) || n < 0 || n > kMaxCount) return Status::DataLoss("corrupt step header");
+    std::int64_t n = 0, record = 0;
+    if (!r.i64(&flags) || !r.i64(&record) || !r.i64(&n) || n < 0 || n > kMaxCount || record < 0 || record > 3)
+        return Status::DataLoss("corrupt step header");
+    batch.expert_record = static_cast<eplb::ExpertRecordCommand>(record);
     batch.seqs.resize(static_cast<std::size_t>(n));
     for (auto& s : batch.seqs) {
         std::int64_t need = 0;
@@ -178,6 +181,7 @@ StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<
                               seq.need_token ? models::LogitsMode::kLast : models::LogitsMode::kNone});
     }
     input.tokens = *tokens;
+    input.expert_record = batch.expert_record;
     return input;
 }
 

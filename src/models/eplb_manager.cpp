@@ -122,7 +122,11 @@ Status EplbManager::dump() {
         if (recorder_.mode() != eplb::RecorderMode::kStat) name += "_" + std::to_string(options_.global_rank);
         const std::filesystem::path path = std::filesystem::path(options_.dump_dir) / (name + ".json");
         std::ofstream out(path);
-        out << recorder_.dump_json(options_.global_rank);
+        std::vector<std::int32_t> phy2log = dispatch_->location().placement().phy2log;
+        const I64 P = shape_.num_physical;
+        for (const layers::MoeLayer* layer : layers_)
+            std::copy_n(layer->dispatch()->location().phy2log(layer->layer()), P, phy2log.begin() + layer->layer() * P);
+        out << recorder_.dump_json(options_.global_rank, phy2log);
         out.close();
         if (!out) {
             result = Status::Internal("writing the expert distribution to " + path.string() + " failed");

@@ -187,6 +187,15 @@ bool Scheduler::idle() const {
            chunked_req_ == nullptr && in_flight_.empty();
 }
 
+Status Scheduler::run_expert_record(eplb::ExpertRecordCommand command) {
+    // In launch order on every rank: collect what is in flight first.
+    while (!in_flight_.empty()) collect_oldest();
+    executor::ForwardBatch batch;
+    batch.expert_record = command;
+    StatusOr<std::vector<executor::SampledToken>> result = runner_.run(batch);
+    return result.ok() ? Status::Ok() : result.status();
+}
+
 bool Scheduler::flush_cache() {
     if (!idle()) {
         TSR_LOG_C(WARN, "sched",

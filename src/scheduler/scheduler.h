@@ -110,6 +110,9 @@ class Scheduler {
     bool idle() const;
     // Drops the prefix cache (/flush_cache); refused (false) unless idle().
     bool flush_cache();
+    // Runs a step with no sequences that carries `command` to every rank (the expert
+    // distribution recorder endpoints), after the steps in flight; its error, if any.
+    Status run_expert_record(eplb::ExpertRecordCommand command);
 
     SchedulerStats stats() const;
     const SchedulerConfig& config() const { return config_; }

@@ -94,6 +94,9 @@ class Backend {
     virtual nlohmann::json server_info() const = 0;  // /get_server_info body
     virtual std::string metrics_text() const = 0;     // Prometheus text format
     virtual Status flush_cache() = 0;
+    // /start_expert_distribution_record, /stop_..., /dump_...: applied on every rank.
+    enum class ExpertRecordAction { kStart, kStop, kDump };
+    virtual Status expert_record(ExpertRecordAction action) = 0;
     // Stop accepting, finish what is in flight, then return (SIGTERM).
     virtual void drain() = 0;
 };

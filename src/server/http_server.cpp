@@ -215,6 +215,13 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     // ---- routing -------------------------------------------------------------------
+    static std::optional<Backend::ExpertRecordAction> expert_record_action(const std::string& path) {
+        if (path == "/start_expert_distribution_record") return Backend::ExpertRecordAction::kStart;
+        if (path == "/stop_expert_distribution_record") return Backend::ExpertRecordAction::kStop;
+        if (path == "/dump_expert_distribution_record") return Backend::ExpertRecordAction::kDump;
+        return std::nullopt;
+    }
+
     void route() {
         const auto& req = parser_->get();
         std::string_view target(req.target().data(), req.target().size());
@@ -227,9 +234,10 @@ class Session : public std::enable_shared_from_this<Session> {
             return ok;
         };
         Backend& backend = state_->backend;
-        const RouteKind kind = path == "/health" ? RouteKind::kOpen
-                               : path == "/flush_cache" ? RouteKind::kAdmin
-                                                        : RouteKind::kApi;
+        const auto record_action = expert_record_action(path);
+        const RouteKind kind = path == "/health"                       ? RouteKind::kOpen
+                               : path == "/flush_cache" || record_action ? RouteKind::kAdmin
+                                                                         : RouteKind::kApi;
         const auto header = [&](http::field f) { return std::string_view(req[f].data(), req[f].size()); };
         if (auto denied = check_access(state_->access, kind, header(http::field::host),
                                        header(http::field::authorization))) {
@@ -266,6 +274,17 @@ class Session : public std::enable_shared_from_this<Session> {
                         "or waiting requests, the operation will not be performed.)\n");
             } else {
                 respond(400, kText, "Cache not flushed: " + st.message() + "\n");
+            }
+        } else if (record_action) {
+            if (!allow(post, "POST")) return;  // changes state: never a GET a page can trigger
+            Status st = backend.expert_record(*record_action);
+            static const char* const kDone[] = {"Start recording the expert distribution.\n",
+                                                "Stop recording the expert distribution.\n",
+                                                "Dump expert distribution record.\n"};
+            if (st.ok()) {
+                respond(200, kText, kDone[static_cast<int>(*record_action)]);
+            } else {
+                respond(400, kText, st.message() + "\n");
             }
         } else if (path == "/metrics") {
             if (allow(get, "GET"))

@@ -422,6 +422,20 @@ TEST_F(HttpServerTest, HealthModelsInfoFlush) {
     EXPECT_EQ(call("GET", "/server_info").json()["model_path"], "tiny");
     EXPECT_EQ(call("POST", "/flush_cache").status, 200);
     EXPECT_EQ(call("GET", "/flush_cache").status, 405) << "it changes state: POST only";
+
+    // SGLang's expert distribution recorder endpoints, plain-text answers.
+    HttpResponse start = call("POST", "/start_expert_distribution_record");
+    EXPECT_EQ(start.status, 200);
+    EXPECT_EQ(start.body, "Start recording the expert distribution.\n");
+    EXPECT_EQ(call("POST", "/stop_expert_distribution_record").body, "Stop recording the expert distribution.\n");
+    EXPECT_EQ(call("POST", "/dump_expert_distribution_record").body, "Dump expert distribution record.\n");
+    EXPECT_EQ(call("GET", "/dump_expert_distribution_record").status, 405) << "it changes state: POST only";
+    using Action = Backend::ExpertRecordAction;
+    EXPECT_EQ(backend_.expert_record_actions, (std::vector<Action>{Action::kStart, Action::kStop, Action::kDump}));
+    backend_.expert_record_status = Status::InvalidArgument("needs --expert-distribution-recorder-mode");
+    HttpResponse refused = call("POST", "/start_expert_distribution_record");
+    EXPECT_EQ(refused.status, 400);
+    EXPECT_NE(refused.body.find("--expert-distribution-recorder-mode"), std::string::npos) << refused.body;
 }
 
 TEST_F(HttpServerTest, MetricsHaveSglangNames) {

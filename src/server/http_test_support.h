@@ -115,6 +115,13 @@ class FakeBackend : public Backend {
                std::to_string(n_active()) + "\n";
     }
     Status flush_cache() override { return Status::Ok(); }
+    Status expert_record(ExpertRecordAction action) override {
+        std::lock_guard lock(mu_);
+        expert_record_actions.push_back(action);
+        return expert_record_status;
+    }
+    std::vector<ExpertRecordAction> expert_record_actions;  // GUARDED_BY(mu_)
+    Status expert_record_status = Status::Ok();
     void drain() override {
         ready_ = false;
         std::unique_lock lock(mu_);
