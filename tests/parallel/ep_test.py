@@ -9,11 +9,18 @@
                DeepSeek-V2 (MLA, softmax routing) at TP2, TP4, PP2, EP2 and DeepSeek-V3 (q
                compression, noaux_tc routing) at TP2, EP4, PP2 x EP2 and all_to_all. An EP2
                rank holds about half of the one-rank weights (only its experts).
+  eplb         redundant experts and every dispatch algorithm (static, dynamic, and fake
+               against fake on one rank), an --init-expert-location placement, and live
+               rebalancing in the middle of a generation (EP2 masked and all_to_all, layer by
+               layer, PP2 x EP2, DeepSeek-V3's hierarchical balancer at EP4): one rank's greedy
+               tokens and logits within 1e-4, and the logs show experts moved with the probe
+               batch unchanged; with the transfer corrupted on purpose, every rebalance is
+               rolled back and the tokens stay the same.
   kill         two nodes on loopback running EP2 with all_to_all; killing node 1's rank
                mid-generation makes node 0 exit non-zero, naming the lost rank, and leaves no
                process behind.
 
-Usage: ep_test.py --tessera PATH --case {equivalence,kill} --workdir DIR
+Usage: ep_test.py --tessera PATH --case {equivalence,eplb,kill} --workdir DIR
 Exit 0 pass, 1 fail.
 """
 
@@ -63,13 +70,13 @@ LAYOUTS = {
 }
 
 
-def generate(tessera, model, extra, logits):
+def generate(tessera, model, extra, logits, env=None, with_log=False):
     cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", str(NEW_TOKENS),
            "--ignore-eos", "--json", "--threads", "1", "--logits-out", logits] + extra
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout)
+    return (json.loads(p.stdout), p.stderr) if with_log else json.loads(p.stdout)
 
 
 def equivalence(tessera, workdir):
@@ -100,6 +107,66 @@ def equivalence(tessera, workdir):
     return ok
 
 
+EPLB = ["--ep-num-redundant-experts", "2"]
+REBALANCE = ["--enable-eplb", "--eplb-rebalance-num-iterations", "4"]
+EPLB_LAYOUTS = {
+    "qwen3-moe": [
+        (["--tp", "2", "--ep", "2"] + EPLB, "compare"),
+        (["--tp", "2", "--ep", "2", "--ep-dispatch-algorithm", "dynamic"] + EPLB, "compare"),
+        (["--tp", "2", "--moe-a2a-backend", "all_to_all", "--ep-num-redundant-experts", "4"], "compare"),
+        (["--tp", "2", "--ep", "2", "--init-expert-location",
+          json.dumps({"physical_to_logical_map": [[7, 6, 5, 4, 3, 2, 1, 0, 7, 0]] * 3})] + EPLB, "compare"),
+        (["--tp", "2", "--ep", "2"] + EPLB + REBALANCE + ["--eplb-rebalance-layers-per-chunk", "1"], "rebalance"),
+        (["--tp", "2", "--moe-a2a-backend", "all_to_all"] + EPLB + REBALANCE, "rebalance"),
+        (["--pp-size", "2", "--tp", "2", "--ep", "2"] + EPLB + REBALANCE, "rebalance"),
+        (["--tp", "2", "--ep", "2"] + EPLB + REBALANCE, "rollback"),
+    ],
+    "deepseek-v3": [
+        (["--tp", "4", "--ep", "4", "--ep-num-redundant-experts", "4"] + REBALANCE, "rebalance"),
+    ],
+}
+
+
+def eplb(tessera, workdir):
+    ok = True
+    for arch, layouts in EPLB_LAYOUTS.items():
+        model = make_model(tessera, arch, workdir)
+        base_logits = os.path.join(workdir, f"{arch}_one_rank.npy")
+        base = generate(tessera, model, [], base_logits)["output_ids"]
+        for i, (layout, kind) in enumerate(layouts):
+            logits = os.path.join(workdir, f"{arch}_eplb_{i}.npy")
+            env = dict(os.environ)
+            if kind == "rollback":
+                env["TSR_EPLB_FAULT_CORRUPT_TRANSFER"] = "1"
+            report, log = generate(tessera, model, layout + ["--log-all-ranks"], logits, env=env, with_log=True)
+            ids = report["output_ids"]
+            diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
+            moved = [line for line in log.splitlines() if "[EPLBManager] rebalanced layers" in line]
+            rolled = [line for line in log.splitlines() if "rolled back" in line]
+            good = ids == base and diff < LOGIT_TOLERANCE
+            if kind == "rebalance":
+                good &= bool(moved) and not rolled and " 0 experts moved" not in "\n".join(moved)
+            if kind == "rollback":
+                good &= bool(rolled) and not moved
+            ok &= good
+            shown = " ".join(a if len(a) < 40 else a[:37] + "..." for a in layout)
+            print(f"{arch} {shown} [{kind}]: tokens {'same' if ids == base else 'DIFFER'}, max|logit diff| "
+                  f"{diff:.2e}, {len(moved)} layer chunks moved, {len(rolled)} rolled back {'ok' if good else 'FAIL'}")
+            if ids != base:
+                print(f"  one rank: {base}\n  layout:   {ids}")
+        if arch == "qwen3-moe":
+            # fake: the router is noise, the same on every rank and layout for the same pass/row.
+            fake = ["--ep-dispatch-algorithm", "fake"]
+            one = generate(tessera, model, fake, os.path.join(workdir, "fake_one.npy"))["output_ids"]
+            two = generate(tessera, model, ["--tp", "2", "--ep", "2"] + EPLB + fake,
+                           os.path.join(workdir, "fake_two.npy"))["output_ids"]
+            good = one == two and one != base
+            ok &= good
+            print(f"qwen3-moe fake dispatch: one rank and EP2 agree ({one == two}), differ from the real router "
+                  f"({one != base}) {'ok' if good else 'FAIL'}")
+    return ok
+
+
 def kill_mid_all_to_all(tessera, workdir):
     model = make_model(tessera, "qwen3-moe", workdir)
     addr = f"127.0.0.1:{free_port()}"
@@ -123,4 +190,4 @@ def kill_mid_all_to_all(tessera, workdir):
 
 
 if __name__ == "__main__":
-    sys.exit(run_case({"equivalence": equivalence, "kill": kill_mid_all_to_all}))
+    sys.exit(run_case({"equivalence": equivalence, "eplb": eplb, "kill": kill_mid_all_to_all}))
