@@ -60,6 +60,7 @@ void ExpertDistributionRecorder::stop() { recording_ = false; }
 void ExpertDistributionRecorder::record(PassRecord pass) {
     if (!recording_) return;
     if (mode_ != RecorderMode::kPerToken) pass.token_experts.clear();
+    if (mode_ != RecorderMode::kPerPass) pass.physical_count.clear();
     passes_.push_back(std::move(pass));
     if (buffer_size_ >= 0)
         while (static_cast<std::int64_t>(passes_.size()) > std::max<std::int64_t>(buffer_size_, 1)) passes_.pop_front();
@@ -112,6 +113,14 @@ std::string ExpertDistributionRecorder::dump_json(int rank, const std::vector<st
             r["logical_count"] = matrix(p.logical_count);
             r["balancedness"] = p.balancedness ? nlohmann::json(*p.balancedness) : nlohmann::json(nullptr);
             if (mode_ == RecorderMode::kPerToken) r["topk_ids_of_layer"] = p.token_experts;
+            if (mode_ == RecorderMode::kPerPass && num_layers_ > 0) {
+                const std::size_t P = p.physical_count.size() / static_cast<std::size_t>(num_layers_);
+                nlohmann::json rows = nlohmann::json::array();
+                for (std::int64_t l = 0; l < num_layers_ && P > 0; ++l)
+                    rows.push_back(std::vector<std::int32_t>(p.physical_count.begin() + l * P,
+                                                             p.physical_count.begin() + (l + 1) * P));
+                r["global_physical_count"] = std::move(rows);
+            }
             records.push_back(std::move(r));
         }
         j["records"] = std::move(records);

@@ -38,6 +38,7 @@ struct PassRecord {
     std::vector<std::int32_t> logical_count;  // [num_layers, num_logical]
     std::optional<double> balancedness;       // mean over this stage's MoE layers; none without tokens
     std::vector<std::int32_t> token_experts;  // per_token: [moe layers of the stage, tokens, top_k]
+    std::vector<std::int32_t> physical_count;  // per_pass: [num_layers, num_physical]
 };
 
 class ExpertDistributionRecorder {

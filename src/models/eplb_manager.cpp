@@ -158,6 +158,8 @@ Status EplbManager::record_pass() {
     eplb::PassRecord pass;
     pass.pass_id = pass_id_;
     pass.logical_count.assign(static_cast<std::size_t>(shape_.num_layers * E), 0);
+    if (recorder_.mode() == eplb::RecorderMode::kPerPass)
+        pass.physical_count.assign(static_cast<std::size_t>(shape_.num_layers * P), 0);
     double sum = 0.0;
     int layers_with_tokens = 0;
     I64 physical_sum = 0;
@@ -166,6 +168,8 @@ Status EplbManager::record_pass() {
         pass.tokens = std::max<I64>(pass.tokens, c[0]);
         std::copy(c + 1, c + 1 + E, pass.logical_count.begin() + layers_[i]->layer() * E);
         const std::vector<std::int32_t> physical(c + 1 + E, c + 1 + E + P);
+        if (!pass.physical_count.empty())
+            std::copy(physical.begin(), physical.end(), pass.physical_count.begin() + layers_[i]->layer() * P);
         const std::vector<I64> load = rank_loads(physical, ep);
         for (I64 v : load) physical_sum += v;
         if (c[0] > 0) sum += eplb::balancedness(load), ++layers_with_tokens;

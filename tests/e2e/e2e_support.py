@@ -14,11 +14,13 @@ class Checks:
         self.failures = []
 
     def __call__(self, name, ok, detail=""):
+        """Counts one check; returns whether it passed."""
         if ok:
             self.passed += 1
         else:
             self.failures.append(name)
             print(f"FAIL: {name} {detail}")
+        return bool(ok)
 
     def summary(self):
         return f"{self.passed} passed, {len(self.failures)} failed"
