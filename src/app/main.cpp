@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     make_model->add_option("--seed", mm.seed, "random seed of the weights")->capture_default_str();
     make_model->add_option("--num-layers", mm.num_layers, "decoder layers (default: the preset's)");
+    make_model->add_option("--router-skew", mm.router_skew,
+                           "deepseek-v3: add s*(E-1-e)/(E-1) to expert e's routing bias, a skewed load for EPLB "
+                           "benchmarks (0: none)");
     make_model->add_option("--tokenizer", mm.tokenizer,
                            "copy a real tokenizer in and take its vocab size: qwen3, llama3 or "
                            "none (small models default to their family's)")

@@ -95,14 +95,15 @@ class TensorWriter {
  public:
     TensorWriter(DType dtype, std::uint64_t seed) : dtype_(dtype), normal_(seed) {}
 
-    // Gaussian values: mean + std · N(0, 1).
-    void add(const std::string& name, std::vector<std::int64_t> shape, double std, double mean = 0.0) {
+    // Gaussian values: mean + std · N(0, 1), plus offset[i] when given (one per value).
+    void add(const std::string& name, std::vector<std::int64_t> shape, double std, double mean = 0.0,
+             const std::vector<double>& offset = {}) {
         std::int64_t n = 1;
         for (auto s : shape) n *= s;
         TensorToWrite t{name, dtype_, std::move(shape), {}};
         t.bytes.resize(static_cast<std::size_t>(n) * dtype_size(dtype_));
         for (std::int64_t i = 0; i < n; ++i) {
-            const float v = static_cast<float>(mean + std * normal_.next());
+            const float v = static_cast<float>(mean + std * normal_.next() + (offset.empty() ? 0.0 : offset[i]));
             if (dtype_ == DType::kF32) {
                 std::memcpy(t.bytes.data() + i * 4, &v, 4);
             } else {
@@ -166,7 +167,7 @@ constexpr double kRouterGain = 3.0;
 
 // The MoE block of `arch`: Qwen3-MoE (experts only), Qwen2-MoE (plus a sigmoid-gated shared
 // expert), Mixtral (experts named w1/w3/w2), DeepSeek (plus ungated shared experts).
-void add_moe(TensorWriter& w, const std::string& p, const Dims& d, const std::string& arch) {
+void add_moe(TensorWriter& w, const std::string& p, const Dims& d, const std::string& arch, double router_skew) {
     w.linear(p + "gate.weight", d.experts, d.hidden, kRouterGain);
     for (std::int64_t e = 0; e < d.experts; ++e) {
         const std::string ep = p + "experts." + std::to_string(e) + ".";
@@ -180,7 +181,14 @@ void add_moe(TensorWriter& w, const std::string& p, const Dims& d, const std::st
     }
     if (is_deepseek(arch)) add_dense_mlp(w, p + "shared_experts.", d.hidden, d.shared_experts * d.moe_intermediate);
     // V3's noaux_tc selection bias: small next to the sigmoid scores, but it moves choices.
-    if (arch == "deepseek-v3") w.add(p + "gate.e_score_correction_bias", {d.experts}, 0.1);
+    // --router-skew s adds s·(E-1-e)/(E-1): low experts (and their groups) win most tokens, a
+    // load EPLB has something to balance.
+    if (arch == "deepseek-v3") {
+        std::vector<double> skew(static_cast<std::size_t>(d.experts), 0.0);
+        for (std::int64_t e = 0; e < d.experts && router_skew != 0.0; ++e)
+            skew[e] = router_skew * static_cast<double>(d.experts - 1 - e) / static_cast<double>(d.experts - 1);
+        w.add(p + "gate.e_score_correction_bias", {d.experts}, 0.1, 0.0, skew);
+    }
     if (arch == "qwen2-moe") {
         add_dense_mlp(w, p + "shared_expert.", d.hidden, d.shared_experts * d.moe_intermediate);
         w.linear(p + "shared_expert_gate.weight", 1, d.hidden);
@@ -377,6 +385,8 @@ Status make_model(const MakeModelOptions& o) {
         return Status::InvalidArgument("--dtype " + o.dtype + " is not supported by make-model; use f32 or bf16");
     if (o.out.empty()) return Status::InvalidArgument("--out is required: the folder to write the model to");
 
+    if (o.router_skew != 0.0 && o.arch != "deepseek-v3")
+        return Status::InvalidArgument("--router-skew shifts DeepSeek-V3's e_score_correction_bias; use --arch deepseek-v3");
     Dims d = dims_for(o.arch, o.preset);
     if (o.num_layers < 0 || o.num_layers > 256)
         return Status::InvalidArgument("--num-layers " + std::to_string(o.num_layers) + " must be in [1, 256]");
@@ -428,16 +438,16 @@ Status make_model(const MakeModelOptions& o) {
             if (l < d.first_dense) {
                 add_dense_mlp(w, p + "mlp.", d.hidden, d.intermediate);
             } else {
-                add_moe(w, p + "mlp.", d, o.arch);
+                add_moe(w, p + "mlp.", d, o.arch, o.router_skew);
             }
         } else {
             add_gqa_attention(w, p + "self_attn.", d, /*bias=*/o.arch == "qwen2" || o.arch == "qwen2-moe",
                               /*qk_norm=*/o.arch == "qwen3" || o.arch == "qwen3-moe");
             const bool dense = std::find(dense_layers.begin(), dense_layers.end(), l) != dense_layers.end();
             if (o.arch == "mixtral") {
-                add_moe(w, p + "block_sparse_moe.", d, o.arch);
+                add_moe(w, p + "block_sparse_moe.", d, o.arch, o.router_skew);
             } else if ((o.arch == "qwen3-moe" || o.arch == "qwen2-moe") && !dense) {
-                add_moe(w, p + "mlp.", d, o.arch);
+                add_moe(w, p + "mlp.", d, o.arch, o.router_skew);
             } else {
                 add_dense_mlp(w, p + "mlp.", d.hidden, d.intermediate);
             }

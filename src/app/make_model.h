@@ -17,6 +17,7 @@ struct MakeModelOptions {
     std::string tokenizer_dir;      // folder holding <tokenizer>/tokenizer.json
     std::uint64_t seed = 0;
     int num_layers = 0;             // > 0: override the preset's decoder layer count
+    double router_skew = 0.0;       // deepseek-v3: a bias toward the low experts (EPLB benchmarks)
     std::string out;
 };
 

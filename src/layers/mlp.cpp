@@ -38,6 +38,11 @@ void GatedMlp::copy_packed_from(const std::byte* src) {
     std::memcpy(b.data(), src + a.size(), b.size());
 }
 
+void GatedMlp::copy_weights_from(const GatedMlp& other) {
+    std::memcpy(gate_up_.packed().data(), other.gate_up_.packed().data(), gate_up_.packed().size());
+    std::memcpy(down_.packed().data(), other.down_.packed().data(), down_.packed().size());
+}
+
 double GatedMlp::flops_per_token() const {
     return 2.0 * (static_cast<double>(gate_up_.in_features()) * gate_up_.out_features() +
                   static_cast<double>(down_.in_features()) * down_.out_features());

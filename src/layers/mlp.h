@@ -46,6 +46,7 @@ class GatedMlp {
     std::size_t packed_bytes() const { return gate_up_.packed().size() + down_.packed().size(); }
     void copy_packed_to(std::byte* dst) const;
     void copy_packed_from(const std::byte* src);
+    void copy_weights_from(const GatedMlp& other);  // the same shape
 
  private:
     GatedMlp(Linear gate_up, Linear down) : gate_up_(std::move(gate_up)), down_(std::move(down)) {}

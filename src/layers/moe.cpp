@@ -93,14 +93,11 @@ void add_shared(const float* h, const float* shared, const std::vector<float>& g
 
 }  // namespace
 
-std::vector<GatedMlp> MoeLayer::apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch,
-                                                std::vector<GatedMlp> slots) {
-    std::vector<GatedMlp> old;
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-        old.push_back(experts_.exchange_slot(static_cast<std::int64_t>(i), std::move(slots[i])));
-    }
+MoeLayer::SlotChanges MoeLayer::apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch,
+                                                SlotChanges changes) {
+    for (auto& [slot, expert] : changes) expert = experts_.exchange_slot(slot, std::move(expert));
     dispatch_ = std::move(dispatch);
-    return old;
+    return changes;
 }
 
 void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, Scratch& scratch,

@@ -86,10 +86,10 @@ class MoeLayer {
     const eplb::ExpertDispatch* dispatch() const { return dispatch_.get(); }
     const LocalExperts& experts() const { return experts_; }
     std::shared_ptr<const eplb::ExpertDispatch> shared_dispatch() const { return dispatch_; }
-    // A new placement for this layer: `slots` are this rank's experts in slot order. Returns
-    // the slots it replaces (to roll back with).
-    std::vector<GatedMlp> apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch,
-                                          std::vector<GatedMlp> slots);
+    // A new placement for this layer: the local slots that change get new experts (local slot
+    // index, expert). Returns what they held, in the same form (to roll back with).
+    using SlotChanges = std::vector<std::pair<std::int64_t, GatedMlp>>;
+    SlotChanges apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch, SlotChanges changes);
 
  private:
     Status dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,

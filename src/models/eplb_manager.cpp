@@ -20,6 +20,10 @@ namespace {
 
 using I64 = std::int64_t;
 
+// A layer's experts move only when that lowers its busiest rank's load on the recorded window
+// by at least this much: a steady load does not move experts back and forth on noise.
+constexpr double kMinImprovement = 0.05;
+
 // Tokens each EP rank's slots served in one layer, from the per-slot counts.
 std::vector<I64> rank_loads(const std::vector<std::int32_t>& physical, int ep_size) {
     std::vector<I64> load(static_cast<std::size_t>(ep_size), 0);
@@ -37,6 +41,12 @@ double max_rank_load(const eplb::ExpertLocation& loc, I64 layer, const float* co
         load[loc.rank_of_physical(s)] += count[e] / loc.logcnt(layer)[e];
     }
     return *std::max_element(load.begin(), load.end());
+}
+
+// A transfer buffer of at least `bytes`, kept across rebalances: an AlignedBuffer, because
+// large ones are huge-page backed, and 4 KiB page faults cost more than the copy itself.
+void grow(AlignedBuffer& buffer, std::size_t bytes) {
+    if (buffer.size() < bytes) buffer = AlignedBuffer(std::max(bytes, buffer.size() * 3 / 2));
 }
 
 // Deterministic probe rows in [-1, 1): the same on every rank.
@@ -248,12 +258,14 @@ Status EplbManager::start_rebalance() {
         const float* c = count.data() + l * E;
         const eplb::ExpertLocation& current = layer->dispatch()->location();
         copy_row(current, l);
-        if (max_rank_load(proposed, l, c) >= max_rank_load(current, l, c) - 1e-6) continue;
+        if (max_rank_load(proposed, l, c) > (1.0 - kMinImprovement) * max_rank_load(current, l, c)) continue;
         copy_row(proposed, l);
         moved.push_back(layer);
     }
     if (moved.empty()) {
-        if (logs()) TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance end: no layer's placement improves");
+        if (logs())
+            TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance end: no layer's busiest rank would carry {:.0f}% less",
+                      kMinImprovement * 100);
         return Status::Ok();
     }
     TSR_ASSIGN_OR_RETURN(eplb::ExpertLocation location, eplb::ExpertLocation::from_placement(std::move(next), shape_.ep_size));
@@ -305,30 +317,34 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
     }
     // One all_to_all_v: the packed bytes of every expert a peer needs from this rank.
     std::vector<std::int64_t> send_counts(static_cast<std::size_t>(group_size), 0), recv_counts(send_counts);
-    std::vector<std::uint8_t> send, recv;
-    I64 moved_bytes = 0;
+    // Every expert of a layer packs to the same size; sizes first, so the buffer grows once.
+    const auto expert_bytes = [&](std::size_t c) { return chunk[c]->experts().slot(0).packed_bytes(); };
+    std::size_t send_total = 0;
+    for (const Move& m : remote)
+        if (m.from == me) send_total += expert_bytes(m.layer);
+    grow(send_, send_total);
+    std::size_t at = 0;
     for (int d = 0; d < ep; ++d) {
         for (const Move& m : remote) {
             if (m.from != me || m.slot / Lp != d) continue;
-            const layers::GatedMlp& expert = chunk[m.layer]->experts().slot(m.from_local);
-            const std::size_t at = send.size();
-            send.resize(at + expert.packed_bytes());
-            expert.copy_packed_to(reinterpret_cast<std::byte*>(send.data() + at));
-            send_counts[group_rank(d)] += static_cast<std::int64_t>(expert.packed_bytes());
+            chunk[m.layer]->experts().slot(m.from_local).copy_packed_to(send_.data() + at);
+            at += expert_bytes(m.layer);
+            send_counts[group_rank(d)] += static_cast<std::int64_t>(expert_bytes(m.layer));
         }
     }
     for (const Move& m : remote) {
         if (m.slot / Lp != me) continue;
-        recv_counts[group_rank(m.from)] +=
-            static_cast<std::int64_t>(chunk[m.layer]->experts().slot(0).packed_bytes());
+        recv_counts[group_rank(m.from)] += static_cast<std::int64_t>(expert_bytes(m.layer));
     }
     I64 recv_total = 0;
     for (std::int64_t v : recv_counts) recv_total += v;
-    recv.resize(static_cast<std::size_t>(recv_total));
-    moved_bytes = static_cast<I64>(send.size());
+    grow(recv_, static_cast<std::size_t>(recv_total));
+    const auto moved_bytes = static_cast<I64>(send_total);
     if (par_.tp_group != nullptr) {
         // Peers send to themselves nothing; a rank's own copies are "local".
-        const Status sent = par_.tp_group->all_to_all_v(send, send_counts, recv, recv_counts);
+        const Status sent = par_.tp_group->all_to_all_v({send_.as<std::uint8_t>(), send_total}, send_counts,
+                                                         {recv_.as<std::uint8_t>(), static_cast<std::size_t>(recv_total)},
+                                                         recv_counts);
         if (!sent.ok()) {
             TSR_LOG_C(ERROR, "eplb", "[EPLBManager] moving experts failed ({}); keeping the old placement",
                       sent.message());
@@ -337,7 +353,7 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
         }
     }
     if (env().eplb_corrupt_transfer)  // fault injection for tests: the probe must catch it
-        std::fill(recv.begin(), recv.end(), std::uint8_t{0x7f});
+        std::memset(recv_.data(), 0x7f, static_cast<std::size_t>(recv_total));
 
     // Probe each moved layer before and after, on every rank (the MoE forward is collective).
     const I64 probe_tokens = std::max<I64>(64, 2 * shape_.num_physical);
@@ -350,8 +366,10 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
         before[c].resize(x.size());
         TSR_RETURN_IF_ERROR(chunk[c]->forward(x.data(), probe_tokens, before[c].data(), scratch, pool, par_));
     }
-    // Build and install the new slots; keep the old ones to roll back to.
-    std::vector<std::vector<layers::GatedMlp>> old_slots(chunk.size());
+    // Install the slots that change (unchanged slots stay in place); the replaced experts are
+    // kept to roll back to, then become spares for the next rebalance: fresh memory is slow to
+    // fault in, and the next rebalance moves about as many experts.
+    std::vector<layers::MoeLayer::SlotChanges> replaced(chunk.size());
     std::vector<std::shared_ptr<const eplb::ExpertDispatch>> old_dispatch(chunk.size());
     std::vector<std::size_t> recv_offset(static_cast<std::size_t>(group_size), 0);
     {
@@ -360,22 +378,30 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
     }
     for (std::size_t c = 0; c < chunk.size(); ++c) {
         const layers::LocalExperts& experts = chunk[c]->experts();
-        std::vector<layers::GatedMlp> slots(static_cast<std::size_t>(Lp));
-        std::vector<bool> filled(static_cast<std::size_t>(Lp), false);
-        for (const auto& [to, from] : local[c]) slots[to] = experts.slot(from).clone(), filled[to] = true;
+        std::vector<layers::GatedMlp>& spares = spares_[chunk[c]->layer()];
+        auto fresh = [&] {
+            if (spares.empty()) return experts.slot(0).clone();
+            layers::GatedMlp expert = std::move(spares.back());
+            spares.pop_back();
+            return expert;
+        };
+        layers::MoeLayer::SlotChanges changes;
+        for (const auto& [to, from] : local[c]) {
+            if (to == from) continue;
+            layers::GatedMlp expert = fresh();
+            expert.copy_weights_from(experts.slot(from));
+            changes.emplace_back(to, std::move(expert));
+        }
         for (const Move& m : remote) {
             if (m.layer != c || m.slot / Lp != me) continue;
-            layers::GatedMlp expert = experts.slot(0).clone();
+            layers::GatedMlp expert = fresh();
             const std::size_t at = recv_offset[group_rank(m.from)];
-            expert.copy_packed_from(reinterpret_cast<const std::byte*>(recv.data() + at));
+            expert.copy_packed_from(recv_.data() + at);
             recv_offset[group_rank(m.from)] += expert.packed_bytes();
-            slots[m.slot % Lp] = std::move(expert);
-            filled[m.slot % Lp] = true;
+            changes.emplace_back(m.slot % Lp, std::move(expert));
         }
-        for (I64 i = 0; i < Lp; ++i)
-            if (!filled[i]) return Status::Internal("EPLB left slot " + std::to_string(me * Lp + i) + " empty");
         old_dispatch[c] = chunk[c]->shared_dispatch();
-        old_slots[c] = chunk[c]->apply_placement(pending_dispatch_, std::move(slots));
+        replaced[c] = chunk[c]->apply_placement(pending_dispatch_, std::move(changes));
     }
     // The probe again: the same tokens must come out the same (up to summation order).
     std::int32_t mismatch = 0;
@@ -397,9 +423,12 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
     }
     if (par_.tp_group != nullptr) TSR_RETURN_IF_ERROR(par_.tp_group->all_reduce(std::span<std::int32_t>(&mismatch, 1), dist::ReduceOp::kMax));
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    auto keep_spares = [&](std::size_t c, layers::MoeLayer::SlotChanges&& unused) {
+        for (auto& [slot, expert] : unused) spares_[chunk[c]->layer()].push_back(std::move(expert));
+    };
     if (mismatch != 0) {
         for (std::size_t c = 0; c < chunk.size(); ++c)
-            chunk[c]->apply_placement(old_dispatch[c], std::move(old_slots[c]));
+            keep_spares(c, chunk[c]->apply_placement(old_dispatch[c], std::move(replaced[c])));
         pending_.clear();
         rolled_back_ = true;
         TSR_LOG_C(WARN, "eplb",
@@ -408,6 +437,7 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
                   chunk.front()->layer(), chunk.back()->layer(), worst);
         return Status::Ok();
     }
+    for (std::size_t c = 0; c < chunk.size(); ++c) keep_spares(c, std::move(replaced[c]));
     if (logs())
         TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalanced layers {}..{}: {} experts moved between ranks ({:.2f} MB "
                                 "sent by this rank) in {:.1f} ms, probe difference {:.2g}",

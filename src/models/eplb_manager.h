@@ -11,17 +11,19 @@
 //     all_to_all_v over the TP group per chunk, peers with the same moe_tp rank); a probe
 //     batch through each moved layer must give the same output as before, else every rank
 //     puts the old slots back. A layer is only moved when the new placement lowers its
-//     busiest rank's load on the recorded counts.
+//     busiest rank's load on the recorded counts by 5% or more.
 // Every rank of a TP group runs the same passes, so all of them rebalance at the same pass
 // with the same (integer) counts and compute the same placement. Owned by the model; called
 // by its forward thread.
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "eplb/eplb_options.h"
 #include "eplb/expert_distribution.h"
@@ -68,6 +70,10 @@ class EplbManager {
     std::vector<std::vector<layers::MoeLayer*>> pending_;
     std::shared_ptr<const eplb::ExpertDispatch> pending_dispatch_;
     std::chrono::steady_clock::time_point rebalance_start_;
+    // Reused across rebalances: the transfer buffers, and per decoder layer the experts a
+    // rebalance replaced (the next one fills them instead of faulting in new memory).
+    AlignedBuffer send_, recv_;
+    std::map<std::int64_t, std::vector<layers::GatedMlp>> spares_;
 };
 
 }  // namespace tessera::models

@@ -1,0 +1,185 @@
+#!/usr/bin/python3
+"""EPLB on a skewed router load: balancedness and decode step time with the trivial expert
+layout against redundant experts placed by live rebalancing, at EP2 and EP4 (TP = EP,
+masked dispatch), served by `tessera serve` and driven by `tessera bench serve`.
+
+The model is the small DeepSeek-V3 (8 layers, 32 experts top-4 in 8 groups, bf16) made with
+`make-model --router-skew 0.6`: its routing bias favours the low experts and their groups,
+which the trivial layout puts on EP rank 0. Per repeat and EP size, in this order:
+  trivial  --expert-balancedness-report-mode both
+  eplb     + --ep-num-redundant-experts R --enable-eplb --eplb-rebalance-num-iterations 32
+           (the untimed warm-up run records the load and triggers the first rebalance); its
+           placement is dumped at the end (last_physical_to_logical_map)
+  planned  that placement from the start (--init-expert-location FILE), no rebalancing: the
+           offline-planning workflow, and the step time without any rebalance in it
+  churn    eplb with --eplb-rebalance-num-iterations 8: p99 inter-token latency with a
+           rebalance every 8 passes against planned
+Each server gets an untimed warm-up (16 requests) and a timed run (32 requests, 16 at once,
+64 prompt / 32 output tokens). Balancedness is the mean of the server log's
+current_pass_balancedness over the timed run's passes; the decode step time is bench
+serve's median inter-token latency. Rebalance cost: the "[EPLBManager] rebalanced layers
+... in X ms" lines (per layer chunk) and "rebalance end time=".
+
+Prints one JSON line per run and a summary with medians over repeats.
+
+Usage: bench/eplb_balance.py --tessera build/tessera [--model-path DIR] [--ep 2 4] [--repeats 3]
+"""
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(port, server, timeout_s=300):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if server.poll() is not None:
+            sys.exit(f"tessera serve exited with {server.returncode} before it was healthy")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    sys.exit("tessera serve did not become healthy in time")
+
+
+def bench(a, port, prompts, seed, out_file):
+    cmd = [a.tessera, "bench", "serve", "--backend", "openai", "--port", str(port), "--model", "bench-model",
+           "--model-path", a.model_path, "--random-input-len", "64", "--random-output-len", "32",
+           "--random-range-ratio", "1", "--request-rate", "inf", "--num-prompts", str(prompts),
+           "--max-concurrency", "16", "--seed", str(seed), "--warmup-requests", "0", "--disable-tqdm",
+           "--output-file", out_file]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"bench serve failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    with open(out_file) as f:
+        return json.loads(f.readlines()[-1])
+
+
+BALANCED = re.compile(r"current_pass_balancedness=([0-9.]+)")
+CHUNK = re.compile(r"rebalanced layers (\d+)\.\.(\d+): (\d+) experts moved .* in ([0-9.]+) ms")
+END = re.compile(r"rebalance end time=([0-9.]+)s")
+
+
+def dump_placement(port, dump_dir, out_file):
+    """The placement in force, from a recorder dump, as an --init-expert-location file."""
+    for f in os.listdir(dump_dir):
+        os.remove(os.path.join(dump_dir, f))
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/dump_expert_distribution_record", method="POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        if r.status != 200:
+            sys.exit(f"/dump_expert_distribution_record answered {r.status}")
+    dumped = [f for f in os.listdir(dump_dir) if f.endswith(".json")]
+    with open(os.path.join(dump_dir, dumped[0])) as f:
+        placement = json.load(f)["last_physical_to_logical_map"]
+    with open(out_file, "w") as f:
+        json.dump({"physical_to_logical_map": placement}, f)
+
+
+def serve_run(a, ep, name, extra, seed, workdir, placement_out=None):
+    port = free_port()
+    log_path = os.path.join(workdir, f"serve_ep{ep}_{name}_{seed}.log")
+    dump_dir = os.path.join(workdir, "dumps")
+    os.makedirs(dump_dir, exist_ok=True)
+    env = dict(os.environ, SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR=dump_dir)
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([a.tessera, "serve", "--model-path", a.model_path, "--served-model-name",
+                                   "bench-model", "--port", str(port), "--tp", str(ep), "--ep", str(ep),
+                                   "--threads", "1", "--expert-balancedness-report-mode", "both",
+                                   "--max-total-tokens", "8192", *extra], stdout=log, stderr=subprocess.STDOUT,
+                                  env=env)
+        try:
+            wait_healthy(port, server)
+            bench(a, port, 16, seed + 1000, os.path.join(workdir, "warmup.jsonl"))
+            before = open(log_path).read()
+            run = bench(a, port, 32, seed, os.path.join(workdir, "runs.jsonl"))
+            text = open(log_path).read()
+            if placement_out:
+                dump_placement(port, dump_dir, placement_out)
+        finally:
+            server.terminate()
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    timed = text[len(before):]
+    values = [float(v) for v in BALANCED.findall(timed)]
+    chunks = [(int(m[0]), int(m[1]), int(m[2]), float(m[3])) for m in CHUNK.findall(text)]
+    return {"balancedness": statistics.mean(values) if values else None, "passes": len(values),
+            "median_itl_ms": run["median_itl_ms"], "p99_itl_ms": run["p99_itl_ms"],
+            "median_tpot_ms": run["median_tpot_ms"], "p99_tpot_ms": run["p99_tpot_ms"],
+            "output_throughput": run["output_throughput"],
+            "chunks_moved": len(chunks), "chunk_ms": [c[3] for c in chunks],
+            "experts_moved": sum(c[2] for c in chunks),
+            "rebalance_s": [float(v) for v in END.findall(text)]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tessera", required=True)
+    ap.add_argument("--model-path", default="build/models/deepseek-v3-small-skew-bf16")
+    ap.add_argument("--ep", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--redundant", type=int, default=0, help="redundant experts (default: 8 x ep)")
+    a = ap.parse_args()
+    if not os.path.exists(os.path.join(a.model_path, "config.json")):
+        subprocess.run([a.tessera, "make-model", "--arch", "deepseek-v3", "--preset", "small", "--dtype", "bf16",
+                        "--router-skew", "0.6", "--out", a.model_path], check=True)
+    workdir = tempfile.mkdtemp(prefix="eplb_bench_")
+    summary = {}
+    for ep in a.ep:
+        redundant = a.redundant or 8 * ep
+        eplb = ["--ep-num-redundant-experts", str(redundant), "--enable-eplb"]
+        placement = os.path.join(workdir, f"placement_ep{ep}.json")
+        layouts = {"trivial": [],
+                   "eplb": eplb + ["--eplb-rebalance-num-iterations", "32"],
+                   "planned": ["--ep-num-redundant-experts", str(redundant), "--init-expert-location", placement],
+                   "churn": eplb + ["--eplb-rebalance-num-iterations", "8"]}
+        rows = {k: [] for k in layouts}
+        for r in range(a.repeats):
+            for name, extra in layouts.items():
+                result = serve_run(a, ep, name, extra, 7 + r, workdir, placement if name == "eplb" else None)
+                result.update({"ep": ep, "layout": name, "repeat": r, "redundant": redundant if extra else 0})
+                print(json.dumps(result), flush=True)
+                rows[name].append(result)
+        med = lambda name, key: statistics.median(x[key] for x in rows[name] if x[key] is not None)
+        chunk_ms = [ms for x in rows["eplb"] + rows["churn"] for ms in x["chunk_ms"]]
+        ratio = lambda num, den, key: round(statistics.median(
+            x[key] / y[key] for x, y in zip(rows[num], rows[den])), 3)  # per repeat, then the median
+        summary[f"ep{ep}"] = {
+            "redundant_experts": redundant,
+            "balancedness_trivial": round(med("trivial", "balancedness"), 3),
+            "balancedness_eplb": round(med("eplb", "balancedness"), 3),
+            "balancedness_planned": round(med("planned", "balancedness"), 3),
+            "median_itl_ms_trivial": med("trivial", "median_itl_ms"),
+            "median_itl_ms_eplb": med("eplb", "median_itl_ms"),
+            "median_itl_ms_planned": med("planned", "median_itl_ms"),
+            "step_time_trivial_over_planned": ratio("trivial", "planned", "median_itl_ms"),
+            "step_time_trivial_over_eplb": ratio("trivial", "eplb", "median_itl_ms"),
+            "p99_itl_churn_over_planned": ratio("churn", "planned", "p99_itl_ms"),
+            "p99_tpot_churn_over_planned": ratio("churn", "planned", "p99_tpot_ms"),
+            "median_chunk_ms": round(statistics.median(chunk_ms), 1) if chunk_ms else None,
+            "max_chunk_ms": round(max(chunk_ms), 1) if chunk_ms else None,
+        }
+    print(json.dumps({"summary": summary}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
