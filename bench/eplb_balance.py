@@ -12,8 +12,8 @@ which the trivial layout puts on EP rank 0. Per repeat and EP size, in this orde
            placement is dumped at the end (last_physical_to_logical_map)
   planned  that placement from the start (--init-expert-location FILE), no rebalancing: the
            offline-planning workflow, and the step time without any rebalance in it
-  churn    eplb with --eplb-rebalance-num-iterations 8: p99 inter-token latency with a
-           rebalance every 8 passes against planned
+  churn    eplb with --eplb-rebalance-num-iterations 8 --eplb-rebalance-layers-per-chunk 1:
+           p99 inter-token latency with a rebalance every 8 passes against planned
 Each server gets an untimed warm-up (16 requests) and a timed run (32 requests, 16 at once,
 64 prompt / 32 output tokens). Balancedness is the mean of the server log's
 current_pass_balancedness over the timed run's passes; the decode step time is bench
@@ -151,7 +151,7 @@ def main():
         layouts = {"trivial": [],
                    "eplb": eplb + ["--eplb-rebalance-num-iterations", "32"],
                    "planned": ["--ep-num-redundant-experts", str(redundant), "--init-expert-location", placement],
-                   "churn": eplb + ["--eplb-rebalance-num-iterations", "8"]}
+                   "churn": eplb + ["--eplb-rebalance-num-iterations", "8", "--eplb-rebalance-layers-per-chunk", "1"]}
         rows = {k: [] for k in layouts}
         for r in range(a.repeats):
             for name, extra in layouts.items():
