@@ -12,10 +12,14 @@ which the trivial layout puts on EP rank 0. Per repeat and EP size, in this orde
            placement is dumped at the end (last_physical_to_logical_map)
   planned  that placement from the start (--init-expert-location FILE), no rebalancing: the
            offline-planning workflow, and the step time without any rebalance in it
-  churn    eplb with --eplb-rebalance-num-iterations 8 --eplb-rebalance-layers-per-chunk 1:
-           p99 inter-token latency with a rebalance every 8 passes against planned
+  churn    eplb with --eplb-rebalance-num-iterations N (--churn-every, default 8)
+           --eplb-rebalance-layers-per-chunk 1: p99 inter-token latency with a rebalance every N
+           passes against planned
 Each server gets an untimed warm-up (16 requests) and a timed run (32 requests, 16 at once,
-64 prompt / 32 output tokens). Balancedness is the mean of the server log's
+64 prompt / 32 output tokens), then a prefill-heavy run (16 requests of 512 prompt tokens at
+once, 2 output tokens: median TTFT), where the expert GEMMs are compute-bound and
+balancedness turns into time; at 16 decoding sequences a step reads each expert a rank
+touches once, so a copy of a hot expert on each rank balances tokens more than bytes. Balancedness is the mean of the server log's
 current_pass_balancedness over the timed run's passes; the decode step time is bench
 serve's median inter-token latency. Rebalance cost: the "[EPLBManager] rebalanced layers
 ... in X ms" lines (per layer chunk) and "rebalance end time=".
@@ -59,9 +63,9 @@ def wait_healthy(port, server, timeout_s=300):
     sys.exit("tessera serve did not become healthy in time")
 
 
-def bench(a, port, prompts, seed, out_file):
+def bench(a, port, prompts, seed, out_file, input_len=64, output_len=32):
     cmd = [a.tessera, "bench", "serve", "--backend", "openai", "--port", str(port), "--model", "bench-model",
-           "--model-path", a.model_path, "--random-input-len", "64", "--random-output-len", "32",
+           "--model-path", a.model_path, "--random-input-len", str(input_len), "--random-output-len", str(output_len),
            "--random-range-ratio", "1", "--request-rate", "inf", "--num-prompts", str(prompts),
            "--max-concurrency", "16", "--seed", str(seed), "--warmup-requests", "0", "--disable-tqdm",
            "--output-file", out_file]
@@ -110,6 +114,9 @@ def serve_run(a, ep, name, extra, seed, workdir, placement_out=None):
             before = open(log_path).read()
             run = bench(a, port, 32, seed, os.path.join(workdir, "runs.jsonl"))
             text = open(log_path).read()
+            # Prefill-heavy: 16 prompts of 512 tokens at once, 2 output tokens each.
+            prefill = bench(a, port, 16, seed + 2000, os.path.join(workdir, "prefill.jsonl"), 512, 2)
+            prefill_text = open(log_path).read()[len(text):]
             if placement_out:
                 dump_placement(port, dump_dir, placement_out)
         finally:
@@ -122,7 +129,10 @@ def serve_run(a, ep, name, extra, seed, workdir, placement_out=None):
     timed = text[len(before):]
     values = [float(v) for v in BALANCED.findall(timed)]
     chunks = [(int(m[0]), int(m[1]), int(m[2]), float(m[3])) for m in CHUNK.findall(text)]
+    prefill_values = [float(v) for v in BALANCED.findall(prefill_text)]
     return {"balancedness": statistics.mean(values) if values else None, "passes": len(values),
+            "prefill_balancedness": statistics.mean(prefill_values) if prefill_values else None,
+            "prefill_median_ttft_ms": prefill["median_ttft_ms"], "prefill_input_throughput": prefill["input_throughput"],
             "median_itl_ms": run["median_itl_ms"], "p99_itl_ms": run["p99_itl_ms"],
             "median_tpot_ms": run["median_tpot_ms"], "p99_tpot_ms": run["p99_tpot_ms"],
             "output_throughput": run["output_throughput"],
@@ -138,6 +148,7 @@ def main():
     ap.add_argument("--ep", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--redundant", type=int, default=0, help="redundant experts (default: 8 x ep)")
+    ap.add_argument("--churn-every", type=int, default=8, help="rebalance period of the churn run, in passes")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.model_path, "config.json")):
         subprocess.run([a.tessera, "make-model", "--arch", "deepseek-v3", "--preset", "small", "--dtype", "bf16",
@@ -151,7 +162,8 @@ def main():
         layouts = {"trivial": [],
                    "eplb": eplb + ["--eplb-rebalance-num-iterations", "32"],
                    "planned": ["--ep-num-redundant-experts", str(redundant), "--init-expert-location", placement],
-                   "churn": eplb + ["--eplb-rebalance-num-iterations", "8", "--eplb-rebalance-layers-per-chunk", "1"]}
+                   "churn": eplb + ["--eplb-rebalance-num-iterations", str(a.churn_every),
+                                    "--eplb-rebalance-layers-per-chunk", "1"]}
         rows = {k: [] for k in layouts}
         for r in range(a.repeats):
             for name, extra in layouts.items():
@@ -172,7 +184,11 @@ def main():
             "median_itl_ms_eplb": med("eplb", "median_itl_ms"),
             "median_itl_ms_planned": med("planned", "median_itl_ms"),
             "step_time_trivial_over_planned": ratio("trivial", "planned", "median_itl_ms"),
+            "prefill_balancedness_trivial": round(med("trivial", "prefill_balancedness"), 3),
+            "prefill_balancedness_planned": round(med("planned", "prefill_balancedness"), 3),
+            "prefill_ttft_trivial_over_planned": ratio("trivial", "planned", "prefill_median_ttft_ms"),
             "step_time_trivial_over_eplb": ratio("trivial", "eplb", "median_itl_ms"),
+            "churn_every": a.churn_every,
             "p99_itl_churn_over_planned": ratio("churn", "planned", "p99_itl_ms"),
             "p99_tpot_churn_over_planned": ratio("churn", "planned", "p99_tpot_ms"),
             "median_chunk_ms": round(statistics.median(chunk_ms), 1) if chunk_ms else None,

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <random>
 #include <thread>
 
+#include "base/env.h"
 #include "base/logging.h"
 #include "dist/store.h"
 
@@ -76,13 +78,44 @@ StatusOr<std::pair<std::string, int>> parse_host_port(const std::string& text, c
     }
 }
 
+std::string job_token(const LaunchOptions& options) {
+    if (!env().job_token.empty()) return env().job_token;
+    std::uint64_t a = 0, b = 0;
+    if (options.nnodes <= 1) {
+        std::random_device rd;
+        a = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+        b = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    } else {
+        // FNV-1a twice (two offsets) over the arguments after the binary, --node-rank dropped.
+        a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
+        for (std::size_t i = 1; i < options.argv.size(); ++i) {
+            const std::string& arg = options.argv[i];
+            if (arg == "--node-rank") {
+                ++i;
+                continue;
+            }
+            if (arg.rfind("--node-rank=", 0) == 0) continue;
+            for (unsigned char c : arg + '\0') {
+                a = (a ^ c) * 0x100000001b3ull;
+                b = (b ^ c) * 0x100000001b3ull + 1;
+            }
+        }
+    }
+    return fmt::format("{:016x}{:016x}", a, b);
+}
+
 int launch_local_ranks(const dist::ParallelLayout& layout, const LaunchOptions& options) {
     // Node 0 serves the rendezvous store for the whole world.
     std::unique_ptr<dist::Store> server;
     std::string store_addr = options.dist_init_addr;
+    // The ranks inherit the token through the environment (not the command line, which
+    // `ps` shows to every user of the host).
+    const std::string token = job_token(options);
+    ::setenv("TESSERA_JOB_TOKEN", token.c_str(), 1);
     if (options.node_rank == 0) {
         dist::TcpStoreOptions so;
         so.is_server = true;
+        so.token = token;
         if (!store_addr.empty()) {
             auto hp = parse_host_port(store_addr, "--dist-init-addr");
             if (!hp.ok()) {

@@ -25,6 +25,13 @@ struct LaunchOptions {
 // terminating the others.
 int launch_local_ranks(const dist::ParallelLayout& layout, const LaunchOptions& options);
 
+// The job's rendezvous token (dist::TcpStoreOptions::token), handed to the rank processes in
+// TESSERA_JOB_TOKEN: that variable when it is already set (give every node the same secret);
+// else a random one for a one-node job, and for several nodes one derived from the launch
+// command without --node-rank (the same on every node; it keeps strangers and other jobs
+// out, but only a secret keeps out someone who knows the command).
+std::string job_token(const LaunchOptions& options);
+
 // HOST:PORT split; errors name the flag.
 StatusOr<std::pair<std::string, int>> parse_host_port(const std::string& text, const char* flag);
 

@@ -67,6 +67,7 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     dist::TcpStoreOptions so;
     so.host = host_port.first;
     so.port = host_port.second;
+    so.token = env().job_token;
     TSR_ASSIGN_OR_RETURN(rt.store, dist::make_tcp_store(so));
 
     dist::GroupFactoryOptions go;

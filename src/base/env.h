@@ -34,6 +34,10 @@ struct EnvFlags {
     // env: TSR_EPLB_FAULT_CORRUPT_TRANSFER=1 — fault injection for tests: experts moved by an
     // EPLB rebalance arrive corrupted, which the probe batch must catch (and roll back).
     bool eplb_corrupt_transfer = false;
+    // env: TESSERA_JOB_TOKEN — the secret the rendezvous store admits this job's processes
+    // with. The launcher sets it for its ranks; set it yourself (the same on every node) for
+    // multi-node jobs on a shared network (app/launcher.h job_token()).
+    std::string job_token;
 };
 
 const EnvFlags& env();

@@ -1,9 +1,12 @@
 // dist/store.cpp — HashStore (in process), PrefixStore, and TcpStore (a small blocking KV
 // server: one thread per client connection, GET waits server-side until the key is set).
 // Wire format (little endian, one request → one response per connection at a time):
+//   hello    = u32 "TSRJ" | u32 token_len | token       (first, when the server has a token)
 //   request  = u8 op | u32 key_len | key | u64 arg | [u64 value_len | value]   (value: SET only)
 //   response = u8 code | u64 payload_len | payload
-// arg is the GET timeout in ms or the ADD delta; code is a ReplyCode.
+// arg is the GET timeout in ms or the ADD delta; code is a ReplyCode. A connection whose hello
+// is missing, late or carries another token is closed before it can read or write a key: only
+// the job's own processes share its store.
 
 #include "dist/store.h"
 
@@ -155,6 +158,17 @@ class PrefixStore final : public Store {
 // Socket helpers.
 
 enum class Op : std::uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4 };
+constexpr std::uint32_t kHelloMagic = 0x4A525354;  // "TSRJ"
+constexpr std::uint32_t kMaxTokenBytes = 1024;
+constexpr auto kHelloTimeout = std::chrono::seconds(10);
+
+// Equal strings, in time that depends only on the lengths.
+bool same_token(const std::string& a, const std::string& b) {
+    if (a.size() != b.size()) return false;
+    unsigned char diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+    return diff == 0;
+}
 enum class ReplyCode : std::uint8_t { kOk = 0, kDeadline = 1, kError = 2 };
 
 struct Fd {
@@ -255,6 +269,7 @@ class TcpStoreServer final : public Store {
     ~TcpStoreServer() override { stop(); }
 
     Status start(const TcpStoreOptions& options) {
+        token_ = options.token;
         TSR_ASSIGN_OR_RETURN(addrinfo * res, resolve(options.host, options.port, true));
         Status last = Status(StatusCode::kUnavailable, "no address");
         for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
@@ -339,8 +354,35 @@ class TcpStoreServer final : public Store {
         }
     }
 
+    // True when the client's first message is the job's token (or the store has none).
+    bool admitted(int fd) {
+        if (token_.empty()) return true;
+        const auto deadline = Clock::now() + kHelloTimeout;
+        std::uint32_t magic = 0, len = 0;
+        std::string token;
+        const bool ok = recv_all(fd, &magic, 4, deadline) == RecvResult::kOk && magic == kHelloMagic &&
+                        recv_all(fd, &len, 4, deadline) == RecvResult::kOk && len <= kMaxTokenBytes &&
+                        (token.resize(len), recv_all(fd, token.data(), len, deadline) == RecvResult::kOk) &&
+                        same_token(token, token_);
+        if (!ok) {
+            sockaddr_storage peer{};
+            socklen_t peer_len = sizeof(peer);
+            char host[NI_MAXHOST] = "?";
+            if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0)
+                ::getnameinfo(reinterpret_cast<sockaddr*>(&peer), peer_len, host, sizeof(host), nullptr, 0,
+                              NI_NUMERICHOST);
+            TSR_LOG_C(WARN, "store", "rendezvous store: dropped a connection from {} that did not present this "
+                                     "job's token", host);
+        }
+        return ok;
+    }
+
     // Serves one client connection until it closes or the server stops.
     void serve(int fd) {
+        if (!admitted(fd)) {
+            ::shutdown(fd, SHUT_RDWR);
+            return;
+        }
         while (!stop_.load()) {
             std::uint8_t op = 0;
             std::uint32_t key_len = 0;
@@ -401,6 +443,7 @@ class TcpStoreServer final : public Store {
     }
 
     KvTable table_;
+    std::string token_;
     std::atomic<bool> stop_{false};
     Fd listen_fd_;
     int port_ = 0;
@@ -429,6 +472,16 @@ class TcpStoreClient final : public Store {
                 if (fd.fd < 0) continue;
                 if (::connect(fd.fd, ai->ai_addr, ai->ai_addrlen) == 0) {
                     set_nodelay(fd.fd);
+                    if (!options.token.empty()) {
+                        Bytes hello;
+                        put_u32(hello, kHelloMagic);
+                        put_u32(hello, static_cast<std::uint32_t>(options.token.size()));
+                        hello.insert(hello.end(), options.token.begin(), options.token.end());
+                        if (!send_all(fd.fd, hello.data(), hello.size())) {
+                            last_error = "the store closed the connection";
+                            continue;
+                        }
+                    }
                     fd_ = std::move(fd);
                     break;
                 }
@@ -503,7 +556,9 @@ class TcpStoreClient final : public Store {
             fd_.reset();
             return Status(StatusCode::kUnavailable,
                           fmt::format("tcp store {}: {} while handling key '{}'; did the rank "
-                                      "hosting the store exit?",
+                                      "hosting the store exit? (It also drops processes that do not "
+                                      "present this job's token: every node needs the same "
+                                      "TESSERA_JOB_TOKEN.)",
                                       address_, what, key));
         };
         if (!send_all(fd_.fd, req.data(), req.size())) return lost("send failed");

@@ -33,6 +33,9 @@ struct TcpStoreOptions {
     int port = 0;            // server: 0 picks a free port (see TcpStore::port())
     bool is_server = false;
     std::chrono::milliseconds connect_timeout{60'000};
+    // The job's shared secret: the server serves only clients that present it first (empty:
+    // no check, for tests). The launcher makes one per job (app/launcher.h job_token()).
+    std::string token;
 };
 
 // Creates the server (is_server) or a client connected to it.

@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -125,6 +130,51 @@ TEST(TcpStoreTest, ServerAndClient) {
     auto f = start_tcp();
     auto c = f.client();
     exercise(*f.server, *c);
+}
+
+// A store with a job token serves only clients that present it; a stranger (no hello, a
+// wrong token, junk) is dropped and the job's own clients keep working.
+TEST(TcpStoreTest, OnlyClientsWithTheJobTokenGetIn) {
+    TcpStoreOptions o;
+    o.is_server = true;
+    o.token = "job-secret-1";
+    int port = 0;
+    auto server = make_tcp_store(o, &port);
+    ASSERT_TRUE(server.ok());
+    auto client = [&](const std::string& token) {
+        TcpStoreOptions c;
+        c.port = port;
+        c.token = token;
+        c.connect_timeout = milliseconds(2000);
+        return make_tcp_store(c);
+    };
+    auto member = client("job-secret-1");
+    ASSERT_TRUE(member.ok());
+    ASSERT_TRUE((*member)->set("k", bytes("v")).ok());
+
+    auto wrong = client("job-secret-2");
+    ASSERT_TRUE(wrong.ok()) << "connect succeeds; the first request fails";
+    EXPECT_FALSE((*wrong)->set("k", bytes("stolen")).ok());
+    auto none = client("");
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE((*none)->get("k", milliseconds(100)).ok());
+
+    // A raw socket speaking the protocol without a hello is closed before it reads anything.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::uint8_t get_k[] = {2, 1, 0, 0, 0, 'k', 0, 0, 0, 0, 0, 0, 0, 0};
+    ASSERT_EQ(::send(fd, get_k, sizeof(get_k), 0), static_cast<ssize_t>(sizeof(get_k)));
+    char buf[64];
+    EXPECT_LE(::recv(fd, buf, sizeof(buf), 0), 0) << "no value for a stranger";
+    ::close(fd);
+
+    auto got = (*member)->get("k", milliseconds(100));
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got.value(), bytes("v")) << "the job's key is untouched";
 }
 
 TEST(TcpStoreTest, TwoClients) {

@@ -271,8 +271,56 @@ def run_case(cases):
     return 0 if result else 1
 
 
+def stranger(tessera, workdir):
+    """Strangers on the rendezvous store's port while a TP2 job runs: junk, a wrong token and a
+    silent connection are dropped (logged) and the job finishes with TP1's tokens."""
+    model = make_model(tessera, "qwen3", workdir)
+    base = generate(tessera, model, ["--tp", "1"], timeout=120)
+    port = free_port()
+    job = subprocess.Popen([tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens",
+                            str(NEW_TOKENS), "--ignore-eos", "--json", "--threads", "1", "--tp", "2",
+                            "--dist-init-addr", f"127.0.0.1:{port}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    head = wait_for_line(job.stderr, "rendezvous at")
+    # The ranks get the token in their environment, never on the command line (`ps` shows it).
+    tokens_seen = []
+    for pid in children_of(job.pid):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        token = next((e.split(b"=", 1)[1] for e in environ if e.startswith(b"TESSERA_JOB_TOKEN=")), b"")
+        tokens_seen.append(len(token) == 32 and token not in cmdline)
+    dropped = []
+    for name, payload in [("junk SET", b"\x01\x05\x00\x00\x00tp0/x" + b"\x00" * 8 + b"\x04\x00\x00\x00\x00\x00\x00\x00evil"),
+                          ("wrong token", b"TSRJ" + (5).to_bytes(4, "little") + b"guess"),
+                          ("silent", b"")]:
+        with socket.create_connection(("127.0.0.1", port), timeout=15) as conn:
+            if payload:
+                conn.sendall(payload)
+            try:
+                closed = conn.recv(64) == b""
+            except (ConnectionResetError, socket.timeout):
+                closed = True
+            dropped.append((name, closed))
+    out, err = job.communicate(timeout=120)
+    err = head + err
+    ok = job.returncode == 0 and json.loads(out)["output_ids"] == base
+    logged = err.count("did not present this job's token")
+    token_hidden = len(tokens_seen) == 2 and all(tokens_seen)
+    good = ok and all(c for _, c in dropped) and logged >= 2 and token_hidden
+    print(f"stranger on the store port: job exit {job.returncode}, tokens {'same' if ok else 'DIFFER'} as TP1; "
+          f"dropped {dropped}; {logged} warnings logged; token in the ranks' environment only: {token_hidden} "
+          f"{'ok' if good else 'FAIL'}")
+    if not good:
+        print(err[-3000:])
+    return good
+
+
 def main():
-    return run_case({"equivalence": equivalence, "two-node": two_node, "netns": netns, "kill": kill_rank})
+    return run_case({"equivalence": equivalence, "two-node": two_node, "netns": netns, "kill": kill_rank,
+                     "stranger": stranger})
 
 
 if __name__ == "__main__":

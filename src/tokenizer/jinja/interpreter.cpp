@@ -13,6 +13,15 @@ namespace {
 
 constexpr int kMaxMacroDepth = 64;  // a runaway recursive macro fails instead of overflowing
 
+}  // namespace
+
+// What one render may take, whatever the template and the request's data: a chat template
+// runs on every request, so a template loop over user data (nested loops over a long message
+// list, a huge repeated string) must fail with a 400, not hold the server's tokenizer.
+const RenderLimits kRenderLimits{};
+
+namespace {
+
 [[noreturn]] void undefined_error(const Value& v) {
     throw_error("'" + v.undefined_name() + "' is undefined");
 }
@@ -100,14 +109,41 @@ Interpreter::Flow Interpreter::exec_list(const NodeList& body, std::string& out)
     return Flow::kNormal;
 }
 
+void Interpreter::count_step() {
+    if (++steps_ > kRenderLimits.max_steps)
+        throw JinjaError(StatusCode::kInvalidArgument,
+                         "rendering stopped after " + std::to_string(kRenderLimits.max_steps) +
+                             " steps (the chat template's step limit)");
+}
+
+void Interpreter::check_output(const std::string& out) const {
+    if (out.size() > kRenderLimits.max_output_bytes)
+        throw JinjaError(StatusCode::kInvalidArgument,
+                         "the rendered prompt exceeds " + std::to_string(kRenderLimits.max_output_bytes >> 20) +
+                             " MiB (the chat template's output limit)");
+}
+
 Interpreter::Flow Interpreter::exec(const Node& node, std::string& out) {
+    count_step();
+    struct Depth {
+        int& d;
+        explicit Depth(int& depth) : d(depth) {
+            if (++d > kRenderLimits.max_depth)
+                throw JinjaError(StatusCode::kInvalidArgument,
+                                 "the chat template nests deeper than " + std::to_string(kRenderLimits.max_depth) +
+                                     " blocks and expressions");
+        }
+        ~Depth() { --d; }
+    } depth(depth_);
     try {
         switch (node.kind) {
             case Node::Kind::kText:
                 out += node.text;
+                check_output(out);
                 break;
             case Node::Kind::kOutput:
                 out += eval(*node.expr).str();
+                check_output(out);
                 break;
             case Node::Kind::kIf:
                 for (const auto& [cond, body] : node.branches) {
@@ -141,6 +177,7 @@ Interpreter::Flow Interpreter::exec(const Node& node, std::string& out) {
                 eval_args(*node.expr, 1, args, kwargs);
                 out += apply_filter(node.expr->name, Value(Json(std::move(captured))), args, kwargs)
                            .str();
+                check_output(out);
                 break;
             }
         }
@@ -213,6 +250,7 @@ void Interpreter::exec_for(const Node& node, std::string& out) {
     }
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+        count_step();  // an empty body still iterates
         frames_.emplace_back();
         Json loop = {
             {"index", i + 1},  {"index0", i},        {"revindex", n - i}, {"revindex0", n - i - 1},
@@ -233,6 +271,17 @@ void Interpreter::exec_for(const Node& node, std::string& out) {
 }
 
 Value Interpreter::eval(const Expr& e) {
+    count_step();
+    if (++depth_ > kRenderLimits.max_depth) {
+        --depth_;
+        throw JinjaError(StatusCode::kInvalidArgument, "the chat template nests deeper than " +
+                                                           std::to_string(kRenderLimits.max_depth) +
+                                                           " blocks and expressions");
+    }
+    struct Leave {
+        int& d;
+        ~Leave() { --d; }
+    } leave{depth_};
     try {
         return eval_inner(e);
     } catch (JinjaError& err) {

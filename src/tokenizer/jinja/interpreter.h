@@ -4,6 +4,7 @@
 // does not leak out, hence namespace()), `if` does not, and a macro sees the top-level
 // frame plus its parameters. One Interpreter per render call; not shared between threads.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -12,6 +13,14 @@
 #include "tokenizer/jinja/ast.h"
 
 namespace tessera::jinja {
+
+// Bounds of one render (steps: nodes executed plus expressions evaluated).
+struct RenderLimits {
+    std::int64_t max_steps = 2'000'000;
+    std::size_t max_output_bytes = std::size_t{32} << 20;
+    int max_depth = 256;
+};
+extern const RenderLimits kRenderLimits;
 
 class Interpreter {
  public:
@@ -44,10 +53,14 @@ class Interpreter {
     void eval_args(const Expr& e, size_t first, std::vector<Value>& args,
                    std::vector<std::pair<std::string, Value>>& kwargs);
     Value lookup(const std::string& name) const;
+    void count_step();                             // throws past kRenderLimits.max_steps
+    void check_output(const std::string& out) const;  // throws past max_output_bytes
 
     std::shared_ptr<const Json> context_;
     std::vector<Frame> frames_;  // frames_[0]: top-level sets; back(): innermost
     int macro_depth_ = 0;
+    std::int64_t steps_ = 0;
+    int depth_ = 0;  // exec + eval nesting
 };
 
 }  // namespace tessera::jinja

@@ -309,6 +309,25 @@ TEST(JinjaTemplate, RuntimeErrors) {
     expect_error("{{ x }}", StatusCode::kInvalidArgument, "must be a JSON object", "[]");
 }
 
+// A render is bounded whatever the template does with the request's data: steps, output size
+// and nesting each fail with an error naming the limit (the server answers 400).
+TEST(JinjaTemplate, RenderIsBounded) {
+    expect_error("{% for i in range(3000) %}{% for j in range(3000) %}{% endfor %}{% endfor %}",
+                 StatusCode::kInvalidArgument, "step limit");
+    const std::string mib(1 << 20, 'x');
+    expect_error("{% for i in range(40) %}{{ big }}{% endfor %}", StatusCode::kInvalidArgument, "output limit",
+                 ordered_json{{"big", mib}}.dump());
+    expect_error("{{ " + std::string(300, '[') + "1" + std::string(300, ']') + " }}", StatusCode::kInvalidArgument,
+                 "nests deeper than 256");
+    // Ordinary work stays far inside: 2000 messages of a chat-style loop.
+    ordered_json messages = ordered_json::array();
+    for (int i = 0; i < 2000; ++i) messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "hi"}});
+    auto t = Template::compile(
+        "{% for m in messages %}<|{{ m.role }}|>{% if m.content is string %}{{ m.content }}{% endif %}{% endfor %}");
+    ASSERT_TRUE(t.ok());
+    EXPECT_TRUE(t->render(ordered_json{{"messages", messages}}).ok());
+}
+
 TEST(JinjaTemplate, GenerationBlockIsPassThrough) {
     EXPECT_EQ(render("{% generation %}answer{% endgeneration %}"), "answer");
 }
