@@ -1,0 +1,28 @@
+"""What the serving benchmarks share: a free loopback port, and waiting for a started
+`tessera serve` to answer GET /health (exiting with a message when it dies first)."""
+
+import socket
+import sys
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(port, server, timeout_s=300):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if server.poll() is not None:
+            sys.exit(f"tessera serve exited with {server.returncode} before it was healthy")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    sys.exit("tessera serve did not become healthy in time")
