@@ -23,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 from serve_support import free_port, wait_healthy
