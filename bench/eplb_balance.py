@@ -128,6 +128,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--redundant", type=int, default=0, help="redundant experts (default: 8 x ep)")
     ap.add_argument("--churn-every", type=int, default=8, help="rebalance period of the churn run, in passes")
+    ap.add_argument("--dispatch", default="static", help="--ep-dispatch-algorithm of the EPLB runs")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.model_path, "config.json")):
         subprocess.run([a.tessera, "make-model", "--arch", "deepseek-v3", "--preset", "small", "--dtype", "bf16",
@@ -136,11 +137,12 @@ def main():
     summary = {}
     for ep in a.ep:
         redundant = a.redundant or 8 * ep
-        eplb = ["--ep-num-redundant-experts", str(redundant), "--enable-eplb"]
+        eplb = ["--ep-num-redundant-experts", str(redundant), "--enable-eplb", "--ep-dispatch-algorithm", a.dispatch]
         placement = os.path.join(workdir, f"placement_ep{ep}.json")
         layouts = {"trivial": [],
                    "eplb": eplb + ["--eplb-rebalance-num-iterations", "32"],
-                   "planned": ["--ep-num-redundant-experts", str(redundant), "--init-expert-location", placement],
+                   "planned": ["--ep-num-redundant-experts", str(redundant), "--init-expert-location", placement,
+                               "--ep-dispatch-algorithm", a.dispatch],
                    "churn": eplb + ["--eplb-rebalance-num-iterations", str(a.churn_every),
                                     "--eplb-rebalance-layers-per-chunk", "1"]}
         rows = {k: [] for k in layouts}

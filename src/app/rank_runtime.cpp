@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -43,6 +44,40 @@ std::string local_address_towards(const std::string& host) {
     return result;
 }
 
+// Every rank of the world checks in at the store before any group forms, so a rank that
+// never starts (a node not launched, a wrong --dist-init-addr) is named with its node when
+// the timeout runs out, instead of surfacing as a timed-out key of some group's handshake.
+Status await_world(dist::Store& store, const dist::ParallelLayout& layout, int rank, const std::string& address,
+                   std::chrono::milliseconds timeout) {
+    const std::string me = fmt::format("node {} pid {}", layout.coords(rank).node, ::getpid());
+    TSR_RETURN_IF_ERROR(store.set("arrival/" + std::to_string(rank), std::vector<std::uint8_t>(me.begin(), me.end())));
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (int r = 0; r < layout.world_size(); ++r) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        auto got = store.get("arrival/" + std::to_string(r), std::max(left, std::chrono::milliseconds(1)));
+        if (got.ok()) continue;
+        if (got.status().code() != StatusCode::kDeadlineExceeded) return got.status();
+        std::vector<std::string> missing;
+        std::vector<int> nodes;
+        for (int m = r; m < layout.world_size(); ++m) {
+            auto there = store.check("arrival/" + std::to_string(m));
+            if (there.ok() && *there) continue;
+            missing.push_back(std::to_string(m));
+            const int node = layout.coords(m).node;
+            if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+        }
+        std::string which, on;
+        for (const auto& m : missing) which += (which.empty() ? "" : ", ") + m;
+        for (int n : nodes) on += (on.empty() ? "" : ", ") + std::to_string(n);
+        return Status(StatusCode::kDeadlineExceeded, fmt::format(
+            "rank{} {} (node{} {}) did not arrive at the rendezvous store {} within {} s: start every node with the "
+            "same command and its --node-rank, --nnodes {} and --dist-init-addr {} (or raise --dist-timeout)",
+            missing.size() > 1 ? "s" : "", which, nodes.size() > 1 ? "s" : "", on, address,
+            timeout.count() / 1000, layout.config().nnodes, address));
+    }
+    return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::optional<int> internal_rank,
@@ -72,6 +107,7 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
 
     dist::GroupFactoryOptions go;
     if (args.dist_timeout) go.timeout = std::chrono::seconds(*args.dist_timeout);
+    TSR_RETURN_IF_ERROR(await_world(*rt.store, layout, rank, internal_store, go.timeout));
     go.hostname = local_address_towards(so.host);
     TSR_ASSIGN_OR_RETURN(rt.tp_group, dist::create_group(layout, dist::GroupKind::kTp, rank, *rt.store, go));
     if (rt.tp_group->size() == 1) rt.tp_group.reset();

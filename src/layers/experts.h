@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "layers/mlp.h"
@@ -41,9 +40,10 @@ class LocalExperts {
 
     std::int64_t first() const { return first_; }
     std::int64_t count() const { return static_cast<std::int64_t>(experts_.size()); }
-    // EPLB moves experts by replacing slots (layers/moe.h MoeLayer::apply_placement).
+    // EPLB moves experts by overwriting slots in place (layers/moe.h MoeLayer::write_slot).
     const GatedMlp& slot(std::int64_t i) const { return experts_[i]; }
-    GatedMlp exchange_slot(std::int64_t i, GatedMlp expert) { return std::exchange(experts_[i], std::move(expert)); }
+    void write_slot(std::int64_t i, const std::byte* packed) { experts_[i].copy_packed_from(packed); }
+    void copy_slot(std::int64_t to, std::int64_t from) { experts_[to].copy_weights_from(experts_[from]); }
     std::size_t weight_bytes() const;
     // Bytes streamed by one token: top_k experts' slices (the average expert's size).
     std::size_t expert_bytes() const { return experts_.empty() ? 0 : experts_[0].weight_bytes(); }

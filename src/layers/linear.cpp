@@ -65,19 +65,6 @@ Linear Linear::from_f32(const float* weight, std::int64_t out_features, std::int
     return linear;
 }
 
-Linear Linear::clone() const {
-    Linear copy;
-    copy.weight_.dtype = weight_.dtype;
-    copy.weight_.n = weight_.n;
-    copy.weight_.k = weight_.k;
-    copy.weight_.n_padded = weight_.n_padded;
-    copy.weight_.k_padded = weight_.k_padded;
-    copy.weight_.data = AlignedBuffer(weight_.data.size());
-    if (weight_.data.size() > 0) std::memcpy(copy.weight_.data.data(), weight_.data.data(), weight_.data.size());
-    copy.bias_ = bias_;
-    return copy;
-}
-
 StatusOr<std::vector<float>> load_f32_vector(const loader::WeightSource& source, const std::string& name,
                                              std::int64_t n) {
     TSR_ASSIGN_OR_RETURN(auto t, source.get(name, {n}));

@@ -59,10 +59,9 @@ class Linear {
     std::int64_t out_features() const { return weight_.n; }
     std::size_t weight_bytes() const { return weight_.bytes(); }
     // The packed weight as bytes: EPLB moves experts between ranks this way (every rank packs
-    // a tensor of one shape the same way). A copy of the same shape takes them back.
+    // a tensor of one shape the same way).
     std::span<const std::byte> packed() const { return {weight_.data.data(), weight_.data.size()}; }
     std::span<std::byte> packed() { return {weight_.data.data(), weight_.data.size()}; }
-    Linear clone() const;
 
  private:
     kernels::PackedWeight weight_;

@@ -41,16 +41,13 @@ class GatedMlp {
     std::size_t weight_bytes() const { return gate_up_.weight_bytes() + down_.weight_bytes(); }
     double flops_per_token() const;
 
-    // EPLB: a deep copy, and the packed weights as one byte run (gate/up, then down).
-    GatedMlp clone() const { return GatedMlp(gate_up_.clone(), down_.clone()); }
+    // EPLB: the packed weights as one byte run (gate/up, then down).
     std::size_t packed_bytes() const { return gate_up_.packed().size() + down_.packed().size(); }
     void copy_packed_to(std::byte* dst) const;
     void copy_packed_from(const std::byte* src);
     void copy_weights_from(const GatedMlp& other);  // the same shape
 
  private:
-    GatedMlp(Linear gate_up, Linear down) : gate_up_(std::move(gate_up)), down_(std::move(down)) {}
-
     Linear gate_up_;  // [2·slice, hidden]: gate rows, then up rows
     Linear down_;     // [hidden, slice]
 };

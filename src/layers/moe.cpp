@@ -93,13 +93,6 @@ void add_shared(const float* h, const float* shared, const std::vector<float>& g
 
 }  // namespace
 
-MoeLayer::SlotChanges MoeLayer::apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch,
-                                                SlotChanges changes) {
-    for (auto& [slot, expert] : changes) expert = experts_.exchange_slot(slot, std::move(expert));
-    dispatch_ = std::move(dispatch);
-    return changes;
-}
-
 void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, Scratch& scratch,
                      ThreadPool* pool) {
     const std::int64_t E = routing_.num_experts, k = routing_.top_k;

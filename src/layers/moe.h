@@ -86,10 +86,12 @@ class MoeLayer {
     const eplb::ExpertDispatch* dispatch() const { return dispatch_.get(); }
     const LocalExperts& experts() const { return experts_; }
     std::shared_ptr<const eplb::ExpertDispatch> shared_dispatch() const { return dispatch_; }
-    // A new placement for this layer: the local slots that change get new experts (local slot
-    // index, expert). Returns what they held, in the same form (to roll back with).
-    using SlotChanges = std::vector<std::pair<std::int64_t, GatedMlp>>;
-    SlotChanges apply_placement(std::shared_ptr<const eplb::ExpertDispatch> dispatch, SlotChanges changes);
+    // A new placement, in place: the packed weights of local slots are overwritten (with an
+    // expert's bytes, or another local slot's weights), then the dispatch switches to the map
+    // that names them. Between the writes and the switch the layer must not run.
+    void write_slot(std::int64_t local_slot, const std::byte* packed) { experts_.write_slot(local_slot, packed); }
+    void copy_slot(std::int64_t to, std::int64_t from) { experts_.copy_slot(to, from); }
+    void set_dispatch(std::shared_ptr<const eplb::ExpertDispatch> dispatch) { dispatch_ = std::move(dispatch); }
 
  private:
     Status dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,

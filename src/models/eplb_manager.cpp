@@ -43,8 +43,8 @@ double max_rank_load(const eplb::ExpertLocation& loc, I64 layer, const float* co
     return *std::max_element(load.begin(), load.end());
 }
 
-// A transfer buffer of at least `bytes`, kept across rebalances: an AlignedBuffer, because
-// large ones are huge-page backed, and 4 KiB page faults cost more than the copy itself.
+// A transfer or staging buffer of at least `bytes`, kept across rebalances: an AlignedBuffer,
+// because large ones are huge-page backed, and 4 KiB page faults cost more than the copy.
 void grow(AlignedBuffer& buffer, std::size_t bytes) {
     if (buffer.size() < bytes) buffer = AlignedBuffer(std::max(bytes, buffer.size() * 3 / 2));
 }
@@ -89,6 +89,18 @@ void EplbManager::attach(std::vector<layers::MoeLayer*> moe_layers, const layers
     layers_ = std::move(moe_layers);
     par_ = par;
     for (layers::MoeLayer* l : layers_) l->keep_topk(recorder_.mode() == eplb::RecorderMode::kPerToken);
+    // With chunked rebalancing the buffers a chunk can need are known: fault them in now, so the
+    // first rebalance does not stall a step on page faults.
+    if (options_.enable && options_.layers_per_chunk && !layers_.empty() && layers_.front()->experts().count() > 0) {
+        const std::size_t per_layer = static_cast<std::size_t>(layers_.front()->experts().count()) *
+                                      layers_.front()->experts().slot(0).packed_bytes();
+        const std::size_t bytes =
+            per_layer * static_cast<std::size_t>(std::min<I64>(*options_.layers_per_chunk, static_cast<I64>(layers_.size())));
+        for (AlignedBuffer* b : {&send_, &recv_, &staging_}) {
+            grow(*b, bytes);
+            std::memset(b->data(), 0, b->size());
+        }
+    }
 }
 
 bool EplbManager::logs() const { return par_.tp.rank == 0; }
@@ -366,42 +378,54 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
         before[c].resize(x.size());
         TSR_RETURN_IF_ERROR(chunk[c]->forward(x.data(), probe_tokens, before[c].data(), scratch, pool, par_));
     }
-    // Install the slots that change (unchanged slots stay in place); the replaced experts are
-    // kept to roll back to, then become spares for the next rebalance: fresh memory is slow to
-    // fault in, and the next rebalance moves about as many experts.
-    std::vector<layers::MoeLayer::SlotChanges> replaced(chunk.size());
-    std::vector<std::shared_ptr<const eplb::ExpertDispatch>> old_dispatch(chunk.size());
+    // Install in place: the old weights of every slot that changes are copied to a staging
+    // buffer first (to roll back with, and as the source of a local copy from a slot that is
+    // itself replaced), then the slot's own memory is overwritten. Nothing is allocated once
+    // the buffers have grown: fresh memory costs more to fault in than the copy itself.
+    std::vector<std::vector<I64>> changed(chunk.size());  // local slots that change, per layer
+    for (std::size_t c = 0; c < chunk.size(); ++c) {
+        for (const auto& [to, from] : local[c])
+            if (to != from) changed[c].push_back(to);
+        for (const Move& m : remote)
+            if (m.layer == c && m.slot / Lp == me) changed[c].push_back(m.slot % Lp);
+    }
+    std::size_t staged = 0;
+    for (std::size_t c = 0; c < chunk.size(); ++c) staged += changed[c].size() * expert_bytes(c);
+    grow(staging_, staged);
+    std::vector<std::map<I64, std::size_t>> backup(chunk.size());  // local slot -> offset in staging_
+    {
+        std::size_t off = 0;
+        for (std::size_t c = 0; c < chunk.size(); ++c) {
+            for (I64 slot : changed[c]) {
+                chunk[c]->experts().slot(slot).copy_packed_to(staging_.data() + off);
+                backup[c][slot] = off;
+                off += expert_bytes(c);
+            }
+        }
+    }
     std::vector<std::size_t> recv_offset(static_cast<std::size_t>(group_size), 0);
     {
-        std::size_t at = 0;
-        for (int r = 0; r < group_size; ++r) recv_offset[r] = at, at += static_cast<std::size_t>(recv_counts[r]);
+        std::size_t off = 0;
+        for (int r = 0; r < group_size; ++r) recv_offset[r] = off, off += static_cast<std::size_t>(recv_counts[r]);
     }
+    std::vector<std::shared_ptr<const eplb::ExpertDispatch>> old_dispatch(chunk.size());
     for (std::size_t c = 0; c < chunk.size(); ++c) {
-        const layers::LocalExperts& experts = chunk[c]->experts();
-        std::vector<layers::GatedMlp>& spares = spares_[chunk[c]->layer()];
-        auto fresh = [&] {
-            if (spares.empty()) return experts.slot(0).clone();
-            layers::GatedMlp expert = std::move(spares.back());
-            spares.pop_back();
-            return expert;
-        };
-        layers::MoeLayer::SlotChanges changes;
         for (const auto& [to, from] : local[c]) {
             if (to == from) continue;
-            layers::GatedMlp expert = fresh();
-            expert.copy_weights_from(experts.slot(from));
-            changes.emplace_back(to, std::move(expert));
+            const auto old = backup[c].find(from);
+            if (old != backup[c].end()) {
+                chunk[c]->write_slot(to, staging_.data() + old->second);
+            } else {
+                chunk[c]->copy_slot(to, from);
+            }
         }
         for (const Move& m : remote) {
             if (m.layer != c || m.slot / Lp != me) continue;
-            layers::GatedMlp expert = fresh();
-            const std::size_t at = recv_offset[group_rank(m.from)];
-            expert.copy_packed_from(recv_.data() + at);
-            recv_offset[group_rank(m.from)] += expert.packed_bytes();
-            changes.emplace_back(m.slot % Lp, std::move(expert));
+            chunk[c]->write_slot(m.slot % Lp, recv_.data() + recv_offset[group_rank(m.from)]);
+            recv_offset[group_rank(m.from)] += expert_bytes(c);
         }
         old_dispatch[c] = chunk[c]->shared_dispatch();
-        replaced[c] = chunk[c]->apply_placement(pending_dispatch_, std::move(changes));
+        chunk[c]->set_dispatch(pending_dispatch_);
     }
     // The probe again: the same tokens must come out the same (up to summation order).
     std::int32_t mismatch = 0;
@@ -423,12 +447,11 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
     }
     if (par_.tp_group != nullptr) TSR_RETURN_IF_ERROR(par_.tp_group->all_reduce(std::span<std::int32_t>(&mismatch, 1), dist::ReduceOp::kMax));
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    auto keep_spares = [&](std::size_t c, layers::MoeLayer::SlotChanges&& unused) {
-        for (auto& [slot, expert] : unused) spares_[chunk[c]->layer()].push_back(std::move(expert));
-    };
     if (mismatch != 0) {
-        for (std::size_t c = 0; c < chunk.size(); ++c)
-            keep_spares(c, chunk[c]->apply_placement(old_dispatch[c], std::move(replaced[c])));
+        for (std::size_t c = 0; c < chunk.size(); ++c) {
+            for (const auto& [slot, off] : backup[c]) chunk[c]->write_slot(slot, staging_.data() + off);
+            chunk[c]->set_dispatch(old_dispatch[c]);
+        }
         pending_.clear();
         rolled_back_ = true;
         TSR_LOG_C(WARN, "eplb",
@@ -437,7 +460,6 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
                   chunk.front()->layer(), chunk.back()->layer(), worst);
         return Status::Ok();
     }
-    for (std::size_t c = 0; c < chunk.size(); ++c) keep_spares(c, std::move(replaced[c]));
     if (logs())
         TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalanced layers {}..{}: {} experts moved between ranks ({:.2f} MB "
                                 "sent by this rank) in {:.1f} ms, probe difference {:.2g}",

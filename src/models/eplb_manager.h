@@ -70,10 +70,9 @@ class EplbManager {
     std::vector<std::vector<layers::MoeLayer*>> pending_;
     std::shared_ptr<const eplb::ExpertDispatch> pending_dispatch_;
     std::chrono::steady_clock::time_point rebalance_start_;
-    // Reused across rebalances: the transfer buffers, and per decoder layer the experts a
-    // rebalance replaced (the next one fills them instead of faulting in new memory).
-    AlignedBuffer send_, recv_;
-    std::map<std::int64_t, std::vector<layers::GatedMlp>> spares_;
+    // Reused across rebalances: the transfer buffers and the old weights of the slots a chunk
+    // overwrites (its roll-back copy).
+    AlignedBuffer send_, recv_, staging_;
 };
 
 }  // namespace tessera::models

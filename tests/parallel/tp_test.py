@@ -318,9 +318,27 @@ def stranger(tessera, workdir):
     return good
 
 
+def absent_node(tessera, workdir):
+    """Node 1 is never started: node 0's rank names it when --dist-timeout runs out and the
+    job exits non-zero, leaving no process behind."""
+    model = make_model(tessera, "qwen3", workdir)
+    node0, _ = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}")
+    node0[node0.index("--dist-timeout") + 1] = "4"
+    t0 = time.time()
+    p = subprocess.run(node0, capture_output=True, text=True, timeout=120)
+    elapsed = time.time() - t0
+    named = "rank 1 (node 1) did not arrive at the rendezvous store" in p.stderr
+    good = p.returncode != 0 and named and elapsed < 30
+    print(f"absent node 1: node 0 exit {p.returncode} after {elapsed:.1f} s, names the missing rank: {named} "
+          f"{'ok' if good else 'FAIL'}")
+    if not good:
+        print(p.stderr[-2000:])
+    return good
+
+
 def main():
     return run_case({"equivalence": equivalence, "two-node": two_node, "netns": netns, "kill": kill_rank,
-                     "stranger": stranger})
+                     "stranger": stranger, "absent-node": absent_node})
 
 
 if __name__ == "__main__":
