@@ -31,6 +31,7 @@ const EnvFlags& env() {
         f.expert_distribution_recorder_dir = read("SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR");
         if (f.expert_distribution_recorder_dir.empty()) f.expert_distribution_recorder_dir = "/tmp";
         f.eplb_corrupt_transfer = read("TSR_EPLB_FAULT_CORRUPT_TRANSFER") == "1";
+        f.eplb_fail_transfer = read("TSR_EPLB_FAULT_FAIL_TRANSFER") == "1";
         f.job_token = read("TESSERA_JOB_TOKEN");
         return f;
     }();

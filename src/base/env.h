@@ -34,6 +34,9 @@ struct EnvFlags {
     // env: TSR_EPLB_FAULT_CORRUPT_TRANSFER=1 — fault injection for tests: experts moved by an
     // EPLB rebalance arrive corrupted, which the probe batch must catch (and roll back).
     bool eplb_corrupt_transfer = false;
+    // env: TSR_EPLB_FAULT_FAIL_TRANSFER=1 — fault injection for tests: TP rank 1 reports the
+    // transfer of a rebalance as failed; every rank must keep the old placement.
+    bool eplb_fail_transfer = false;
     // env: TESSERA_JOB_TOKEN — the secret the rendezvous store admits this job's processes
     // with. The launcher sets it for its ranks; set it yourself (the same on every node) for
     // multi-node jobs on a shared network (app/launcher.h job_token()).

@@ -354,14 +354,22 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
     const auto moved_bytes = static_cast<I64>(send_total);
     if (par_.tp_group != nullptr) {
         // Peers send to themselves nothing; a rank's own copies are "local".
-        const Status sent = par_.tp_group->all_to_all_v({send_.as<std::uint8_t>(), send_total}, send_counts,
-                                                         {recv_.as<std::uint8_t>(), static_cast<std::size_t>(recv_total)},
-                                                         recv_counts);
-        if (!sent.ok()) {
-            TSR_LOG_C(ERROR, "eplb", "[EPLBManager] moving experts failed ({}); keeping the old placement",
-                      sent.message());
+        Status sent = par_.tp_group->all_to_all_v({send_.as<std::uint8_t>(), send_total}, send_counts,
+                                                   {recv_.as<std::uint8_t>(), static_cast<std::size_t>(recv_total)},
+                                                   recv_counts);
+        if (sent.ok() && env().eplb_fail_transfer && par_.tp.rank == 1)  // fault injection for tests
+            sent = Status(StatusCode::kUnavailable, "transfer failed (TSR_EPLB_FAULT_FAIL_TRANSFER)");
+        // Nothing is installed yet: every rank keeps the old placement if any rank's transfer
+        // failed. Only when the ranks cannot even agree on that is the group gone.
+        std::int32_t failed = sent.ok() ? 0 : 1;
+        TSR_RETURN_IF_ERROR(par_.tp_group->all_reduce(std::span<std::int32_t>(&failed, 1), dist::ReduceOp::kMax));
+        if (failed != 0) {
+            TSR_LOG_C(WARN, "eplb", "[EPLBManager] moving the experts of layers {}..{} failed ({}); every rank keeps "
+                                    "the old placement",
+                      chunk.front()->layer(), chunk.back()->layer(), sent.ok() ? "on another rank" : sent.message());
             pending_.clear();
-            return sent;
+            rolled_back_ = true;
+            return Status::Ok();
         }
     }
     if (env().eplb_corrupt_transfer)  // fault injection for tests: the probe must catch it

@@ -15,7 +15,9 @@
                layer, PP2 x EP2, DeepSeek-V3's hierarchical balancer at EP4): one rank's greedy
                tokens and logits within 1e-4, and the logs show experts moved with the probe
                batch unchanged; with the transfer corrupted on purpose, every rebalance is
-               rolled back and the tokens stay the same.
+               rolled back and the tokens stay the same; with one rank's transfer failing, every
+               rank keeps the old placement; above --eplb-min-rebalancing-utilization-threshold
+               the rebalance is skipped.
   kill         two nodes on loopback running EP2 with all_to_all; killing node 1's rank
                mid-generation makes node 0 exit non-zero, naming the lost rank, and leaves no
                process behind.
@@ -120,6 +122,9 @@ EPLB_LAYOUTS = {
         (["--tp", "2", "--moe-a2a-backend", "all_to_all"] + EPLB + REBALANCE, "rebalance"),
         (["--pp-size", "2", "--tp", "2", "--ep", "2"] + EPLB + REBALANCE, "rebalance"),
         (["--tp", "2", "--ep", "2"] + EPLB + REBALANCE, "rollback"),
+        (["--tp", "2", "--ep", "2"] + EPLB + REBALANCE, "failed-transfer"),
+        (["--tp", "2", "--ep", "2"] + EPLB + REBALANCE + ["--eplb-min-rebalancing-utilization-threshold", "0.05"],
+         "skip"),
     ],
     "deepseek-v3": [
         (["--tp", "4", "--ep", "4", "--ep-num-redundant-experts", "4"] + REBALANCE, "rebalance"),
@@ -138,16 +143,22 @@ def eplb(tessera, workdir):
             env = dict(os.environ)
             if kind == "rollback":
                 env["TSR_EPLB_FAULT_CORRUPT_TRANSFER"] = "1"
+            if kind == "failed-transfer":
+                env["TSR_EPLB_FAULT_FAIL_TRANSFER"] = "1"
             report, log = generate(tessera, model, layout + ["--log-all-ranks"], logits, env=env, with_log=True)
             ids = report["output_ids"]
             diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
             moved = [line for line in log.splitlines() if "[EPLBManager] rebalanced layers" in line]
-            rolled = [line for line in log.splitlines() if "rolled back" in line]
+            rolled = [line for line in log.splitlines()
+                      if "rolled back" in line or "every rank keeps the old placement" in line]
+            skipped = [line for line in log.splitlines() if "[EPLBManager] Skipped ep rebalancing" in line]
             good = ids == base and diff < LOGIT_TOLERANCE
             if kind == "rebalance":
                 good &= bool(moved) and not rolled and " 0 experts moved" not in "\n".join(moved)
-            if kind == "rollback":
+            if kind in ("rollback", "failed-transfer"):
                 good &= bool(rolled) and not moved
+            if kind == "skip":
+                good &= bool(skipped) and not moved and not rolled
             ok &= good
             shown = " ".join(a if len(a) < 40 else a[:37] + "..." for a in layout)
             print(f"{arch} {shown} [{kind}]: tokens {'same' if ids == base else 'DIFFER'}, max|logit diff| "
