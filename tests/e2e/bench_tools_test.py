@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from e2e_support import Checks, free_port, wait_ready
+from e2e_support import Checks, free_port, make_tiny_model, wait_ready
 
 check = Checks()
 
@@ -175,9 +175,7 @@ def main():
     a = ap.parse_args()
     tessera = os.path.abspath(a.tessera)
     os.makedirs(a.workdir, exist_ok=True)
-    model = os.path.join(a.workdir, "model")
-    subprocess.run([tessera, "make-model", "--arch", "qwen3", "--preset", "tiny", "--tokenizer", "qwen3",
-                    "--dtype", "f32", "--seed", "5", "--out", model], check=True, capture_output=True)
+    model = make_tiny_model(tessera, a.workdir, "qwen3")
     port = free_port()
     log_path = os.path.join(a.workdir, "server.log")
     log = open(log_path, "w")

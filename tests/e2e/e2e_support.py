@@ -1,8 +1,10 @@
-"""What the end-to-end scripts share: a check counter, a free loopback port, and waiting for
-a started `tessera serve` to answer GET /health."""
+"""What the end-to-end scripts share: a check counter, a free loopback port, the tiny test
+model with a real tokenizer, and waiting for a started `tessera serve` to answer GET /health."""
 
 import http.client
+import os
 import socket
+import subprocess
 import time
 
 
@@ -30,6 +32,14 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def make_tiny_model(tessera, workdir, arch="qwen3"):
+    """`make-model --preset tiny` (f32, Qwen3's tokenizer, seed 5) into WORKDIR/model."""
+    model = os.path.join(workdir, "model")
+    subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--tokenizer", "qwen3",
+                    "--dtype", "f32", "--seed", "5", "--out", model], check=True, capture_output=True)
+    return model
 
 
 def wait_ready(port, proc, timeout=120):

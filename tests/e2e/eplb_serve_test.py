@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 
-from e2e_support import Checks, free_port, wait_ready
+from e2e_support import Checks, free_port, make_tiny_model, wait_ready
 
 check = Checks()
 PROMPTS = [[3, 14, 15, 92, 65, 35, 89, 79], [11, 22, 33, 44], [500, 400, 300, 200, 100, 50], [7, 7, 7, 7, 7, 1]]
@@ -174,9 +174,7 @@ def main():
     a = ap.parse_args()
     tessera = os.path.abspath(a.tessera)
     os.makedirs(a.workdir, exist_ok=True)
-    model = os.path.join(a.workdir, "model")
-    subprocess.run([tessera, "make-model", "--arch", "qwen3-moe", "--preset", "tiny", "--tokenizer", "qwen3",
-                    "--dtype", "f32", "--seed", "5", "--out", model], check=True, capture_output=True)
+    model = make_tiny_model(tessera, a.workdir, "qwen3-moe")
     config = json.load(open(os.path.join(model, "config.json")))
     recorder_case(tessera, model, a.workdir, config)
     rebalance_case(tessera, model, a.workdir)

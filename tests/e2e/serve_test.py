@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from e2e_support import Checks, free_port, wait_ready
+from e2e_support import Checks, free_port, make_tiny_model, wait_ready
 
 check = Checks()
 
@@ -98,9 +98,7 @@ def main():
         AUTH["Authorization"] = f"Bearer {a.api_key}"
     tessera = os.path.abspath(a.tessera)
     os.makedirs(a.workdir, exist_ok=True)
-    model = os.path.join(a.workdir, "model")
-    subprocess.run([tessera, "make-model", "--arch", a.arch, "--preset", "tiny", "--tokenizer", "qwen3",
-                    "--dtype", "f32", "--seed", "5", "--out", model], check=True, capture_output=True)
+    model = make_tiny_model(tessera, a.workdir, a.arch)
     port = free_port()
     log = open(os.path.join(a.workdir, "server.log"), "w")
     server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
