@@ -145,6 +145,7 @@ Status Engine::flush_cache() {
 }
 
 Status Engine::expert_record(ExpertRecordAction action) {
+    if (!config_.expert_record_unavailable.empty()) return Status::InvalidArgument(config_.expert_record_unavailable);
     const eplb::ExpertRecordCommand command = action == ExpertRecordAction::kStart  ? eplb::ExpertRecordCommand::kStart
                                               : action == ExpertRecordAction::kStop ? eplb::ExpertRecordCommand::kStop
                                                                                     : eplb::ExpertRecordCommand::kDump;

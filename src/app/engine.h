@@ -36,6 +36,8 @@ struct EngineConfig {
     std::string startup_info_json = "{}";  // resolved launch settings for /get_server_info
     // --expert-balancedness-report-mode prometheus|both: the output rank's report (or null).
     std::shared_ptr<eplb::BalancednessReport> balancedness;
+    // Why the expert distribution endpoints cannot work with this launch ("" when they can).
+    std::string expert_record_unavailable;
 };
 
 class Engine final : public server::Backend {

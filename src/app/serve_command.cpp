@@ -68,6 +68,13 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.scheduler = rank.scheduler;
     if (args.expert_balancedness_report_mode == "prometheus" || args.expert_balancedness_report_mode == "both")
         ec.balancedness = rank.balancedness;
+    if (m.config().moe.num_experts == 0)
+        ec.expert_record_unavailable = "expert distribution recording needs a MoE model; " + m.config().architecture +
+                                       " has no routed experts";
+    else if (args.expert_distribution_recorder_mode.empty())
+        ec.expert_record_unavailable =
+            "expert distribution recording needs --expert-distribution-recorder-mode (stat, per_pass or per_token) "
+            "at launch";
     ec.startup_info_json = nlohmann::json{{"tp_size", args.tp_size},
                                           {"pp_size", args.pp_size},
                                           {"page_size", rank.scheduler.page_size},

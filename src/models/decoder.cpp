@@ -43,6 +43,7 @@ class Decoder final : public Model {
  public:
     Decoder(ModelConfig config, DType compute_dtype, const LoadOptions& options)
         : config_(std::move(config)), compute_dtype_(compute_dtype) {
+        output_rank_ = options.tp_rank == 0 && options.pp_rank == 0;
         par_.tp = {options.tp_rank, options.tp_size};
         par_.tp_group = options.tp_group;
         par_.moe = options.moe;
@@ -95,6 +96,7 @@ class Decoder final : public Model {
     std::vector<float> rope_cos_, rope_sin_;  // f32 [tokens, head_dim/2] of the current pass
     layers::Scratch scratch_;
     std::unique_ptr<EplbManager> eplb_;  // MoE models only
+    bool output_rank_ = true;            // TP rank 0 of the first stage: reports a refused control step
 };
 
 Status Decoder::init_eplb(const LoadOptions& options) {
@@ -284,10 +286,12 @@ Status Decoder::check_batch(const BatchInput& batch, const kvcache::KvView& kv) 
 
 Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool, std::vector<float>* out) {
     if (batch.expert_record != eplb::ExpertRecordCommand::kNone) {
-        if (!eplb_)
-            return Status::InvalidArgument("expert distribution recording needs a MoE model; " +
-                                              config_.architecture + " has no routed experts");
-        TSR_RETURN_IF_ERROR(eplb_->on_command(batch.expert_record));
+        // A refused command is the output rank's to report; any other rank goes on, because a
+        // failed forward ends a follower (and with it the job).
+        Status s = eplb_ ? eplb_->on_command(batch.expert_record)
+                         : Status::InvalidArgument("expert distribution recording needs a MoE model; " +
+                                                   config_.architecture + " has no routed experts");
+        if (!s.ok() && output_rank_) return s;
         if (batch.tokens.empty() && batch.seqs.empty()) {  // a control step
             out->clear();
             return Status::Ok();

@@ -152,6 +152,7 @@ Status EplbManager::dump() {
         out.close();
         if (!out) {
             result = Status::Internal("writing the expert distribution to " + path.string() + " failed");
+            TSR_LOG_C(ERROR, "eplb", "{}", result.message());
         } else {
             TSR_LOG_C(INFO, "eplb", "Write expert distribution to {}", path.string());
         }

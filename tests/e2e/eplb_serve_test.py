@@ -6,6 +6,8 @@
              writes its JSON file; the counts sum to tokens x top_k x MoE layers, every pass's
              balancedness equals (mean + 1e-5) / (max + 1e-5) of its EP ranks' loads from its
              global_physical_count, /metrics shows sglang:eplb_balancedness, GET is refused.
+  refused    without a recorder mode the endpoints answer 400 naming the flag and the ranks
+             keep serving (a refused command must not end a follower).
   rebalance  --enable-eplb every 5 passes, one layer per pass: four streaming requests run
              while experts move; each gives one rank's greedy tokens, the log shows layers
              moved and the dumped placement is no longer the trivial one.
@@ -134,6 +136,22 @@ def recorder_case(tessera, model, workdir, config):
         stop_server(server, log)
 
 
+def refused_case(tessera, model, workdir):
+    """Without a recorder mode the endpoints answer 400 naming the flag, and every rank lives on."""
+    server, port, dumps, log, log_path = start_server(tessera, model, workdir, "refused", [])
+    try:
+        if not check("plain EP2 server starts", wait_ready(port, server), open(log_path).read()[-2000:]):
+            return
+        status, text = call(port, "POST", "/start_expert_distribution_record")
+        check("start without a recorder mode is a 400 naming the flag",
+              status == 400 and "--expert-distribution-recorder-mode" in text, f"{status} {text!r}")
+        status, _ = call(port, "POST", "/generate", {"input_ids": PROMPTS[1],
+                                                     "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+        check("the server still generates afterwards", status == 200 and server.poll() is None, f"{status}")
+    finally:
+        stop_server(server, log)
+
+
 def rebalance_case(tessera, model, workdir):
     n = 24
     want = [one_rank_ids(tessera, model, p, n) for p in PROMPTS]
@@ -177,6 +195,7 @@ def main():
     model = make_tiny_model(tessera, a.workdir, "qwen3-moe")
     config = json.load(open(os.path.join(model, "config.json")))
     recorder_case(tessera, model, a.workdir, config)
+    refused_case(tessera, model, a.workdir)
     rebalance_case(tessera, model, a.workdir)
     print(check.summary())
     return 1 if check.failures else 0
