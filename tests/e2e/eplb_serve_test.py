@@ -21,6 +21,7 @@ import glob
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -68,7 +69,8 @@ def one_rank_ids(tessera, model, prompt, n):
 def start_server(tessera, model, workdir, name, extra):
     port = free_port()
     dumps = os.path.join(workdir, name + "_dumps")
-    os.makedirs(dumps, exist_ok=True)
+    shutil.rmtree(dumps, ignore_errors=True)  # a rerun in the same folder starts clean
+    os.makedirs(dumps)
     log_path = os.path.join(workdir, name + ".log")
     log = open(log_path, "w")
     env = dict(os.environ, SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR=dumps)
