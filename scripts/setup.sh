@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package tessera needs (idempotent), then configures and builds.
 # Usage: bash scripts/setup.sh            (Release build in ./build)
+#        bash scripts/setup.sh --deps     (packages only)
 # With CI=true warnings are errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,8 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+[ "${1:-}" = "--deps" ] && exit 0
 
 werror=OFF
 [ "${CI:-}" = "true" ] && werror=ON
