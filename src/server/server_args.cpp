@@ -40,7 +40,14 @@ Status ServerArgs::resolve() {
     notes.clear();
     // Missing defaults.
     if (tokenizer_path.empty()) tokenizer_path = model_path;
-    if (served_model_name.empty()) served_model_name = model_path;
+    // The folder's name, not its path: every response carries the model name, and SGLang's
+    // default (the path) tells every client where the server keeps its files.
+    if (served_model_name.empty()) {
+        std::string trimmed = model_path;
+        while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+        const auto slash = trimmed.rfind('/');
+        served_model_name = slash == std::string::npos || slash + 1 == trimmed.size() ? trimmed : trimmed.substr(slash + 1);
+    }
     if (!page_size) page_size = 1;
 
     // Data parallelism (§1.4): nothing to split with dp 1; DP-attention shares the budgets.

@@ -80,7 +80,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
     // Model and process.
     value(app, t, "--model-path,--model", a.model_path, "Hugging Face model folder", kYes)->required();
     value(app, t, "--tokenizer-path", a.tokenizer_path, "tokenizer folder (default: --model-path)", kYes);
-    value(app, t, "--served-model-name", a.served_model_name, "model name in the API (default: --model-path)", kServe);
+    value(app, t, "--served-model-name", a.served_model_name, "model name in the API (default: the model folder's name)", kServe);
     value(app, t, "--dtype", a.dtype, "compute weight type", kYes)
         ->check(CLI::IsMember({"auto", "half", "float16", "bfloat16", "bf16", "float", "float32", "f32"}));
     value(app, t, "--host", a.host, "HTTP listen address", kServe);

@@ -189,7 +189,7 @@ TEST(ServerArgsTest, RewritesDefaultsAsSglang) {
     ASSERT_EQ(a.notes.size(), 2u);
     EXPECT_NE(a.notes[1].find("spans the TP group: ep_size set to tp_size (8)"), std::string::npos) << a.notes[1];
     EXPECT_EQ(a.tokenizer_path, "/m");
-    EXPECT_EQ(a.served_model_name, "/m");
+    EXPECT_EQ(a.served_model_name, "m") << "the folder's name, not its path";
     EXPECT_EQ(*a.page_size, 1);
 
     ServerArgs b;
