@@ -3,7 +3,7 @@
 # Designated initializers that leave members at their defaults are the point of config structs.
 # GCC 12 reports false -Wrestrict positives inside std::string concatenation (GCC bug 105329).
 set(TSR_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter -Wno-psabi -Wno-missing-field-initializers
-    -Wno-restrict)
+    $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>)
 if(TSR_WERROR)
   list(APPEND TSR_WARNINGS -Werror)
 endif()

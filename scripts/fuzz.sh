@@ -11,6 +11,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DTSR_BUILD_TESTS=OFF -DTSR_BUILD_BENCH=OFF >/dev/null
 targets=(request_json_fuzz step_codec_fuzz chat_template_fuzz tokenizer_fuzz safetensors_fuzz)
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"
+rm -f build-fuzz/fuzz/crash-* build-fuzz/fuzz/leak-* build-fuzz/fuzz/timeout-*
 seconds="${FUZZ_SECONDS:-60}"
 for t in "${targets[@]}"; do
   work="build-fuzz/fuzz/corpus-$t"
@@ -18,9 +19,10 @@ for t in "${targets[@]}"; do
   echo "fuzz: $t for ${seconds}s" >&2
   (cd build-fuzz/fuzz && ASAN_OPTIONS=detect_leaks=1 ./"$t" -max_total_time="$seconds" -rss_limit_mb=4096 \
      -print_final_stats=1 "corpus-$t" "../../fuzz/corpus/$t") 2>&1 | grep -E "stat::number_of_executed_units|ERROR|SUMMARY" || true
-  # A crash writes crash-* next to the binary.
-  if ls build-fuzz/fuzz/crash-* build-fuzz/fuzz/leak-* build-fuzz/fuzz/timeout-* >/dev/null 2>&1; then
-    echo "fuzz: $t found a failing input:" build-fuzz/fuzz/crash-* build-fuzz/fuzz/leak-* build-fuzz/fuzz/timeout-* >&2
+  # A failure writes crash-*, leak-* or timeout-* next to the binary.
+  failing=$(find build-fuzz/fuzz -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \) -print)
+  if [ -n "$failing" ]; then
+    echo "fuzz: $t found a failing input: $failing" >&2
     exit 1
   fi
 done

@@ -95,6 +95,19 @@ TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
     EXPECT_FALSE(decode_step(bytes).ok());
 }
 
+// Found by fuzz/step_codec_fuzz (UBSan: memcpy into an empty vector's null data()): empty
+// token, slot and output lists round-trip.
+TEST(StepWireTest, EmptyListsRoundTrip) {
+    ForwardBatch batch;
+    batch.seqs.push_back({"a", {}, 0, {}, true, {}, {}});
+    std::int64_t flags = 0;
+    auto back = decode_step(encode_step(batch, kStepWithSampling), &flags);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_EQ(back->seqs.size(), 1u);
+    EXPECT_TRUE(back->seqs[0].tokens.empty());
+    EXPECT_TRUE(back->seqs[0].output_ids.empty());
+}
+
 TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     ForwardBatch batch;
     SequenceSampling sampling;

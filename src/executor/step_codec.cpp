@@ -50,6 +50,7 @@ class Reader {
  private:
     bool take(void* out, std::size_t n) {
         if (bytes_.size() - pos_ < n) return false;
+        if (n == 0) return true;  // an empty vector's data() may be null: no memcpy (UB even for 0 bytes)
         std::memcpy(out, bytes_.data() + pos_, n);
         pos_ += n;
         return true;
