@@ -93,6 +93,13 @@ TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
     bytes.push_back(0);
     bytes.push_back(0);
     EXPECT_FALSE(decode_step(bytes).ok());
+    // Found by fuzz/step_codec_fuzz: a boolean other than 0 or 1 is corruption, so whatever
+    // decodes encodes back to the same bytes.
+    auto bad = encode_step(batch);
+    const std::size_t need_token_at = 3 * 8 + (8 + 3 * 4) + 8 + (8 + 7 * 4);
+    ASSERT_EQ(bad[need_token_at], 1);
+    bad[need_token_at + 7] = 0x10;
+    EXPECT_FALSE(decode_step(bad).ok());
 }
 
 // Found by fuzz/step_codec_fuzz (UBSan: memcpy into an empty vector's null data()): empty

@@ -32,6 +32,13 @@ class Reader {
     bool i64(std::int64_t* v) { return take(v, sizeof(*v)); }
     bool f32(float* v) { return take(v, sizeof(*v)); }
     bool u64(std::uint64_t* v) { return take(v, sizeof(*v)); }
+    // A boolean is an i64 of 0 or 1; anything else is corruption, not "true".
+    bool flag(bool* v) {
+        std::int64_t x = 0;
+        if (!i64(&x) || (x != 0 && x != 1)) return false;
+        *v = x == 1;
+        return true;
+    }
     bool i32(int* v) {
         std::int64_t x = 0;
         if (!i64(&x) || x < INT32_MIN || x > INT32_MAX) return false;
@@ -104,26 +111,23 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
     batch.expert_record = static_cast<eplb::ExpertRecordCommand>(record);
     batch.seqs.resize(static_cast<std::size_t>(n));
     for (auto& s : batch.seqs) {
-        std::int64_t need = 0;
-        if (!r.i32s(&s.tokens) || !r.i64(&s.start_pos) || !r.i32s(&s.slots) || !r.i64(&need))
+        if (!r.i32s(&s.tokens) || !r.i64(&s.start_pos) || !r.i32s(&s.slots) || !r.flag(&s.need_token))
             return Status::DataLoss("corrupt step");
-        s.need_token = need != 0;
         if ((flags & kStepWithSampling) == 0 || !s.need_token) continue;
         SequenceSampling& p = s.sampling;
-        std::int64_t logprobs = 0, n_bias = 0;
+        std::int64_t n_bias = 0;
         if (!r.f32(&p.params.temperature) || !r.i32(&p.params.top_k) || !r.f32(&p.params.top_p) ||
             !r.f32(&p.params.min_p) || !r.u64(&p.params.seed) || !r.f32(&p.frequency_penalty) ||
-            !r.f32(&p.presence_penalty) || !r.i32(&p.top_logprobs) || !r.i64(&logprobs) || !r.i64(&n_bias) ||
+            !r.f32(&p.presence_penalty) || !r.i32(&p.top_logprobs) || !r.flag(&p.logprobs) || !r.i64(&n_bias) ||
             n_bias < 0 || n_bias > kMaxCount)
             return Status::DataLoss("corrupt sampling parameters in a step");
         p.logit_bias.resize(static_cast<std::size_t>(n_bias));
         for (auto& [id, bias] : p.logit_bias) {
-            std::int64_t token = 0;
-            if (!r.i64(&token) || !r.f32(&bias)) return Status::DataLoss("corrupt logit_bias in a step");
-            id = static_cast<std::int32_t>(token);
+            int token = 0;
+            if (!r.i32(&token) || !r.f32(&bias)) return Status::DataLoss("corrupt logit_bias in a step");
+            id = token;
         }
         if (!r.i32s(&s.output_ids)) return Status::DataLoss("corrupt sampling parameters in a step");
-        p.logprobs = logprobs != 0;
     }
     if (!r.done()) return Status::DataLoss("trailing bytes in a step");
     if (flags_out != nullptr) *flags_out = flags;
