@@ -390,17 +390,25 @@ Value Interpreter::eval_binary(const Expr& e) {
     if (!numeric(a) || !numeric(b)) operand_error(op, a, b);
     const bool ints = integral(a) && integral(b);
     if (ints && op != "/") {
-        int64_t x = to_int(a, op.c_str()), y = to_int(b, op.c_str());
-        if (op == "+") return Value(Json(x + y));
-        if (op == "-") return Value(Json(x - y));
-        if (op == "*") return Value(Json(x * y));
+        // Python's integers do not overflow; where int64 would, the result is computed in
+        // double below (an approximation of the big integer, never undefined behaviour).
+        int64_t x = to_int(a, op.c_str()), y = to_int(b, op.c_str()), r = 0;
+        if (op == "+" && !__builtin_add_overflow(x, y, &r)) return Value(Json(r));
+        if (op == "-" && !__builtin_sub_overflow(x, y, &r)) return Value(Json(r));
+        if (op == "*" && !__builtin_mul_overflow(x, y, &r)) return Value(Json(r));
         if ((op == "//" || op == "%") && y == 0) throw_error("integer division or modulo by zero");
-        if (op == "//") return Value(Json(floor_div(x, y)));
-        if (op == "%") return Value(Json(x - floor_div(x, y) * y));
+        const bool min_by_minus_one = x == INT64_MIN && y == -1;
+        if (op == "//" && !min_by_minus_one) return Value(Json(floor_div(x, y)));
+        if (op == "%") return Value(Json(min_by_minus_one ? 0 : x - floor_div(x, y) * y));
         if (op == "**" && y >= 0) {
-            int64_t r = 1;
-            for (int64_t i = 0; i < y; ++i) r *= x;
-            return Value(Json(r));
+            // Square-and-multiply: O(log y) steps, however large the exponent.
+            int64_t result = 1, base = x;
+            bool overflow = false;
+            for (int64_t e = y; e > 0 && !overflow; e >>= 1) {
+                if ((e & 1) != 0) overflow |= __builtin_mul_overflow(result, base, &result);
+                if (e > 1) overflow |= __builtin_mul_overflow(base, base, &base);
+            }
+            if (!overflow) return Value(Json(result));
         }
     }
     double x = to_double(a, op.c_str()), y = to_double(b, op.c_str());

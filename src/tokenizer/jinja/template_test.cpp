@@ -319,6 +319,14 @@ TEST(JinjaTemplate, RenderIsBounded) {
                  ordered_json{{"big", mib}}.dump());
     expect_error("{{ " + std::string(300, '[') + "1" + std::string(300, ']') + " }}", StatusCode::kInvalidArgument,
                  "nests deeper than 256");
+    // Found by fuzz/chat_template_fuzz: integer overflow (UB) and a loop as long as the
+    // exponent. Python's big integers become doubles here; nothing loops past log2(exponent).
+    auto big = Template::compile("{{ 2 ** 62 }} {{ 2 ** 64 > 0 }} {{ 9223372036854775807 + 1 > 0 }} "
+                                 "{{ (3 ** 1000000000000) > 0 }} {{ -9223372036854775807 - 1 }}");
+    ASSERT_TRUE(big.ok());
+    auto out = big->render(ordered_json::object());
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(*out, "4611686018427387904 True True True -9223372036854775808");
     // Ordinary work stays far inside: 2000 messages of a chat-style loop.
     ordered_json messages = ordered_json::array();
     for (int i = 0; i < 2000; ++i) messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "hi"}});
