@@ -53,6 +53,7 @@ class Reader {
         return take(v->data(), v->size() * sizeof(std::int32_t));
     }
     bool done() const { return pos_ == bytes_.size(); }
+    std::size_t remaining() const { return bytes_.size() - pos_; }
 
  private:
     bool take(void* out, std::size_t n) {
@@ -109,6 +110,11 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
     if (!r.i64(&flags) || !r.i64(&record) || !r.i64(&n) || n < 0 || n > kMaxCount || record < 0 || record > 3)
         return Status::DataLoss("corrupt step header");
     batch.expert_record = static_cast<eplb::ExpertRecordCommand>(record);
+    // Every sequence takes at least four i64 fields: a count the bytes cannot hold is corrupt
+    // (and must not allocate a million sequences first).
+    if (static_cast<std::size_t>(n) > r.remaining() / (4 * sizeof(std::int64_t)))
+        return Status::DataLoss("corrupt step header: " + std::to_string(n) + " sequences in " +
+                                std::to_string(r.remaining()) + " bytes");
     batch.seqs.resize(static_cast<std::size_t>(n));
     for (auto& s : batch.seqs) {
         if (!r.i32s(&s.tokens) || !r.i64(&s.start_pos) || !r.i32s(&s.slots) || !r.flag(&s.need_token))
