@@ -428,6 +428,22 @@ StatusOr<std::string> fetch_served_model(const HttpEndpoint& endpoint, std::chro
     return Status::DataLoss("GET /v1/models: no model id in '" + clip(resp.body) + "'; pass --model NAME");
 }
 
+StatusOr<std::vector<std::string>> fetch_server_paths(const HttpEndpoint& endpoint, std::chrono::milliseconds timeout) {
+    HttpRequest req;
+    req.path = "/get_server_info";
+    add_auth(req);
+    req.timeout = timeout;
+    TSR_ASSIGN_OR_RETURN(HttpResponse resp, http_fetch(endpoint, req));
+    if (resp.status != 200)
+        return Status(StatusCode::kUnavailable,
+                      "GET /get_server_info answered HTTP " + std::to_string(resp.status) + ": " + clip(resp.body));
+    const Json j = Json::parse(resp.body, nullptr, false);
+    std::vector<std::string> paths;
+    for (const char* key : {"tokenizer_path", "model_path"})
+        if (j.is_object() && j.contains(key) && j[key].is_string()) paths.push_back(j[key].get<std::string>());
+    return paths;
+}
+
 std::string metrics_json_line(const BenchServeOptions& o, int num_prompts, const BenchServeMetrics& m) {
     nlohmann::ordered_json j;
     j["backend"] = api_backend_name(o.request.backend);

@@ -114,6 +114,9 @@ StatusOr<BenchServeResult> run_benchmark(const BenchServeOptions& options, const
 
 // The model id the server lists first under GET /v1/models.
 StatusOr<std::string> fetch_served_model(const HttpEndpoint& endpoint, std::chrono::milliseconds timeout);
+// The tokenizer_path and model_path GET /get_server_info reports (SGLang and tessera both do),
+// in that order, those present: where a benchmark on the same host finds the tokenizer.
+StatusOr<std::vector<std::string>> fetch_server_paths(const HttpEndpoint& endpoint, std::chrono::milliseconds timeout);
 
 // One JSON object (no newline) with the run's config and metrics: the line appended to
 // --output-file. request_rate is "inf" for an unlimited rate; max_concurrency null when unset.

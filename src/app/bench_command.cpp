@@ -83,8 +83,11 @@ bool has_tokenizer(const std::string& dir) {
 }
 
 // --tokenizer, else --model-path, else the served model id when it names a local folder
-// (tessera and SGLang serve a model under its path by default). Null when none is found.
-StatusOr<std::unique_ptr<tokenizer::Tokenizer>> find_tokenizer(const ServeBenchFlags& f, const std::string& served) {
+// (SGLang serves a model under its path by default), else the tokenizer or model path the
+// server reports in /get_server_info when it is a local folder (a server on this host). Null
+// when none is found.
+StatusOr<std::unique_ptr<tokenizer::Tokenizer>> find_tokenizer(const ServeBenchFlags& f, const std::string& served,
+                                                               const std::vector<std::string>& server_paths) {
     std::string dir;
     if (!f.tokenizer.empty()) {
         dir = f.tokenizer;
@@ -94,7 +97,13 @@ StatusOr<std::unique_ptr<tokenizer::Tokenizer>> find_tokenizer(const ServeBenchF
         dir = served;
         TSR_LOG(INFO, "tokenizer: the served model's folder {}", served);
     } else {
-        return std::unique_ptr<tokenizer::Tokenizer>();
+        for (const std::string& path : server_paths) {
+            if (!has_tokenizer(path)) continue;
+            dir = path;
+            TSR_LOG(INFO, "tokenizer: {}, from the server's /get_server_info", path);
+            break;
+        }
+        if (dir.empty()) return std::unique_ptr<tokenizer::Tokenizer>();
     }
     auto tok = tokenizer::Tokenizer::load(dir);
     if (!tok.ok())
@@ -153,7 +162,12 @@ int run_serve_bench(const ServeBenchFlags& f) {
         TSR_LOG(WARN, "no model name ({}); requests go without \"model\" (pass --model NAME)",
                 listed.ok() ? "empty id" : listed.status().message());
 
-    auto tok = find_tokenizer(f, served);
+    std::vector<std::string> server_paths;
+    if (f.tokenizer.empty() && f.model_path.empty() && !has_tokenizer(served)) {
+        auto paths = bench::fetch_server_paths(o.request.endpoint, std::chrono::milliseconds(30'000));
+        if (paths.ok()) server_paths = std::move(paths).value();
+    }
+    auto tok = find_tokenizer(f, served, server_paths);
     if (!tok.ok()) return fail(tok.status(), 2);
 
     std::vector<bench::BenchPrompt> prompts;

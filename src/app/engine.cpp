@@ -279,6 +279,7 @@ nlohmann::json Engine::server_info() const {
     nlohmann::json info = nlohmann::json::parse(config_.startup_info_json, nullptr, false);
     if (!info.is_object()) info = nlohmann::json::object();
     info["model_path"] = config_.model_path;
+    info["tokenizer_path"] = config_.tokenizer_path;
     info["served_model_name"] = config_.served_model_name;
     info["context_len"] = config_.context_len;
     info["max_total_num_tokens"] = s.max_total_num_tokens;

@@ -29,6 +29,7 @@ namespace tessera::app {
 struct EngineConfig {
     std::string served_model_name;
     std::string model_path;
+    std::string tokenizer_path;
     std::int64_t context_len = 0;
     std::vector<std::int32_t> eos_token_ids;
     std::uint64_t random_seed = 0;

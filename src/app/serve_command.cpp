@@ -59,6 +59,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     EngineConfig ec;
     ec.served_model_name = args.served_model_name;
     ec.model_path = args.model_path;
+    ec.tokenizer_path = args.tokenizer_path;
     ec.context_len = rank.context_len;
     ec.eos_token_ids = m.config().eos_token_ids;
     for (std::int32_t id : (*tok)->eos_token_ids())
