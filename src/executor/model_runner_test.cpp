@@ -100,6 +100,13 @@ TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
     ASSERT_EQ(bad[need_token_at], 1);
     bad[need_token_at + 7] = 0x10;
     EXPECT_FALSE(decode_step(bad).ok());
+    // Found by fuzz/step_codec_fuzz: a header claiming more sequences than its bytes can hold
+    // is refused up front (it used to allocate them all first).
+    std::vector<std::uint8_t> huge(3 * 8, 0);
+    huge[16 + 2] = 0x10;  // 2^20 sequences, no bytes for them
+    auto refused = decode_step(huge);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("sequences in 0 bytes"), std::string::npos) << refused.status().message();
 }
 
 // Found by fuzz/step_codec_fuzz (UBSan: memcpy into an empty vector's null data()): empty
