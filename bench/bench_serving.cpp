@@ -412,32 +412,35 @@ StatusOr<BenchServeResult> run_benchmark(const BenchServeOptions& options, const
     return out;
 }
 
-StatusOr<std::string> fetch_served_model(const HttpEndpoint& endpoint, std::chrono::milliseconds timeout) {
+namespace {
+
+// GET `path` with the bench's auth; the body of a 200, else Unavailable naming the status.
+StatusOr<std::string> get_ok(const HttpEndpoint& endpoint, const std::string& path, std::chrono::milliseconds timeout) {
     HttpRequest req;
-    req.path = "/v1/models";
+    req.path = path;
     add_auth(req);
     req.timeout = timeout;
     TSR_ASSIGN_OR_RETURN(HttpResponse resp, http_fetch(endpoint, req));
     if (resp.status != 200)
         return Status(StatusCode::kUnavailable,
-                      "GET /v1/models answered HTTP " + std::to_string(resp.status) + ": " + clip(resp.body));
-    const Json j = Json::parse(resp.body, nullptr, false);
+                      "GET " + path + " answered HTTP " + std::to_string(resp.status) + ": " + clip(resp.body));
+    return std::move(resp.body);
+}
+
+}  // namespace
+
+StatusOr<std::string> fetch_served_model(const HttpEndpoint& endpoint, std::chrono::milliseconds timeout) {
+    TSR_ASSIGN_OR_RETURN(std::string body, get_ok(endpoint, "/v1/models", timeout));
+    const Json j = Json::parse(body, nullptr, false);
     if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
         j["data"][0].contains("id") && j["data"][0]["id"].is_string())
         return j["data"][0]["id"].get<std::string>();
-    return Status::DataLoss("GET /v1/models: no model id in '" + clip(resp.body) + "'; pass --model NAME");
+    return Status::DataLoss("GET /v1/models: no model id in '" + clip(body) + "'; pass --model NAME");
 }
 
 StatusOr<std::vector<std::string>> fetch_server_paths(const HttpEndpoint& endpoint, std::chrono::milliseconds timeout) {
-    HttpRequest req;
-    req.path = "/get_server_info";
-    add_auth(req);
-    req.timeout = timeout;
-    TSR_ASSIGN_OR_RETURN(HttpResponse resp, http_fetch(endpoint, req));
-    if (resp.status != 200)
-        return Status(StatusCode::kUnavailable,
-                      "GET /get_server_info answered HTTP " + std::to_string(resp.status) + ": " + clip(resp.body));
-    const Json j = Json::parse(resp.body, nullptr, false);
+    TSR_ASSIGN_OR_RETURN(std::string body, get_ok(endpoint, "/get_server_info", timeout));
+    const Json j = Json::parse(body, nullptr, false);
     std::vector<std::string> paths;
     for (const char* key : {"tokenizer_path", "model_path"})
         if (j.is_object() && j.contains(key) && j[key].is_string()) paths.push_back(j[key].get<std::string>());
