@@ -39,7 +39,7 @@ import sys
 import tempfile
 import urllib.request
 
-from serve_support import free_port, wait_healthy
+from serve_support import free_port, stop_server, wait_healthy
 
 
 def bench(a, port, prompts, seed, out_file, input_len=64, output_len=32):
@@ -99,12 +99,7 @@ def serve_run(a, ep, name, extra, seed, workdir, placement_out=None):
             if placement_out:
                 dump_placement(port, dump_dir, placement_out)
         finally:
-            server.terminate()
-            try:
-                server.wait(60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop_server(server)
     timed = text[len(before):]
     values = [float(v) for v in BALANCED.findall(timed)]
     chunks = [(int(m[0]), int(m[1]), int(m[2]), float(m[3])) for m in CHUNK.findall(text)]

@@ -1,7 +1,9 @@
-"""What the serving benchmarks share: a free loopback port, and waiting for a started
-`tessera serve` to answer GET /health (exiting with a message when it dies first)."""
+"""What the serving benchmarks share: a free loopback port, waiting for a started
+`tessera serve` to answer GET /health (exiting with a message when it dies first), and
+stopping it."""
 
 import socket
+import subprocess
 import sys
 import time
 import urllib.request
@@ -26,3 +28,14 @@ def wait_healthy(port, server, timeout_s=300):
             pass
         time.sleep(0.5)
     sys.exit("tessera serve did not become healthy in time")
+
+
+def stop_server(server):
+    """SIGTERM (the server drains), then SIGKILL if it has not exited within 60 s."""
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

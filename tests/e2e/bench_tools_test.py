@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from e2e_support import Checks, free_port, make_tiny_model, wait_ready
+from e2e_support import Checks, free_port, make_tiny_model, stop_server, wait_ready
 
 check = Checks()
 
@@ -190,13 +190,7 @@ def main():
             return 1
         bench_serve_checks(tessera, model, port, a.workdir)
     finally:
-        if server.poll() is None:
-            server.terminate()
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        stop_server(server)
         log.close()
     one_batch_checks(tessera, model, a.workdir)
     print(check.summary())

@@ -42,6 +42,17 @@ def make_tiny_model(tessera, workdir, arch="qwen3"):
     return model
 
 
+def stop_server(server):
+    """SIGTERM (the server drains), then SIGKILL if it has not exited within 30 s."""
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
 def wait_ready(port, proc, timeout=120):
     """True once GET /health answers 200; False if the process exits or the time runs out."""
     deadline = time.time() + timeout

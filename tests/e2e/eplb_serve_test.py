@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 
-from e2e_support import Checks, free_port, make_tiny_model, wait_ready
+from e2e_support import Checks, free_port, make_tiny_model, stop_server, wait_ready
 
 check = Checks()
 PROMPTS = [[3, 14, 15, 92, 65, 35, 89, 79], [11, 22, 33, 44], [500, 400, 300, 200, 100, 50], [7, 7, 7, 7, 7, 1]]
@@ -80,14 +80,8 @@ def start_server(tessera, model, workdir, name, extra):
     return server, port, dumps, log, log_path
 
 
-def stop_server(server, log):
-    if server.poll() is None:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+def stop(server, log):
+    stop_server(server)
     log.close()
 
 
@@ -135,7 +129,7 @@ def recorder_case(tessera, model, workdir, config):
         check("/metrics shows sglang:eplb_balancedness", "sglang:eplb_balancedness_count" in metrics)
         check("the log has the balancedness line", "[Expert Balancedness] forward_pass_id=" in open(log_path).read())
     finally:
-        stop_server(server, log)
+        stop(server, log)
 
 
 def refused_case(tessera, model, workdir):
@@ -151,7 +145,7 @@ def refused_case(tessera, model, workdir):
                                                      "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
         check("the server still generates afterwards", status == 200 and server.poll() is None, f"{status}")
     finally:
-        stop_server(server, log)
+        stop(server, log)
 
 
 def rebalance_case(tessera, model, workdir):
@@ -184,7 +178,7 @@ def rebalance_case(tessera, model, workdir):
         check("the placement in force is no longer the trivial one", any(row != trivial for row in placement),
               str(placement))
     finally:
-        stop_server(server, log)
+        stop(server, log)
 
 
 def main():
