@@ -25,23 +25,47 @@ StatusOr<Linear> Linear::load(const loader::WeightSource& source, const LinearSp
     std::int64_t total_rows = 0;
     for (const auto& p : spec.parts) total_rows += rows_of(p);
 
-    // Only this rank's rows and columns are read from the mapping, then packed once.
-    std::vector<float> kept(static_cast<std::size_t>(total_rows * cols));
-    std::int64_t out_row = 0;
+    // Only this rank's rows and columns are read from the mapping, then packed once. They
+    // are gathered in the checkpoint's own dtype (f32 only when the parts disagree), and a
+    // single whole-width part is packed straight from the mapping: a temporary f32 copy of
+    // a vocab-sized head would double the start-up peak.
+    std::vector<const loader::TensorView*> tensors;
     for (const auto& p : spec.parts) {
         TSR_ASSIGN_OR_RETURN(auto t, source.get(p.name, {p.out_features, spec.in_features}));
-        const std::int64_t rows = rows_of(p);
-        TSR_RETURN_IF_ERROR(check_range("rows of " + p.name, p.row_begin, rows, p.out_features));
-        const auto* base = reinterpret_cast<const unsigned char*>(t->data);
-        const std::size_t elem = dtype_size(t->dtype);
-        for (std::int64_t r = 0; r < rows; ++r) {
-            const std::size_t offset = (static_cast<std::size_t>(p.row_begin + r) * spec.in_features + spec.col_begin) * elem;
-            convert_to_f32(base + offset, t->dtype, kept.data() + (out_row + r) * cols, static_cast<std::size_t>(cols));
-        }
-        out_row += rows;
+        TSR_RETURN_IF_ERROR(check_range("rows of " + p.name, p.row_begin, rows_of(p), p.out_features));
+        tensors.push_back(t);
     }
+    DType gather_type = tensors.front()->dtype;
+    for (const auto* t : tensors)
+        if (t->dtype != gather_type) gather_type = DType::kF32;
+    const std::size_t elem = dtype_size(gather_type);
     Linear linear;
-    linear.weight_ = kernels::pack_weight(kept.data(), DType::kF32, total_rows, cols, spec.compute_dtype);
+    if (tensors.size() == 1 && cols == spec.in_features) {
+        const auto* base = reinterpret_cast<const unsigned char*>(tensors.front()->data);
+        linear.weight_ = kernels::pack_weight(base + static_cast<std::size_t>(spec.parts.front().row_begin) * cols * elem,
+                                              gather_type, total_rows, cols, spec.compute_dtype);
+    } else {
+        std::vector<unsigned char> kept(static_cast<std::size_t>(total_rows * cols) * elem);
+        std::int64_t out_row = 0;
+        for (std::size_t i = 0; i < spec.parts.size(); ++i) {
+            const LinearPart& p = spec.parts[i];
+            const loader::TensorView* t = tensors[i];
+            const auto* base = reinterpret_cast<const unsigned char*>(t->data);
+            const std::size_t src_elem = dtype_size(t->dtype);
+            for (std::int64_t r = 0; r < rows_of(p); ++r) {
+                const auto offset = (static_cast<std::size_t>(p.row_begin + r) * spec.in_features + spec.col_begin);
+                unsigned char* dst = kept.data() + static_cast<std::size_t>(out_row + r) * cols * elem;
+                if (t->dtype == gather_type) {
+                    std::memcpy(dst, base + offset * src_elem, static_cast<std::size_t>(cols) * elem);
+                } else {
+                    convert_to_f32(base + offset * src_elem, t->dtype, reinterpret_cast<float*>(dst),
+                                   static_cast<std::size_t>(cols));
+                }
+            }
+            out_row += rows_of(p);
+        }
+        linear.weight_ = kernels::pack_weight(kept.data(), gather_type, total_rows, cols, spec.compute_dtype);
+    }
     if (spec.bias) {
         linear.bias_.resize(static_cast<std::size_t>(total_rows));
         std::int64_t row = 0;

@@ -51,6 +51,11 @@ SafetensorsFile::~SafetensorsFile() {
     if (map_ != nullptr) munmap(map_, map_size_);
 }
 
+void SafetensorsFile::drop_resident_pages() const {
+    // A private read-only file mapping: MADV_DONTNEED only drops our page-table entries.
+    if (map_ != nullptr) madvise(map_, map_size_, MADV_DONTNEED);
+}
+
 const TensorView* SafetensorsFile::find(const std::string& name) const {
     auto it = tensors_.find(name);
     return it == tensors_.end() ? nullptr : &it->second;

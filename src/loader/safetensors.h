@@ -41,6 +41,11 @@ class SafetensorsFile {
     const std::string& path() const { return path_; }
     const std::map<std::string, TensorView>& tensors() const { return tensors_; }
     const TensorView* find(const std::string& name) const;
+    // Unmaps the file pages this process has touched so far (they stay in the page cache).
+    // The loader calls it as it goes, so that start-up peaks near the packed weights rather
+    // than packed weights + the whole file. Tensor views stay valid: reading one again
+    // faults its pages back in.
+    void drop_resident_pages() const;
 
  private:
     SafetensorsFile() = default;

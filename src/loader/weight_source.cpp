@@ -49,6 +49,10 @@ StatusOr<std::unique_ptr<WeightSource>> WeightSource::open(const std::string& mo
     return source;
 }
 
+void WeightSource::drop_resident_pages() const {
+    for (const auto& f : files_) f->drop_resident_pages();
+}
+
 const TensorView* WeightSource::find(const std::string& name) const {
     for (const auto& f : files_)
         if (const TensorView* t = f->find(name)) return t;

@@ -25,6 +25,8 @@ class WeightSource {
     const std::string& model_dir() const { return model_dir_; }
     // The dtype most tensors are stored in (what --dtype auto picks).
     DType dominant_dtype() const;
+    // SafetensorsFile::drop_resident_pages on every file.
+    void drop_resident_pages() const;
 
  private:
     std::string model_dir_;

@@ -135,6 +135,7 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
     if (stage_.first) {
         TSR_ASSIGN_OR_RETURN(embedding_, layers::VocabParallelEmbedding::load(source, "model.embed_tokens.weight",
                                                                             c.vocab_size, hidden, par_));
+        source.drop_resident_pages();
     }
     TSR_RETURN_IF_ERROR(init_eplb(options));
     // Tensor names keep the global layer index: every stage reads the same checkpoint.
@@ -155,6 +156,7 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
                                                                         compute_dtype_, par_));
             layers_.push_back({std::move(input_norm), std::move(attention), std::move(post_norm), std::move(mlp)});
         }
+        source.drop_resident_pages();  // this layer's file bytes are packed now
     }
     TSR_ASSIGN_OR_RETURN(auto heads, layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, par_.tp));
     n_heads_ = heads.q_heads.count;
