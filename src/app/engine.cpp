@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
+#include "base/process_memory.h"
 #include "eplb/balancedness_report.h"
 
 namespace tessera::app {
@@ -29,7 +30,8 @@ Engine::Engine(EngineConfig config, const tokenizer::Tokenizer& tokenizer,
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
       scheduler_(config_.scheduler, runner),
-      seed_rng_(config_.random_seed) {}
+      seed_rng_(config_.random_seed),
+      stats_(scheduler_.stats()) {}  // /metrics before the first step shows the empty pool
 
 Engine::~Engine() { stop(); }
 
@@ -317,6 +319,20 @@ std::string Engine::metrics_text() const {
     gauge("sglang:cache_hit_rate", "Prefix cache hit rate of the last prefill batch.", s.cache_hit_rate);
     gauge("sglang:gen_throughput", "Generation throughput (token/s).", s.gen_throughput);
     gauge("sglang:new_token_ratio", "Admission estimate of new tokens per request.", s.new_token_ratio);
+    const ProcessMemory mem = process_memory();
+    const auto kv_bytes = [&](std::int64_t tokens) { return static_cast<double>(tokens * config_.kv_bytes_per_token); };
+    gauge("process_resident_memory_bytes", "Resident memory of the HTTP rank's process (VmRSS).",
+          static_cast<double>(mem.resident_bytes));
+    gauge("tessera:peak_resident_memory_bytes", "The most that process has been resident since start (VmHWM).",
+          static_cast<double>(mem.peak_resident_bytes));
+    gauge("tessera:weight_bytes", "Weights held by this rank.", static_cast<double>(config_.weight_bytes));
+    gauge("tessera:kv_running_bytes", "KV of the tokens running requests hold.", kv_bytes(s.num_used_tokens));
+    gauge("tessera:kv_cached_bytes", "KV the prefix cache keeps for reuse (--max-cached-tokens caps it).",
+          kv_bytes(s.evictable_tokens));
+    gauge("tessera:kv_touched_bytes", "KV pool pages ever written: the pool's share of the resident memory.",
+          kv_bytes(s.touched_tokens));
+    gauge("tessera:kv_pool_bytes", "The KV pool's full size (reserved address space, resident only once used).",
+          kv_bytes(s.max_total_num_tokens));
     out += fmt::format("# HELP sglang:num_retractions Requests retracted under KV pressure.\n"
                        "# TYPE sglang:num_retractions counter\nsglang:num_retractions{} {}\n",
                        label, s.total_retracted_reqs);

@@ -35,6 +35,10 @@ struct EngineConfig {
     std::uint64_t random_seed = 0;
     scheduler::SchedulerConfig scheduler;
     std::string startup_info_json = "{}";  // resolved launch settings for /get_server_info
+    // What this (the HTTP) rank's memory should hold, set against its resident size in
+    // /metrics: its weights, and KV bytes per token of the running and cached tokens.
+    std::int64_t weight_bytes = 0;
+    std::int64_t kv_bytes_per_token = 0;
     // --expert-balancedness-report-mode prometheus|both: the output rank's report (or null).
     std::shared_ptr<eplb::BalancednessReport> balancedness;
     // Why the expert distribution endpoints cannot work with this launch ("" when they can).

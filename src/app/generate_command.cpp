@@ -12,6 +12,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "base/logging.h"
+#include "base/process_memory.h"
 #include "base/thread_pool.h"
 #include "executor/generator.h"
 #include "executor/pipelined_model.h"
@@ -78,16 +79,6 @@ StatusOr<std::vector<std::int32_t>> encode_prompt(const tokenizer::Tokenizer& to
     return tok.encode(rendered, /*add_special_tokens=*/false);
 }
 
-// Resident memory of this process now, in MB (/proc/self/status VmRSS).
-double resident_mb() {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line)) {
-        if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-    }
-    return 0.0;
-}
-
 int fail(const Status& s) {
     TSR_LOG(ERROR, "{}", s.message());
     return 1;
@@ -135,7 +126,8 @@ void print_report(const GenerateCommandOptions& o, const std::vector<std::int32_
                             {"dynamic_chunking", r.dynamic_chunking},
                             {"prefill_chunks", r.prefill_chunks},
                             {"weight_mb_per_rank", r.weight_mb},
-                            {"rss_mb", resident_mb()}};
+                            {"rss_mb", static_cast<double>(process_memory().resident_bytes) / (1 << 20)},
+                            {"peak_rss_mb", static_cast<double>(process_memory().peak_resident_bytes) / (1 << 20)}};
         if (r.moe.tokens > 0) {
             // Per token and MoE layer this rank sent: dispatch records and combine rows
             // (all_to_all), owned output rows (all_gather), and the all-reduced MoE output.

@@ -103,6 +103,8 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     mf.max_prefill_tokens = args.max_prefill_tokens;
     mf.tp_size = args.tp_size;
     mf.pp_size = args.pp_size;
+    mf.host_headroom_mib = scheduler::cpu_host_headroom_mib(capacity >> 20);
+    rank->capacity_bytes = capacity;
     rank->mem_fraction_static = args.mem_fraction_static.value_or(scheduler::default_mem_fraction_static(mf));
     rank->context_len = args.context_length.value_or(m.config().max_position_embeddings);
     scheduler::MemoryPlanInput in;
@@ -137,6 +139,8 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.context_len = rank->context_len;
     sc.schedule_policy = parse_policy(args.schedule_policy);
     sc.disable_radix_cache = args.disable_radix_cache;
+    sc.max_cached_tokens = args.max_cached_tokens.value_or(
+        scheduler::default_max_cached_tokens(capacity, in.kv_bytes_per_token));
     sc.new_token_ratio.schedule_conservativeness = args.schedule_conservativeness;
     sc.decode_log_interval = args.decode_log_interval;
     sc.random_seed = static_cast<std::uint64_t>(args.random_seed.value_or(static_cast<std::int64_t>(time(nullptr))));
@@ -311,6 +315,12 @@ void log_startup_line(const ModelRank& rank) {
             "context_len={}, available_gpu_mem={:.2f} GB",
             sc.max_total_num_tokens, sc.chunked_prefill_size, sc.max_prefill_tokens, sc.max_running_requests,
             rank.context_len, rank.available_gb);
+    if (!sc.disable_radix_cache) {
+        const std::int64_t kept = sc.max_cached_tokens < 0 ? sc.max_total_num_tokens
+                                                           : std::min(sc.max_cached_tokens, sc.max_total_num_tokens);
+        TSR_LOG(INFO, "prefix cache keeps at most {} unused tokens ({:.2f} GB of KV; --max-cached-tokens)", kept,
+                static_cast<double>(kept * rank.model->kv_cache_shape().bytes_per_token()) / 1e9);
+    }
 }
 
 }  // namespace tessera::app

@@ -67,6 +67,8 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
             ec.eos_token_ids.push_back(id);
     ec.random_seed = rank.scheduler.random_seed;
     ec.scheduler = rank.scheduler;
+    ec.weight_bytes = static_cast<std::int64_t>(m.weight_bytes());
+    ec.kv_bytes_per_token = m.kv_cache_shape().bytes_per_token();
     if (args.expert_balancedness_report_mode == "prometheus" || args.expert_balancedness_report_mode == "both")
         ec.balancedness = rank.balancedness;
     if (m.config().moe.num_experts == 0)
@@ -87,6 +89,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                                           {"mem_fraction_static", rank.mem_fraction_static},
                                           {"schedule_policy", args.schedule_policy},
                                           {"disable_radix_cache", args.disable_radix_cache},
+                                          {"max_cached_tokens", rank.scheduler.max_cached_tokens},
                                           {"dtype", dtype_name(m.compute_dtype())}}
                                .dump();
     Engine engine(ec, **tok, std::move(chat), (*leader)->runner());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 
 #include "base/check.h"
 
@@ -78,14 +79,41 @@ void SlotAllocator::release_page(std::int32_t page) {
     ++free_pages_;
 }
 
-std::int32_t SlotAllocator::place_new_run(std::int64_t count) const {
+std::int32_t SlotAllocator::place_new_run(std::int64_t count, std::int64_t limit) const {
     const std::int64_t gap = (kGrowthSlots + page_size_ - 1) / page_size_;
     for (const auto& [first, length] : free_runs_) {
         // Page 0 is padding, so a run starting at page 1 follows no sequence.
         const std::int64_t skip = first > 1 ? gap : 0;
+        if (first + skip + count > limit) break;  // runs are in page order
         if (length >= skip + count) return static_cast<std::int32_t>(first + skip);
     }
     return -1;
+}
+
+std::int32_t SlotAllocator::split_touched_hole(std::int64_t count) const {
+    std::int64_t best_first = -1;
+    std::int64_t best_length = 0;
+    for (const auto& [first, length] : free_runs_) {
+        if (first >= high_water_) break;
+        const std::int64_t inside = std::min<std::int64_t>(length, high_water_ - first);
+        if (inside > best_length) {
+            best_first = first;
+            best_length = inside;
+        }
+    }
+    if (best_length < count) return -1;
+    const std::int64_t gap = (kGrowthSlots + page_size_ - 1) / page_size_;
+    const std::int64_t skip = best_first > 1 ? std::min(gap, (best_length - count) / 2) : 0;
+    return static_cast<std::int32_t>(best_first + skip);
+}
+
+std::int64_t SlotAllocator::free_pages_below(std::int64_t limit) const {
+    std::int64_t n = 0;
+    for (const auto& [first, length] : free_runs_) {
+        if (first >= limit) break;
+        n += std::min<std::int64_t>(length, limit - first);
+    }
+    return n;
 }
 
 std::optional<std::vector<std::int32_t>> SlotAllocator::alloc(std::int64_t n,
@@ -117,17 +145,25 @@ std::optional<std::vector<std::int32_t>> SlotAllocator::alloc(std::int64_t n,
     for (std::int64_t i = 1; i <= take_in_page; ++i) out.push_back(last_slot + static_cast<std::int32_t>(i));
     if (take_in_page > 0) used_in_page_[page] += static_cast<std::int32_t>(take_in_page);
 
-    // Pages: first the ones right after the sequence's, then a new run placed with room to
-    // grow, then (a fragmented pool) the lowest free pages wherever they are.
+    // Pages: first the ones right after the sequence's; then a new run placed as the class
+    // comment says (touched pages first); last (a fragmented pool) the lowest free pages.
     std::vector<std::int32_t> pages;
     pages.reserve(static_cast<std::size_t>(pages_needed));
+    const auto missing = [&] { return pages_needed - static_cast<std::int64_t>(pages.size()); };
     if (page >= 1 && pages_needed > 0) take_from(page + 1, pages_needed, &pages);
-    if (static_cast<std::int64_t>(pages.size()) < pages_needed) {
-        const std::int32_t start = place_new_run(pages_needed - static_cast<std::int64_t>(pages.size()));
-        if (start >= 1) take_from(start, pages_needed - static_cast<std::int64_t>(pages.size()), &pages);
+    if (missing() > 0) {
+        std::int32_t start = place_new_run(missing(), high_water_);
+        bool use_fragments = false;
+        const std::int64_t touched_free = free_pages_below(high_water_);
+        if (start < 1 && 2 * touched_free >= high_water_ - 1) {
+            start = split_touched_hole(missing());
+            use_fragments = start < 1 && touched_free >= missing();
+        }
+        if (start < 1 && !use_fragments) start = place_new_run(missing(), std::numeric_limits<std::int64_t>::max());
+        if (start >= 1) take_from(start, missing(), &pages);
     }
-    while (static_cast<std::int64_t>(pages.size()) < pages_needed)
-        take_from(free_runs_.begin()->first, pages_needed - static_cast<std::int64_t>(pages.size()), &pages);
+    while (missing() > 0) take_from(free_runs_.begin()->first, missing(), &pages);
+    for (const std::int32_t p : pages) high_water_ = std::max<std::int64_t>(high_water_, p + 1);
 
     std::int64_t left = rest;
     for (const std::int32_t p : pages) {

@@ -47,6 +47,14 @@ class KvPool {
 // one, and a new sequence starts kGrowthSlots after the end of the run before it, so that
 // run can still grow. Those gaps are ordinary free pages: when nothing else is left they are
 // handed out like any other.
+//
+// On a CPU host the pool is the machine's RAM, and a page costs resident memory from the
+// first time it is written until the process exits. So pages already handed out once
+// ("touched") are reused before fresh ones: a new run goes into a touched hole that holds it
+// with its gap; else, while at least half the touched region is free, into the middle of
+// the largest touched hole (both neighbours keep half the room), or into touched fragments;
+// only then onto fresh pages. The touched region thus stays within about twice the slots in
+// use (plus one gap), however large the pool: memory follows the load.
 class SlotAllocator {
  public:
     // Room left after a run for its sequence to grow before the next sequence starts.
@@ -59,6 +67,8 @@ class SlotAllocator {
     // Returns slots; a page goes back to the free runs when all its slots are free.
     void free(const std::vector<std::int32_t>& slots);
     std::int64_t available() const;  // free slots, counting whole free pages only
+    // Slots up to the highest page ever handed out: a bound on the pool's resident memory.
+    std::int64_t touched() const { return (high_water_ - 1) * page_size_; }
     std::int64_t capacity() const { return n_slots_; }
     std::int64_t page_size() const { return page_size_; }
 
@@ -68,14 +78,18 @@ class SlotAllocator {
     std::int64_t take_from(std::int32_t page, std::int64_t count, std::vector<std::int32_t>* pages);
     void release_page(std::int32_t page);
     // First page of the first run that holds `count` pages after a growth gap (when the run
-    // follows a used page), or -1.
-    std::int32_t place_new_run(std::int64_t count) const;
+    // follows a used page) and ends before page `limit`, or -1.
+    std::int32_t place_new_run(std::int64_t count, std::int64_t limit) const;
+    std::int64_t free_pages_below(std::int64_t limit) const;
+    // Where `count` pages go in the middle of the largest free run below high_water_, or -1.
+    std::int32_t split_touched_hole(std::int64_t count) const;
 
     std::int64_t n_slots_;
     std::int64_t page_size_;
     std::map<std::int32_t, std::int32_t> free_runs_;  // first page -> pages in the run
     std::int64_t free_pages_ = 0;
     std::vector<std::int32_t> used_in_page_;  // per page: slots in use
+    std::int64_t high_water_ = 1;  // one past the highest page ever handed out
 };
 
 }  // namespace tessera::kvcache

@@ -100,11 +100,11 @@ TEST(SlotAllocatorTest, GapsAndFragmentsAreStillHandedOut) {
     auto b = alloc.alloc(10);   // after a 256-slot gap: 267..276
     ASSERT_TRUE(a && b);
     EXPECT_EQ(b->front(), 267);
-    // No run has room for 30 after a gap: the lowest free slots, in order.
+    // No run has room for 30 after a gap: the middle of the touched hole between a and b.
     auto c = alloc.alloc(30);
     ASSERT_TRUE(c.has_value());
-    EXPECT_EQ(c->front(), 11);
-    EXPECT_EQ(c->back(), 40);
+    EXPECT_EQ(c->front(), 11 + (256 - 30) / 2);
+    EXPECT_EQ(c->back(), 11 + (256 - 30) / 2 + 29);
     // Everything else still fits, and freeing it all gives back one whole run.
     auto rest = alloc.alloc(alloc.available());
     ASSERT_TRUE(rest.has_value());
@@ -120,6 +120,44 @@ TEST(SlotAllocatorTest, GapsAndFragmentsAreStillHandedOut) {
     ASSERT_TRUE(whole.has_value());
     EXPECT_EQ(whole->front(), 1);
     EXPECT_EQ(whole->back(), 300);
+}
+
+// Two sequences touch slots 1..276 (the second after a 256-slot growth gap). While half the
+// touched region is free, new sequences split its largest hole in the middle, so each
+// neighbour keeps half the room to grow, rather than touching fresh pages: resident memory
+// grows with the load, not with the pool.
+TEST(SlotAllocatorTest, TouchedPagesAreReusedBeforeFreshOnes) {
+    SlotAllocator alloc(8192, 1);
+    std::vector<std::vector<std::int32_t>> seqs;
+    seqs.push_back(*alloc.alloc(10));
+    seqs.push_back(*alloc.alloc(10));
+    EXPECT_EQ(seqs[1].front(), 267);
+    EXPECT_EQ(alloc.touched(), 276);
+    auto third = alloc.alloc(10);
+    ASSERT_TRUE(third.has_value());
+    EXPECT_EQ(third->front(), 11 + (256 - 10) / 2);  // the middle of the hole 11..266
+    auto fresh = alloc.alloc(100);
+    ASSERT_TRUE(fresh.has_value());
+    EXPECT_EQ(fresh->front(), 11 + (123 - 100) / 2);  // the middle of the larger half, 11..133
+    EXPECT_EQ(alloc.touched(), 276);
+    seqs.push_back(*third);
+
+    // Churn with at most 8 sequences of up to 200 tokens alive: the touched region stays
+    // within what they need with their gaps, far below the 8192-slot pool.
+    std::mt19937 gen(7);
+    std::vector<std::vector<std::int32_t>> live;
+    for (auto& s : seqs) alloc.free(s);
+    alloc.free(*fresh);
+    for (int op = 0; op < 3000; ++op) {
+        if (live.size() < 8 && gen() % 2 == 0) {
+            live.push_back(*alloc.alloc(1 + static_cast<std::int64_t>(gen() % 200)));
+        } else if (!live.empty()) {
+            const std::size_t i = gen() % live.size();
+            alloc.free(live[i]);
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+    }
+    EXPECT_LE(alloc.touched(), 8 * (200 + SlotAllocator::kGrowthSlots));
 }
 
 // Random allocations, growth and frees against a plain model of which slots are in use.

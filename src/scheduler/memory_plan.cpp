@@ -67,9 +67,17 @@ double default_mem_fraction_static(const MemFractionInput& in) {
     constexpr double kReserveForGraphMib = 0.0;  // no CUDA graphs on CPU
     double reserved = 512.0 + static_cast<double>(activation_tokens) * 1.5 +
                       static_cast<double>(in.tp_size * in.pp_size) / 8.0 * 1024.0 +
-                      kReserveForGraphMib;
+                      kReserveForGraphMib + static_cast<double>(in.host_headroom_mib);
     if (capacity > 60.0 * 1024.0) reserved = std::max(reserved, 10.0 * 1024.0);
     return std::round((capacity - reserved) / capacity * 1000.0) / 1000.0;
+}
+
+std::int64_t cpu_host_headroom_mib(std::int64_t capacity_mib) {
+    return std::max<std::int64_t>(1024, capacity_mib / 10);
+}
+
+std::int64_t default_max_cached_tokens(std::int64_t capacity_bytes, std::int64_t kv_bytes_per_token) {
+    return kv_bytes_per_token > 0 ? capacity_bytes / 8 / kv_bytes_per_token : -1;
 }
 
 std::int64_t default_chunked_prefill_size(std::optional<std::int64_t> capacity_mib) {

@@ -55,12 +55,24 @@ struct MemFractionInput {
     std::int64_t max_prefill_tokens = 16384;
     int tp_size = 1;
     int pp_size = 1;
+    std::int64_t host_headroom_mib = 0;  // added to the reserve: cpu_host_headroom_mib on CPU
 };
 
 // Default --mem-fraction-static (§8.2): reserve 512 MiB + 1.5 MiB per activation token +
 // tp·pp/8 GiB (+ graph reserve, 0 on CPU), at least 10 GiB above 60 GiB of capacity;
 // fraction = round((capacity − reserve) / capacity, 3).
 double default_mem_fraction_static(const MemFractionInput& in);
+
+// On a CPU host the rank's "device memory" is the machine's RAM, which the OS, its page
+// cache and the HTTP/tokenizer side also live in; a GPU's memory holds none of them. The
+// default reserve keeps this much more for them: a tenth of the rank's capacity, at least
+// 1 GiB.
+std::int64_t cpu_host_headroom_mib(std::int64_t capacity_mib);
+
+// Default --max-cached-tokens: the tokens the prefix cache may keep for reuse once no
+// request holds them, an eighth of the rank's memory. SGLang lets the cache fill the pool
+// (GPU memory is reserved up front anyway); on CPU each cached token is resident RAM.
+std::int64_t default_max_cached_tokens(std::int64_t capacity_bytes, std::int64_t kv_bytes_per_token);
 
 // Default --chunked-prefill-size from the rank's capacity (§8.1 tiers).
 std::int64_t default_chunked_prefill_size(std::optional<std::int64_t> capacity_mib);

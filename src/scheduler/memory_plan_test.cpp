@@ -87,6 +87,15 @@ TEST(MemoryPlanTest, DefaultMemFractionMatchesTheReferenceExample) {
     EXPECT_DOUBLE_EQ(default_mem_fraction_static({.capacity_mib = 65536, .chunked_prefill_size = 2048}),
                      0.844);
     EXPECT_DOUBLE_EQ(default_mem_fraction_static({}), 0.95);
+    // A CPU host keeps a tenth of its memory (at least 1 GiB) for the OS on top of that:
+    // 24 GiB, 4096-token chunks: 512 + 6144 + 128 + 2457 MiB reserved.
+    EXPECT_EQ(cpu_host_headroom_mib(24576), 2457);
+    EXPECT_EQ(cpu_host_headroom_mib(4096), 1024);
+    EXPECT_DOUBLE_EQ(default_mem_fraction_static({.capacity_mib = 24576, .chunked_prefill_size = 4096,
+                                                  .host_headroom_mib = cpu_host_headroom_mib(24576)}),
+                     0.624);  // round((24576 − 9241) / 24576, 3); 0.724 without the headroom
+    // The prefix cache keeps at most an eighth of the rank's memory once unused.
+    EXPECT_EQ(default_max_cached_tokens(std::int64_t{24} << 30, 114688), (std::int64_t{3} << 30) / 114688);
     EXPECT_EQ(default_chunked_prefill_size(16384), 2048);
     EXPECT_EQ(default_chunked_prefill_size(81559), 8192);
     EXPECT_EQ(default_chunked_prefill_size(std::nullopt), 4096);

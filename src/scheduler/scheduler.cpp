@@ -63,6 +63,8 @@ Status SchedulerConfig::validate() const {
     if (decode_log_interval < 1)
         return Status::InvalidArgument(fmt::format("decode_log_interval ({}) must be >= 1", decode_log_interval));
     if (context_len < 0) return Status::InvalidArgument(fmt::format("context_len ({}) must be >= 0", context_len));
+    if (max_cached_tokens < -1)
+        return Status::InvalidArgument(fmt::format("max_cached_tokens ({}) must be -1 (no cap) or >= 0", max_cached_tokens));
     if (max_in_flight_steps < 1)
         return Status::InvalidArgument(fmt::format("max_in_flight_steps ({}) must be >= 1", max_in_flight_steps));
     if (max_micro_batch_size < 0)
@@ -221,6 +223,12 @@ void Scheduler::evict_if_needed(std::int64_t n_tokens) {
     if (allocator_->available() < n_tokens) cache_->evict(n_tokens);
 }
 
+void Scheduler::trim_prefix_cache() {
+    if (config_.max_cached_tokens < 0) return;
+    const std::int64_t over = cache_->evictable_size() - config_.max_cached_tokens;
+    if (over > 0) cache_->evict(over);
+}
+
 bool Scheduler::alloc_slots(Req& req, std::int64_t n) {
     const std::int32_t last = req.slots.empty() ? -1 : req.slots.back();
     auto fresh = allocator_->alloc(n, last);
@@ -322,6 +330,7 @@ Status Scheduler::check_invariants() const {
 
 StepKind Scheduler::step() {
     merge_last_prefill();
+    trim_prefix_cache();  // an abort between steps may have cached its request
     while (static_cast<int>(in_flight_.size()) < config_.max_in_flight_steps) {
         if (!launch_next_batch()) break;
     }
@@ -329,7 +338,9 @@ StepKind Scheduler::step() {
         ratio_.on_idle();
         return StepKind::kIdle;
     }
-    return collect_oldest();
+    const StepKind kind = collect_oldest();
+    trim_prefix_cache();
+    return kind;
 }
 
 void Scheduler::merge_last_prefill() {
@@ -810,6 +821,7 @@ SchedulerStats Scheduler::stats() const {
     s.max_total_num_tokens = config_.max_total_num_tokens;
     s.available_tokens = allocator_->available();
     s.evictable_tokens = cache_->evictable_size();
+    s.touched_tokens = allocator_->touched();
     s.num_used_tokens = num_used_tokens();
     s.token_usage = static_cast<double>(s.num_used_tokens) / static_cast<double>(s.max_total_num_tokens);
     s.cache_hit_rate = last_cache_hit_rate_;

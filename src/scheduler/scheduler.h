@@ -44,6 +44,10 @@ struct SchedulerConfig {
     std::int64_t context_len = 0;            // 0: bounded by the pool only
     SchedulePolicy schedule_policy = SchedulePolicy::kFcfs;
     bool disable_radix_cache = false;
+    // --max-cached-tokens: the most tokens the prefix cache keeps once no request uses them
+    // (its evictable share); least recently used beyond that are evicted after each step.
+    // -1: no cap, as SGLang (the cache may fill the whole pool).
+    std::int64_t max_cached_tokens = -1;
     bool schedule_low_priority_values_first = false;
     NewTokenRatioParams new_token_ratio;     // includes --schedule-conservativeness
     int retract_decode_steps = kRetractDecodeSteps;
@@ -70,6 +74,7 @@ struct SchedulerStats {
     std::int64_t num_used_tokens = 0;        // max_total − (available + evictable)
     std::int64_t available_tokens = 0;       // sglang:kv_available_tokens
     std::int64_t evictable_tokens = 0;       // sglang:kv_evictable_tokens
+    std::int64_t touched_tokens = 0;         // slots ever handed out (resident KV bound)
     double token_usage = 0.0;                // sglang:token_usage
     double cache_hit_rate = 0.0;             // last prefill batch: hit / (hit + new)
     double gen_throughput = 0.0;             // tokens/s at the last decode log
@@ -165,6 +170,7 @@ class Scheduler {
 
     kvcache::MatchResult match(const Req& req);
     void evict_if_needed(std::int64_t n_tokens);
+    void trim_prefix_cache();
     bool alloc_slots(Req& req, std::int64_t n);
     void cache_finished_req(Req& req);
     void cache_unfinished_req(Req& req);

@@ -419,6 +419,38 @@ TEST_P(SchedulerTest, RepeatedPrefixIsServedFromTheCache) {
     EXPECT_EQ(h2.results_["b"].tokens, expected(make_req("b", b, 4)));
 }
 
+// --max-cached-tokens: distinct prompts one after another would fill the pool with cache;
+// capped, the cache keeps the most recent ones only, the allocator's touched region stays
+// near the working set, and a prefix still in the cache is still reused.
+TEST_P(SchedulerTest, CachedTokensStayUnderTheCap) {
+    SchedulerConfig cfg = roomy(page());
+    cfg.max_cached_tokens = 256;
+    Harness h(cfg);
+    for (int i = 0; i < 40; ++i) {
+        h.add(make_req("r" + std::to_string(i), prompt(100 + i, 90), 6));
+        h.run();
+        EXPECT_LE(h.sched_.stats().evictable_tokens, 256) << "after request " << i;
+    }
+    // The last prompt is cached (the least recently used ones went first).
+    Tokens again = prompt(139, 90);
+    again.push_back(5);
+    h.add(make_req("again", again, 3));
+    h.run();
+    EXPECT_EQ(h.results_["again"].cached_tokens, 90 / page() * page());
+    EXPECT_EQ(h.results_["again"].tokens, expected(make_req("again", again, 3)));
+    // 40 requests of ~96 tokens went through a 4096-slot pool, one at a time.
+    EXPECT_LE(h.sched_.stats().touched_tokens, 2 * (256 + 96 + 16) + 256 + 96);
+
+    // Without the cap the same sequence keeps everything and touches more of the pool.
+    Harness uncapped(roomy(page()));
+    for (int i = 0; i < 40; ++i) {
+        uncapped.add(make_req("r" + std::to_string(i), prompt(100 + i, 90), 6));
+        uncapped.run();
+    }
+    EXPECT_GE(uncapped.sched_.stats().evictable_tokens, 40 * 80);  // whole pages of 95 tokens each
+    EXPECT_GE(uncapped.sched_.stats().touched_tokens, 40 * 80);
+}
+
 TEST_P(SchedulerTest, IdenticalPromptsInFlightTogetherShareOneCachedCopy) {
     // Computed side by side, the second insert finds the tokens cached and returns its own
     // slots; the request must continue on the tree's copy.
@@ -752,6 +784,9 @@ TEST(SchedulerValidationTest, RejectsBadRequestsAndConfigs) {
     EXPECT_FALSE(bad.validate().ok());
     bad = roomy(16);
     bad.max_micro_batch_size = -1;
+    EXPECT_FALSE(bad.validate().ok());
+    bad = roomy(16);
+    bad.max_cached_tokens = -2;
     EXPECT_FALSE(bad.validate().ok());
     auto predictor = ChunkSizePredictor::create({.a = 1e-6, .b = 0.05, .c = 3.0},
                                                 {.initial_chunk_size = 256, .context_len = 4096,

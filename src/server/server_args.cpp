@@ -112,6 +112,9 @@ Status ServerArgs::resolve() {
         return invalid("--mem-fraction-static must be in (0, 1], got " + std::to_string(*mem_fraction_static));
     if (max_running_requests && *max_running_requests < 1)
         return invalid("--max-running-requests must be at least 1, got " + str(*max_running_requests));
+    if (max_cached_tokens && *max_cached_tokens < -1)
+        return invalid("--max-cached-tokens must be -1 (no cap, as SGLang) or at least 0, got " +
+                       str(*max_cached_tokens));
     if (max_total_tokens && *max_total_tokens < 1)
         return invalid("--max-total-tokens must be at least 1, got " + str(*max_total_tokens));
     if (max_prefill_tokens < 1) return invalid("--max-prefill-tokens must be at least 1, got " + str(max_prefill_tokens));

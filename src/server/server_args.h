@@ -76,6 +76,7 @@ struct ServerArgs {
     double schedule_conservativeness = 1.0;
     std::optional<int> page_size;
     bool disable_radix_cache = false;
+    std::optional<std::int64_t> max_cached_tokens;  // tessera: cap on the prefix cache's unused tokens (-1: none)
     std::string radix_eviction_policy = "lru";
     bool disable_overlap_schedule = false;
     int num_continuous_decode_steps = 1;

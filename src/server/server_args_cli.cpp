@@ -151,6 +151,9 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
     value(app, t, "--schedule-conservativeness", a.schedule_conservativeness, "admission conservativeness", kYes);
     optional(app, t, "--page-size", a.page_size, "tokens per KV page (default 1)", kYes);
     flag(app, t, "--disable-radix-cache", a.disable_radix_cache, "no prefix reuse", kYes);
+    optional(app, t, "--max-cached-tokens", a.max_cached_tokens,
+             "tessera: tokens the prefix cache keeps once no request uses them (least recently used go first); "
+             "default an eighth of the rank's memory, -1 = no cap (SGLang)", kServe);
     value(app, t, "--radix-eviction-policy", a.radix_eviction_policy, "prefix cache eviction", kNotYet)
         ->check(CLI::IsMember({"lru", "lfu", "slru", "priority"}));
     flag(app, t, "--disable-overlap-schedule", a.disable_overlap_schedule, "no CPU/compute overlap", kNotYet);

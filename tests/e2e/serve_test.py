@@ -20,11 +20,9 @@ import sys
 import threading
 import time
 
-from e2e_support import Checks, free_port, make_tiny_model, wait_ready
+from e2e_support import Checks, free_port, make_tiny_model, stop_server, wait_ready
 
 check = Checks()
-
-
 
 
 # Headers every request sends (the API key when the server was started with one).
@@ -115,6 +113,7 @@ def main():
         run_checks(tessera, model, port, a.tp)
         if a.tp == 1 and a.pp == 1:
             check_memory_pressure(tessera, model, port, a.workdir)
+            check_cache_cap(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
         result = {}
         t = threading.Thread(target=lambda: result.update(r=post(port, "/v1/completions", {
@@ -180,6 +179,55 @@ def check_memory_pressure(tessera, model, port, workdir):
             small.wait(60)
         except subprocess.TimeoutExpired:
             small.kill()
+        log.close()
+
+
+def metrics(port):
+    _, body = request(port, "GET", "/metrics")
+    values = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name.split("{")[0]] = float(value)
+    return values
+
+
+def check_cache_cap(tessera, model, workdir):
+    """--max-cached-tokens: twelve distinct prompts one after another leave at most the cap in
+    the prefix cache, the pool's touched pages stay near the working set, the most recent
+    prompt is still reused, and /metrics sets resident memory against weights and KV."""
+    bad = subprocess.run([tessera, "serve", "--model-path", model, "--max-cached-tokens", "-5"],
+                         capture_output=True, text=True, timeout=60)
+    check("--max-cached-tokens -5 is refused naming the flag",
+          bad.returncode != 0 and "--max-cached-tokens" in bad.stderr, bad.stderr[-500:])
+    cap_port = free_port()
+    log_path = os.path.join(workdir, "server_cache_cap.log")
+    log = open(log_path, "w")
+    server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
+                               "--port", str(cap_port), "--threads", "1", "--max-total-tokens", "16384",
+                               "--max-cached-tokens", "64", "--random-seed", "1"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        if not wait_ready(cap_port, server):
+            check("capped-cache server starts", False, open(log_path).read()[-2000:])
+            return
+        prompts = [[(11 * i + 5 * j) % 5000 + 10 for j in range(40)] for i in range(12)]
+        for p in prompts:
+            generate_ids(cap_port, p, 8)
+        m = metrics(cap_port)
+        per_token = m["tessera:kv_pool_bytes"] / 16384
+        check("the prefix cache keeps at most --max-cached-tokens",
+              m["sglang:kv_evictable_tokens"] <= 64 and m["tessera:kv_cached_bytes"] <= 64 * per_token, str(m))
+        check("the pool's touched pages stay near the working set (12 x 48 tokens went through)",
+              0 < m["tessera:kv_touched_bytes"] <= 512 * per_token, str(m["tessera:kv_touched_bytes"] / per_token))
+        check("/metrics: resident memory covers the weights",
+              m["process_resident_memory_bytes"] >= m["tessera:weight_bytes"] > 0 and
+              m["tessera:peak_resident_memory_bytes"] >= m["process_resident_memory_bytes"], str(m))
+        status, body = post(cap_port, "/generate", {"input_ids": prompts[-1] + [7], "sampling_params": {
+            "max_new_tokens": 2, "temperature": 0}})
+        cached = body["meta_info"].get("cached_tokens", 0) if status == 200 else -1
+        check("the most recent prompt is still reused under the cap", cached >= 40, f"{status} {str(body)[:300]}")
+    finally:
+        stop_server(server)
         log.close()
 
 
