@@ -29,6 +29,7 @@ Engine::Engine(EngineConfig config, const tokenizer::Tokenizer& tokenizer,
     : config_(std::move(config)),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
+      runner_(runner),
       scheduler_(config_.scheduler, runner),
       seed_rng_(config_.random_seed),
       stats_(scheduler_.stats()) {}  // /metrics before the first step shows the empty pool
@@ -223,6 +224,10 @@ void Engine::loop() {
             }
         }
         scheduler_.step();
+        if (!runner_.fatal_error().ok()) {
+            fail_everything(runner_.fatal_error());
+            return;
+        }
         for (const auto& rid : stop_matched_) scheduler_.abort(rid);
         stop_matched_.clear();
         {
@@ -232,6 +237,41 @@ void Engine::loop() {
         }
         cv_.notify_all();
     }
+}
+
+void Engine::fail_everything(const Status& why) {
+    const Status error(StatusCode::kUnavailable, "the server is stopping: its ranks cannot run steps together any "
+                                                 "more (" + why.message() + ")");
+    TSR_LOG(ERROR, "{}", error.message());
+    draining_.store(true);
+    std::unordered_map<std::string, server::EventCallback> queued;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        fatal_ = why;
+        queued.swap(pending_);  // requests still in the inbox have their callback here
+        inbox_.clear();
+        idle_ = true;
+    }
+    for (auto& [rid, stream] : streams_) {
+        queued.erase(rid);  // moved into the stream already
+        if (stream.done) continue;
+        server::GenerationEvent ev;
+        ev.error = error;
+        stream.on_event(std::move(ev));
+    }
+    streams_.clear();
+    for (auto& [rid, on_event] : queued) {
+        if (!on_event) continue;
+        server::GenerationEvent ev;
+        ev.error = error;
+        on_event(std::move(ev));
+    }
+    cv_.notify_all();
+}
+
+Status Engine::fatal_error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fatal_;
 }
 
 void Engine::on_req_event(const scheduler::ReqEvent& e) {

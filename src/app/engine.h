@@ -69,6 +69,11 @@ class Engine final : public server::Backend {
     Status expert_record(ExpertRecordAction action) override;
     void drain() override;
 
+    // Set when the ranks can no longer run steps together (a collective timed out or lost a
+    // peer: a rank stalled or died). Every request was then ended with this error and the
+    // engine stopped; the server should exit non-zero. Ok otherwise.
+    Status fatal_error() const;
+
  private:
     struct Command {
         enum class Kind { kAdd, kAbort, kFlush, kExpertRecord } kind;
@@ -92,10 +97,13 @@ class Engine final : public server::Backend {
     void push(Command command);
     void loop();
     void on_req_event(const scheduler::ReqEvent& event);  // REQUIRES: scheduler thread
+    // Ends every request with `why` and refuses new ones. REQUIRES: scheduler thread.
+    void fail_everything(const Status& why);
 
     const EngineConfig config_;
     const tokenizer::Tokenizer& tokenizer_;
     const std::optional<tokenizer::ChatTemplate> chat_template_;
+    const executor::BatchRunner& runner_;
     scheduler::Scheduler scheduler_;  // scheduler thread only
 
     std::mutex record_mu_;  // one expert_record() at a time
@@ -109,6 +117,7 @@ class Engine final : public server::Backend {
     bool idle_ = true;                                                    // GUARDED_BY(mu_)
     std::optional<bool> flush_result_;                                    // GUARDED_BY(mu_)
     std::optional<Status> record_result_;                                 // GUARDED_BY(mu_)
+    Status fatal_;                                                        // GUARDED_BY(mu_)
 
     std::unordered_map<std::string, Stream> streams_;  // scheduler thread only
     std::vector<std::string> stop_matched_;            // scheduler thread only: abort after step

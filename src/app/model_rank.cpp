@@ -77,8 +77,11 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     const RankRuntime& rt = rank->runtime;
 
     const auto t_load = std::chrono::steady_clock::now();
+    report_stage(rt, "loading the model");
     TSR_ASSIGN_OR_RETURN(models::LoadOptions load, model_load_options(args, rt));
-    TSR_ASSIGN_OR_RETURN(rank->model, models::load_model(load));
+    auto model = models::load_model(load);
+    if (!model.ok()) return with_peer_stages(rt, model.status());
+    rank->model = std::move(model).value();
     rank->balancedness = load.eplb.metrics;
     rank->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     const models::Model& m = *rank->model;
@@ -118,7 +121,10 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     if (args.max_total_tokens) in.max_total_tokens = *args.max_total_tokens;
     TSR_ASSIGN_OR_RETURN(scheduler::MemoryPlan plan, scheduler::plan_memory(in));
     for (const auto& w : plan.warnings) TSR_LOG(WARN, "{}", w);
-    TSR_ASSIGN_OR_RETURN(std::int64_t n_slots, agree_on_slots(rt, plan.max_total_num_tokens));
+    report_stage(rt, "sizing the KV pool with the other ranks");
+    auto agreed = agree_on_slots(rt, plan.max_total_num_tokens);
+    if (!agreed.ok()) return with_peer_stages(rt, agreed.status());
+    std::int64_t n_slots = *agreed;
     n_slots = n_slots / *args.page_size * *args.page_size;
     rank->kv_pool = std::make_unique<kvcache::KvPool>(kvcache::KvPoolConfig{m.kv_cache_shape(), n_slots, *args.page_size});
     rank->threads = std::make_unique<ThreadPool>(rt.threads);
@@ -154,6 +160,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
         TSR_LOG(WARN, "--enable-dynamic-chunking only applies with --pp-size > 1; using fixed chunks");
     }
     TSR_RETURN_IF_ERROR(sc.validate());
+    report_stage(rt, "running");
     return rank;
 }
 

@@ -1,6 +1,8 @@
 #include "app/rank_runtime.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -42,6 +44,43 @@ std::string local_address_towards(const std::string& host) {
     if (fd >= 0) close(fd);
     freeaddrinfo(res);
     return result;
+}
+
+// The address Gloo binds to: that of GLOO_SOCKET_IFNAME when set (as PyTorch), else the
+// one this host uses to reach the store.
+StatusOr<std::string> gloo_address(const std::string& store_host) {
+    const std::string& ifname = env().gloo_socket_ifname;
+    if (ifname.empty()) return local_address_towards(store_host);
+    if (ifname.find(',') != std::string::npos)
+        return Status::InvalidArgument("GLOO_SOCKET_IFNAME=" + ifname + " lists several interfaces; tessera binds "
+                                       "Gloo to one: name one interface");
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) != 0) return Status::Internal(std::string("getifaddrs: ") + std::strerror(errno));
+    std::string found;
+    std::vector<std::string> names;
+    for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+        if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+        if (std::find(names.begin(), names.end(), a->ifa_name) == names.end()) names.emplace_back(a->ifa_name);
+        if (ifname != a->ifa_name || !found.empty()) continue;
+        char text[INET_ADDRSTRLEN] = {};
+        if (inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof(text)) != nullptr)
+            found = text;
+    }
+    freeifaddrs(list);
+    if (found.empty()) {
+        std::string have;
+        for (const auto& n : names) have += (have.empty() ? "" : ", ") + n;
+        return Status::InvalidArgument("GLOO_SOCKET_IFNAME=" + ifname + ": this host has no interface of that name "
+                                       "with an IPv4 address (it has: " + have + ")");
+    }
+    return found;
+}
+
+std::string stage_key(int rank) { return "stage/" + std::to_string(rank); }
+
+std::int64_t unix_seconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 // Every rank of the world checks in at the store before any group forms, so a rank that
@@ -108,18 +147,62 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     dist::GroupFactoryOptions go;
     if (args.dist_timeout) go.timeout = std::chrono::seconds(*args.dist_timeout);
     TSR_RETURN_IF_ERROR(await_world(*rt.store, layout, rank, internal_store, go.timeout));
-    go.hostname = local_address_towards(so.host);
-    TSR_ASSIGN_OR_RETURN(rt.tp_group, dist::create_group(layout, dist::GroupKind::kTp, rank, *rt.store, go));
+    TSR_ASSIGN_OR_RETURN(go.hostname, gloo_address(so.host));
+    TSR_LOG(DEBUG, "Gloo binds to {} ({})", go.hostname,
+            env().gloo_socket_ifname.empty() ? "the route to " + so.host : "GLOO_SOCKET_IFNAME=" + env().gloo_socket_ifname);
+    report_stage(rt, "forming process groups");
+    auto tp_group = dist::create_group(layout, dist::GroupKind::kTp, rank, *rt.store, go);
+    if (!tp_group.ok()) return with_peer_stages(rt, tp_group.status());
+    rt.tp_group = std::move(tp_group).value();
     if (rt.tp_group->size() == 1) rt.tp_group.reset();
     if (args.pp_size > 1) {
         dist::GroupFactoryOptions pp_options = go;
         pp_options.force_gloo = true;  // the shared-memory backend has no point-to-point
-        TSR_ASSIGN_OR_RETURN(rt.pp_group, dist::create_group(layout, dist::GroupKind::kPp, rank, *rt.store, pp_options));
+        auto pp_group = dist::create_group(layout, dist::GroupKind::kPp, rank, *rt.store, pp_options);
+        if (!pp_group.ok()) return with_peer_stages(rt, pp_group.status());
+        rt.pp_group = std::move(pp_group).value();
     }
     TSR_LOG(INFO, "rank {} of {}: tp_rank {} pp_rank {} on node {}, tp group over {}, {} threads", rank,
             layout.world_size(), rt.coords.tp_rank, rt.coords.pp_rank, rt.coords.node,
             rt.tp_group ? rt.tp_group->backend_name() : "none", rt.threads);
     return rt;
+}
+
+void report_stage(const RankRuntime& rt, const std::string& stage) {
+    if (rt.store == nullptr) return;
+    const std::string value = stage + "\n" + std::to_string(unix_seconds());
+    Status s = rt.store->set(stage_key(rt.coords.global_rank), std::vector<std::uint8_t>(value.begin(), value.end()));
+    if (!s.ok()) TSR_LOG(WARN, "noting start-up stage '{}' at the store: {}", stage, s.message());
+}
+
+Status with_peer_stages(const RankRuntime& rt, Status s) {
+    if (s.ok() || rt.store == nullptr || !dist::breaks_group(s)) return s;
+    std::string where;
+    const std::int64_t now = unix_seconds();
+    for (int r = 0; r < rt.layout.world_size(); ++r) {
+        if (r == rt.coords.global_rank) continue;
+        std::string stage = "not started";
+        auto there = rt.store->check(stage_key(r));
+        if (there.ok() && *there) {
+            auto value = rt.store->get(stage_key(r), std::chrono::milliseconds(1000));
+            if (value.ok()) {
+                const std::string text(value->begin(), value->end());
+                const auto newline = text.find('\n');
+                std::int64_t since = now;
+                try {
+                    since = std::stoll(text.substr(newline + 1));
+                } catch (const std::exception&) {
+                }
+                stage = fmt::format("{}, for {} s", text.substr(0, newline), std::max<std::int64_t>(0, now - since));
+            }
+        }
+        where += fmt::format("{}rank {} (node {}): {}", where.empty() ? "" : "; ", r, rt.layout.coords(r).node, stage);
+    }
+    const bool ends_sentence = !s.message().empty() && std::strchr(".?!", s.message().back()) != nullptr;
+    return Status(s.code(), fmt::format("{}{} Where the other ranks were: {}. A rank still loading the model when "
+                                        "--dist-timeout runs out needs a longer --dist-timeout; one stuck elsewhere "
+                                        "is stalled or its node is overloaded",
+                                        s.message(), ends_sentence ? "" : ".", where));
 }
 
 StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args, const RankRuntime& rt) {

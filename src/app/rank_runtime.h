@@ -35,6 +35,14 @@ struct RankRuntime {
 StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::optional<int> internal_rank,
                                         const std::string& internal_store);
 
+// Start-up stages. Each rank notes at the store which stage it is in (forming process
+// groups, loading the model, sizing the KV pool, running), so that when a collective of the
+// start-up times out (--dist-timeout), the error says where each other rank was: still
+// loading (raise --dist-timeout), or stalled somewhere else. No-ops in a single-process run.
+void report_stage(const RankRuntime& rt, const std::string& stage);
+// `s`, with the stage every other rank last reported when `s` broke the group; else `s`.
+Status with_peer_stages(const RankRuntime& rt, Status s);
+
 // What this rank loads of the model: its TP shard, pipeline stage and experts.
 StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args, const RankRuntime& rt);
 // Its part of the EPLB settings (placement, dispatch, recorder, rebalancing).

@@ -114,7 +114,16 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     if (Status s = http.start(); !s.ok()) return fail(s);
     TSR_LOG(INFO, "serving {} on http://{}:{} (POST /v1/chat/completions, /v1/completions, /generate)",
             args.served_model_name, args.host, http.port());
-    while (g_stop_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    while (g_stop_signal.load() == 0 && engine.fatal_error().ok())
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (Status fatal = engine.fatal_error(); !fatal.ok()) {
+        // The followers are stalled or gone: telling them to stop would wait out another
+        // timeout. Exiting makes the launcher stop every rank of the job.
+        http.stop();
+        engine.stop();
+        TSR_LOG(ERROR, "stopping the job: {}", fatal.message());
+        return 1;
+    }
     TSR_LOG(INFO, "signal {}: draining in-flight requests", g_stop_signal.load());
     http.stop();
     engine.stop();

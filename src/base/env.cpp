@@ -33,6 +33,7 @@ const EnvFlags& env() {
         f.eplb_corrupt_transfer = read("TSR_EPLB_FAULT_CORRUPT_TRANSFER") == "1";
         f.eplb_fail_transfer = read("TSR_EPLB_FAULT_FAIL_TRANSFER") == "1";
         f.job_token = read("TESSERA_JOB_TOKEN");
+        f.gloo_socket_ifname = read("GLOO_SOCKET_IFNAME");
         return f;
     }();
     return flags;

@@ -41,6 +41,9 @@ struct EnvFlags {
     // with. The launcher sets it for its ranks; set it yourself (the same on every node) for
     // multi-node jobs on a shared network (app/launcher.h job_token()).
     std::string job_token;
+    // env: GLOO_SOCKET_IFNAME — the network interface Gloo's sockets use (PyTorch's name).
+    // Empty: the interface of the route to --dist-init-addr.
+    std::string gloo_socket_ifname;
 };
 
 const EnvFlags& env();

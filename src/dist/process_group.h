@@ -20,6 +20,12 @@ class Store;
 
 enum class ReduceOp { kSum, kMax, kMin };
 
+// A collective or transfer that timed out or lost its peer: the ranks no longer agree on
+// which operation comes next, so every later one would fail too. The caller ends the job.
+inline bool breaks_group(const Status& s) {
+    return s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable;
+}
+
 // Completion handle of an asynchronous operation (isend / irecv).
 class Work {
  public:

@@ -71,8 +71,18 @@ class BatchRunner {
     virtual Status launch(const ForwardBatch& batch);
     virtual StatusOr<std::vector<SampledToken>> collect();
 
+    // Set once a step failed in a way no later step can recover from (a collective between
+    // ranks timed out or lost a peer: a stalled or dead rank). The server must then end the
+    // job rather than fail every request after it one timeout at a time. Ok otherwise.
+    const Status& fatal_error() const { return fatal_; }
+
+ protected:
+    // Records `s` as the fatal error when it breaks the rank group; returns it.
+    Status note_failure(Status s);
+
  private:
     std::deque<StatusOr<std::vector<SampledToken>>> finished_;  // default launch/collect only
+    Status fatal_;
 };
 
 }  // namespace tessera::executor

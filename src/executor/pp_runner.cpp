@@ -120,7 +120,15 @@ StatusOr<std::vector<SampledToken>> PpFirstStageRunner::run(const ForwardBatch& 
     return collect();
 }
 
-Status PpFirstStageRunner::launch(const ForwardBatch& batch) {
+Status PpFirstStageRunner::launch(const ForwardBatch& batch) { return note_failure(launch_step(batch)); }
+
+StatusOr<std::vector<SampledToken>> PpFirstStageRunner::collect() {
+    StatusOr<std::vector<SampledToken>> result = collect_step();
+    if (!result.ok()) return note_failure(result.status());
+    return result;
+}
+
+Status PpFirstStageRunner::launch_step(const ForwardBatch& batch) {
     if (stopped_) return Status::Internal("the pipeline was already stopped");
     std::vector<std::uint8_t> bytes = encode_step(batch, kStepWithSampling);
     if (links_.tp_group != nullptr) TSR_RETURN_IF_ERROR(broadcast_step(*links_.tp_group, bytes));
@@ -141,7 +149,7 @@ Status PpFirstStageRunner::launch(const ForwardBatch& batch) {
     return Status::Ok();
 }
 
-StatusOr<std::vector<SampledToken>> PpFirstStageRunner::collect() {
+StatusOr<std::vector<SampledToken>> PpFirstStageRunner::collect_step() {
     if (collected_ == launched_) return Status::Internal("collect() without a launched step");
     dist::ProcessGroup& pp = *links_.pp_group;
     PipelineTrace::Scope span(links_.trace, SpanKind::kRecv, collected_, 0);

@@ -80,6 +80,9 @@ class PpFirstStageRunner final : public BatchRunner {
     Status stop();
 
  private:
+    Status launch_step(const ForwardBatch& batch);
+    StatusOr<std::vector<SampledToken>> collect_step();
+
     models::Model& model_;
     const kvcache::KvView kv_;
     ThreadPool* const pool_;

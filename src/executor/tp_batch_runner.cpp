@@ -49,8 +49,10 @@ TpLeaderRunner::~TpLeaderRunner() {
 StatusOr<std::vector<SampledToken>> TpLeaderRunner::run(const ForwardBatch& batch) {
     if (stopped_) return Status::Internal("TP followers were already stopped");
     std::vector<std::uint8_t> bytes = encode_step(batch);
-    TSR_RETURN_IF_ERROR(broadcast_step(tp_group_, bytes));
-    return local_.run(batch);
+    TSR_RETURN_IF_ERROR(note_failure(broadcast_step(tp_group_, bytes)));
+    StatusOr<std::vector<SampledToken>> result = local_.run(batch);  // its collectives span the group
+    if (!result.ok()) return note_failure(result.status());
+    return result;
 }
 
 Status TpLeaderRunner::stop_followers() {

@@ -6,11 +6,17 @@
                summation order of the all-reduces differs), for llama, qwen2 and qwen3.
   two-node     the same command twice, differing only in --node-rank, on loopback (ranks of
                different nodes talk over Gloo) gives the TP = 1 tokens.
-  netns        two network namespaces joined by a veth pair (when run as root with `ip`).
+  netns        two network namespaces joined by a veth pair (when run as root with `ip`): Gloo
+               finds the veth by the route to --dist-init-addr; GLOO_SOCKET_IFNAME forces an
+               interface (loopback makes the job fail, an unknown name is refused by name).
   kill         killing one rank mid-generation makes every process exit non-zero within the
                timeout, with a message naming the lost rank, and leaves no process behind.
+  stranger     strangers on the rendezvous port are dropped; the job is untouched.
+  absent-node  a node never started is named when --dist-timeout runs out.
+  stalled-start  a rank stopped during start-up: resumed inside the timeout the job finishes;
+               never resumed, the error says which start-up stage it was in.
 
-Usage: tp_test.py --tessera PATH --case {equivalence,two-node,netns,kill} --workdir DIR
+Usage: tp_test.py --tessera PATH --case CASE --workdir DIR
 Exit 0 pass, 1 fail, 77 skipped (CTest SKIP_RETURN_CODE).
 """
 
@@ -140,8 +146,39 @@ def netns(tessera, workdir):
             print(f"netns node 0 exited {p0.returncode}:\n{p0.stderr[-2000:]}\nnode 1: {err1[-2000:]}")
             return False
         ids = json.loads(p0.stdout)["output_ids"]
-        print(f"two network namespaces over a veth pair: tokens {'same' if ids == base else 'DIFFER'} as TP1")
-        return ids == base
+        print(f"two network namespaces over a veth pair: tokens {'same' if ids == base else 'DIFFER'} as TP1 "
+              "(Gloo found the veth by the route to --dist-init-addr)")
+        ok = ids == base
+
+        # GLOO_SOCKET_IFNAME forces the interface (as PyTorch); a name the host lacks is refused.
+        def run_pair(if0, if1, timeout):
+            env0, env1 = dict(os.environ, GLOO_SOCKET_IFNAME=if0), dict(os.environ, GLOO_SOCKET_IFNAME=if1)
+            n1 = subprocess.Popen(["ip", "netns", "exec", ns[1]] + node1, env=env1, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+            try:
+                p0 = subprocess.run(["ip", "netns", "exec", ns[0]] + node0, env=env0, capture_output=True, text=True,
+                                    timeout=timeout)
+                n1.communicate(timeout=timeout)
+            finally:
+                if n1.poll() is None:
+                    n1.kill()
+                    n1.wait()
+            return p0
+        p0 = run_pair(f"{tag}va", f"{tag}vb", 120)
+        forced = p0.returncode == 0 and json.loads(p0.stdout)["output_ids"] == base
+        print(f"GLOO_SOCKET_IFNAME={tag}va / {tag}vb: {'same tokens as TP1' if forced else 'FAIL: ' + p0.stderr[-1500:]}")
+        # Forced onto loopback, node 0's Gloo address is one node 1 cannot reach: the job fails,
+        # which shows the variable is obeyed rather than the route.
+        node0[node0.index("--dist-timeout") + 1] = node1[node1.index("--dist-timeout") + 1] = "5"
+        p0 = run_pair("lo", "lo", 60)
+        obeyed = p0.returncode != 0
+        print(f"GLOO_SOCKET_IFNAME=lo on both nodes: the job fails as it must: {obeyed}")
+        p0 = run_pair("nosuchif0", "nosuchif0", 60)
+        refused = p0.returncode != 0 and "GLOO_SOCKET_IFNAME=nosuchif0: this host has no interface" in p0.stderr
+        print(f"GLOO_SOCKET_IFNAME=nosuchif0 refused with a message listing the interfaces: {refused}")
+        if not refused:
+            print(p0.stderr[-1500:])
+        return ok and forced and obeyed and refused
     finally:
         # Private test addresses only exist inside the namespaces, which go away here.
         for n in ns:
@@ -336,9 +373,65 @@ def absent_node(tessera, workdir):
     return good
 
 
+def stalled_start(tessera, workdir):
+    """Rank 1 stopped (SIGSTOP) right after the groups form. Resumed 3 s later, inside an
+    8 s --dist-timeout, the job just finishes with TP1's tokens: nothing but that timeout
+    watches a slow start. Never resumed, with a 3 s timeout, rank 0's error says where rank 1
+    was (its last reported start-up stage) and the job ends, leaving no process behind. The
+    model is the `small` preset cut to 2 layers (~0.4 GB): big enough that rank 1 is still
+    starting up when it is stopped."""
+    model = os.path.join(workdir, "qwen3-small-2l")
+    if not os.path.exists(os.path.join(model, "config.json")):
+        subprocess.run([tessera, "make-model", "--arch", "qwen3", "--preset", "small", "--num-layers", "2", "--out", model],
+                       check=True, capture_output=True)
+    base = generate(tessera, model, ["--tp", "1"])
+    ok = True
+    for resume_after_s, timeout_s in ((3, 8), (None, 3)):
+        cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", str(NEW_TOKENS),
+               "--ignore-eos", "--json", "--threads", "1", "--tp", "2", "--dist-timeout", str(timeout_s)]
+        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        head = wait_for_line(job.stderr, "rank 0 of 2")
+        ranks = children_of(job.pid)
+        if len(ranks) != 2:
+            job.kill()
+            print(f"stalled start: expected 2 rank processes, found {ranks}\n{head}")
+            return False
+        os.kill(ranks[-1], signal.SIGSTOP)
+        t0 = time.time()
+        if resume_after_s is not None:
+            time.sleep(resume_after_s)
+            os.kill(ranks[-1], signal.SIGCONT)
+        try:
+            out, err = job.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            os.kill(ranks[-1], signal.SIGCONT)
+            print("stalled start: the job did not end within 60 s")
+            return False
+        elapsed = time.time() - t0
+        err = head + err
+        if resume_after_s is not None:
+            ids = json.loads(out)["output_ids"] if job.returncode == 0 else None
+            good = ids == base
+            print(f"rank 1 stopped for {resume_after_s} s of an {timeout_s} s --dist-timeout: exit {job.returncode}, "
+                  f"tokens {'same as TP1' if good else 'DIFFER'} {'ok' if good else 'FAIL'}")
+        else:
+            leftovers = [p for p in ranks if alive(p)]
+            named = "Where the other ranks were: rank 1 (node 0): " in err and \
+                any(stage in err for stage in ("loading the model", "sizing the KV pool", "forming process groups"))
+            good = job.returncode != 0 and named and not leftovers and elapsed < 30
+            print(f"rank 1 stopped for good, {timeout_s} s --dist-timeout: exit {job.returncode} after {elapsed:.1f} s, "
+                  f"rank 1's stage named: {named}, leftover processes: {leftovers} {'ok' if good else 'FAIL'}")
+            print("  rank 0 said: " + next((l for l in err.splitlines() if "Where the other ranks were" in l), "(none)"))
+        if not good:
+            print(err[-2000:])
+        ok &= good
+    return ok
+
+
 def main():
     return run_case({"equivalence": equivalence, "two-node": two_node, "netns": netns, "kill": kill_rank,
-                     "stranger": stranger, "absent-node": absent_node})
+                     "stranger": stranger, "absent-node": absent_node, "stalled-start": stalled_start})
 
 
 if __name__ == "__main__":
