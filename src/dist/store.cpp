@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "dist/store_wire.h"
 
 namespace tessera::dist {
 namespace {
@@ -89,7 +90,8 @@ class KvTable {
                         "store add('{}'): existing value '{}' is not an integer", key, text));
                 }
             }
-            value += delta;
+            if (__builtin_add_overflow(value, delta, &value))
+                return Status::InvalidArgument(fmt::format("store add('{}'): the sum overflows 64 bits", key));
             std::string text = std::to_string(value);
             map_[key] = Bytes(text.begin(), text.end());
         }
@@ -157,18 +159,9 @@ class PrefixStore final : public Store {
 // ------------------------------------------------------------------------------------------
 // Socket helpers.
 
-enum class Op : std::uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4 };
-constexpr std::uint32_t kHelloMagic = 0x4A525354;  // "TSRJ"
-constexpr std::uint32_t kMaxTokenBytes = 1024;
+using store_wire::kHelloMagic;
+using store_wire::Op;
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
-
-// Equal strings, in time that depends only on the lengths.
-bool same_token(const std::string& a, const std::string& b) {
-    if (a.size() != b.size()) return false;
-    unsigned char diff = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-    return diff == 0;
-}
 enum class ReplyCode : std::uint8_t { kOk = 0, kDeadline = 1, kError = 2 };
 
 struct Fd {
@@ -358,12 +351,9 @@ class TcpStoreServer final : public Store {
     bool admitted(int fd) {
         if (token_.empty()) return true;
         const auto deadline = Clock::now() + kHelloTimeout;
-        std::uint32_t magic = 0, len = 0;
-        std::string token;
-        const bool ok = recv_all(fd, &magic, 4, deadline) == RecvResult::kOk && magic == kHelloMagic &&
-                        recv_all(fd, &len, 4, deadline) == RecvResult::kOk && len <= kMaxTokenBytes &&
-                        (token.resize(len), recv_all(fd, token.data(), len, deadline) == RecvResult::kOk) &&
-                        same_token(token, token_);
+        const std::optional<std::string> token = store_wire::read_hello(
+            [&](void* data, std::size_t n) { return recv_all(fd, data, n, deadline) == RecvResult::kOk; });
+        const bool ok = token && store_wire::same_token(*token, token_);
         if (!ok) {
             sockaddr_storage peer{};
             socklen_t peer_len = sizeof(peer);
@@ -383,28 +373,22 @@ class TcpStoreServer final : public Store {
             ::shutdown(fd, SHUT_RDWR);
             return;
         }
+        const store_wire::ReadFn read = [fd](void* data, std::size_t n) {
+            return recv_all(fd, data, n) == RecvResult::kOk;
+        };
         while (!stop_.load()) {
-            std::uint8_t op = 0;
-            std::uint32_t key_len = 0;
-            std::uint64_t arg = 0;
-            if (recv_all(fd, &op, 1) != RecvResult::kOk) return;
-            if (recv_all(fd, &key_len, 4) != RecvResult::kOk || key_len > (1u << 20)) return;
-            std::string key(key_len, '\0');
-            if (recv_all(fd, key.data(), key_len) != RecvResult::kOk) return;
-            if (recv_all(fd, &arg, 8) != RecvResult::kOk) return;
+            std::optional<store_wire::Request> request = store_wire::read_request(read);
+            if (!request) return;  // closed, or a protocol error: drop the connection
+            const std::string& key = request->key;
+            const std::uint64_t arg = request->arg;
             ReplyCode code = ReplyCode::kOk;
             Bytes payload;
-            switch (static_cast<Op>(op)) {
-                case Op::kSet: {
-                    std::uint64_t n = 0;
-                    if (recv_all(fd, &n, 8) != RecvResult::kOk || n > (1ull << 32)) return;
-                    Bytes value(n);
-                    if (recv_all(fd, value.data(), n) != RecvResult::kOk) return;
-                    table_.set(key, value);
+            switch (request->op) {
+                case Op::kSet:
+                    table_.set(key, request->value);
                     break;
-                }
                 case Op::kGet: {
-                    auto r = table_.get(key, std::chrono::milliseconds(arg), &stop_);
+                    auto r = table_.get(key, request->get_wait(), &stop_);
                     if (r.ok()) {
                         payload = std::move(r).value();
                     } else {
@@ -430,8 +414,6 @@ class TcpStoreServer final : public Store {
                 case Op::kCheck:
                     payload.push_back(table_.check(key) ? 1 : 0);
                     break;
-                default:
-                    return;  // protocol error: drop the connection
             }
             Bytes reply;
             reply.reserve(9 + payload.size());

@@ -1,6 +1,7 @@
 // dist/store_test.cpp — HashStore, PrefixStore and TcpStore (server + clients on 127.0.0.1).
 
 #include "dist/store.h"
+#include "dist/store_wire.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -112,6 +115,55 @@ void exercise(Store& a, Store& b) {
 TEST(HashStoreTest, Basics) {
     auto s = make_hash_store();
     exercise(*s, *s);
+}
+
+// What the server reads: a value is read in pieces as its bytes arrive (a claimed 4 GiB of
+// nothing allocates nothing), a GET's wait is capped, an unknown op ends the connection, and
+// an ADD that would overflow is refused (found by store_wire_fuzz's seeds).
+TEST(StoreWireTest, ClaimedLengthsAreBoundedByTheBytesThatArrive) {
+    auto reader = [](const Bytes& bytes, std::size_t* at) {
+        return [&bytes, at](void* out, std::size_t n) {
+            if (n > bytes.size() - *at) return false;
+            std::memcpy(out, bytes.data() + *at, n);
+            *at += n;
+            return true;
+        };
+    };
+    auto put = [](Bytes& b, const void* p, std::size_t n) {
+        b.insert(b.end(), static_cast<const std::uint8_t*>(p), static_cast<const std::uint8_t*>(p) + n);
+    };
+    Bytes set;
+    const std::uint8_t op_set = 1;
+    const std::uint32_t key_len = 1;
+    const std::uint64_t arg = 0, claimed = std::uint64_t{1} << 32;
+    put(set, &op_set, 1);
+    put(set, &key_len, 4);
+    set.push_back('k');
+    put(set, &arg, 8);
+    put(set, &claimed, 8);
+    set.resize(set.size() + 100);  // 100 bytes of the 4 GiB claimed
+    std::size_t at = 0;
+    EXPECT_FALSE(store_wire::read_request(reader(set, &at)).has_value());
+
+    Bytes get;
+    const std::uint8_t op_get = 2;
+    const std::uint64_t forever = ~std::uint64_t{0};
+    put(get, &op_get, 1);
+    put(get, &key_len, 4);
+    get.push_back('k');
+    put(get, &forever, 8);
+    at = 0;
+    auto request = store_wire::read_request(reader(get, &at));
+    ASSERT_TRUE(request.has_value());
+    EXPECT_EQ(request->get_wait(), std::chrono::duration_cast<milliseconds>(store_wire::kMaxGetWait));
+
+    get[0] = 9;  // no such op
+    at = 0;
+    EXPECT_FALSE(store_wire::read_request(reader(get, &at)).has_value());
+
+    auto store = make_hash_store();
+    ASSERT_TRUE(store->add("n", std::numeric_limits<std::int64_t>::max()).ok());
+    EXPECT_EQ(store->add("n", 1).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PrefixStoreTest, IsolatesKeys) {
