@@ -7,7 +7,7 @@
 A share of them misbehave on purpose:
   * dropped streams (`--drop-share`): the client closes the socket after a few chunks;
   * aborts (`--abort-share`): a non-streamed request whose client gives up after 0.2 s;
-  * bad requests (`--bad-share`): a malformed body, an unknown field, a negative max_tokens.
+  * bad requests (`--bad-share`): cut-off JSON, a field of the wrong type, a negative length.
 A request that was not one of those must succeed with exactly its max tokens; anything else
 counts as a failure. Every `--sample-every` seconds the script records the resident memory
 of the server's processes (the launcher and every rank) and the KV gauges of /metrics.
@@ -147,9 +147,13 @@ class Client(threading.Thread):
             path, body, n_out, stream = self.body()
             try:
                 if roll < a.bad_share:
+                    # Cut-off JSON, a field of the wrong type, a negative length. (Unknown fields
+                    # are not bad: OpenAI clients send extras, and tessera ignores them as SGLang.)
                     kind = rng.randrange(3)
+                    wrong_type = ({**body, "sampling_params": {**body["sampling_params"], "temperature": "hot"}}
+                                  if path == "/generate" else {**body, "temperature": "hot"})
                     raw = (b'{"prompt": [1, 2' if kind == 0 else
-                           json.dumps({**body, "no_such_field": 1} if kind == 1 else
+                           json.dumps(wrong_type if kind == 1 else
                                       {**body, "max_tokens": -3, "sampling_params": {"max_new_tokens": -3}}).encode())
                     conn, r = self.send(path, raw, 60)
                     r.read()

@@ -155,7 +155,7 @@ std::optional<std::vector<std::int32_t>> SlotAllocator::alloc(std::int64_t n,
         std::int32_t start = place_new_run(missing(), high_water_);
         bool use_fragments = false;
         const std::int64_t touched_free = free_pages_below(high_water_);
-        if (start < 1 && 2 * touched_free >= high_water_ - 1) {
+        if (start < 1 && 4 * touched_free >= high_water_ - 1) {
             start = split_touched_hole(missing());
             use_fragments = start < 1 && touched_free >= missing();
         }

@@ -51,10 +51,10 @@ class KvPool {
 // On a CPU host the pool is the machine's RAM, and a page costs resident memory from the
 // first time it is written until the process exits. So pages already handed out once
 // ("touched") are reused before fresh ones: a new run goes into a touched hole that holds it
-// with its gap; else, while at least half the touched region is free, into the middle of
-// the largest touched hole (both neighbours keep half the room), or into touched fragments;
-// only then onto fresh pages. The touched region thus stays within about twice the slots in
-// use (plus one gap), however large the pool: memory follows the load.
+// with its gap; else, while at least a quarter of the touched region is free, into the
+// middle of the largest touched hole (both neighbours keep half the room), or into touched
+// fragments; only then onto fresh pages. The touched region thus stays within about 4/3 of
+// the slots in use (plus one gap), however large the pool: memory follows the load.
 class SlotAllocator {
  public:
     // Room left after a run for its sequence to grow before the next sequence starts.

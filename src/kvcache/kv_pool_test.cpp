@@ -122,8 +122,8 @@ TEST(SlotAllocatorTest, GapsAndFragmentsAreStillHandedOut) {
     EXPECT_EQ(whole->back(), 300);
 }
 
-// Two sequences touch slots 1..276 (the second after a 256-slot growth gap). While half the
-// touched region is free, new sequences split its largest hole in the middle, so each
+// Two sequences touch slots 1..276 (the second after a 256-slot growth gap). While a quarter
+// of the touched region is free, new sequences split its largest hole in the middle, so each
 // neighbour keeps half the room to grow, rather than touching fresh pages: resident memory
 // grows with the load, not with the pool.
 TEST(SlotAllocatorTest, TouchedPagesAreReusedBeforeFreshOnes) {
