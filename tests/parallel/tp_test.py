@@ -8,7 +8,8 @@
                different nodes talk over Gloo) gives the TP = 1 tokens.
   netns        two network namespaces joined by a veth pair (when run as root with `ip`): Gloo
                finds the veth by the route to --dist-init-addr; GLOO_SOCKET_IFNAME forces an
-               interface (loopback makes the job fail, an unknown name is refused by name).
+               interface (loopback makes the job fail, an unknown name is refused by name); a
+               node never started is named.
   kill         killing one rank mid-generation makes every process exit non-zero within the
                timeout, with a message naming the lost rank, and leaves no process behind.
   stranger     strangers on the rendezvous port are dropped; the job is untouched.
@@ -178,7 +179,13 @@ def netns(tessera, workdir):
         print(f"GLOO_SOCKET_IFNAME=nosuchif0 refused with a message listing the interfaces: {refused}")
         if not refused:
             print(p0.stderr[-1500:])
-        return ok and forced and obeyed and refused
+        # Node 1 never started: node 0 names it when the timeout runs out.
+        p0 = subprocess.run(["ip", "netns", "exec", ns[0]] + node0, capture_output=True, text=True, timeout=60)
+        absent = p0.returncode != 0 and "rank 1 (node 1) did not arrive at the rendezvous store 10.233.0.1" in p0.stderr
+        print(f"node 1 never started: node 0 names it: {absent}")
+        if not absent:
+            print(p0.stderr[-1500:])
+        return ok and forced and obeyed and refused and absent
     finally:
         # Private test addresses only exist inside the namespaces, which go away here.
         for n in ns:
