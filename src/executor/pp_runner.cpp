@@ -174,7 +174,8 @@ Status PpFirstStageRunner::run_local(const ForwardBatch& batch) {
 }
 
 Status PpFirstStageRunner::stop() {
-    if (stopped_) return Status::Ok();
+    // After a fatal error the other stages are stalled or gone; the launcher ends them.
+    if (stopped_ || !fatal_error().ok()) return Status::Ok();
     // The last stage sends every step's tokens back; take them so its sends complete.
     while (collected_ < launched_) {
         auto r = collect();

@@ -56,7 +56,8 @@ StatusOr<std::vector<SampledToken>> TpLeaderRunner::run(const ForwardBatch& batc
 }
 
 Status TpLeaderRunner::stop_followers() {
-    if (stopped_) return Status::Ok();
+    // After a fatal error the followers are stalled or gone; the launcher ends them.
+    if (stopped_ || !fatal_error().ok()) return Status::Ok();
     stopped_ = true;
     std::vector<std::uint8_t> stop;
     return broadcast_step(tp_group_, stop);

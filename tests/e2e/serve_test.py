@@ -114,6 +114,8 @@ def main():
         if a.tp == 1 and a.pp == 1:
             check_memory_pressure(tessera, model, port, a.workdir)
             check_cache_cap(tessera, model, a.workdir)
+        if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
+            check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
         result = {}
         t = threading.Thread(target=lambda: result.update(r=post(port, "/v1/completions", {
@@ -227,6 +229,50 @@ def check_cache_cap(tessera, model, workdir):
         cached = body["meta_info"].get("cached_tokens", 0) if status == 200 else -1
         check("the most recent prompt is still reused under the cap", cached >= 40, f"{status} {str(body)[:300]}")
     finally:
+        stop_server(server)
+        log.close()
+
+
+def check_stalled_rank(tessera, model, workdir):
+    """Rank 1 of a TP2 server stopped with SIGSTOP: the next request fails with a 503 naming the
+    stall, and the whole job exits 1 within --dist-timeout instead of failing every request
+    one timeout at a time."""
+    stall_port = free_port()
+    log_path = os.path.join(workdir, "server_stalled.log")
+    log = open(log_path, "w")
+    server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
+                               "--port", str(stall_port), "--threads", "1", "--tp", "2", "--dist-timeout", "3",
+                               *(["--api-key", AUTH["Authorization"][7:]] if AUTH else [])],
+                              stdout=log, stderr=subprocess.STDOUT)
+    try:
+        if not wait_ready(stall_port, server):
+            check("stalled-rank server starts", False, open(log_path).read()[-2000:])
+            return
+        ranks = subprocess.run(["ps", "-o", "pid=", "--ppid", str(server.pid)], capture_output=True,
+                               text=True).stdout.split()
+        check("the TP2 server runs two rank processes", len(ranks) == 2, str(ranks))
+        if len(ranks) != 2:
+            return
+        os.kill(int(ranks[-1]), signal.SIGSTOP)
+        t0 = time.time()
+        status, body = request(stall_port, "POST", "/generate", {"input_ids": [5, 6, 7], "sampling_params": {
+            "max_new_tokens": 4, "temperature": 0}}, timeout=60)
+        try:
+            rc = server.wait(60)
+        except subprocess.TimeoutExpired:
+            rc = None
+        elapsed = time.time() - t0
+        text = open(log_path).read()
+        check("a request to a job with a stalled rank gets a 503", status == 503, f"{status} {body[:300]!r}")
+        check("the job with a stalled rank exits 1 within the timeout", rc == 1 and elapsed < 30, f"{rc} {elapsed:.1f} s")
+        check("the log names the stalled rank", "stopping the job" in text and "rank 1" in text, text[-1500:])
+    finally:
+        for pid in subprocess.run(["ps", "-o", "pid=", "--ppid", str(server.pid)], capture_output=True,
+                                  text=True).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGCONT)
+            except ProcessLookupError:
+                pass
         stop_server(server)
         log.close()
 
