@@ -47,7 +47,8 @@ TEST_P(StreamingTest, ConcatenationEqualsFullDecode) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, StreamingTest, ::testing::Values("qwen3", "llama3"),
+INSTANTIATE_TEST_SUITE_P(Tokenizers, StreamingTest,
+                         ::testing::Values("qwen3", "llama3", "deepseek_v3"),
                          [](const auto& info) { return info.param; });
 
 TEST(IncrementalDetokenizer, HoldsBackASplitCharacterUntilComplete) {

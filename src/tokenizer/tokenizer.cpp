@@ -1,7 +1,7 @@
 // tokenizer/tokenizer.cpp — Tokenizer::load and HfBpeTokenizer, the byte-level BPE pipeline
 // of Hugging Face tokenizer.json files:
 //   input bytes → invalid UTF-8 replaced → added tokens split out → normalizer (per text
-//   segment) → Split pre-tokenizer → ByteLevel (implicit: BPE works on raw bytes) → BPE →
+//   segment) → Split pre-tokenizer(s) → ByteLevel (implicit: BPE works on raw bytes) → BPE →
 //   post-processor (e.g. Llama 3's <|begin_of_text|>).
 // Reference: HF tokenizers (checked against it by tokenizer_test with goldens from
 // tests/tokenizer/golden/). Every tokenizer.json feature that this pipeline does not
@@ -296,7 +296,8 @@ Status HfBpeTokenizer::init_normalizer(const json& normalizer, const std::string
 }
 
 Status HfBpeTokenizer::init_pre_tokenizer(const json& pre, const std::string& file) {
-    // Supported shape: Sequence[Split(Regex, Isolated), ByteLevel(use_regex=false)].
+    // Supported shape: Sequence[Split(Regex, Isolated), ..., ByteLevel(use_regex=false)]:
+    // one Split for Qwen and Llama 3, three for DeepSeek V3.
     const auto unsupported = [&](const std::string& why) {
         return Status::Unimplemented(file + ": pre_tokenizer " + why + " is not supported");
     };
@@ -304,28 +305,34 @@ Status HfBpeTokenizer::init_pre_tokenizer(const json& pre, const std::string& fi
         return unsupported(pre.dump().substr(0, 200));
     }
     const json steps = pre.value("pretokenizers", json::array());
-    if (steps.size() != 2 || steps[0].value("type", "") != "Split" ||
-        steps[1].value("type", "") != "ByteLevel") {
+    if (steps.size() < 2 || steps.back().value("type", "") != "ByteLevel") {
         return unsupported("sequence " + steps.dump().substr(0, 200));
     }
-    const json& split = steps[0];
-    const json& byte_level = steps[1];
-    if (split.value("behavior", "") != "Isolated" || json_bool(split, "invert", false)) {
-        return unsupported("Split behavior '" + split.value("behavior", "") + "'");
+    std::vector<SplitPattern> patterns;
+    for (std::size_t i = 0; i + 1 < steps.size(); ++i) {
+        const json& split = steps[i];
+        if (split.value("type", "") != "Split") {
+            return unsupported("sequence " + steps.dump().substr(0, 200));
+        }
+        if (split.value("behavior", "") != "Isolated" || json_bool(split, "invert", false)) {
+            return unsupported("Split behavior '" + split.value("behavior", "") + "'");
+        }
+        if (!split.contains("pattern") || !split["pattern"].is_object() ||
+            !split["pattern"].contains("Regex") || !split["pattern"]["Regex"].is_string()) {
+            return unsupported("Split pattern " + split.value("pattern", json()).dump());
+        }
+        auto pattern = split_pattern_from_regex(split["pattern"]["Regex"].get<std::string>());
+        if (!pattern.ok()) {
+            return Status(pattern.status().code(), file + ": " + pattern.status().message());
+        }
+        patterns.push_back(pattern.value());
     }
-    if (!split.contains("pattern") || !split["pattern"].is_object() ||
-        !split["pattern"].contains("Regex") || !split["pattern"]["Regex"].is_string()) {
-        return unsupported("Split pattern " + split.value("pattern", json()).dump());
-    }
+    const json& byte_level = steps.back();
     if (json_bool(byte_level, "add_prefix_space", false) ||
         json_bool(byte_level, "use_regex", true)) {
         return unsupported("ByteLevel with add_prefix_space or use_regex");
     }
-    auto pattern = split_pattern_from_regex(split["pattern"]["Regex"].get<std::string>());
-    if (!pattern.ok()) {
-        return Status(pattern.status().code(), file + ": " + pattern.status().message());
-    }
-    pre_tokenizer_.emplace(pattern.value());
+    pre_tokenizer_.emplace(std::move(patterns));
     return Status::Ok();
 }
 
@@ -394,8 +401,10 @@ Status HfBpeTokenizer::init_tokenizer_config(const fs::path& path) {
         }
         add_eos(*eos);
     }
-    // Slow-tokenizer flags (LlamaTokenizer): honoured when the post-processor does not
-    // already add the token; an explicit false does not remove a template's token.
+    // LlamaTokenizer flags: honoured when the post-processor does not already add the token;
+    // an explicit false does not remove a template's token. transformers' LlamaTokenizerFast
+    // rebuilds the post-processor from them, so DeepSeek V3 (whose tokenizer.json has a
+    // ByteLevel post-processor only) gets its BOS here, as it does from transformers.
     if (json_bool(config, "add_bos_token", false) && bos_id_ &&
         (prefix_ids_.empty() || prefix_ids_.front() != *bos_id_)) {
         prefix_ids_.insert(prefix_ids_.begin(), *bos_id_);

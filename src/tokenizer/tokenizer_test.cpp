@@ -1,8 +1,9 @@
 // tokenizer/tokenizer_test.cpp — the BPE tokenizer against Hugging Face tokenizers.
 //
-// The expected ids and texts in tests/tokenizer/golden/{qwen3,llama3}.json come from an
-// independent implementation: the npm package `tokenizers` (HF's Rust library) loading the
-// same tokenizer.json files. To regenerate after changing the cases:
+// The expected ids and texts in tests/tokenizer/golden/{qwen3,llama3,deepseek_v3}.json come
+// from an independent implementation: the npm package `tokenizers` (HF's Rust library)
+// loading the same tokenizer.json files (plus, for DeepSeek V3, the BOS that transformers
+// adds; see generate.js). To regenerate after changing the cases:
 //   cd tests/tokenizer/golden && npm ci && node generate.js
 // (see tests/tokenizer/golden/README.md).
 
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer_test_util.h"
 #include "tokenizer/utf8.h"
 
@@ -72,7 +74,7 @@ TEST_P(RealTokenizerTest, RoundTrip) {
         SCOPED_TRACE(c.label);
         const std::string back = tok().decode(tok().encode(c.text, false), false);
         EXPECT_EQ(back, c.decoded_plain);
-        if (GetParam() == "llama3") {
+        if (GetParam() != "qwen3") {
             EXPECT_EQ(back, utf8_replace_invalid(c.text));
         }
     }
@@ -117,7 +119,8 @@ TEST_P(RealTokenizerTest, ConcurrentEncodeIsConsistent) {
     for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, RealTokenizerTest, ::testing::Values("qwen3", "llama3"),
+INSTANTIATE_TEST_SUITE_P(Tokenizers, RealTokenizerTest,
+                         ::testing::Values("qwen3", "llama3", "deepseek_v3"),
                          [](const auto& info) { return info.param; });
 
 TEST(Qwen3Tokenizer, SpecialTokensAndConfig) {
@@ -148,6 +151,57 @@ TEST(Llama3Tokenizer, SpecialTokensAndConfig) {
     EXPECT_TRUE(tok.is_special(128255));
     EXPECT_EQ(tok.token_bytes(220), " ");
     EXPECT_NE(tok.chat_template().find("<|start_header_id|>"), std::string::npos);
+}
+
+TEST(DeepSeekV3Tokenizer, SpecialTokensAndConfig) {
+    const Tokenizer& tok = real_tokenizer("deepseek_v3");
+    const std::string bos = "<\uFF5Cbegin\u2581of\u2581sentence\uFF5C>";
+    const std::string eos = "<\uFF5Cend\u2581of\u2581sentence\uFF5C>";
+    EXPECT_EQ(tok.vocab_size(), 128815);
+    EXPECT_EQ(tok.bos_token_id(), 0);
+    EXPECT_EQ(tok.bos_token(), bos);
+    EXPECT_EQ(tok.eos_token(), eos);
+    EXPECT_EQ(tok.eos_token_ids(), std::vector<std::int32_t>{1});
+    // add_bos_token (LlamaTokenizerFast): the BOS comes from tokenizer_config.json, as in
+    // transformers, although tokenizer.json's post-processor adds none.
+    EXPECT_EQ(tok.encode("", true), std::vector<std::int32_t>{0});
+    EXPECT_EQ(tok.encode("", false), std::vector<std::int32_t>{});
+    EXPECT_EQ(tok.encode(bos + "Hi", true), (std::vector<std::int32_t>{0, 0, 23166}));
+    EXPECT_EQ(tok.token_to_id("<\uFF5CUser\uFF5C>"), 128803);
+    EXPECT_EQ(tok.token_to_id("<|EOT|>"), 128805);
+    EXPECT_TRUE(tok.is_special(0));
+    EXPECT_TRUE(tok.is_special(128799));
+    EXPECT_FALSE(tok.is_special(128803));  // <｜User｜> is added but not special
+    EXPECT_EQ(tok.token_bytes(1), eos);
+    EXPECT_EQ(tok.decode(std::vector<std::int32_t>{0, 23166, 1}, true), "Hi");
+    EXPECT_NE(tok.chat_template().find("bos_token"), std::string::npos);
+    EXPECT_NE(tok.chat_template().find("<\uFF5CAssistant\uFF5C>"), std::string::npos);
+}
+
+// The three DeepSeek V3 Split steps on their own: each later step splits every piece of the
+// one before, and text that no match covers stays a piece. Expected pieces: HF tokenizers'
+// pre_tokenize_str with the real tokenizer.json.
+TEST(PreTokenizer, DeepSeekV3StepsSplitThePiecesOfEachOther) {
+    const PreTokenizer pre(std::vector<SplitPattern>{
+        SplitPattern::kDigitGroups, SplitPattern::kCjkKana, SplitPattern::kDeepSeekV3});
+    const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+        {"Hello \u4F60\u597D 12345", {"Hello", " ", "\u4F60\u597D", " ", "123", "45"}},
+        {"a1234567b", {"a", "123", "456", "7", "b"}},
+        {".Hello ..Hello #define", {".Hello", " ..", "Hello", " #", "define"}},
+        {"x\u200Dy", {"x", "\u200Dy"}},
+        {"\u30C6\u30B9\u30C8\u30FB\u30C6\u30B9\u30C8",
+         {"\u30C6\u30B9\u30C8", "\u30FB", "\u30C6\u30B9\u30C8"}},
+        {"e\u0301 \u0301a", {"e\u0301", " \u0301a"}},
+        {"end.\n\nNext", {"end", ".\n\n", "Next"}},
+        {"  hi\t!", {" ", " hi", "\t", "!"}},
+        {"\u20AC100 \u00A92024", {"\u20AC", "100", " \u00A9", "202", "4"}},
+    };
+    for (const auto& [text, expected] : cases) {
+        SCOPED_TRACE(testing::printable(text));
+        std::vector<std::string_view> pieces;
+        pre.split(text, pieces);
+        EXPECT_EQ(std::vector<std::string>(pieces.begin(), pieces.end()), expected);
+    }
 }
 
 // ---- A synthetic tokenizer for loader behaviour: 256 byte tokens, a few merges.

@@ -1,8 +1,10 @@
 #!/usr/bin/env node
-// Generates the golden files qwen3.json and llama3.json that src/tokenizer/tokenizer_test.cpp
-// checks tessera's tokenizer against. The reference is Hugging Face `tokenizers` (the Rust
-// library behind transformers' fast tokenizers) through its Node binding, loading the SAME
-// tokenizer.json files as the C++ test, so the expected ids do not come from tessera.
+// Generates the golden files qwen3.json, llama3.json and deepseek_v3.json that
+// src/tokenizer/tokenizer_test.cpp checks tessera's tokenizer against. The reference is
+// Hugging Face `tokenizers` (the Rust library behind transformers' fast tokenizers) through
+// its Node binding, loading the SAME tokenizer.json files as the C++ test, so the expected
+// ids do not come from tessera (except the BOS that transformers adds for DeepSeek V3: see
+// transformersSpecialIds).
 //
 // Usage (from this folder):  npm ci && node generate.js [path/to/assets/tokenizers]
 // Default assets folder: ../../../../shared/assets/tokenizers (shared/ beside the repository).
@@ -126,6 +128,48 @@ const CASES = [
     { hex: 'f09f9820206f6b' },                  // truncated emoji, spaces, "ok"
     { hex: 'feff' },                            // bytes never valid in UTF-8
     { hex: 'e4bde5a5bd' },                      // broken 你 followed by 好
+    // --- DeepSeek V3's three Split steps: digit groups, then CJK/kana runs, then a word
+    // pattern with \p{P} \p{S} \p{M} classes. Each later step splits the pieces of the
+    // earlier ones, so these mix the classes at the piece boundaries.
+    { text: '1 12 123 1234 12345 123456 1234567' },
+    { text: 'a1b12c123d1234e12345f123456g1234567h' },
+    { text: '1234567.89 -0.5 +42 3rd 21st 100th v1.2.3-beta 0.5mg' },
+    { text: '\u0663\u0664\u0665\u0666\u0667 \uff11\uff12\uff13\uff14 ' +
+            '\u2460\u2461\u2462\u2463 \u216b\u00bdx' },
+    { text: 'Hello世界123ひらがなabcカタカナ漢字and English混合テキスト' },
+    { text: ' 中文 日本語 ' },
+    { text: 'abc中def 12中34 中1 1中' },
+    { text: 'テスト・テスト ラーメン ゝゞ \u309b\u309c \u30a0 \u3099\u309a' },
+    { text: '\u3400\u9fa5\u9fa6\u9fff\u{20000} \u3041\u309f\u30ff\u3040' },
+    { text: '中文，标点。「日本」『引用』【括弧】' },
+    { text: '.Hello (abc #define MAX 10\n#include <stdio.h>' },
+    { text: '..Hello .\u00e9 .Hello\u00e9 @user $var __init__ a.b.c' },
+    { text: '-flag --long-flag x=y+z a+b [A-Z] {a} <tag> /path/to ~home \\back' },
+    { text: "'quoted' \"Hi\" it's `code` 'S 'LL" },
+    { text: '...\n\n!!\r\n !?\n\t! end.\n  .Hello\n.Hello \t.x' },
+    { text: 'e\u0301 \u0301abc a\u0301\u0302b \u0301 1\u0301 \u0301' },
+    { text: '\u0905\u0928\u0941\u091a\u094d\u091b\u0947\u0926 \u0e01\u0e48\u0e2d\u0e19 ' +
+            '\u05e9\u05b8\u05c1\u05dc\u05d5\u05b9\u05dd' },
+    { text: 'a\u20dd 1\u20e3 #\ufe0f\u20e3 x\u200dy \ufe0f \u200bword word\u200b' },
+    { text: '\u2211 \u20ac \u00a9 \u00ae \u2122 \u00b0 \u00b1 \u00d7 \u00f7 \u221a \u221e' },
+    { text: '\u20ac100 100\u20ac \u00a92024 Company $5 \u00a310 \u00a520 ^_^ ' +
+            '\u2192\u2190\u2191\u2193 \u00b11.5' },
+    { text: 'Hi \u{1f44b} there \u{1f468}\u200d\u{1f4bb}code \u{1f1ef}\u{1f1f5}Japan ' +
+            'a\u{1f600}b \u2764\ufe0f' },
+    { text: 'a\u3000b \u00a0hello \u2028line\u2029para \u0000\u0001abc\u007f \u0085x' },
+    { text: '\ue000abc \u{f0000} \u0378x \u00adsoft\u00ad' },
+    { text: '<\uff5cUser\uff5c>Hello<\uff5cAssistant\uff5c>Hi' +
+            '<\uff5cend\u2581of\u2581sentence\uff5c>' },
+    { text: '<\uff5cbegin\u2581of\u2581sentence\uff5c>text<|EOT|>' },
+    { text: '<\uff5ctool\u2581calls\u2581begin\uff5c>' +
+            '<\uff5ctool\u2581call\u2581begin\uff5c>function' +
+            '<\uff5ctool\u2581sep\uff5c>get_weather\n```json\n{"city": "\u5317\u4eac"}\n```' +
+            '<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>' },
+    { text: '<\uff5cfim\u2581begin\uff5c>def f(x):<\uff5cfim\u2581hole\uff5c>\n' +
+            '    return y<\uff5cfim\u2581end\uff5c>' },
+    { text: ('DeepSeek-V3\u306f\u5f37\u529b\u306aMoE\u30e2\u30c7\u30eb\u3067\u3059\u3002' +
+             ' It has 671B parameters (37B active); \u4e0a\u4e0b\u6587\u957f\u5ea6128K\u3002\n' +
+             '    #define N 1024\n\tx->y = a[i] * 3.14159;  // \u8ba1\u7b97\n').repeat(3) },
 ];
 
 function caseText(c) {
@@ -164,13 +208,39 @@ async function makeDecodeCases(tok, specialId) {
     return out;
 }
 
+// The token of a tokenizer_config.json field: "text" or a serialized {"content": "text"}.
+function configToken(config, key) {
+    const v = config[key];
+    if (v === undefined || v === null) return null;
+    return typeof v === 'string' ? v : v.content;
+}
+
+// What transformers adds with add_special_tokens=true beyond the tokenizer.json
+// post-processor. LlamaTokenizerFast (DeepSeek V3's tokenizer_class) replaces the
+// post-processor with a template built from add_bos_token / add_eos_token
+// (update_post_processor), so transformers prepends <｜begin▁of▁sentence｜> (id 0) where the
+// Rust library, which only sees tokenizer.json (a ByteLevel post-processor), adds nothing.
+// The goldens follow transformers, which is what models are served with. Other classes
+// (Qwen2Tokenizer, PreTrainedTokenizerFast) keep the post-processor of tokenizer.json.
+function transformersSpecialIds(tok, name) {
+    const config = JSON.parse(fs.readFileSync(path.join(assets, name, 'tokenizer_config.json'),
+                                              'utf8'));
+    const out = { prefix: [], suffix: [] };
+    if (config.tokenizer_class !== 'LlamaTokenizerFast') return out;
+    if (config.add_bos_token) out.prefix.push(tok.tokenToId(configToken(config, 'bos_token')));
+    if (config.add_eos_token) out.suffix.push(tok.tokenToId(configToken(config, 'eos_token')));
+    return out;
+}
+
 async function generate(name, specialTokenForDecodeCases) {
     const tok = Tokenizer.fromFile(path.join(assets, name, 'tokenizer.json'));
+    const extra = transformersSpecialIds(tok, name);
     const cases = [];
     for (const c of CASES) {
         const text = caseText(c);
         const ids = await encodeIds(tok, text, false);
-        const idsWithSpecial = await encodeIds(tok, text, true);
+        const idsWithSpecial = [...extra.prefix, ...await encodeIds(tok, text, true),
+                                ...extra.suffix];
         const entry = c.hex !== undefined ? { text_bytes_hex: c.hex, text_as_js_string: text }
                                           : { text };
         entry.ids = ids;
@@ -186,6 +256,7 @@ async function generate(name, specialTokenForDecodeCases) {
         generator: 'tests/tokenizer/golden/generate.js',
         reference: `npm tokenizers ${pkg.version} (Hugging Face tokenizers, Node binding)`,
         tokenizer: `${name}/tokenizer.json`,
+        ids_with_special_added_by_transformers: extra,
         vocab_size_with_added: tok.getVocabSize(true),
         cases,
         decode_cases: await makeDecodeCases(tok, specialId),
@@ -198,6 +269,7 @@ async function generate(name, specialTokenForDecodeCases) {
 (async () => {
     await generate('qwen3', '<|im_end|>');
     await generate('llama3', '<|eot_id|>');
+    await generate('deepseek_v3', '<\uff5cend\u2581of\u2581sentence\uff5c>');
 })().catch((e) => {
     console.error(e);
     process.exit(1);
