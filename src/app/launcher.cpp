@@ -127,6 +127,16 @@ int launch_local_ranks(const dist::ParallelLayout& layout, const LaunchOptions& 
         }
         int bound = 0;
         auto store = dist::make_tcp_store(so, &bound);
+        if (store.ok() && so.port == 0 && bound == options.http_port) {
+            // The OS handed out the port the HTTP server is about to bind (free a moment
+            // ago): take another one while this one is held, then let it go.
+            int other_port = 0;
+            auto other = dist::make_tcp_store(so, &other_port);
+            if (other.ok()) {
+                store = std::move(other);
+                bound = other_port;
+            }
+        }
         if (!store.ok()) {
             TSR_LOG_C(ERROR, "launcher", "cannot serve the rendezvous store: {}", store.status().message());
             return 2;

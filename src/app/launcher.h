@@ -18,6 +18,7 @@ struct LaunchOptions {
     std::string dist_init_addr;     // HOST:PORT; empty on one node: a free loopback port
     int nnodes = 1;
     int node_rank = 0;
+    int http_port = 0;  // serve's --port: a store on a free port must not take it (0: none)
 };
 
 // Runs every rank of `layout` placed on options.node_rank to completion. Returns 0 when all

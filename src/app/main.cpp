@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
             launch.dist_init_addr = serve_args.dist_init_addr;
             launch.nnodes = serve_args.nnodes;
             launch.node_rank = serve_args.node_rank;
+            launch.http_port = serve_args.port;
             return tessera::app::launch_local_ranks(*layout, launch);
         }
         return tessera::app::run_serve(serve_args, serve_rank, serve_store);
