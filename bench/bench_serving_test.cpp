@@ -400,10 +400,22 @@ TEST(BenchServeTest, ArrivalsFollowThePoissonSchedule) {
     const std::vector<double> expected = poisson_arrival_offsets(n, 25.0, 11);
     const std::vector<double> seen = server.arrivals();
     ASSERT_EQ(seen.size(), static_cast<std::size_t>(n));
-    // Offsets relative to the first arrival agree within 10 ms each.
-    for (int i = 1; i < n; ++i) EXPECT_NEAR(seen[i] - seen[0], expected[i] - expected[0], 0.010) << "request " << i;
-    // The run lasts as long as the schedule (plus the last request's 3 ms).
-    EXPECT_NEAR(r->metrics.duration_s, expected.back() + 0.003, 0.05 * expected.back());
+    // Offsets relative to the first arrival follow the schedule: never early, the typical one
+    // within 10 ms, and none late by more than 100 ms (a loaded CI host delays threads; a
+    // wrong schedule is off by tens to hundreds of ms at this rate).
+    std::vector<double> error;
+    for (int i = 1; i < n; ++i) {
+        const double e = (seen[i] - seen[0]) - (expected[i] - expected[0]);
+        EXPECT_GT(e, -0.005) << "request " << i << " came early";
+        EXPECT_LT(e, 0.100) << "request " << i;
+        error.push_back(std::abs(e));
+    }
+    std::nth_element(error.begin(), error.begin() + error.size() / 2, error.end());
+    EXPECT_LT(error[error.size() / 2], 0.010) << "median deviation from the schedule";
+    // The run lasts as long as the schedule plus the last request's 3 ms (and the same
+    // allowance for a loaded host).
+    EXPECT_GE(r->metrics.duration_s, expected.back());
+    EXPECT_LT(r->metrics.duration_s, expected.back() + 0.003 + 0.100);
 }
 
 TEST(BenchServeTest, NeverExceedsTheConcurrencyCap) {
