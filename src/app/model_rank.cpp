@@ -107,7 +107,6 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     mf.tp_size = args.tp_size;
     mf.pp_size = args.pp_size;
     mf.host_headroom_mib = scheduler::cpu_host_headroom_mib(capacity >> 20);
-    rank->capacity_bytes = capacity;
     rank->mem_fraction_static = args.mem_fraction_static.value_or(scheduler::default_mem_fraction_static(mf));
     rank->context_len = args.context_length.value_or(m.config().max_position_embeddings);
     scheduler::MemoryPlanInput in;

@@ -45,7 +45,6 @@ struct ModelRank {
     std::int64_t context_len = 0;
     double mem_fraction_static = 0.0;
     double available_gb = 0.0;
-    std::int64_t capacity_bytes = 0;  // the rank's memory the plan divides
     std::shared_ptr<eplb::BalancednessReport> balancedness;  // output rank, when reported to /metrics
 
     bool leader() const { return runtime.coords.global_rank == 0; }
