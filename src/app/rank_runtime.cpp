@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <net/if.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -181,7 +180,7 @@ Status with_peer_stages(const RankRuntime& rt, Status s) {
     const std::int64_t now = unix_seconds();
     for (int r = 0; r < rt.layout.world_size(); ++r) {
         if (r == rt.coords.global_rank) continue;
-        std::string stage = "not started";
+        std::string stage = "no start-up stage reported";
         auto there = rt.store->check(stage_key(r));
         if (there.ok() && *there) {
             auto value = rt.store->get(stage_key(r), std::chrono::milliseconds(1000));
