@@ -9,7 +9,8 @@
   netns        two network namespaces joined by a veth pair (when run as root with `ip`): Gloo
                finds the veth by the route to --dist-init-addr; GLOO_SOCKET_IFNAME forces an
                interface (loopback makes the job fail, an unknown name is refused by name); a
-               node never started is named.
+               node never started is named; a node's rank stopped during start-up is named
+               with its stage.
   kill         killing one rank mid-generation makes every process exit non-zero within the
                timeout, with a message naming the lost rank, and leaves no process behind.
   stranger     strangers on the rendezvous port are dropped; the job is untouched.
@@ -185,11 +186,47 @@ def netns(tessera, workdir):
         print(f"node 1 never started: node 0 names it: {absent}")
         if not absent:
             print(p0.stderr[-1500:])
-        return ok and forced and obeyed and refused and absent
+        return ok and forced and obeyed and refused and absent and netns_stalled_start(tessera, workdir, ns)
     finally:
         # Private test addresses only exist inside the namespaces, which go away here.
         for n in ns:
             subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def netns_stalled_start(tessera, workdir, ns):
+    """Node 1's rank stopped (SIGSTOP) right after the groups form across the namespaces: node
+    0 ends when --dist-timeout runs out, saying which start-up stage rank 1 was in."""
+    model = make_slow_loading_model(tessera, workdir)
+    node0, node1 = two_node_commands(tessera, model, "10.233.0.1:29556")
+    node0[node0.index("--dist-timeout") + 1] = node1[node1.index("--dist-timeout") + 1] = "4"
+    n1 = subprocess.Popen(["ip", "netns", "exec", ns[1]] + node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    n0 = subprocess.Popen(["ip", "netns", "exec", ns[0]] + node0, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    try:
+        head = wait_for_line(n0.stderr, "rank 0 of 2")
+        stopped = children_of(n1.pid)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        _, err = n0.communicate(timeout=60)
+        err = head + err
+        named = "Where the other ranks were: rank 1 (node 1): " in err and \
+            any(stage in err for stage in ("loading the model", "sizing the KV pool", "forming process groups"))
+        good = n0.returncode != 0 and named and len(stopped) == 1
+        print(f"node 1's rank stopped during start-up: node 0 exit {n0.returncode}, rank 1's stage named: {named} "
+              f"{'ok' if good else 'FAIL'}")
+        print("  node 0 said: " + next((l for l in err.splitlines() if "Where the other ranks were" in l), "(none)"))
+        if not good:
+            print(err[-2000:])
+        return good
+    except subprocess.TimeoutExpired:
+        print("node 1's rank stopped during start-up: node 0 did not end within 60 s")
+        return False
+    finally:
+        for p in (n0, n1):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
 
 
 def children_of(pid):
@@ -380,6 +417,16 @@ def absent_node(tessera, workdir):
     return good
 
 
+def make_slow_loading_model(tessera, workdir):
+    """The `small` preset cut to 2 layers (~0.4 GB): it loads slowly enough that a rank stopped
+    right after the groups form is still starting up."""
+    model = os.path.join(workdir, "qwen3-small-2l")
+    if not os.path.exists(os.path.join(model, "config.json")):
+        subprocess.run([tessera, "make-model", "--arch", "qwen3", "--preset", "small", "--num-layers", "2", "--out", model],
+                       check=True, capture_output=True)
+    return model
+
+
 def stalled_start(tessera, workdir):
     """Rank 1 stopped (SIGSTOP) right after the groups form. Resumed 3 s later, inside an
     8 s --dist-timeout, the job just finishes with TP1's tokens: nothing but that timeout
@@ -387,10 +434,7 @@ def stalled_start(tessera, workdir):
     was (its last reported start-up stage) and the job ends, leaving no process behind. The
     model is the `small` preset cut to 2 layers (~0.4 GB): big enough that rank 1 is still
     starting up when it is stopped."""
-    model = os.path.join(workdir, "qwen3-small-2l")
-    if not os.path.exists(os.path.join(model, "config.json")):
-        subprocess.run([tessera, "make-model", "--arch", "qwen3", "--preset", "small", "--num-layers", "2", "--out", model],
-                       check=True, capture_output=True)
+    model = make_slow_loading_model(tessera, workdir)
     base = generate(tessera, model, ["--tp", "1"])
     ok = True
     for resume_after_s, timeout_s in ((3, 8), (None, 3)):
