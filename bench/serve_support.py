@@ -30,12 +30,22 @@ def wait_healthy(port, server, timeout_s=300):
     sys.exit("tessera serve did not become healthy in time")
 
 
-def stop_server(server):
-    """SIGTERM (the server drains), then SIGKILL if it has not exited within 60 s."""
+def prometheus_values(text):
+    """Sample name (labels dropped) -> value, from the Prometheus text of /metrics."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name.split("{")[0]] = float(value)
+    return values
+
+
+def stop_server(server, timeout_s=60):
+    """SIGTERM (the server drains), then SIGKILL if it has not exited within `timeout_s`."""
     if server.poll() is None:
         server.terminate()
         try:
-            server.wait(60)
+            server.wait(timeout_s)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 
-from serve_support import free_port, stop_server, wait_healthy
+from serve_support import free_port, prometheus_values, stop_server, wait_healthy
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge "
          "every boxing match in the old town square near river bank").split()
@@ -98,13 +98,7 @@ def get_json(port, path, timeout=30):
 
 
 def metrics(port):
-    _, body = get_json(port, "/metrics")
-    values = {}
-    for line in body.decode().splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            values[name.split("{")[0]] = float(value)
-    return values
+    return prometheus_values(get_json(port, "/metrics")[1].decode())
 
 
 class Client(threading.Thread):

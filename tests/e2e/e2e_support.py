@@ -5,7 +5,13 @@ import http.client
 import os
 import socket
 import subprocess
+import sys
 import time
+
+# The serving benchmarks' helpers (bench/serve_support.py) are the ones these tests need too.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import serve_support  # noqa: E402
+from serve_support import prometheus_values  # noqa: E402,F401  (re-exported for the e2e scripts)
 
 
 class Checks:
@@ -44,13 +50,7 @@ def make_tiny_model(tessera, workdir, arch="qwen3"):
 
 def stop_server(server):
     """SIGTERM (the server drains), then SIGKILL if it has not exited within 30 s."""
-    if server.poll() is None:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    serve_support.stop_server(server, timeout_s=30)
 
 
 def wait_ready(port, proc, timeout=120):

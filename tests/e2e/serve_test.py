@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from e2e_support import Checks, free_port, make_tiny_model, stop_server, wait_ready
+from e2e_support import Checks, free_port, make_tiny_model, prometheus_values, stop_server, wait_ready
 
 check = Checks()
 
@@ -185,13 +185,7 @@ def check_memory_pressure(tessera, model, port, workdir):
 
 
 def metrics(port):
-    _, body = request(port, "GET", "/metrics")
-    values = {}
-    for line in body.decode().splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            values[name.split("{")[0]] = float(value)
-    return values
+    return prometheus_values(request(port, "GET", "/metrics")[1].decode())
 
 
 def check_cache_cap(tessera, model, workdir):
