@@ -31,6 +31,7 @@ CpuFeatures detect() {
     f.avx512bw = zmm_state && ((b >> 30) & 1);
     f.avx512vl = zmm_state && ((b >> 31) & 1);
     f.avx512_vnni = zmm_state && ((c >> 11) & 1);
+    f.avx512_vbmi = zmm_state && ((c >> 1) & 1);
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
     if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
         f.avx512_bf16 = zmm_state && ((a1 >> 5) & 1);

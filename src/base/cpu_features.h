@@ -13,6 +13,7 @@ struct CpuFeatures {
     bool avx512vl = false;
     bool avx512_bf16 = false;
     bool avx512_vnni = false;
+    bool avx512_vbmi = false;  // byte permutes: the FP8 weight widening
 };
 
 const CpuFeatures& cpu_features();

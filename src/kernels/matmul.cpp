@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/cpu_features.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/matmul_impl.h"
 
@@ -18,6 +19,7 @@ namespace tessera::kernels {
 namespace {
 
 using cpu::kPanelWidth;
+using cpu::packed_panel_bytes;
 
 // Below this many elements of x, converting it on the calling thread is cheaper than a
 // second round trip through the pool.
@@ -64,9 +66,18 @@ T* scratch(std::int64_t elements) {
     return buffer.as<T>();
 }
 
+float fp8_scale_at(const PackedWeight& w, std::int64_t row, std::int64_t col) {
+    const std::int64_t panel = row / kPanelWidth;
+    return w.scales.as<float>()[(panel * w.scale_blocks() + col / kFp8ScaleBlock) * kPanelWidth + row % kPanelWidth];
+}
+
 float packed_at(const PackedWeight& w, std::int64_t row, std::int64_t col) {
     const std::int64_t panel = row / kPanelWidth;
     const std::int64_t lane = row % kPanelWidth;
+    if (is_fp8(w.dtype)) {
+        const std::uint8_t code = w.data.as<std::uint8_t>()[panel * packed_panel_bytes(w) + cpu::fp8_panel_offset(lane, col)];
+        return fp8_to_f32(code, w.dtype) * fp8_scale_at(w, row, col);
+    }
     if (w.dtype == DType::kBF16) {
         const std::int64_t index =
             ((panel * (w.k_padded / 2) + col / 2) * kPanelWidth + lane) * 2 + col % 2;
@@ -80,7 +91,7 @@ float packed_at(const PackedWeight& w, std::int64_t row, std::int64_t col) {
 void matmul_packed_reference(const float* x, std::int64_t x_stride, const PackedWeight& w, float* y,
                              std::int64_t y_stride, std::int64_t r0, std::int64_t r1,
                              std::int64_t p0, std::int64_t p1) {
-    const bool bf16 = w.dtype == DType::kBF16;
+    const bool bf16 = w.dtype != DType::kF32;
     std::vector<float> xr(static_cast<std::size_t>(w.k));
     for (std::int64_t r = r0; r < r1; ++r) {
         for (std::int64_t c = 0; c < w.k; ++c) {
@@ -94,6 +105,61 @@ void matmul_packed_reference(const float* x, std::int64_t x_stride, const Packed
             y[r * y_stride + j] = acc;
         }
     }
+}
+
+// Steps of K dequantized at a time for the tall-input fp8 path: 4 panels × 256 steps of
+// bf16 (64 KB) stay in L2 while every row of the input runs over them.
+constexpr std::int64_t kFp8ChunkSteps = 256;
+
+// FP8 weights (x already prepared as for bf16 in op.a): decode-sized inputs widen the codes
+// in registers; taller ones (or the AVX2 path) dequantize a chunk of panels to bf16 per
+// thread and run the bf16 kernel over it. Threads split the panels, as for bf16 weights.
+void matmul_fp8(const cpu::MatmulOperands& op, bool avx512, std::int64_t group, ThreadPool* pool) {
+    const PackedWeight& w = *op.w;
+    cpu::Fp8Panels panels;
+    panels.codes = w.data.as<std::uint8_t>();
+    panels.scales = w.scales.as<float>();
+    panels.panel_bytes = packed_panel_bytes(w);
+    panels.scale_blocks = w.scale_blocks();
+    panels.steps = w.k_padded / 2;
+    panels.lookup = &cpu::fp8_lookup(w.dtype);
+    const std::int64_t n_panels = w.n_padded / kPanelWidth;
+    const bool vbmi = avx512 && cpu_features().avx512_vbmi;
+    if (vbmi && op.m <= cpu::kFp8DirectRows) {
+        split(pool, n_panels, group, [&](std::int64_t p0, std::int64_t p1) {
+            cpu::matmul_tile_fp8_avx512(op, panels, cpu::OutputTile{0, op.m, p0, p1});
+        });
+        return;
+    }
+    split(pool, n_panels, group, [&](std::int64_t p0, std::int64_t p1) {
+        thread_local AlignedBuffer chunk;
+        const auto chunk_bytes = static_cast<std::size_t>(group * kFp8ChunkSteps * 2 * kPanelWidth) * 2;
+        if (chunk.size() < chunk_bytes) chunk = AlignedBuffer(chunk_bytes);
+        auto* bf16 = chunk.as<std::uint16_t>();
+        for (std::int64_t g0 = p0; g0 < p1; g0 += group) {
+            const std::int64_t count = std::min(group, p1 - g0);
+            for (std::int64_t s0 = 0; s0 < panels.steps; s0 += kFp8ChunkSteps) {
+                const std::int64_t steps = std::min(kFp8ChunkSteps, panels.steps - s0);
+                const std::int64_t chunk_panel_bytes = steps * 2 * kPanelWidth * 2;
+                float* y = op.y + g0 * kPanelWidth;
+                const std::int64_t n_valid = w.n - g0 * kPanelWidth;
+                if (avx512) {
+                    if (vbmi) {
+                        cpu::dequantize_fp8_panels_avx512(panels, g0, count, s0, steps, bf16);
+                    } else {
+                        cpu::dequantize_fp8_panels(panels, g0, count, s0, steps, bf16);
+                    }
+                    cpu::gemm_bf16_panels_avx512(static_cast<const std::uint16_t*>(op.a) + 2 * s0, op.a_stride, op.m,
+                                                 bf16, chunk_panel_bytes, count, steps, y, op.y_stride, n_valid,
+                                                 s0 > 0);
+                } else {
+                    cpu::dequantize_fp8_panels(panels, g0, count, s0, steps, bf16);
+                    cpu::gemm_bf16_panels_avx2(static_cast<const float*>(op.a) + 2 * s0, op.a_stride, op.m, bf16,
+                                               chunk_panel_bytes, count, steps, y, op.y_stride, n_valid, s0 > 0);
+                }
+            }
+        }
+    });
 }
 
 }  // namespace
@@ -135,6 +201,74 @@ PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int
     return out;
 }
 
+PackedWeight pack_fp8_weight(const std::uint8_t* codes, DType type, std::int64_t n, std::int64_t k,
+                             const float* row_scales) {
+    TSR_CHECK(is_fp8(type)) << "pack_fp8_weight: " << dtype_name(type) << " is not an fp8 type";
+    TSR_CHECK(n >= 0 && k >= 0) << "pack_fp8_weight: bad shape [" << n << ", " << k << "]";
+    PackedWeight out;
+    out.dtype = type;
+    out.n = n;
+    out.k = k;
+    out.n_padded = round_up(n, kPanelWidth);
+    out.k_padded = round_up(k, 4);
+    out.data = AlignedBuffer(static_cast<std::size_t>(out.n_padded * out.k_padded));
+    const std::int64_t blocks = out.scale_blocks();
+    out.scales = AlignedBuffer(static_cast<std::size_t>(out.n_padded * blocks) * sizeof(float));
+    auto* data = out.data.as<std::uint8_t>();
+    auto* scales = out.scales.as<float>();
+    const std::int64_t panel_bytes = packed_panel_bytes(out);
+    for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t panel = j / kPanelWidth;
+        const std::int64_t lane = j % kPanelWidth;
+        std::uint8_t* base = data + panel * panel_bytes;
+        for (std::int64_t c = 0; c < k; ++c) base[cpu::fp8_panel_offset(lane, c)] = codes[j * k + c];
+        for (std::int64_t b = 0; b < blocks; ++b)
+            scales[(panel * blocks + b) * kPanelWidth + lane] = row_scales[j * blocks + b];
+    }
+    return out;
+}
+
+namespace cpu {
+
+const Fp8Lookup& fp8_lookup(DType type) {
+    static const auto build = [](DType t) {
+        Fp8Lookup l{};
+        for (int code = 0; code < 128; ++code) {
+            const std::uint16_t bits = f32_to_bf16(fp8_to_f32(static_cast<std::uint8_t>(code), t));
+            l.low[code] = static_cast<std::uint8_t>(bits & 0xff);
+            l.high[code] = static_cast<std::uint8_t>(bits >> 8);
+        }
+        return l;
+    };
+    static const Fp8Lookup e4m3 = build(DType::kF8E4M3);
+    static const Fp8Lookup e5m2 = build(DType::kF8E5M2);
+    return type == DType::kF8E5M2 ? e5m2 : e4m3;
+}
+
+void dequantize_fp8_panels(const Fp8Panels& w, std::int64_t panel_begin, std::int64_t n_panels,
+                           std::int64_t step_begin, std::int64_t steps, std::uint16_t* dst) {
+    for (std::int64_t p = 0; p < n_panels; ++p) {
+        const std::uint8_t* codes = w.codes + (panel_begin + p) * w.panel_bytes;
+        const float* scales = w.scales + (panel_begin + p) * w.scale_blocks * kPanelWidth;
+        std::uint16_t* out = dst + p * steps * 2 * kPanelWidth;
+        for (std::int64_t s = step_begin; s < step_begin + steps; ++s) {
+            for (std::int64_t lane = 0; lane < kPanelWidth; ++lane) {
+                for (std::int64_t e = 0; e < 2; ++e) {
+                    const std::int64_t c = 2 * s + e;
+                    const std::uint8_t code = codes[fp8_panel_offset(lane, c)];
+                    const std::uint16_t magnitude = static_cast<std::uint16_t>(w.lookup->high[code & 0x7f] << 8 |
+                                                                               w.lookup->low[code & 0x7f]);
+                    const float value = bf16_to_f32(static_cast<std::uint16_t>(magnitude | (code & 0x80) << 8));
+                    const float scale = scales[(c / kFp8ScaleBlock) * kPanelWidth + lane];
+                    out[((s - step_begin) * kPanelWidth + lane) * 2 + e] = f32_to_bf16(value * scale);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace cpu
+
 void unpack_weight(const PackedWeight& w, float* out) {
     for (std::int64_t j = 0; j < w.n; ++j) {
         for (std::int64_t c = 0; c < w.k; ++c) out[j * w.k + c] = packed_at(w, j, c);
@@ -145,8 +279,8 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
             Isa isa, std::int64_t x_stride, std::int64_t y_stride) {
     if (x_stride == 0) x_stride = w.k;
     if (y_stride == 0) y_stride = w.n;
-    TSR_CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16)
-        << "matmul: unpacked or unsupported weight type " << dtype_name(w.dtype);
+    TSR_CHECK(w.data.size() > 0 || w.n_padded * w.k_padded == 0)
+        << "matmul: unpacked weight of type " << dtype_name(w.dtype);
     TSR_CHECK(x_stride >= w.k && y_stride >= w.n)
         << "matmul: strides (" << x_stride << ", " << y_stride << ") below k=" << w.k
         << ", n=" << w.n;
@@ -206,8 +340,12 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
         op.a = dst;
     }
 
-    const auto tile = avx512 ? &cpu::matmul_tile_avx512 : &cpu::matmul_tile_avx2;
     const std::int64_t group = avx512 ? cpu::panel_group_avx512() : cpu::panel_group_avx2();
+    if (is_fp8(w.dtype)) {
+        matmul_fp8(op, avx512, group, pool);
+        return;
+    }
+    const auto tile = avx512 ? &cpu::matmul_tile_avx512 : &cpu::matmul_tile_avx2;
     const int n_workers = pool == nullptr ? 1 : pool->size();
     const std::int64_t n_groups = (n_panels + group - 1) / group;
     // Split the weight (each thread streams its own part once) unless there are too few

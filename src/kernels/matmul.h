@@ -7,6 +7,12 @@
 //   bf16: [n_padded/16][k_padded/2][16][2]  — a 64-byte block holds 16 outputs × 2 k, which is
 //         exactly one _mm512_dpbf16_ps operand; padding is zero.
 //   f32:  [n_padded/16][k_padded][16]
+//   fp8 (e4m3 / e5m2, K padded to 4): [n_padded/16][k_padded/4][64 bytes]; the 64 bytes of a
+//         group hold 16 outputs × 4 k, ordered so that two byte lookups and an unpack give
+//         the two bf16 blocks of the layout above (see cpu/matmul_impl.h fp8_panel_offset).
+//         `scales` holds the dequantization multiplier of each output over each 128-column
+//         block, f32 [n_padded/16][ceil(k/128)][16]: w[j][c] = code[j][c] · scale[j][c/128].
+//         FP8 weights multiply x rounded to bf16 (exact products) and accumulate in f32.
 // Thread-safety: a PackedWeight is immutable after packing; matmul() may run concurrently on
 // the same weight. matmul() splits work over `pool` (nullptr: the calling thread only).
 
@@ -22,15 +28,20 @@ class ThreadPool;
 
 namespace tessera::kernels {
 
+// Columns per FP8 scale block: DeepSeek-V3's and Qwen3-FP8's weight_block_size [128, 128].
+inline constexpr std::int64_t kFp8ScaleBlock = 128;
+
 struct PackedWeight {
-    DType dtype = DType::kF32;  // kF32 or kBF16: the compute weight type
+    DType dtype = DType::kF32;  // kF32, kBF16, kF8E4M3 or kF8E5M2: the stored weight type
     std::int64_t n = 0;         // output features
     std::int64_t k = 0;         // input features
     std::int64_t n_padded = 0;  // n rounded up to 16
-    std::int64_t k_padded = 0;  // k rounded up to 2
+    std::int64_t k_padded = 0;  // k rounded up to 2 (4 for fp8)
     AlignedBuffer data;
+    AlignedBuffer scales;  // fp8 only: see the layout above
 
-    std::size_t bytes() const { return data.size(); }
+    std::size_t bytes() const { return data.size() + scales.size(); }
+    std::int64_t scale_blocks() const { return (k + kFp8ScaleBlock - 1) / kFp8ScaleBlock; }
 };
 
 // Packs a row-major [n, k] matrix of `src_type` into the layout above, in `dst_type`
@@ -38,7 +49,12 @@ struct PackedWeight {
 PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int64_t k,
                          DType dst_type);
 
-// Back to row-major f32 [n, k] (tests, reference paths).
+// Packs row-major [n, k] fp8 codes of `type` with `row_scales` f32 [n][ceil(k/128)], the
+// multiplier of row j over columns [128·b, 128·b + 128).
+PackedWeight pack_fp8_weight(const std::uint8_t* codes, DType type, std::int64_t n, std::int64_t k,
+                             const float* row_scales);
+
+// Back to row-major f32 [n, k] (tests, reference paths); fp8 weights are dequantized.
 void unpack_weight(const PackedWeight& w, float* out);
 
 // y f32 [m, n] = x f32 [m, k] · Wᵀ. x rows are `x_stride` floats apart, y rows `y_stride`

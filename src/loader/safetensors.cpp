@@ -35,6 +35,8 @@ std::string safetensors_dtype_name(DType t) {
         case DType::kF32: return "F32";
         case DType::kBF16: return "BF16";
         case DType::kF16: return "F16";
+        case DType::kF8E4M3: return "F8_E4M3";
+        case DType::kF8E5M2: return "F8_E5M2";
     }
     return "?";
 }
@@ -43,6 +45,8 @@ std::optional<DType> parse_safetensors_dtype(const std::string& s) {
     if (s == "F32") return DType::kF32;
     if (s == "BF16") return DType::kBF16;
     if (s == "F16") return DType::kF16;
+    if (s == "F8_E4M3") return DType::kF8E4M3;
+    if (s == "F8_E5M2") return DType::kF8E5M2;
     return std::nullopt;
 }
 }  // namespace
@@ -115,7 +119,7 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
         auto parsed = parse_safetensors_dtype(dtype);
         if (!parsed) {
             return Status::Unimplemented(where + " has dtype " + dtype +
-                                         "; supported dtypes: F32, BF16, F16");
+                                         "; supported dtypes: F32, BF16, F16, F8_E4M3, F8_E5M2");
         }
         view.dtype = *parsed;
         try {

@@ -1,6 +1,8 @@
 #include "tensor/dtype.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace tessera {
@@ -53,6 +55,67 @@ std::uint16_t f32_to_f16(float f) {
     return static_cast<std::uint16_t>(half);
 }
 
+float fp8_e4m3_to_f32(std::uint8_t v) {
+    const int exp = (v >> 3) & 0xf;
+    const int mant = v & 0x7;
+    float value;
+    if (exp == 0xf && mant == 0x7) {
+        value = std::numeric_limits<float>::quiet_NaN();
+    } else if (exp == 0) {
+        value = std::ldexp(static_cast<float>(mant), -9);
+    } else {
+        value = std::ldexp(static_cast<float>(8 + mant), exp - 10);
+    }
+    return (v & 0x80) ? -value : value;
+}
+
+// e5m2 is the high byte of an IEEE binary16 value.
+float fp8_e5m2_to_f32(std::uint8_t v) { return f16_to_f32(static_cast<std::uint16_t>(v << 8)); }
+
+float fp8_to_f32(std::uint8_t v, DType type) {
+    return type == DType::kF8E5M2 ? fp8_e5m2_to_f32(v) : fp8_e4m3_to_f32(v);
+}
+
+float fp8_max(DType type) { return type == DType::kF8E5M2 ? 57344.0f : 448.0f; }
+
+namespace {
+
+// |f| clamped to `max_finite`, rounded to nearest even on a grid of `mant_bits` mantissa
+// bits with exponent `bias`; subnormals below 2^(1 - bias).
+std::uint8_t f32_to_small_float(float f, int mant_bits, int bias, float max_finite, std::uint8_t nan_code) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    const auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
+    if (std::isnan(f)) return static_cast<std::uint8_t>(sign | nan_code);
+    const float a = std::min(std::fabs(f), max_finite);
+    if (a < std::ldexp(1.0f, 1 - bias)) {
+        // Exact scaling, then the FPU's round-half-even; the count may reach the first normal.
+        const auto n = static_cast<std::uint32_t>(std::nearbyint(std::ldexp(a, bias - 1 + mant_bits)));
+        return static_cast<std::uint8_t>(sign | n);
+    }
+    std::uint32_t abits;
+    std::memcpy(&abits, &a, 4);
+    const int exp = static_cast<int>((abits >> 23) & 0xffu) - 127;
+    const std::uint32_t mant = abits & 0x7fffffu;
+    const int drop = 23 - mant_bits;
+    std::uint32_t keep = mant >> drop;
+    const std::uint32_t rem = mant & ((1u << drop) - 1u);
+    const std::uint32_t half = 1u << (drop - 1);
+    if (rem > half || (rem == half && (keep & 1u))) ++keep;
+    // A mantissa carry moves into the exponent; clamping kept the result finite.
+    const std::uint32_t code = (static_cast<std::uint32_t>(exp + bias) << mant_bits) + keep;
+    return static_cast<std::uint8_t>(sign | code);
+}
+
+}  // namespace
+
+std::uint8_t f32_to_fp8_e4m3(float f) { return f32_to_small_float(f, 3, 7, 448.0f, 0x7f); }
+std::uint8_t f32_to_fp8_e5m2(float f) { return f32_to_small_float(f, 2, 15, 57344.0f, 0x7f); }
+
+std::uint8_t f32_to_fp8(float f, DType type) {
+    return type == DType::kF8E5M2 ? f32_to_fp8_e5m2(f) : f32_to_fp8_e4m3(f);
+}
+
 void convert_to_f32(const void* src, DType src_type, float* dst, std::size_t n) {
     switch (src_type) {
         case DType::kF32:
@@ -66,6 +129,12 @@ void convert_to_f32(const void* src, DType src_type, float* dst, std::size_t n) 
         case DType::kF16: {
             const auto* s = static_cast<const std::uint16_t*>(src);
             for (std::size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+            return;
+        }
+        case DType::kF8E4M3:
+        case DType::kF8E5M2: {
+            const auto* s = static_cast<const std::uint8_t*>(src);
+            for (std::size_t i = 0; i < n; ++i) dst[i] = fp8_to_f32(s[i], src_type);
             return;
         }
     }

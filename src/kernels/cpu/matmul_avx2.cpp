@@ -167,13 +167,15 @@ constexpr KernelTable make_table(std::integer_sequence<int, kRowsMinus1...>) {
 template <bool kBf16>
 constexpr KernelTable kKernels = make_table<kBf16>(std::make_integer_sequence<int, kMaxRows>());
 
+// Rows [row_begin, row_end) × panels [panel_begin, panel_end) of y from K steps
+// [0, steps) of a weight whose panels start at `b`, `panel_bytes` apart; `accumulate` adds
+// the first K block to y.
 template <bool kBf16>
-void run_tile(const MatmulOperands& op, const OutputTile& tile) {
-    const PackedWeight& w = *op.w;
-    const std::int64_t m = tile.row_end - tile.row_begin;
-    if (m <= 0 || tile.panel_end <= tile.panel_begin) return;
-    const std::int64_t steps = kBf16 ? w.k_padded / 2 : w.k;
-    const std::int64_t panel_bytes = packed_panel_bytes(w);
+void run_panels(const float* a_base, std::int64_t a_stride, std::int64_t row_begin, std::int64_t row_end,
+                const std::byte* b, std::int64_t panel_bytes, std::int64_t panel_begin, std::int64_t panel_end,
+                std::int64_t steps, float* y, std::int64_t y_stride, std::int64_t n, bool accumulate) {
+    const std::int64_t m = row_end - row_begin;
+    if (m <= 0 || panel_end <= panel_begin) return;
 
     // Tile shape from m (see the file comment); the panel count shrinks at the group tail.
     const std::int64_t max_rows = m == 1 ? 1 : m == 2 ? 2 : (kBf16 ? 4 : kMaxRows);
@@ -181,27 +183,34 @@ void run_tile(const MatmulOperands& op, const OutputTile& tile) {
     const std::int64_t n_row_tiles = (m + max_rows - 1) / max_rows;
     const std::int64_t rows_per_tile = (m + n_row_tiles - 1) / n_row_tiles;
     const std::int64_t kc = n_row_tiles == 1 ? steps : kKcSteps;
-    const auto* a_base = static_cast<const float*>(op.a);
 
-    for (std::int64_t p0 = tile.panel_begin; p0 < tile.panel_end; p0 += group) {
-        const int panels = static_cast<int>(std::min(group, tile.panel_end - p0));
+    for (std::int64_t p0 = panel_begin; p0 < panel_end; p0 += group) {
+        const int panels = static_cast<int>(std::min(group, panel_end - p0));
         for (std::int64_t s0 = 0; s0 < steps; s0 += kc) {
             TileArgs t;
-            t.a_stride = op.a_stride;
-            t.b = w.data.data() + p0 * panel_bytes + s0 * kBlockBytes;
+            t.a_stride = a_stride;
+            t.b = b + p0 * panel_bytes + s0 * kBlockBytes;
             t.panel_bytes = panel_bytes;
             t.steps = std::min(kc, steps - s0);
-            t.y_stride = op.y_stride;
-            t.n_valid = w.n - p0 * kPanelWidth;
-            t.accumulate = s0 > 0;
-            for (std::int64_t r = tile.row_begin; r < tile.row_end; r += rows_per_tile) {
-                const int rows = static_cast<int>(std::min(rows_per_tile, tile.row_end - r));
-                t.a = a_base + r * op.a_stride + s0 * (kBf16 ? 2 : 1);
-                t.y = op.y + r * op.y_stride + p0 * kPanelWidth;
+            t.y_stride = y_stride;
+            t.n_valid = n - p0 * kPanelWidth;
+            t.accumulate = accumulate || s0 > 0;
+            for (std::int64_t r = row_begin; r < row_end; r += rows_per_tile) {
+                const int rows = static_cast<int>(std::min(rows_per_tile, row_end - r));
+                t.a = a_base + r * a_stride + s0 * (kBf16 ? 2 : 1);
+                t.y = y + r * y_stride + p0 * kPanelWidth;
                 kKernels<kBf16>.k[rows - 1][panels - 1](t);
             }
         }
     }
+}
+
+template <bool kBf16>
+void run_tile(const MatmulOperands& op, const OutputTile& tile) {
+    const PackedWeight& w = *op.w;
+    const std::int64_t steps = kBf16 ? w.k_padded / 2 : w.k;
+    run_panels<kBf16>(static_cast<const float*>(op.a), op.a_stride, tile.row_begin, tile.row_end, w.data.data(),
+                      packed_panel_bytes(w), tile.panel_begin, tile.panel_end, steps, op.y, op.y_stride, w.n, false);
 }
 
 }  // namespace
@@ -227,6 +236,13 @@ void prepare_bf16_avx2(const float* x, std::int64_t x_stride, std::int64_t k, st
             store_partial(out + j, k_padded - j, _mm256_castsi256_ps(rounded));
         }
     }
+}
+
+void gemm_bf16_panels_avx2(const float* a, std::int64_t a_stride, std::int64_t m, const void* b,
+                           std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
+                           std::int64_t y_stride, std::int64_t n_valid, bool accumulate) {
+    run_panels<true>(a, a_stride, 0, m, static_cast<const std::byte*>(b), panel_bytes, 0, n_panels, steps, y,
+                     y_stride, n_valid, accumulate);
 }
 
 void matmul_tile_avx2(const MatmulOperands& op, const OutputTile& tile) {

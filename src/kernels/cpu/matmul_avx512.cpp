@@ -194,7 +194,151 @@ void run_tile(const MatmulOperands& op, const OutputTile& tile) {
     }
 }
 
+// ---- FP8 weights ----
+// The byte lookups need AVX-512 VBMI, which some BF16 CPUs (Cooper Lake) lack: only these
+// functions are compiled for it, and kernels/matmul.cpp calls them only when CPUID has it.
+#define TSR_FP8_TARGET __attribute__((target("avx512vbmi")))
+
+// The sign-less code's bf16 bits from two byte lookups over 128-entry tables (vpermi2b reads
+// index bits 0-6), the sign copied from the code, and the bytes interleaved into the two bf16
+// blocks (steps 2g and 2g + 1) of the packed layout; see fp8_panel_offset.
+struct Fp8Tables {
+    __m512i low0, low1, high0, high1;
+};
+
+TSR_FP8_TARGET inline Fp8Tables load_tables(const Fp8Lookup& l) {
+    return {_mm512_load_si512(l.low), _mm512_load_si512(l.low + 64), _mm512_load_si512(l.high),
+            _mm512_load_si512(l.high + 64)};
+}
+
+TSR_FP8_TARGET inline void widen_fp8(const Fp8Tables& t, __m512i codes, __m512i& step0, __m512i& step1) {
+    const __m512i low = _mm512_permutex2var_epi8(t.low0, codes, t.low1);
+    __m512i high = _mm512_permutex2var_epi8(t.high0, codes, t.high1);
+    high = _mm512_ternarylogic_epi32(high, codes, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // high | (codes & 0x80)
+    step0 = _mm512_unpacklo_epi8(low, high);
+    step1 = _mm512_unpackhi_epi8(low, high);
+}
+
+struct Fp8TileArgs {
+    const std::byte* a;         // first row, bf16 pairs
+    std::int64_t a_row_bytes;
+    const std::uint8_t* codes;  // first panel of the group
+    const float* scales;        // its first 16-float scale vector
+    std::int64_t panel_bytes;
+    std::int64_t scale_panel_floats;
+    std::int64_t steps;
+    float* y;
+    std::int64_t y_stride;
+    std::int64_t n_valid;
+};
+
+// Each 128-column block is summed exactly (bf16 products, f32 sums) into its own
+// accumulators, then scaled into the result: the checkpoint's dequantization, not a
+// rounded copy of it.
+template <int kRows, int kPanels>
+TSR_FP8_TARGET void fp8_micro_kernel(const Fp8TileArgs& t, const Fp8Tables& tables) {
+    __m512 acc[kRows][kPanels];
+    for (int i = 0; i < kRows; ++i)
+        for (int p = 0; p < kPanels; ++p) acc[i][p] = _mm512_setzero_ps();
+    constexpr std::int64_t kStepsPerBlock = kFp8ScaleBlock / 2;
+    for (std::int64_t s0 = 0, block = 0; s0 < t.steps; s0 += kStepsPerBlock, ++block) {
+        __m512 part[kRows][kPanels];
+        for (int i = 0; i < kRows; ++i)
+            for (int p = 0; p < kPanels; ++p) part[i][p] = _mm512_setzero_ps();
+        const std::int64_t s_end = std::min(t.steps, s0 + kStepsPerBlock);
+        for (std::int64_t s = s0; s < s_end; s += 2) {
+            __m512i x0[kRows], x1[kRows];
+            for (int i = 0; i < kRows; ++i) {
+                std::int32_t pair[2];
+                __builtin_memcpy(pair, t.a + i * t.a_row_bytes + 4 * s, 8);
+                x0[i] = _mm512_set1_epi32(pair[0]);
+                x1[i] = _mm512_set1_epi32(pair[1]);
+            }
+#pragma GCC unroll 4
+            for (int p = 0; p < kPanels; ++p) {
+                const __m512i codes = _mm512_load_si512(t.codes + p * t.panel_bytes + 32 * s);
+                __m512i w0, w1;
+                widen_fp8(tables, codes, w0, w1);
+                for (int i = 0; i < kRows; ++i) {
+                    part[i][p] = _mm512_dpbf16_ps(part[i][p], (__m512bh)x0[i], (__m512bh)w0);
+                    part[i][p] = _mm512_dpbf16_ps(part[i][p], (__m512bh)x1[i], (__m512bh)w1);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < kPanels; ++p) {
+            const __m512 scale = _mm512_loadu_ps(t.scales + p * t.scale_panel_floats + 16 * block);
+            for (int i = 0; i < kRows; ++i) acc[i][p] = _mm512_fmadd_ps(part[i][p], scale, acc[i][p]);
+        }
+    }
+    for (int i = 0; i < kRows; ++i) {
+        for (int p = 0; p < kPanels; ++p) {
+            _mm512_mask_storeu_ps(t.y + i * t.y_stride + 16 * p, column_mask(t.n_valid - 16 * p), acc[i][p]);
+        }
+    }
+}
+
+using Fp8MicroKernel = void (*)(const Fp8TileArgs&, const Fp8Tables&);
+constexpr Fp8MicroKernel kFp8Kernels[kFp8DirectRows][kGroup] = {
+    {&fp8_micro_kernel<1, 1>, &fp8_micro_kernel<1, 2>, &fp8_micro_kernel<1, 3>, &fp8_micro_kernel<1, 4>},
+    {&fp8_micro_kernel<2, 1>, &fp8_micro_kernel<2, 2>, &fp8_micro_kernel<2, 3>, &fp8_micro_kernel<2, 4>},
+};
+
 }  // namespace
+
+TSR_FP8_TARGET void matmul_tile_fp8_avx512(const MatmulOperands& op, const Fp8Panels& w, const OutputTile& tile) {
+    const std::int64_t m = tile.row_end - tile.row_begin;
+    if (m <= 0 || tile.panel_end <= tile.panel_begin) return;
+    const Fp8Tables tables = load_tables(*w.lookup);
+    Fp8TileArgs t;
+    t.a = static_cast<const std::byte*>(op.a) + tile.row_begin * op.a_stride * 2;
+    t.a_row_bytes = op.a_stride * 2;
+    t.panel_bytes = w.panel_bytes;
+    t.scale_panel_floats = w.scale_blocks * kPanelWidth;
+    t.steps = w.steps;
+    t.y_stride = op.y_stride;
+    for (std::int64_t p0 = tile.panel_begin; p0 < tile.panel_end; p0 += kGroup) {
+        const int panels = static_cast<int>(std::min<std::int64_t>(kGroup, tile.panel_end - p0));
+        t.codes = w.codes + p0 * w.panel_bytes;
+        t.scales = w.scales + p0 * t.scale_panel_floats;
+        t.y = op.y + tile.row_begin * op.y_stride + p0 * kPanelWidth;
+        t.n_valid = op.w->n - p0 * kPanelWidth;
+        kFp8Kernels[m - 1][panels - 1](t, tables);
+    }
+}
+
+TSR_FP8_TARGET void dequantize_fp8_panels_avx512(const Fp8Panels& w, std::int64_t panel_begin,
+                                                 std::int64_t n_panels, std::int64_t step_begin, std::int64_t steps,
+                                                 std::uint16_t* dst) {
+    const Fp8Tables tables = load_tables(*w.lookup);
+    const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    const __m512i rounding = _mm512_set1_epi32(0x7FFF);
+    const __m512i one = _mm512_set1_epi32(1);
+    // Masked shifts: GCC 12 warns about the undefined pass-through of the unmasked ones.
+    constexpr __mmask16 kAll = 0xFFFF;
+    // bf16 pairs (even k in the low half) times a per-lane scale, rounded to nearest even.
+    const auto scale_pairs = [&](__m512i pairs, __m512 scale) {
+        const __m512i even = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, pairs, 16)), scale));
+        const __m512i odd = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(pairs, high_half)), scale));
+        const auto round = [&](__m512i v) {
+            return _mm512_add_epi32(v, _mm512_add_epi32(rounding, _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, v, 16), one)));
+        };
+        return _mm512_or_si512(_mm512_maskz_srli_epi32(kAll, round(even), 16), _mm512_and_si512(round(odd), high_half));
+    };
+    const std::int64_t scale_panel_floats = w.scale_blocks * kPanelWidth;
+    for (std::int64_t p = 0; p < n_panels; ++p) {
+        const std::uint8_t* codes = w.codes + (panel_begin + p) * w.panel_bytes;
+        const float* scales = w.scales + (panel_begin + p) * scale_panel_floats;
+        std::uint16_t* out = dst + p * steps * 2 * kPanelWidth;
+        for (std::int64_t s = step_begin; s < step_begin + steps; s += 2) {
+            const __m512 scale = _mm512_loadu_ps(scales + (2 * s / kFp8ScaleBlock) * kPanelWidth);
+            __m512i w0, w1;
+            widen_fp8(tables, _mm512_load_si512(codes + 32 * s), w0, w1);
+            _mm512_store_si512(out + (s - step_begin) * 32, scale_pairs(w0, scale));
+            _mm512_store_si512(out + (s - step_begin) * 32 + 32, scale_pairs(w1, scale));
+        }
+    }
+}
 
 std::int64_t panel_group_avx512() { return kGroup; }
 

@@ -20,6 +20,35 @@ inline std::int64_t packed_panel_bytes(const PackedWeight& w) {
     return w.k_padded * kPanelWidth * static_cast<std::int64_t>(dtype_size(w.dtype));
 }
 
+// FP8 panels: byte offset, within a panel, of the code of output `lane` at column `c`.
+// A group of 64 bytes holds columns [4g, 4g + 4); in the bf16 block of step s = 2g + h,
+// word j = 2·lane + (c % 2). _mm512_unpacklo/hi_epi8 interleave bytes 0-7 / 8-15 of each
+// 16-byte lane, so word j of step h comes from byte 16·(j / 8) + 8·h + j % 8.
+inline std::int64_t fp8_panel_offset(std::int64_t lane, std::int64_t c) {
+    const std::int64_t j = 2 * lane + c % 2;
+    return 64 * (c / 4) + 16 * (j / 8) + 8 * ((c / 2) % 2) + j % 8;
+}
+
+// The bf16 bit pattern of every fp8 code without its sign, split in low and high bytes (the
+// operands of the AVX-512 byte lookups); exact, since bf16 holds every fp8 value.
+struct Fp8Lookup {
+    alignas(64) std::uint8_t low[128];
+    alignas(64) std::uint8_t high[128];
+};
+const Fp8Lookup& fp8_lookup(DType type);
+
+// An fp8 weight as the ISA kernels see it (raw pointers: no buffer code in ISA files).
+struct Fp8Panels {
+    const std::uint8_t* codes = nullptr;  // PackedWeight::data
+    const float* scales = nullptr;        // PackedWeight::scales
+    std::int64_t panel_bytes = 0;         // k_padded · 16
+    std::int64_t scale_blocks = 0;        // ceil(k / 128): 16-float vectors per panel
+    std::int64_t steps = 0;               // k_padded / 2 (bf16 pairs)
+    const Fp8Lookup* lookup = nullptr;
+};
+
+
+
 // One call's operands, as the ISA kernels see them. `a` is the left operand in the form the
 // kernel consumes: for f32 weights the caller's x (rows `a_stride` floats apart); for bf16
 // weights the prepared copy of x (see prepare_*), rows `a_stride` elements apart.
@@ -39,6 +68,24 @@ struct OutputTile {
     std::int64_t panel_begin = 0;
     std::int64_t panel_end = 0;
 };
+
+// Rows up to which the AVX-512 fp8 kernel widens the codes in registers (the weight is read
+// once, as decode needs); taller inputs dequantize a block of panels to bf16 once and run
+// the bf16 kernel on it (gemm_bf16_panels_*), which costs little next to their work.
+inline constexpr std::int64_t kFp8DirectRows = 2;
+
+// AVX-512 VBMI (see fp8_vbmi_supported) as well as the BF16 path.
+// y[tile] = a · dequantized(W)ᵀ for tile.row_end - tile.row_begin ≤ kFp8DirectRows; `a` is x
+// prepared as for bf16 weights (k_padded columns).
+void matmul_tile_fp8_avx512(const MatmulOperands& op, const Fp8Panels& w, const OutputTile& tile);
+
+// Writes panels [panel_begin, panel_begin + n_panels) × steps [step_begin, step_begin + steps)
+// (step_begin, steps even) as bf16 panels [n_panels][steps][16][2] at dst, each weight
+// multiplied by its scale and rounded to nearest even.
+void dequantize_fp8_panels_avx512(const Fp8Panels& w, std::int64_t panel_begin, std::int64_t n_panels,
+                                  std::int64_t step_begin, std::int64_t steps, std::uint16_t* dst);
+void dequantize_fp8_panels(const Fp8Panels& w, std::int64_t panel_begin, std::int64_t n_panels,
+                           std::int64_t step_begin, std::int64_t steps, std::uint16_t* dst);
 
 // How many output panels one micro-kernel covers; work splits over threads should keep
 // panel ranges a multiple of this so every thread runs the widest kernel.
@@ -63,6 +110,11 @@ void prepare_bf16_avx2(const float* x, std::int64_t x_stride, std::int64_t k, st
 void gemm_bf16_panels_avx512(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
                              std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
                              std::int64_t y_stride, std::int64_t n_valid, bool accumulate);
+
+// The same for the AVX2 kernel, whose a is f32 rounded to bf16 precision (prepare_bf16_avx2).
+void gemm_bf16_panels_avx2(const float* a, std::int64_t a_stride, std::int64_t m, const void* b,
+                           std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
+                           std::int64_t y_stride, std::int64_t n_valid, bool accumulate);
 
 // y[tile] = a[tile rows] · W[tile panels]ᵀ. Only the n valid columns of y are written.
 void matmul_tile_avx512(const MatmulOperands& op, const OutputTile& tile);
