@@ -4,7 +4,7 @@
 // to defeat the L3 cache, as a real decode step does, and so does a 16-row decode batch;
 // prefill (m = 512, and 4096: a batch of 16 prompts of 256 tokens) reuses one copy.
 //
-// Usage: matmul_bench [--isa=avx512|avx2|reference] [--m=N] [--n=N] [--dtype=bf16|f32]
+// Usage: matmul_bench [--isa=avx512|avx2|reference] [--m=N] [--n=N] [--dtype=bf16|f32|fp8_e4m3]
 //                     [--threads=N] [--no-peaks]
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "base/thread_pool.h"
 #include "bench/machine_peaks.h"
 #include "kernels/matmul.h"
+#include "tensor/fp8_blocks.h"
 
 namespace tessera::kernels {
 namespace {
@@ -87,7 +88,15 @@ double now_seconds() {
 void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
                const std::vector<float>& w_f32, ThreadPool* pools[2]) {
     std::vector<PackedWeight> copies;
-    copies.push_back(pack_weight(w_f32.data(), DType::kF32, n, k, dtype));
+    if (is_fp8(dtype)) {
+        const Fp8Blocks q = quantize_fp8_blocks(w_f32.data(), n, k, dtype);
+        std::vector<float> row_scales(static_cast<std::size_t>(n * q.scale_cols()));
+        for (std::int64_t j = 0; j < n; ++j)
+            for (std::int64_t b = 0; b < q.scale_cols(); ++b) row_scales[j * q.scale_cols() + b] = q.scale(j, b * q.block);
+        copies.push_back(pack_fp8_weight(q.codes.data(), dtype, n, k, row_scales.data()));
+    } else {
+        copies.push_back(pack_weight(w_f32.data(), DType::kF32, n, k, dtype));
+    }
     const std::size_t bytes = copies[0].bytes();
 
     for (std::int64_t m : {1, 16, 512, 4096}) {
@@ -103,8 +112,10 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
                 c.k = k;
                 c.n_padded = copies[0].n_padded;
                 c.k_padded = copies[0].k_padded;
-                c.data = AlignedBuffer(bytes);
-                std::memcpy(c.data.data(), copies[0].data.data(), bytes);
+                c.data = AlignedBuffer(copies[0].data.size());
+                std::memcpy(c.data.data(), copies[0].data.data(), c.data.size());
+                c.scales = AlignedBuffer(copies[0].scales.size());
+                if (c.scales.size() > 0) std::memcpy(c.scales.data(), copies[0].scales.data(), c.scales.size());
                 copies.push_back(std::move(c));
             }
         }
@@ -177,7 +188,7 @@ int main(int argc, char** argv) {
         if (opt.only_n != 0 && n != opt.only_n) continue;
         std::vector<float> w(static_cast<std::size_t>(n * k));
         fill(w, static_cast<std::uint64_t>(n * 31 + k));
-        for (DType dtype : {DType::kBF16, DType::kF32}) {
+        for (DType dtype : {DType::kBF16, DType::kF32, DType::kF8E4M3}) {
             if (!opt.only_dtype.empty() && opt.only_dtype != dtype_name(dtype)) continue;
             run_shape(opt, k, n, dtype, w, pools);
         }

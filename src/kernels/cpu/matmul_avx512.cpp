@@ -219,6 +219,11 @@ TSR_FP8_TARGET inline void widen_fp8(const Fp8Tables& t, __m512i codes, __m512i&
     step1 = _mm512_unpackhi_epi8(low, high);
 }
 
+// How far ahead of the widening each panel's stream is fetched. Widening costs ~4× the
+// instructions per byte of the bf16 kernel, so the out-of-order window alone keeps too few
+// lines in flight to reach the memory bandwidth.
+constexpr std::int64_t kFp8PrefetchBytes = 2048;
+
 struct Fp8TileArgs {
     const std::byte* a;         // first row, bf16 pairs
     std::int64_t a_row_bytes;
@@ -256,7 +261,9 @@ TSR_FP8_TARGET void fp8_micro_kernel(const Fp8TileArgs& t, const Fp8Tables& tabl
             }
 #pragma GCC unroll 4
             for (int p = 0; p < kPanels; ++p) {
-                const __m512i codes = _mm512_load_si512(t.codes + p * t.panel_bytes + 32 * s);
+                const std::uint8_t* line = t.codes + p * t.panel_bytes + 32 * s;
+                _mm_prefetch(reinterpret_cast<const char*>(line + kFp8PrefetchBytes), _MM_HINT_T0);
+                const __m512i codes = _mm512_load_si512(line);
                 __m512i w0, w1;
                 widen_fp8(tables, codes, w0, w1);
                 for (int i = 0; i < kRows; ++i) {
@@ -333,6 +340,7 @@ TSR_FP8_TARGET void dequantize_fp8_panels_avx512(const Fp8Panels& w, std::int64_
         for (std::int64_t s = step_begin; s < step_begin + steps; s += 2) {
             const __m512 scale = _mm512_loadu_ps(scales + (2 * s / kFp8ScaleBlock) * kPanelWidth);
             __m512i w0, w1;
+            _mm_prefetch(reinterpret_cast<const char*>(codes + 32 * s + kFp8PrefetchBytes), _MM_HINT_T0);
             widen_fp8(tables, _mm512_load_si512(codes + 32 * s), w0, w1);
             _mm512_store_si512(out + (s - step_begin) * 32, scale_pairs(w0, scale));
             _mm512_store_si512(out + (s - step_begin) * 32 + 32, scale_pairs(w1, scale));
