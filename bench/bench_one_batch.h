@@ -17,6 +17,7 @@ namespace tessera::bench {
 struct OneBatchOptions {
     std::string model_path;
     std::string dtype = "auto";
+    std::string quantization;  // --quantization
     int threads = 0;  // 0: every core this process may use
     int tp_size = 1;  // > 1 is not implemented for one-batch yet
     int pp_size = 1;  // > 1 is not implemented for one-batch yet

@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     make_model->add_option("--seed", mm.seed, "random seed of the weights")->capture_default_str();
     make_model->add_option("--num-layers", mm.num_layers, "decoder layers (default: the preset's)");
+    make_model->add_option("--fp8-block", mm.fp8_block,
+                           "write an FP8 checkpoint: projections as e4m3 codes with one weight_scale_inv per N x N "
+                           "block (128 as DeepSeek-V3 and Qwen3-FP8 ship); routers, norms, embeddings stay --dtype");
     make_model->add_option("--router-skew", mm.router_skew,
                            "deepseek-v3: add s*(E-1-e)/(E-1) to expert e's routing bias, a skewed load for EPLB "
                            "benchmarks (0: none)");

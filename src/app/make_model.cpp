@@ -11,6 +11,7 @@
 #include "base/env.h"
 #include "base/logging.h"
 #include "loader/safetensors.h"
+#include "tensor/fp8_blocks.h"
 #include "tensor/dtype.h"
 
 #ifndef TSR_DEFAULT_TOKENIZER_ASSETS
@@ -93,21 +94,22 @@ class Normal {
 
 class TensorWriter {
  public:
-    TensorWriter(DType dtype, std::uint64_t seed) : dtype_(dtype), normal_(seed) {}
+    // fp8_block > 0: projections are written as an FP8 checkpoint stores them (e4m3 codes and
+    // f32 weight_scale_inv per fp8_block² tile), from the same random values as without it.
+    TensorWriter(DType dtype, std::uint64_t seed, std::int64_t fp8_block = 0)
+        : dtype_(dtype), normal_(seed), fp8_block_(fp8_block) {}
 
     // Gaussian values: mean + std · N(0, 1), plus offset[i] when given (one per value).
     void add(const std::string& name, std::vector<std::int64_t> shape, double std, double mean = 0.0,
              const std::vector<double>& offset = {}) {
-        std::int64_t n = 1;
-        for (auto s : shape) n *= s;
+        const std::vector<float> v = draw(shape, std, mean, offset);
         TensorToWrite t{name, dtype_, std::move(shape), {}};
-        t.bytes.resize(static_cast<std::size_t>(n) * dtype_size(dtype_));
-        for (std::int64_t i = 0; i < n; ++i) {
-            const float v = static_cast<float>(mean + std * normal_.next() + (offset.empty() ? 0.0 : offset[i]));
+        t.bytes.resize(v.size() * dtype_size(dtype_));
+        for (std::size_t i = 0; i < v.size(); ++i) {
             if (dtype_ == DType::kF32) {
-                std::memcpy(t.bytes.data() + i * 4, &v, 4);
+                std::memcpy(t.bytes.data() + i * 4, &v[i], 4);
             } else {
-                const std::uint16_t b = f32_to_bf16(v);
+                const std::uint16_t b = f32_to_bf16(v[i]);
                 std::memcpy(t.bytes.data() + i * 2, &b, 2);
             }
         }
@@ -115,15 +117,43 @@ class TensorWriter {
     }
     // A norm weight: near 1, but not exactly, so a skipped norm shows up in the numerics.
     void norm(const std::string& name, std::int64_t n) { add(name, {n}, 0.05, 1.0); }
-    // A projection [out, in] whose outputs keep roughly the scale of its inputs.
-    void linear(const std::string& name, std::int64_t out, std::int64_t in, double gain = 1.0) {
-        add(name, {out, in}, gain / std::sqrt(static_cast<double>(in)));
+    // A projection [out, in] whose outputs keep roughly the scale of its inputs. Routers and
+    // gates pass quantizable = false: FP8 checkpoints keep them unquantized.
+    void linear(const std::string& name, std::int64_t out, std::int64_t in, double gain = 1.0,
+                bool quantizable = true) {
+        const double std = gain / std::sqrt(static_cast<double>(in));
+        if (fp8_block_ == 0 || !quantizable) {
+            add(name, {out, in}, std);
+            return;
+        }
+        const std::vector<float> v = draw({out, in}, std, 0.0, {});
+        const Fp8Blocks q = quantize_fp8_blocks(v.data(), out, in, DType::kF8E4M3, fp8_block_);
+        TensorToWrite codes{name, DType::kF8E4M3, {out, in}, {}};
+        codes.bytes.resize(q.codes.size());
+        std::memcpy(codes.bytes.data(), q.codes.data(), q.codes.size());
+        tensors_.push_back(std::move(codes));
+        const std::int64_t scale_rows = (out + fp8_block_ - 1) / fp8_block_;
+        TensorToWrite scales{name + "_scale_inv", DType::kF32, {scale_rows, q.scale_cols()}, {}};
+        scales.bytes.resize(q.scales.size() * 4);
+        std::memcpy(scales.bytes.data(), q.scales.data(), scales.bytes.size());
+        tensors_.push_back(std::move(scales));
     }
     std::vector<TensorToWrite>& tensors() { return tensors_; }
 
  private:
+    std::vector<float> draw(const std::vector<std::int64_t>& shape, double std, double mean,
+                            const std::vector<double>& offset) {
+        std::int64_t n = 1;
+        for (auto s : shape) n *= s;
+        std::vector<float> v(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i)
+            v[i] = static_cast<float>(mean + std * normal_.next() + (offset.empty() ? 0.0 : offset[i]));
+        return v;
+    }
+
     DType dtype_;
     Normal normal_;
+    std::int64_t fp8_block_;
     std::vector<TensorToWrite> tensors_;
 };
 
@@ -168,7 +198,7 @@ constexpr double kRouterGain = 3.0;
 // The MoE block of `arch`: Qwen3-MoE (experts only), Qwen2-MoE (plus a sigmoid-gated shared
 // expert), Mixtral (experts named w1/w3/w2), DeepSeek (plus ungated shared experts).
 void add_moe(TensorWriter& w, const std::string& p, const Dims& d, const std::string& arch, double router_skew) {
-    w.linear(p + "gate.weight", d.experts, d.hidden, kRouterGain);
+    w.linear(p + "gate.weight", d.experts, d.hidden, kRouterGain, /*quantizable=*/false);
     for (std::int64_t e = 0; e < d.experts; ++e) {
         const std::string ep = p + "experts." + std::to_string(e) + ".";
         if (arch == "mixtral") {
@@ -191,7 +221,7 @@ void add_moe(TensorWriter& w, const std::string& p, const Dims& d, const std::st
     }
     if (arch == "qwen2-moe") {
         add_dense_mlp(w, p + "shared_expert.", d.hidden, d.shared_experts * d.moe_intermediate);
-        w.linear(p + "shared_expert_gate.weight", 1, d.hidden);
+        w.linear(p + "shared_expert_gate.weight", 1, d.hidden, 1.0, /*quantizable=*/false);
     }
 }
 
@@ -384,6 +414,9 @@ Status make_model(const MakeModelOptions& o) {
     if (!dtype || *dtype == DType::kF16)
         return Status::InvalidArgument("--dtype " + o.dtype + " is not supported by make-model; use f32 or bf16");
     if (o.out.empty()) return Status::InvalidArgument("--out is required: the folder to write the model to");
+    if (o.fp8_block < 0 || (o.fp8_block > 0 && o.fp8_block % 4 != 0))
+        return Status::InvalidArgument("--fp8-block " + std::to_string(o.fp8_block) +
+                                       " must be a positive multiple of 4 (128 as DeepSeek-V3 and Qwen3-FP8 ship)");
 
     if (o.router_skew != 0.0 && o.arch != "deepseek-v3")
         return Status::InvalidArgument("--router-skew shifts DeepSeek-V3's e_score_correction_bias; use --arch deepseek-v3");
@@ -426,7 +459,13 @@ Status make_model(const MakeModelOptions& o) {
         config["bos_token_id"] = 151643;
         config["eos_token_id"] = 151645;
     }
-    TensorWriter w(*dtype, o.seed);
+    if (o.fp8_block > 0) {
+        config["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                         {"fmt", "e4m3"},
+                                         {"quant_method", "fp8"},
+                                         {"weight_block_size", {o.fp8_block, o.fp8_block}}};
+    }
+    TensorWriter w(*dtype, o.seed, o.fp8_block);
     const bool tied = config.value("tie_word_embeddings", false);
     add_embeddings(w, d, tied);
     for (std::int64_t l = 0; l < d.layers; ++l) {

@@ -18,6 +18,7 @@ struct MakeModelOptions {
     std::uint64_t seed = 0;
     int num_layers = 0;             // > 0: override the preset's decoder layer count
     double router_skew = 0.0;       // deepseek-v3: a bias toward the low experts (EPLB benchmarks)
+    std::int64_t fp8_block = 0;     // > 0: an FP8 checkpoint (e4m3, fp8_block² scale tiles)
     std::string out;
 };
 

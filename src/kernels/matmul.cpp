@@ -68,7 +68,7 @@ T* scratch(std::int64_t elements) {
 
 float fp8_scale_at(const PackedWeight& w, std::int64_t row, std::int64_t col) {
     const std::int64_t panel = row / kPanelWidth;
-    return w.scales.as<float>()[(panel * w.scale_blocks() + col / kFp8ScaleBlock) * kPanelWidth + row % kPanelWidth];
+    return w.scales.as<float>()[(panel * w.scale_blocks() + col / w.scale_block) * kPanelWidth + row % kPanelWidth];
 }
 
 float packed_at(const PackedWeight& w, std::int64_t row, std::int64_t col) {
@@ -120,6 +120,7 @@ void matmul_fp8(const cpu::MatmulOperands& op, bool avx512, std::int64_t group, 
     panels.codes = w.data.as<std::uint8_t>();
     panels.scales = w.scales.as<float>();
     panels.panel_bytes = packed_panel_bytes(w);
+    panels.scale_block = w.scale_block;
     panels.scale_blocks = w.scale_blocks();
     panels.steps = w.k_padded / 2;
     panels.lookup = &cpu::fp8_lookup(w.dtype);
@@ -202,7 +203,9 @@ PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int
 }
 
 PackedWeight pack_fp8_weight(const std::uint8_t* codes, DType type, std::int64_t n, std::int64_t k,
-                             const float* row_scales) {
+                             const float* row_scales, std::int64_t scale_block) {
+    TSR_CHECK(scale_block > 0 && scale_block % 4 == 0) << "pack_fp8_weight: scale block " << scale_block
+                                                        << " is not a positive multiple of 4";
     TSR_CHECK(is_fp8(type)) << "pack_fp8_weight: " << dtype_name(type) << " is not an fp8 type";
     TSR_CHECK(n >= 0 && k >= 0) << "pack_fp8_weight: bad shape [" << n << ", " << k << "]";
     PackedWeight out;
@@ -211,6 +214,7 @@ PackedWeight pack_fp8_weight(const std::uint8_t* codes, DType type, std::int64_t
     out.k = k;
     out.n_padded = round_up(n, kPanelWidth);
     out.k_padded = round_up(k, 4);
+    out.scale_block = scale_block;
     out.data = AlignedBuffer(static_cast<std::size_t>(out.n_padded * out.k_padded));
     const std::int64_t blocks = out.scale_blocks();
     out.scales = AlignedBuffer(static_cast<std::size_t>(out.n_padded * blocks) * sizeof(float));
@@ -259,7 +263,7 @@ void dequantize_fp8_panels(const Fp8Panels& w, std::int64_t panel_begin, std::in
                     const std::uint16_t magnitude = static_cast<std::uint16_t>(w.lookup->high[code & 0x7f] << 8 |
                                                                                w.lookup->low[code & 0x7f]);
                     const float value = bf16_to_f32(static_cast<std::uint16_t>(magnitude | (code & 0x80) << 8));
-                    const float scale = scales[(c / kFp8ScaleBlock) * kPanelWidth + lane];
+                    const float scale = scales[(c / w.scale_block) * kPanelWidth + lane];
                     out[((s - step_begin) * kPanelWidth + lane) * 2 + e] = f32_to_bf16(value * scale);
                 }
             }

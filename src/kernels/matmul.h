@@ -10,8 +10,9 @@
 //   fp8 (e4m3 / e5m2, K padded to 4): [n_padded/16][k_padded/4][64 bytes]; the 64 bytes of a
 //         group hold 16 outputs × 4 k, ordered so that two byte lookups and an unpack give
 //         the two bf16 blocks of the layout above (see cpu/matmul_impl.h fp8_panel_offset).
-//         `scales` holds the dequantization multiplier of each output over each 128-column
-//         block, f32 [n_padded/16][ceil(k/128)][16]: w[j][c] = code[j][c] · scale[j][c/128].
+//         `scales` holds the dequantization multiplier of each output over each block of
+//         B = scale_block columns, f32 [n_padded/16][ceil(k/B)][16]: w[j][c] = code[j][c] ·
+//         scale[j][c/B].
 //         FP8 weights multiply x rounded to bf16 (exact products) and accumulate in f32.
 // Thread-safety: a PackedWeight is immutable after packing; matmul() may run concurrently on
 // the same weight. matmul() splits work over `pool` (nullptr: the calling thread only).
@@ -28,7 +29,8 @@ class ThreadPool;
 
 namespace tessera::kernels {
 
-// Columns per FP8 scale block: DeepSeek-V3's and Qwen3-FP8's weight_block_size [128, 128].
+// Columns per FP8 scale block unless a checkpoint's blocks are narrower: DeepSeek-V3's and
+// Qwen3-FP8's weight_block_size [128, 128].
 inline constexpr std::int64_t kFp8ScaleBlock = 128;
 
 struct PackedWeight {
@@ -41,7 +43,8 @@ struct PackedWeight {
     AlignedBuffer scales;  // fp8 only: see the layout above
 
     std::size_t bytes() const { return data.size() + scales.size(); }
-    std::int64_t scale_blocks() const { return (k + kFp8ScaleBlock - 1) / kFp8ScaleBlock; }
+    std::int64_t scale_block = kFp8ScaleBlock;  // fp8: columns per scale (a multiple of 4)
+    std::int64_t scale_blocks() const { return (k + scale_block - 1) / scale_block; }
 };
 
 // Packs a row-major [n, k] matrix of `src_type` into the layout above, in `dst_type`
@@ -49,10 +52,10 @@ struct PackedWeight {
 PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int64_t k,
                          DType dst_type);
 
-// Packs row-major [n, k] fp8 codes of `type` with `row_scales` f32 [n][ceil(k/128)], the
-// multiplier of row j over columns [128·b, 128·b + 128).
+// Packs row-major [n, k] fp8 codes of `type` with `row_scales` f32 [n][ceil(k/B)], the
+// multiplier of row j over columns [B·b, B·b + B), B = `scale_block` (a multiple of 4).
 PackedWeight pack_fp8_weight(const std::uint8_t* codes, DType type, std::int64_t n, std::int64_t k,
-                             const float* row_scales);
+                             const float* row_scales, std::int64_t scale_block = kFp8ScaleBlock);
 
 // Back to row-major f32 [n, k] (tests, reference paths); fp8 weights are dequantized.
 void unpack_weight(const PackedWeight& w, float* out);

@@ -40,16 +40,18 @@ struct Shape {
 
 // f32 and bf16 weights are packed from w; fp8 weights are quantized in 128 × 128 blocks first
 // (w rescaled per row and block so the scales differ), as an FP8 checkpoint stores them.
+std::int64_t g_fp8_block = kFp8ScaleBlock;  // the checkpoint's block (and the packed scale block)
+
 PackedWeight pack_for_test(std::vector<float>& w, std::int64_t n, std::int64_t k, DType wtype) {
     if (!is_fp8(wtype)) return pack_weight(w.data(), DType::kF32, n, k, wtype);
     for (std::int64_t j = 0; j < n; ++j)
         for (std::int64_t c = 0; c < k; ++c) w[j * k + c] *= std::ldexp(1.0f, static_cast<int>(j % 5 + (c / 128) % 3) - 3);
-    const Fp8Blocks q = quantize_fp8_blocks(w.data(), n, k, wtype);
-    const std::int64_t blocks = (k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+    const Fp8Blocks q = quantize_fp8_blocks(w.data(), n, k, wtype, g_fp8_block);
+    const std::int64_t blocks = q.scale_cols();
     std::vector<float> row_scales(static_cast<std::size_t>(n * blocks));
     for (std::int64_t j = 0; j < n; ++j)
-        for (std::int64_t b = 0; b < blocks; ++b) row_scales[j * blocks + b] = q.scale(j, b * kFp8ScaleBlock);
-    return pack_fp8_weight(q.codes.data(), wtype, n, k, row_scales.data());
+        for (std::int64_t b = 0; b < blocks; ++b) row_scales[j * blocks + b] = q.scale(j, b * g_fp8_block);
+    return pack_fp8_weight(q.codes.data(), wtype, n, k, row_scales.data(), g_fp8_block);
 }
 
 // Checks matmul(path) == matmul_reference(unpacked weight) within a bound relative to
@@ -150,6 +152,18 @@ TEST_P(MatmulPaths, TallInputsMatchReference) {
     ThreadPool pool(2);
     check_paths({1100, 40, 64}, GetParam(), &pool, 3, 2, 400);
     check_paths({513, 17, 33}, GetParam(), nullptr, 0, 0, 401);
+}
+
+// Checkpoints with narrower blocks (weight_block_size [32, 32], [4, 4]) keep one scale per block.
+TEST(MatmulFp8, NarrowScaleBlocksMatchReference) {
+    ThreadPool pool(2);
+    for (std::int64_t block : {4, 32}) {
+        g_fp8_block = block;
+        for (Shape s : {Shape{1, 40, 130}, Shape{2, 33, 64}, Shape{9, 70, 300}}) {
+            check_paths(s, DType::kF8E4M3, &pool, 0, 0, static_cast<std::uint32_t>(500 + block + s.m));
+        }
+    }
+    g_fp8_block = kFp8ScaleBlock;
 }
 
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulPaths,

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "loader/weight_source.h"
+#include "tensor/fp8_blocks.h"
 
 namespace tessera::layers {
 
@@ -16,6 +17,89 @@ Status check_range(const std::string& what, std::int64_t begin, std::int64_t cou
                                        std::to_string(total) + ")");
     }
     return Status::Ok();
+}
+
+// SGLang's Fp8LinearMethod.validate_block_quant_shapes: a shard of a block-quantized weight
+// starts and ends on block boundaries (or at the tensor's end), so it owns whole scales.
+Status check_block_split(const std::string& name, const char* what, const char* block_name, std::int64_t begin,
+                         std::int64_t count, std::int64_t total, std::int64_t block) {
+    if (count == total || block >= total) return Status::Ok();
+    if (begin % block == 0 && (count % block == 0 || begin + count == total)) return Status::Ok();
+    return Status::InvalidArgument("Weight " + std::string(what) + " = " + std::to_string(count) +
+                                   " is not divisible by weight quantization " + block_name + " = " +
+                                   std::to_string(block) + " (tensor '" + name +
+                                   "'): choose a --tp-size (or --ep-size for experts) that splits it into whole blocks");
+}
+
+// The fp8 path of Linear::load: codes kept as they are (an FP8 checkpoint) or quantized here in
+// 128 × 128 blocks on the checkpoint's grid (--quantization fp8 on a bf16 / f32 checkpoint);
+// each row keeps one multiplier per 128 columns, as kernels::pack_fp8_weight takes them.
+StatusOr<kernels::PackedWeight> load_fp8(const loader::WeightSource& source, const LinearSpec& spec,
+                                         const std::vector<const loader::TensorView*>& tensors, std::int64_t cols,
+                                         std::int64_t total_rows) {
+    const bool serialized = is_fp8(tensors.front()->dtype);
+    const DType type = serialized ? tensors.front()->dtype : spec.compute_dtype;
+    constexpr std::int64_t kQuantizeBlock = kernels::kFp8ScaleBlock;
+    // Columns per packed scale: the checkpoint's block width when its scales change along a
+    // row, else the kernels' default.
+    std::int64_t scale_block = kernels::kFp8ScaleBlock;
+    bool blockwise = false;
+    if (serialized) {
+        for (std::size_t i = 0; i < spec.parts.size(); ++i) {
+            TSR_ASSIGN_OR_RETURN(loader::Fp8Scales scales,
+                                 source.fp8_scales(spec.parts[i].name, spec.parts[i].out_features, spec.in_features));
+            if (scales.block_k >= spec.in_features) continue;
+            if (scales.block_k % 4 != 0 || (blockwise && scales.block_k != scale_block))
+                return Status::Unimplemented("'" + spec.parts[i].name + "': weight_block_size column " +
+                                             std::to_string(scales.block_k) +
+                                             " is not supported; tessera's fp8 kernels need a multiple of 4");
+            scale_block = scales.block_k;
+            blockwise = true;
+        }
+    }
+    const std::int64_t blocks = (cols + scale_block - 1) / scale_block;
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(total_rows * cols));
+    std::vector<float> row_scales(static_cast<std::size_t>(total_rows * blocks));
+    std::int64_t out_row = 0;
+    for (std::size_t i = 0; i < spec.parts.size(); ++i) {
+        const LinearPart& p = spec.parts[i];
+        const loader::TensorView* t = tensors[i];
+        if (is_fp8(t->dtype) != serialized || (serialized && t->dtype != type))
+            return Status::InvalidArgument("'" + p.name + "' is " + std::string(dtype_name(t->dtype)) + " but '" +
+                                           spec.parts.front().name + "', fused with it, is " +
+                                           std::string(dtype_name(tensors.front()->dtype)));
+        const std::int64_t rows = rows_of(p);
+        if (serialized) {
+            TSR_ASSIGN_OR_RETURN(loader::Fp8Scales scales, source.fp8_scales(p.name, p.out_features, spec.in_features));
+            TSR_RETURN_IF_ERROR(check_block_split(p.name, "output_partition_size", "block_n", p.row_begin, rows,
+                                                  p.out_features, scales.block_n));
+            TSR_RETURN_IF_ERROR(check_block_split(p.name, "input_size_per_partition", "block_k", spec.col_begin, cols,
+                                                  spec.in_features, scales.block_k));
+            const auto* base = reinterpret_cast<const std::uint8_t*>(t->data);
+            for (std::int64_t r = 0; r < rows; ++r) {
+                const std::int64_t src_row = p.row_begin + r;
+                std::memcpy(codes.data() + (out_row + r) * cols, base + src_row * spec.in_features + spec.col_begin,
+                            static_cast<std::size_t>(cols));
+                for (std::int64_t b = 0; b < blocks; ++b)
+                    row_scales[(out_row + r) * blocks + b] = scales.at(src_row, spec.col_begin + b * scale_block);
+            }
+        } else {
+            TSR_RETURN_IF_ERROR(check_block_split(p.name, "output_partition_size", "block_n", p.row_begin, rows,
+                                                  p.out_features, kQuantizeBlock));
+            TSR_RETURN_IF_ERROR(check_block_split(p.name, "input_size_per_partition", "block_k", spec.col_begin, cols,
+                                                  spec.in_features, kQuantizeBlock));
+            TSR_ASSIGN_OR_RETURN(auto w, source.read_rows_f32(p.name, p.out_features, spec.in_features, p.row_begin, rows));
+            const Fp8Blocks q = quantize_fp8_blocks(w.data(), rows, spec.in_features, type, kQuantizeBlock);
+            for (std::int64_t r = 0; r < rows; ++r) {
+                std::memcpy(codes.data() + (out_row + r) * cols, q.codes.data() + r * spec.in_features + spec.col_begin,
+                            static_cast<std::size_t>(cols));
+                for (std::int64_t b = 0; b < blocks; ++b)
+                    row_scales[(out_row + r) * blocks + b] = q.scale(r, spec.col_begin + b * scale_block);
+            }
+        }
+        out_row += rows;
+    }
+    return kernels::pack_fp8_weight(codes.data(), type, total_rows, cols, row_scales.data(), scale_block);
 }
 }  // namespace
 
@@ -35,11 +119,20 @@ StatusOr<Linear> Linear::load(const loader::WeightSource& source, const LinearSp
         TSR_RETURN_IF_ERROR(check_range("rows of " + p.name, p.row_begin, rows_of(p), p.out_features));
         tensors.push_back(t);
     }
+    Linear linear;
+    if (is_fp8(tensors.front()->dtype) || is_fp8(spec.compute_dtype)) {
+        TSR_ASSIGN_OR_RETURN(linear.weight_, load_fp8(source, spec, tensors, cols, total_rows));
+        TSR_RETURN_IF_ERROR(linear.load_bias(source, spec, total_rows));
+        return linear;
+    }
+    for (const auto* t : tensors)
+        if (is_fp8(t->dtype))
+            return Status::InvalidArgument("'" + t->name + "' is fp8 but '" + spec.parts.front().name +
+                                           "', fused with it, is " + std::string(dtype_name(tensors.front()->dtype)));
     DType gather_type = tensors.front()->dtype;
     for (const auto* t : tensors)
         if (t->dtype != gather_type) gather_type = DType::kF32;
     const std::size_t elem = dtype_size(gather_type);
-    Linear linear;
     if (tensors.size() == 1 && cols == spec.in_features) {
         const auto* base = reinterpret_cast<const unsigned char*>(tensors.front()->data);
         linear.weight_ = kernels::pack_weight(base + static_cast<std::size_t>(spec.parts.front().row_begin) * cols * elem,
@@ -66,20 +159,24 @@ StatusOr<Linear> Linear::load(const loader::WeightSource& source, const LinearSp
         }
         linear.weight_ = kernels::pack_weight(kept.data(), gather_type, total_rows, cols, spec.compute_dtype);
     }
-    if (spec.bias) {
-        linear.bias_.resize(static_cast<std::size_t>(total_rows));
-        std::int64_t row = 0;
-        for (const auto& p : spec.parts) {
-            std::string bias_name = p.name;
-            bias_name.replace(bias_name.rfind(".weight"), 7, ".bias");
-            TSR_ASSIGN_OR_RETURN(auto b, source.get(bias_name, {p.out_features}));
-            const auto* base = reinterpret_cast<const unsigned char*>(b->data);
-            convert_to_f32(base + static_cast<std::size_t>(p.row_begin) * dtype_size(b->dtype), b->dtype,
-                           linear.bias_.data() + row, static_cast<std::size_t>(rows_of(p)));
-            row += rows_of(p);
-        }
-    }
+    TSR_RETURN_IF_ERROR(linear.load_bias(source, spec, total_rows));
     return linear;
+}
+
+Status Linear::load_bias(const loader::WeightSource& source, const LinearSpec& spec, std::int64_t total_rows) {
+    if (!spec.bias) return Status::Ok();
+    bias_.resize(static_cast<std::size_t>(total_rows));
+    std::int64_t row = 0;
+    for (const auto& p : spec.parts) {
+        std::string bias_name = p.name;
+        bias_name.replace(bias_name.rfind(".weight"), 7, ".bias");
+        TSR_ASSIGN_OR_RETURN(auto b, source.get(bias_name, {p.out_features}));
+        const auto* base = reinterpret_cast<const unsigned char*>(b->data);
+        convert_to_f32(base + static_cast<std::size_t>(p.row_begin) * dtype_size(b->dtype), b->dtype,
+                       bias_.data() + row, static_cast<std::size_t>(rows_of(p)));
+        row += rows_of(p);
+    }
+    return Status::Ok();
 }
 
 Linear Linear::from_f32(const float* weight, std::int64_t out_features, std::int64_t in_features,

@@ -7,6 +7,7 @@
 // The partition itself is decided by layers/tensor_parallel.h. Immutable after load;
 // forward() is thread-safe.
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -37,6 +38,8 @@ struct LinearSpec {
     std::int64_t col_begin = 0;
     std::int64_t col_count = -1;  // -1: all columns
     bool bias = false;            // load "<...>.bias" of each part, narrowed like its rows
+    // kF32 / kBF16: the packed type of an unquantized checkpoint; kF8E4M3 / kF8E5M2: quantize
+    // it at load (--quantization fp8). FP8 checkpoint tensors stay fp8 whatever this says.
     DType compute_dtype = DType::kF32;
 };
 
@@ -58,12 +61,22 @@ class Linear {
     std::int64_t in_features() const { return weight_.k; }
     std::int64_t out_features() const { return weight_.n; }
     std::size_t weight_bytes() const { return weight_.bytes(); }
-    // The packed weight as bytes: EPLB moves experts between ranks this way (every rank packs
-    // a tensor of one shape the same way).
-    std::span<const std::byte> packed() const { return {weight_.data.data(), weight_.data.size()}; }
-    std::span<std::byte> packed() { return {weight_.data.data(), weight_.data.size()}; }
+    // The packed weight as byte runs (the elements, then the fp8 scales: empty for other
+    // types): EPLB moves experts between ranks this way (every rank packs a tensor of one
+    // shape the same way).
+    std::array<std::span<const std::byte>, 2> packed() const {
+        return {std::span<const std::byte>(weight_.data.data(), weight_.data.size()),
+                std::span<const std::byte>(weight_.scales.data(), weight_.scales.size())};
+    }
+    std::array<std::span<std::byte>, 2> packed() {
+        return {std::span<std::byte>(weight_.data.data(), weight_.data.size()),
+                std::span<std::byte>(weight_.scales.data(), weight_.scales.size())};
+    }
+    DType weight_dtype() const { return weight_.dtype; }
 
  private:
+    Status load_bias(const loader::WeightSource& source, const LinearSpec& spec, std::int64_t total_rows);
+
     kernels::PackedWeight weight_;
     std::vector<float> bias_;  // f32 [out] or empty
 };

@@ -41,18 +41,18 @@ StatusOr<MlaAttention> MlaAttention::load(const loader::WeightSource& source, co
                                                                heads.begin * kv_b_per_head,
                                                                heads.count * kv_b_per_head}},
                                                              m.kv_lora_rank, 0, -1, false, s.compute_dtype}));
-    // The absorbed form's per-head slices of kv_b_proj (SGLang's post_load_weights w_kc, w_vc).
-    TSR_ASSIGN_OR_RETURN(auto kv_b, source.get(p + "kv_b_proj.weight", {s.heads * kv_b_per_head, m.kv_lora_rank}));
+    // The absorbed form's per-head slices of kv_b_proj (SGLang's post_load_weights w_kc, w_vc),
+    // dequantized from an fp8 checkpoint and kept in the activation type, as SGLang does on CPU.
+    const DType absorbed_dtype = is_fp8(s.compute_dtype) ? DType::kBF16 : s.compute_dtype;
     const std::int64_t r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dv = m.v_head_dim;
-    std::vector<float> rows(static_cast<std::size_t>(kv_b_per_head * r)), w(static_cast<std::size_t>(r * std::max(dn, dv)));
+    std::vector<float> w(static_cast<std::size_t>(r * std::max(dn, dv)));
     for (std::int64_t h = heads.begin; h < heads.begin + heads.count; ++h) {
-        const auto* base = reinterpret_cast<const unsigned char*>(kv_b->data) +
-                           static_cast<std::size_t>(h * kv_b_per_head * r) * dtype_size(kv_b->dtype);
-        convert_to_f32(base, kv_b->dtype, rows.data(), rows.size());
+        TSR_ASSIGN_OR_RETURN(auto rows, source.read_rows_f32(p + "kv_b_proj.weight", s.heads * kv_b_per_head,
+                                                             m.kv_lora_rank, h * kv_b_per_head, kv_b_per_head));
         for (std::int64_t i = 0; i < dn; ++i)  // W_UK^T: [r, dn]
             for (std::int64_t j = 0; j < r; ++j) w[j * dn + i] = rows[i * r + j];
-        a.w_uk_t_.push_back(Linear::from_f32(w.data(), r, dn, s.compute_dtype));
-        a.w_uv_.push_back(Linear::from_f32(rows.data() + dn * r, dv, r, s.compute_dtype));  // W_UV: [dv, r]
+        a.w_uk_t_.push_back(Linear::from_f32(w.data(), r, dn, absorbed_dtype));
+        a.w_uv_.push_back(Linear::from_f32(rows.data() + dn * r, dv, r, absorbed_dtype));  // W_UV: [dv, r]
     }
     TSR_ASSIGN_OR_RETURN(a.o_proj_, Linear::load(source, {{{p + "o_proj.weight", s.hidden}}, s.heads * dv,
                                                           heads.begin * dv, heads.count * dv, false,

@@ -26,21 +26,42 @@ StatusOr<GatedMlp> GatedMlp::load_dense(const loader::WeightSource& source, cons
                          intermediate, slice, compute_dtype});
 }
 
+std::size_t GatedMlp::packed_bytes() const {
+    std::size_t bytes = 0;
+    for (const Linear* l : {&gate_up_, &down_})
+        for (auto run : l->packed()) bytes += run.size();
+    return bytes;
+}
+
 void GatedMlp::copy_packed_to(std::byte* dst) const {
-    const auto a = gate_up_.packed(), b = down_.packed();
-    std::memcpy(dst, a.data(), a.size());
-    std::memcpy(dst + a.size(), b.data(), b.size());
+    for (const Linear* l : {&gate_up_, &down_}) {
+        for (auto run : l->packed()) {
+            if (run.empty()) continue;
+            std::memcpy(dst, run.data(), run.size());
+            dst += run.size();
+        }
+    }
 }
 
 void GatedMlp::copy_packed_from(const std::byte* src) {
-    const auto a = gate_up_.packed(), b = down_.packed();
-    std::memcpy(a.data(), src, a.size());
-    std::memcpy(b.data(), src + a.size(), b.size());
+    for (Linear* l : {&gate_up_, &down_}) {
+        for (auto run : l->packed()) {
+            if (run.empty()) continue;
+            std::memcpy(run.data(), src, run.size());
+            src += run.size();
+        }
+    }
 }
 
 void GatedMlp::copy_weights_from(const GatedMlp& other) {
-    std::memcpy(gate_up_.packed().data(), other.gate_up_.packed().data(), gate_up_.packed().size());
-    std::memcpy(down_.packed().data(), other.down_.packed().data(), down_.packed().size());
+    const Linear* from[] = {&other.gate_up_, &other.down_};
+    Linear* to[] = {&gate_up_, &down_};
+    for (int i = 0; i < 2; ++i) {
+        const auto src = from[i]->packed();
+        const auto dst = to[i]->packed();
+        for (std::size_t r = 0; r < dst.size(); ++r)
+            if (!dst[r].empty()) std::memcpy(dst[r].data(), src[r].data(), dst[r].size());
+    }
 }
 
 double GatedMlp::flops_per_token() const {

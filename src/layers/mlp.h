@@ -42,7 +42,7 @@ class GatedMlp {
     double flops_per_token() const;
 
     // EPLB: the packed weights as one byte run (gate/up, then down).
-    std::size_t packed_bytes() const { return gate_up_.packed().size() + down_.packed().size(); }
+    std::size_t packed_bytes() const;
     void copy_packed_to(std::byte* dst) const;
     void copy_packed_from(const std::byte* src);
     void copy_weights_from(const GatedMlp& other);  // the same shape

@@ -46,6 +46,7 @@ StatusOr<MoeLayer> MoeLayer::load(const loader::WeightSource& source, const MoeS
                                                  TpShard{mp.moe_tp_rank, mp.moe_tp_size}));
     ExpertsSpec experts = spec.experts;
     if (experts.prefix.empty()) experts.prefix = spec.prefix + "experts.";
+    experts.compute_dtype = spec.compute_dtype;
     TSR_ASSIGN_OR_RETURN(moe.experts_, LocalExperts::load(source, experts, mp.ep_rank * moe.experts_per_rank_,
                                                           logical, slice));
     if (spec.shared_intermediate > 0) {

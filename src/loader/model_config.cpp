@@ -160,6 +160,39 @@ double yarn_mscale(double factor, double mscale) {
     return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
 }
 
+// SGLang's Fp8Config.from_config: a quant_method containing "fp8" is an fp8-serialized
+// checkpoint; weight_block_size must have two entries. Other methods are refused here, before
+// any weight is read.
+Status read_quantization(const json& j, const std::string& file, ModelConfig& c) {
+    if (!j.contains("quantization_config") || j["quantization_config"].is_null()) return Status::Ok();
+    const auto& q = j["quantization_config"];
+    if (!q.is_object()) return Status::InvalidArgument(file + ": quantization_config must be an object");
+    const std::string method = q.value("quant_method", std::string());
+    if (method.find("fp8") == std::string::npos)
+        return Status::Unimplemented(file + ": quantization_config.quant_method \"" + method +
+                                     "\" is not supported; tessera loads fp8 checkpoints (quant_method \"fp8\") and "
+                                     "unquantized ones");
+    Fp8Quantization fp8;
+    fp8.activation_scheme = q.value("activation_scheme", std::string("dynamic"));
+    if (fp8.activation_scheme != "dynamic" && fp8.activation_scheme != "static")
+        return Status::InvalidArgument(file + ": quantization_config.activation_scheme must be dynamic or static, got \"" +
+                                       fp8.activation_scheme + "\"");
+    if (q.contains("weight_block_size") && !q["weight_block_size"].is_null()) {
+        const auto& b = q["weight_block_size"];
+        if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+            b[0].get<std::int64_t>() <= 0 || b[1].get<std::int64_t>() <= 0)
+            return Status::InvalidArgument(file + ": quantization_config.weight_block_size must be two positive "
+                                                  "integers, e.g. [128, 128]");
+        fp8.block_n = b[0].get<std::int64_t>();
+        fp8.block_k = b[1].get<std::int64_t>();
+        if (fp8.activation_scheme != "dynamic")
+            return Status::InvalidArgument(file + ": block-wise fp8 (weight_block_size) needs activation_scheme "
+                                                  "\"dynamic\", as SGLang requires");
+    }
+    c.fp8 = fp8;
+    return Status::Ok();
+}
+
 }  // namespace
 
 float ModelConfig::attention_scale() const {
@@ -261,6 +294,7 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<
     c.qk_norm = c.family == ModelFamily::kQwen3 || c.family == ModelFamily::kQwen3Moe;
     TSR_RETURN_IF_ERROR(read_moe(j, file, c));
     if (c.family == ModelFamily::kDeepseekV2) TSR_RETURN_IF_ERROR(read_mla(j, file, c));
+    TSR_RETURN_IF_ERROR(read_quantization(j, file, c));
     if (j.contains("torch_dtype") && j["torch_dtype"].is_string())
         c.torch_dtype = parse_dtype(j["torch_dtype"].get<std::string>());
     if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())

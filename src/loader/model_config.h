@@ -81,6 +81,16 @@ struct MlaConfig {
     std::int64_t v_head_dim = 0;
 };
 
+// config.json quantization_config of an FP8 checkpoint (Hugging Face's FineGrainedFP8Config,
+// SGLang's Fp8Config): weights are fp8 codes with `<prefix>.weight_scale_inv` multipliers per
+// block_n × block_k tile, or, without weight_block_size, `<prefix>.weight_scale` per tensor or
+// per row. Activations stay bf16 / f32 on CPU (activation_scheme is read, not used).
+struct Fp8Quantization {
+    std::int64_t block_n = 0;  // 0: no block scales
+    std::int64_t block_k = 0;
+    std::string activation_scheme = "dynamic";
+};
+
 struct ModelConfig {
     std::string architecture;  // architectures[0]
     ModelFamily family = ModelFamily::kLlama;
@@ -103,6 +113,7 @@ struct ModelConfig {
     std::vector<std::int32_t> eos_token_ids;  // config.json, else generation_config.json
     MoeConfig moe;
     MlaConfig mla;
+    std::optional<Fp8Quantization> fp8;  // set for an FP8 checkpoint
 
     bool is_moe() const { return moe.num_experts > 0; }
     bool is_mla() const { return mla.kv_lora_rank > 0; }

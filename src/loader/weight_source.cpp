@@ -11,9 +11,14 @@ namespace tessera::loader {
 
 namespace fs = std::filesystem;
 
-StatusOr<std::unique_ptr<WeightSource>> WeightSource::open(const std::string& model_dir) {
+StatusOr<std::unique_ptr<WeightSource>> WeightSource::open(const std::string& model_dir,
+                                                           std::pair<std::int64_t, std::int64_t> fp8_block) {
     auto source = std::make_unique<WeightSource>();
     source->model_dir_ = model_dir;
+    if (fp8_block.first > 0 && fp8_block.second > 0) {
+        source->fp8_block_n_ = fp8_block.first;
+        source->fp8_block_k_ = fp8_block.second;
+    }
     const fs::path dir(model_dir);
     std::vector<std::string> files;
     const fs::path index = dir / "model.safetensors.index.json";
@@ -74,10 +79,70 @@ StatusOr<const TensorView*> WeightSource::get(const std::string& name,
     return t;
 }
 
+float Fp8Scales::at(std::int64_t row, std::int64_t col) const {
+    const std::int64_t index = (row / block_n) * cols + col / block_k;
+    float v;
+    convert_to_f32(static_cast<const std::byte*>(tensor->data) + index * static_cast<std::int64_t>(dtype_size(tensor->dtype)),
+                   tensor->dtype, &v, 1);
+    return v;
+}
+
+StatusOr<Fp8Scales> WeightSource::fp8_scales(const std::string& name, std::int64_t n, std::int64_t k) const {
+    const auto dot = name.rfind(".weight");
+    const std::string prefix = dot == std::string::npos ? name : name.substr(0, dot);
+    Fp8Scales s;
+    const auto is_float = [](const TensorView* t) { return !is_fp8(t->dtype); };
+    if (const TensorView* t = find(prefix + ".weight_scale_inv")) {
+        const std::int64_t rows = (n + fp8_block_n_ - 1) / fp8_block_n_;
+        const std::int64_t cols = (k + fp8_block_k_ - 1) / fp8_block_k_;
+        if (t->shape != std::vector<std::int64_t>{rows, cols} || !is_float(t))
+            return Status::InvalidArgument(t->file + ": '" + prefix + ".weight_scale_inv' has shape " +
+                                           shape_string(t->shape) + ", but a [" + std::to_string(n) + ", " +
+                                           std::to_string(k) + "] weight in " + std::to_string(fp8_block_n_) + " x " +
+                                           std::to_string(fp8_block_k_) + " blocks (weight_block_size) needs [" +
+                                           std::to_string(rows) + ", " + std::to_string(cols) + "] floats");
+        s.tensor = t;
+        s.block_n = fp8_block_n_;
+        s.block_k = fp8_block_k_;
+        s.cols = cols;
+        return s;
+    }
+    if (const TensorView* t = find(prefix + ".weight_scale"); t != nullptr && is_float(t)) {
+        const std::int64_t count = t->numel();
+        s.tensor = t;
+        s.block_k = k;
+        if (count == 1) {
+            s.block_n = n;
+            return s;
+        }
+        if (count == n && (t->shape.size() == 1 || (t->shape.size() == 2 && t->shape[1] == 1))) return s;
+        return Status::InvalidArgument(t->file + ": '" + prefix + ".weight_scale' has shape " + shape_string(t->shape) +
+                                       "; tessera reads one scale per tensor or one per row ([" + std::to_string(n) +
+                                       "]) of an fp8 weight");
+    }
+    return Status::NotFound("fp8 tensor '" + name + "' has no '" + prefix + ".weight_scale_inv' or '" + prefix +
+                            ".weight_scale' in " + model_dir_);
+}
+
+StatusOr<std::vector<float>> WeightSource::read_rows_f32(const std::string& name, std::int64_t n, std::int64_t k,
+                                                         std::int64_t row_begin, std::int64_t rows) const {
+    TSR_ASSIGN_OR_RETURN(const TensorView* t, get(name, {n, k}));
+    std::vector<float> out(static_cast<std::size_t>(rows * k));
+    const auto* base = static_cast<const std::byte*>(t->data) + row_begin * k * static_cast<std::int64_t>(dtype_size(t->dtype));
+    convert_to_f32(base, t->dtype, out.data(), out.size());
+    if (is_fp8(t->dtype)) {
+        TSR_ASSIGN_OR_RETURN(Fp8Scales scales, fp8_scales(name, n, k));
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t c = 0; c < k; ++c) out[r * k + c] *= scales.at(row_begin + r, c);
+    }
+    return out;
+}
+
 DType WeightSource::dominant_dtype() const {
     std::map<DType, std::size_t> bytes;
     for (const auto& f : files_)
-        for (const auto& [name, t] : f->tensors()) bytes[t.dtype] += t.bytes;
+        for (const auto& [name, t] : f->tensors())
+            if (!is_fp8(t.dtype)) bytes[t.dtype] += t.bytes;
     DType best = DType::kF32;
     std::size_t most = 0;
     for (auto [d, b] : bytes)

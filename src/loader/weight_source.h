@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -13,9 +14,21 @@
 
 namespace tessera::loader {
 
+// The dequantization multipliers of one FP8 tensor [n, k]: w[r][c] = code[r][c] · at(r, c).
+struct Fp8Scales {
+    const TensorView* tensor = nullptr;  // f32 / bf16 / f16
+    std::int64_t block_n = 1;            // rows one multiplier covers
+    std::int64_t block_k = 1;            // columns one multiplier covers
+    std::int64_t cols = 1;               // multipliers per row of blocks
+    float at(std::int64_t row, std::int64_t col) const;
+};
+
 class WeightSource {
  public:
-    static StatusOr<std::unique_ptr<WeightSource>> open(const std::string& model_dir);
+    // `fp8_block` is quantization_config.weight_block_size of an FP8 checkpoint ({0, 0}: the
+    // DeepSeek-V3 / Qwen3-FP8 default of 128 × 128).
+    static StatusOr<std::unique_ptr<WeightSource>> open(const std::string& model_dir,
+                                                        std::pair<std::int64_t, std::int64_t> fp8_block = {0, 0});
 
     // The tensor `name` with exactly `shape`.
     StatusOr<const TensorView*> get(const std::string& name,
@@ -23,7 +36,15 @@ class WeightSource {
     bool contains(const std::string& name) const { return find(name) != nullptr; }
     const TensorView* find(const std::string& name) const;
     const std::string& model_dir() const { return model_dir_; }
-    // The dtype most tensors are stored in (what --dtype auto picks).
+    // The multipliers of the fp8 tensor `name` of shape [n, k]: its `<prefix>.weight_scale_inv`
+    // of [ceil(n / block_n), ceil(k / block_k)] blocks, or `<prefix>.weight_scale` with one value
+    // ([] or [1]) or one per row ([n] or [n, 1]). Fails naming the tensor when none fits.
+    StatusOr<Fp8Scales> fp8_scales(const std::string& name, std::int64_t n, std::int64_t k) const;
+    // Rows [row_begin, row_begin + rows) of the [n, k] tensor `name` as f32, dequantized when
+    // it is fp8.
+    StatusOr<std::vector<float>> read_rows_f32(const std::string& name, std::int64_t n, std::int64_t k,
+                                               std::int64_t row_begin, std::int64_t rows) const;
+    // The dtype most bytes of the unquantized tensors are stored in (what --dtype auto picks).
     DType dominant_dtype() const;
     // SafetensorsFile::drop_resident_pages on every file.
     void drop_resident_pages() const;
@@ -31,6 +52,8 @@ class WeightSource {
  private:
     std::string model_dir_;
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
+    std::int64_t fp8_block_n_ = 128;
+    std::int64_t fp8_block_k_ = 128;
 };
 
 }  // namespace tessera::loader

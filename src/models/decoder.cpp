@@ -42,7 +42,9 @@ struct DecoderLayer {
 class Decoder final : public Model {
  public:
     Decoder(ModelConfig config, DType compute_dtype, const LoadOptions& options)
-        : config_(std::move(config)), compute_dtype_(compute_dtype) {
+        : config_(std::move(config)),
+          compute_dtype_(compute_dtype),
+          linear_dtype_(options.quantization == "fp8" ? DType::kF8E4M3 : compute_dtype) {
         output_rank_ = options.tp_rank == 0 && options.pp_rank == 0;
         par_.tp = {options.tp_rank, options.tp_size};
         par_.tp_group = options.tp_group;
@@ -81,6 +83,10 @@ class Decoder final : public Model {
 
     const ModelConfig config_;
     const DType compute_dtype_;
+    // What the attention and MLP / expert projections pack an unquantized checkpoint as: fp8
+    // under --quantization fp8 (the router and the logits head keep compute_dtype_, as SGLang
+    // leaves them unquantized).
+    const DType linear_dtype_;
     layers::LayerParallel par_;
     StageInfo stage_;
     std::int64_t n_heads_ = 0;     // this rank's query heads
@@ -147,13 +153,13 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
                              layers::load_f32_vector(source, p + "post_attention_layernorm.weight", hidden));
         if (c.is_moe_layer(l)) {
             layers::MoeSpec moe_spec = spec.moe(c, l);
-            moe_spec.compute_dtype = compute_dtype_;
+            moe_spec.compute_dtype = linear_dtype_;
             moe_spec.layer = l;
             TSR_ASSIGN_OR_RETURN(auto moe, layers::MoeLayer::load(source, moe_spec, par_, eplb_->initial_dispatch()));
             layers_.push_back({std::move(input_norm), std::move(attention), std::move(post_norm), std::move(moe)});
         } else {
             TSR_ASSIGN_OR_RETURN(auto mlp, layers::GatedMlp::load_dense(source, p + "mlp.", hidden, c.intermediate_size,
-                                                                        compute_dtype_, par_));
+                                                                        linear_dtype_, par_));
             layers_.push_back({std::move(input_norm), std::move(attention), std::move(post_norm), std::move(mlp)});
         }
         source.drop_resident_pages();  // this layer's file bytes are packed now
@@ -182,17 +188,19 @@ StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> Decoder::load
     const ModelConfig& c = config_;
     const auto eps = static_cast<float>(c.rms_norm_eps);
     if (spec.mla) {
-        TSR_ASSIGN_OR_RETURN(auto mla, layers::MlaAttention::load(source,
-                                                                  {prefix, c.hidden_size, c.num_attention_heads, c.mla,
-                                                                   eps, c.attention_scale(), c.rope_magnitude(),
-                                                                   compute_dtype_},
-                                                                  par_));
-        return std::variant<layers::GqaAttention, layers::MlaAttention>(std::move(mla));
+        auto mla = layers::MlaAttention::load(source,
+                                              {prefix, c.hidden_size, c.num_attention_heads, c.mla, eps,
+                                               c.attention_scale(), c.rope_magnitude(), linear_dtype_},
+                                              par_);
+        if (!mla.ok()) return mla.status();
+        // Built in place: GCC 12 misreports the moved-from temporary's vectors as uninitialized.
+        return std::variant<layers::GqaAttention, layers::MlaAttention>(std::in_place_type<layers::MlaAttention>,
+                                                                        std::move(*mla));
     }
     TSR_ASSIGN_OR_RETURN(auto gqa, layers::GqaAttention::load(source,
                                                               {prefix, c.hidden_size, c.num_attention_heads,
                                                                c.num_key_value_heads, c.head_dim, spec.qkv_bias,
-                                                               spec.qk_norm, eps, compute_dtype_},
+                                                               spec.qk_norm, eps, linear_dtype_},
                                                               par_));
     return std::variant<layers::GqaAttention, layers::MlaAttention>(std::move(gqa));
 }

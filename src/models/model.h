@@ -107,6 +107,9 @@ class Model {
 struct LoadOptions {
     std::string model_path;
     std::string dtype = "auto";  // auto (the checkpoint's), f32, bf16
+    // --quantization: "" (the checkpoint's: fp8 when its config.json says so) or "fp8" (an
+    // unquantized checkpoint's linear weights become e4m3 in 128 × 128 blocks at load).
+    std::string quantization;
     // Tensor parallelism: this rank's place in its TP group, and the group (nullptr when
     // tp_size is 1). The model keeps only its shard of every weight.
     int tp_rank = 0;

@@ -60,8 +60,21 @@ std::vector<std::string> supported_architectures() {
 
 StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
     TSR_ASSIGN_OR_RETURN(auto config, loader::load_model_config(options.model_path, known_architectures()));
-    TSR_ASSIGN_OR_RETURN(auto source, loader::WeightSource::open(options.model_path));
+    if (!options.quantization.empty() && options.quantization != "fp8")
+        return Status::InvalidArgument("--quantization " + options.quantization +
+                                       " is not supported: tessera runs fp8 (e4m3, block-wise) and unquantized weights");
+    std::pair<std::int64_t, std::int64_t> fp8_block{0, 0};
+    if (config.fp8) fp8_block = {config.fp8->block_n, config.fp8->block_k};
+    TSR_ASSIGN_OR_RETURN(auto source, loader::WeightSource::open(options.model_path, fp8_block));
     TSR_ASSIGN_OR_RETURN(DType dtype, resolve_compute_dtype(options.dtype, *source));
+    if (config.fp8) {
+        TSR_LOG_C(INFO, "loader", "fp8 checkpoint: linear weights stay fp8 ({}), activations {}",
+                  config.fp8->block_n > 0 ? fmt::format("{} x {} blocks", config.fp8->block_n, config.fp8->block_k)
+                                          : std::string("per-tensor / per-row scales"),
+                  dtype_name(dtype));
+    } else if (options.quantization == "fp8") {
+        TSR_LOG_C(INFO, "loader", "--quantization fp8: linear weights quantized to fp8 e4m3 in 128 x 128 blocks at load");
+    }
     if (config.is_moe()) {
         TSR_LOG_C(INFO, "loader", "loading {} ({} layers, hidden {}, vocab {}, {} experts top-{}) with {} weights",
                   config.architecture, config.num_hidden_layers, config.hidden_size, config.vocab_size,

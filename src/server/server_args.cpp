@@ -49,6 +49,11 @@ Status ServerArgs::resolve() {
         served_model_name = slash == std::string::npos || slash + 1 == trimmed.size() ? trimmed : trimmed.substr(slash + 1);
     }
     if (!page_size) page_size = 1;
+    if (!quantization.empty() && quantization != "fp8")
+        return invalid("--quantization " + quantization +
+                       " is not supported: tessera runs fp8 (e4m3 in 128 x 128 blocks, DeepSeek-V3 / Qwen3-FP8 "
+                       "checkpoints, or a bf16 checkpoint quantized at load with --quantization fp8) and unquantized "
+                       "weights");
 
     // Data parallelism (§1.4): nothing to split with dp 1; DP-attention shares the budgets.
     if (dp_size == 1) {

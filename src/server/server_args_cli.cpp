@@ -167,7 +167,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
     value(app, t, "--kv-cache-dtype", a.kv_cache_dtype, "KV cache element type", kNotYet)
         ->check(CLI::IsMember({"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
                                "fp4_mx_block16", "fp4_e2m1"}));
-    value(app, t, "--quantization", a.quantization, "weight quantization method", kNotYet);
+    value(app, t, "--quantization", a.quantization,
+          "weight quantization: fp8 quantizes an unquantized checkpoint's linear weights to e4m3 in 128 x 128 "
+          "blocks at load (FP8 checkpoints are detected from config.json without it)",
+          kYes);
 
     // MoE / EP / EPLB (§1.3).
     value(app, t, "--moe-a2a-backend", a.moe_a2a_backend,

@@ -4,6 +4,7 @@
 Run by CTest as:
     /usr/bin/python3 tests/reference/check_numerics.py --tessera PATH/tessera \
         --arch {llama,qwen2,qwen3,qwen3-moe,qwen2-moe,mixtral,deepseek-v2,deepseek-v3} --dtype {f32,bf16} --workdir DIR
+        [--fp8-block N]
 
 Steps: build a tiny random model with `tessera make-model`, greedily decode 32
 tokens from a fixed 32-token prompt with `tessera generate` and with
@@ -21,6 +22,14 @@ less than the bf16 tolerance, the reference is re-run along tessera's tokens
 (teacher forcing) and every gated row must still match, and every tessera token
 must be the reference's argmax or within the tolerance of it. A divergence with
 a larger margin fails, and so does any divergence in f32.
+
+With --fp8-block N the model is an FP8 checkpoint (e4m3 codes, N x N weight_scale_inv
+tiles) and the reference dequantizes it exactly; tessera multiplies bf16-rounded inputs by
+the exact fp8 values (decode) or by bf16 copies of the scaled weights (prefill), so it is
+judged with the bf16 tolerances. Then the same seed's bf16 model is run through both, and
+tessera's fp8-vs-bf16 logit difference over the prompt rows must stay within the
+reference's own (the quantization error) plus twice the bf16 tolerance: FP8 kernels may
+not add error of their own beyond rounding.
 
 Exit status: 0 pass, 1 failure (numerics mismatch, or tessera output that
 breaks the format contract), 2 setup error (missing binary, failing command,
@@ -240,6 +249,42 @@ def check_routing(reference_report: dict, model_dir: str) -> None:
         raise SetupError(f"the routing is degenerate on layers {degenerate}: the test model does not exercise MoE")
 
 
+def check_against_bf16_original(tessera: str, args, prompt: List[int], fp8_tessera: np.ndarray,
+                                 fp8_reference: np.ndarray, tolerance: float) -> bool:
+    """FP8 vs the bf16 model of the same seed over the prompt rows: tessera's difference is the
+    quantization error the reference measures, within twice the bf16 tolerance."""
+    original = os.path.join(args.workdir, "bf16_original")
+    shutil.rmtree(original, ignore_errors=True)
+    run([tessera, "make-model", "--arch", args.arch, "--preset", "tiny", "--dtype", "bf16",
+         "--seed", str(args.seed), "--out", original], "tessera make-model (bf16 original)")
+    vocab_size = fp8_tessera.shape[1]
+    prompt_arg = ",".join(map(str, prompt))
+    tessera_path = os.path.join(args.workdir, "bf16_original_tessera.npy")
+    ref_path = os.path.join(args.workdir, "bf16_original_reference.npy")
+    run([tessera, "generate", "--model-path", original, "--prompt-ids", prompt_arg, "--max-new-tokens", "1",
+         "--ignore-eos", "--json", "--threads", "1", "--logits-out", tessera_path], "tessera generate (bf16 original)")
+    run([sys.executable, REFERENCE_SCRIPT, "--model-path", original, "--prompt-ids", prompt_arg,
+         "--max-new-tokens", "1", "--out-logits", ref_path,
+         "--out-json", os.path.join(args.workdir, "bf16_original_reference.json")], "torch_reference.py (bf16 original)")
+    rows = slice(0, PROMPT_LEN)
+    bf16_tessera = np.load(tessera_path)[rows]
+    bf16_reference = np.load(ref_path)[rows]
+    if bf16_tessera.shape != (PROMPT_LEN, vocab_size) or bf16_reference.shape != (PROMPT_LEN, vocab_size):
+        raise ContractError(f"bf16 original logits have shapes {bf16_tessera.shape} / {bf16_reference.shape}")
+    reference_error = float(np.abs(fp8_reference[rows] - bf16_reference).max())
+    tessera_error = float(np.abs(fp8_tessera[rows] - bf16_tessera).max())
+    bound = reference_error + 2 * tolerance
+    print(f"fp8 vs bf16 original over the prompt rows: reference max|diff| {reference_error:.4f} "
+          f"(the quantization error), tessera {tessera_error:.4f}, bound {bound:.4f}")
+    if reference_error == 0.0:
+        print("FAIL: the fp8 model computes exactly what the bf16 model does: the weights were not quantized")
+        return False
+    if tessera_error > bound:
+        print("FAIL: tessera's fp8 logits move further from the bf16 original than quantization explains")
+        return False
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tessera", required=True, help="path to the tessera binary")
@@ -247,6 +292,8 @@ def main() -> int:
                                                             "deepseek-v2", "deepseek-v3"])
     parser.add_argument("--dtype", required=True, choices=["f32", "bf16"])
     parser.add_argument("--workdir", required=True)
+    parser.add_argument("--fp8-block", type=int, default=0, help="write and check an FP8 checkpoint with N x N blocks")
+    parser.add_argument("--seed", type=int, default=MODEL_SEED, help="make-model seed of the tiny model")
     args = parser.parse_args()
 
     try:
@@ -256,8 +303,9 @@ def main() -> int:
         model_dir = os.path.join(args.workdir, "model")
         shutil.rmtree(model_dir, ignore_errors=True)  # never test a stale model
         os.makedirs(args.workdir, exist_ok=True)
+        fp8_args = ["--fp8-block", str(args.fp8_block)] if args.fp8_block else []
         run([tessera, "make-model", "--arch", args.arch, "--preset", "tiny", "--dtype", args.dtype,
-             "--seed", str(MODEL_SEED), "--out", model_dir], "tessera make-model")
+             "--seed", str(args.seed), "--out", model_dir] + fp8_args, "tessera make-model")
         try:
             with open(os.path.join(model_dir, "config.json")) as f:
                 vocab_size = int(json.load(f)["vocab_size"])
@@ -302,11 +350,16 @@ def main() -> int:
             return load_logits(forced_logits_path, vocab_size, "torch_reference.py", error=SetupError)
 
         global ROUTING_FLIPS_ALLOWED
-        ROUTING_FLIPS_ALLOWED = args.dtype == "bf16" and args.arch in ("qwen3-moe", "qwen2-moe", "mixtral",
+        judged_as = "bf16" if args.fp8_block else args.dtype
+        ROUTING_FLIPS_ALLOWED = judged_as == "bf16" and args.arch in ("qwen3-moe", "qwen2-moe", "mixtral",
                                                                        "deepseek-v2", "deepseek-v3")
-        print(f"\n== numerics: arch {args.arch}, dtype {args.dtype}, vocab {vocab_size}, "
+        print(f"\n== numerics: arch {args.arch}, dtype {args.dtype}"
+              f"{f', fp8 blocks {args.fp8_block}' if args.fp8_block else ''}, vocab {vocab_size}, "
               f"prompt {PROMPT_LEN} tokens, {NEW_TOKENS} new tokens ==")
-        passed = judge(args.dtype, tessera_ids, tessera_logits, ref_ids, ref_logits, reference_along)
+        passed = judge(judged_as, tessera_ids, tessera_logits, ref_ids, ref_logits, reference_along)
+        if args.fp8_block:
+            passed = check_against_bf16_original(tessera, args, prompt, tessera_logits, ref_logits,
+                                                 tolerance_for("bf16", ref_logits, PROMPT_LEN)) and passed
     except SetupError as e:
         print(f"SETUP ERROR: {e}", file=sys.stderr)
         return 2

@@ -56,9 +56,36 @@ SUPPORTED_ARCHITECTURES = {
 # safetensors loading (the format is simple enough that we parse it ourselves)
 # ----------------------------------------------------------------------------
 
+def _fp8_values(exponent_bits: int, mantissa_bits: int, finite_only: bool) -> np.ndarray:
+    """float32 value of each of the 256 codes of an IEEE-like 8-bit float (torch.float8_e4m3fn
+    when finite_only: no infinities, NaN only at S.1111.111; torch.float8_e5m2 otherwise)."""
+    bias = (1 << (exponent_bits - 1)) - 1
+    values = np.zeros(256, dtype=np.float32)
+    for code in range(256):
+        sign = -1.0 if code & 0x80 else 1.0
+        exponent = (code >> mantissa_bits) & ((1 << exponent_bits) - 1)
+        mantissa = code & ((1 << mantissa_bits) - 1)
+        top = (1 << exponent_bits) - 1
+        if finite_only and exponent == top and mantissa == (1 << mantissa_bits) - 1:
+            values[code] = np.nan
+        elif not finite_only and exponent == top:
+            values[code] = sign * np.inf if mantissa == 0 else np.nan
+        elif exponent == 0:
+            values[code] = sign * 2.0 ** (1 - bias) * mantissa / (1 << mantissa_bits)
+        else:
+            values[code] = sign * 2.0 ** (exponent - bias) * (1 + mantissa / (1 << mantissa_bits))
+    return values
+
+
+FP8_VALUES = {"F8_E4M3": _fp8_values(4, 3, True), "F8_E5M2": _fp8_values(5, 2, False)}
+
+
 def _decode_tensor(raw: np.ndarray, dtype: str, shape: List[int], name: str) -> np.ndarray:
-    """Turns the raw bytes of one tensor into an exact float32 array."""
-    if dtype == "F32":
+    """Turns the raw bytes of one tensor into an exact float32 array (FP8 codes as their
+    values, still to be multiplied by their scales: see dequantize_fp8)."""
+    if dtype in FP8_VALUES:
+        values = FP8_VALUES[dtype][raw.view(np.uint8)]
+    elif dtype == "F32":
         values = raw.view("<f4").astype(np.float32)
     elif dtype == "F16":
         values = raw.view("<f2").astype(np.float32)  # every f16 is exact in f32
@@ -115,7 +142,34 @@ def load_checkpoint(model_dir: str) -> Dict[str, torch.Tensor]:
         missing = set(weight_map) - set(tensors)
         if missing:
             raise ValueError(f"index lists tensors absent from the shards: {sorted(missing)[:5]}")
-    return tensors
+    return dequantize_fp8(model_dir, tensors)
+
+
+def dequantize_fp8(model_dir: str, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """An FP8 checkpoint (config.json quantization_config, quant_method fp8) as the exact model
+    its codes and scales describe, as DeepSeek's fp8_cast_bf16.py dequantizes it (but kept in
+    float32): W[n, k] = value(Q[n, k]) * weight_scale_inv[n // bn, k // bk], with partial
+    blocks at the edges; a `weight_scale` of one value or one per row multiplies likewise."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        quant = json.load(f).get("quantization_config")
+    if not quant or "fp8" not in quant.get("quant_method", ""):
+        return tensors
+    block_n, block_k = quant.get("weight_block_size") or (128, 128)
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith("_scale_inv") or name.endswith(".weight_scale"):
+            continue
+        prefix = name[: -len(".weight")] if name.endswith(".weight") else None
+        if prefix and prefix + ".weight_scale_inv" in tensors:
+            scale = tensors[prefix + ".weight_scale_inv"]
+            n, k = t.shape
+            expanded = scale.repeat_interleave(block_n, dim=0)[:n].repeat_interleave(block_k, dim=1)[:, :k]
+            t = t * expanded
+        elif prefix and prefix + ".weight_scale" in tensors:
+            scale = tensors[prefix + ".weight_scale"].reshape(-1)
+            t = t * (scale if scale.numel() == 1 else scale.reshape(-1, 1))
+        out[name] = t
+    return out
 
 
 # ----------------------------------------------------------------------------

@@ -231,6 +231,7 @@ struct Fp8TileArgs {
     const float* scales;        // its first 16-float scale vector
     std::int64_t panel_bytes;
     std::int64_t scale_panel_floats;
+    std::int64_t scale_block;
     std::int64_t steps;
     float* y;
     std::int64_t y_stride;
@@ -245,12 +246,12 @@ TSR_FP8_TARGET void fp8_micro_kernel(const Fp8TileArgs& t, const Fp8Tables& tabl
     __m512 acc[kRows][kPanels];
     for (int i = 0; i < kRows; ++i)
         for (int p = 0; p < kPanels; ++p) acc[i][p] = _mm512_setzero_ps();
-    constexpr std::int64_t kStepsPerBlock = kFp8ScaleBlock / 2;
-    for (std::int64_t s0 = 0, block = 0; s0 < t.steps; s0 += kStepsPerBlock, ++block) {
+    const std::int64_t steps_per_block = t.scale_block / 2;
+    for (std::int64_t s0 = 0, block = 0; s0 < t.steps; s0 += steps_per_block, ++block) {
         __m512 part[kRows][kPanels];
         for (int i = 0; i < kRows; ++i)
             for (int p = 0; p < kPanels; ++p) part[i][p] = _mm512_setzero_ps();
-        const std::int64_t s_end = std::min(t.steps, s0 + kStepsPerBlock);
+        const std::int64_t s_end = std::min(t.steps, s0 + steps_per_block);
         for (std::int64_t s = s0; s < s_end; s += 2) {
             __m512i x0[kRows], x1[kRows];
             for (int i = 0; i < kRows; ++i) {
@@ -302,6 +303,7 @@ TSR_FP8_TARGET void matmul_tile_fp8_avx512(const MatmulOperands& op, const Fp8Pa
     t.a_row_bytes = op.a_stride * 2;
     t.panel_bytes = w.panel_bytes;
     t.scale_panel_floats = w.scale_blocks * kPanelWidth;
+    t.scale_block = w.scale_block;
     t.steps = w.steps;
     t.y_stride = op.y_stride;
     for (std::int64_t p0 = tile.panel_begin; p0 < tile.panel_end; p0 += kGroup) {
@@ -338,7 +340,7 @@ TSR_FP8_TARGET void dequantize_fp8_panels_avx512(const Fp8Panels& w, std::int64_
         const float* scales = w.scales + (panel_begin + p) * scale_panel_floats;
         std::uint16_t* out = dst + p * steps * 2 * kPanelWidth;
         for (std::int64_t s = step_begin; s < step_begin + steps; s += 2) {
-            const __m512 scale = _mm512_loadu_ps(scales + (2 * s / kFp8ScaleBlock) * kPanelWidth);
+            const __m512 scale = _mm512_loadu_ps(scales + (2 * s / w.scale_block) * kPanelWidth);
             __m512i w0, w1;
             _mm_prefetch(reinterpret_cast<const char*>(codes + 32 * s + kFp8PrefetchBytes), _MM_HINT_T0);
             widen_fp8(tables, _mm512_load_si512(codes + 32 * s), w0, w1);

@@ -42,7 +42,8 @@ struct Fp8Panels {
     const std::uint8_t* codes = nullptr;  // PackedWeight::data
     const float* scales = nullptr;        // PackedWeight::scales
     std::int64_t panel_bytes = 0;         // k_padded · 16
-    std::int64_t scale_blocks = 0;        // ceil(k / 128): 16-float vectors per panel
+    std::int64_t scale_block = 0;         // columns per scale (even steps)
+    std::int64_t scale_blocks = 0;        // ceil(k / scale_block): 16-float vectors per panel
     std::int64_t steps = 0;               // k_padded / 2 (bf16 pairs)
     const Fp8Lookup* lookup = nullptr;
 };
