@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""FP8 checkpoints under tensor, pipeline and expert parallelism.
+
+Usage: fp8_test.py --tessera PATH --case {equivalence,misaligned} --workdir DIR
+
+equivalence: tiny FP8 models (e4m3, 4 x 4 scale tiles, so every TP2 shard holds whole
+  blocks) greedily decode the same tokens with TP2, PP2 and (MoE) EP2 as on one rank, with
+  logits within LOGIT_TOLERANCE: every rank dequantizes its shard with its own scales.
+misaligned: 32 x 32 tiles with TP2 split the tiny model's 344-wide MLP into 172-row shards;
+  the launch must fail with SGLang's message naming the size and block_n, and no rank may hang.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tp_test import PROMPT, NEW_TOKENS, run_case  # noqa: E402
+
+# FP8 layers round their inputs to bf16; a different summation order across shards can move
+# one rounding, which grows to ~1e-3 of the logits here. A shard with the wrong scales moves
+# them by whole units.
+LOGIT_TOLERANCE = 2e-2
+
+
+def make_fp8_model(tessera, arch, workdir, block):
+    out = os.path.join(workdir, f"{arch}_fp8_{block}")
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--seed", "11", "--fp8-block",
+                    str(block), "--out", out], check=True, capture_output=True)
+    return out
+
+
+def run(tessera, model, extra, logits, timeout=120):
+    import json
+    cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", str(NEW_TOKENS),
+           "--ignore-eos", "--json", "--threads", "1", "--logits-out", logits] + extra
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout)["output_ids"]
+
+
+def equivalence(tessera, workdir):
+    ok = True
+    layouts = {"qwen3": [["--tp", "2"], ["--pp-size", "2"]],
+               "qwen3-moe": [["--tp", "2"], ["--tp", "2", "--ep", "2"]],
+               "deepseek-v3": [["--tp", "2"]]}
+    for arch, extras in layouts.items():
+        model = make_fp8_model(tessera, arch, workdir, 4)
+        base_logits = os.path.join(workdir, f"{arch}_one.npy")
+        base = run(tessera, model, [], base_logits)
+        for extra in extras:
+            name = "".join(extra).replace("--", "_")
+            logits = os.path.join(workdir, f"{arch}{name}.npy")
+            ids = run(tessera, model, extra, logits)
+            diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
+            good = ids == base and diff < LOGIT_TOLERANCE
+            ok &= good
+            print(f"{arch} fp8 {' '.join(extra)}: tokens {'same' if ids == base else 'DIFFER'}, "
+                  f"max|logit diff| {diff:.2e} {'ok' if good else 'FAIL'}")
+            if ids != base:
+                print(f"  one rank: {base}\n  {' '.join(extra)}: {ids}")
+    return ok
+
+
+def misaligned(tessera, workdir):
+    model = make_fp8_model(tessera, "qwen3", workdir, 32)
+    cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", "4", "--tp", "2",
+           "--threads", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    want = "Weight output_partition_size = 172 is not divisible by weight quantization block_n = 32"
+    good = p.returncode != 0 and want in p.stderr
+    print(f"tp2 over 32 x 32 blocks: exit {p.returncode}, message {'found' if want in p.stderr else 'MISSING'} "
+          f"{'ok' if good else 'FAIL'}")
+    if not good:
+        print(p.stderr[-2000:])
+    return good
+
+
+def main():
+    return run_case({"equivalence": equivalence, "misaligned": misaligned})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
