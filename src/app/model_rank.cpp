@@ -86,8 +86,12 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     rank->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     const models::Model& m = *rank->model;
     const models::StageInfo stage = m.stage();
+    const std::string weights =
+        m.linear_weight_dtype() == m.compute_dtype()
+            ? std::string(dtype_name(m.compute_dtype()))
+            : fmt::format("{} projections, {}", dtype_name(m.linear_weight_dtype()), dtype_name(m.compute_dtype()));
     TSR_LOG(INFO, "model loaded in {:.2f} s: {:.1f} MB of {} weights (layers {}..{} of {}), {} threads, {} kernels",
-            rank->load_s, m.weight_bytes() / 1e6, dtype_name(m.compute_dtype()), stage.layer_begin,
+            rank->load_s, m.weight_bytes() / 1e6, weights, stage.layer_begin,
             stage.layer_end - 1, m.config().num_hidden_layers, rt.threads, kernels::isa_name(kernels::active_isa()));
 
     const kvcache::KvCacheShape kv_shape = m.kv_cache_shape();

@@ -65,6 +65,7 @@ class Decoder final : public Model {
     }
     StageInfo stage() const override { return stage_; }
     DType compute_dtype() const override { return compute_dtype_; }
+    DType linear_weight_dtype() const override { return config_.fp8 ? DType::kF8E4M3 : linear_dtype_; }
     std::size_t weight_bytes() const override;
     std::size_t weight_bytes_per_token() const override;
     double linear_flops_per_token() const override;

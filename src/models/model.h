@@ -75,6 +75,9 @@ class Model {
     virtual kvcache::KvCacheShape kv_cache_shape() const = 0;
     virtual StageInfo stage() const = 0;
     virtual DType compute_dtype() const = 0;
+    // What the attention and MLP / expert projections hold: compute_dtype(), or fp8 for an FP8
+    // checkpoint or under --quantization fp8.
+    virtual DType linear_weight_dtype() const { return compute_dtype(); }
     virtual std::size_t weight_bytes() const = 0;
     // Weight bytes streamed from memory for one decode token (what bounds decode speed).
     virtual std::size_t weight_bytes_per_token() const = 0;

@@ -163,6 +163,8 @@ TEST(ServerArgsTest, EveryValidationRule) {
          "The expert parallel size must be 1 or the same as the tensor parallel size"},
         {"mem fraction", [](ServerArgs& a) { a.mem_fraction_static = 1.5; }, "--mem-fraction-static must be in (0, 1]"},
         {"multi-node needs address", [](ServerArgs& a) { a.tp_size = 2; a.nnodes = 2; }, "needs --dist-init-addr"},
+        {"quantization method", [](ServerArgs& a) { a.quantization = "awq"; },
+         "--quantization awq is not supported: tessera runs fp8"},
     };
     for (const Rule& rule : rules) {
         ServerArgs a;

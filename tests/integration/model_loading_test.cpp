@@ -29,12 +29,13 @@ class ModelFolderTest : public ::testing::Test {
     }
     void TearDown() override { fs::remove_all(dir_); }
 
-    std::string make(const std::string& arch, const std::string& dtype = "f32") {
+    std::string make(const std::string& arch, const std::string& dtype = "f32", std::int64_t fp8_block = 0) {
         app::MakeModelOptions o;
         o.arch = arch;
         o.dtype = dtype;
         o.seed = 3;
-        o.out = (dir_ / arch).string();
+        o.fp8_block = fp8_block;
+        o.out = (dir_ / (arch + (fp8_block ? "_fp8" : ""))).string();
         EXPECT_TRUE(app::make_model(o).ok());
         return o.out;
     }
@@ -149,6 +150,69 @@ TEST_F(ModelFolderTest, DeepseekCachesOneLatentRowPerToken) {
         EXPECT_EQ(shape.row_floats(), 64 + 16) << "tiny: kv_lora_rank 64 + qk_rope_head_dim 16";
         EXPECT_EQ(shape.bytes_per_token(), 3 * (64 + 16) * 2) << "3 layers of bf16 latents";
     }
+}
+
+// An FP8 checkpoint keeps its projections in one byte per weight (plus scales), and every
+// broken piece of its format is named: a missing or misshapen scale, another quant_method.
+TEST_F(ModelFolderTest, Fp8CheckpointLoadsAndItsErrorsNameTheTensor) {
+    const std::string bf16 = make("qwen3", "bf16");
+    const std::string fp8 = make("qwen3", "bf16", 32);
+    auto plain = models::load_model({bf16, "auto"});
+    auto quantized = models::load_model({fp8, "auto"});
+    ASSERT_TRUE(plain.ok() && quantized.ok()) << quantized.status().message();
+    EXPECT_EQ((*quantized)->linear_weight_dtype(), DType::kF8E4M3);
+    EXPECT_EQ((*quantized)->compute_dtype(), DType::kBF16) << "norms and embeddings stay bf16";
+    EXPECT_LT((*quantized)->weight_bytes(), (*plain)->weight_bytes() * 3 / 4);
+
+    rewrite_tensors(fp8, [](auto& tensors) {
+        std::erase_if(tensors, [](const auto& t) { return t.name == "model.layers.1.mlp.up_proj.weight_scale_inv"; });
+    });
+    Status s = load_error(fp8);
+    EXPECT_NE(s.message().find("fp8 tensor 'model.layers.1.mlp.up_proj.weight' has no "
+                               "'model.layers.1.mlp.up_proj.weight_scale_inv'"),
+              std::string::npos)
+        << s.message();
+
+    const std::string fp8b = make("llama", "bf16", 32);
+    rewrite_tensors(fp8b, [](auto& tensors) {
+        for (auto& t : tensors) {
+            if (t.name == "model.layers.0.self_attn.o_proj.weight_scale_inv") {
+                t.shape = {2, 2};
+                t.bytes.resize(16);
+            }
+        }
+    });
+    s = load_error(fp8b);
+    EXPECT_NE(s.message().find("'model.layers.0.self_attn.o_proj.weight_scale_inv' has shape [2, 2], but a [128, 128] "
+                               "weight in 32 x 32 blocks (weight_block_size) needs [4, 4] floats"),
+              std::string::npos)
+        << s.message();
+
+    nlohmann::json config;
+    std::ifstream(bf16 + "/config.json") >> config;
+    config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+    std::ofstream(bf16 + "/config.json") << config.dump();
+    s = load_error(bf16);
+    EXPECT_NE(s.message().find("quant_method \"awq\" is not supported"), std::string::npos) << s.message();
+}
+
+// --quantization fp8 turns an unquantized checkpoint's projections into e4m3 128 x 128 blocks
+// (the tiny llama's 128-wide layers are one block each); other methods are refused.
+TEST_F(ModelFolderTest, QuantizationFp8QuantizesAtLoad) {
+    const std::string m = make("llama", "bf16");
+    models::LoadOptions o;
+    o.model_path = m;
+    auto plain = models::load_model(o);
+    o.quantization = "fp8";
+    auto quantized = models::load_model(o);
+    ASSERT_TRUE(plain.ok() && quantized.ok()) << quantized.status().message();
+    EXPECT_EQ((*plain)->linear_weight_dtype(), DType::kBF16);
+    EXPECT_EQ((*quantized)->linear_weight_dtype(), DType::kF8E4M3);
+    EXPECT_LT((*quantized)->weight_bytes(), (*plain)->weight_bytes());
+    o.quantization = "gptq";
+    auto refused = models::load_model(o);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("--quantization gptq is not supported"), std::string::npos);
 }
 
 TEST_F(ModelFolderTest, MissingFolderAndBadConfigFields) {
