@@ -18,6 +18,8 @@ StatusOr<BenchArgs> parse_bench_args(int argc, char** argv) {
             args.model_path = value;
         } else if (flag == "--dtype") {
             args.dtype = value;
+        } else if (flag == "--quantization") {
+            args.quantization = value;
         } else if (flag == "--threads") {
             args.threads = std::stoi(value);
         } else {
@@ -34,7 +36,7 @@ StatusOr<BenchArgs> parse_bench_args(int argc, char** argv) {
 }
 
 StatusOr<std::unique_ptr<models::Model>> load_bench_model(const BenchArgs& args) {
-    return models::load_model({args.model_path, args.dtype});
+    return models::load_model({args.model_path, args.dtype, args.quantization});
 }
 
 std::optional<LoadedBench> load_bench(int argc, char** argv, int* exit_code) {

@@ -16,6 +16,7 @@ namespace tessera::bench {
 struct BenchArgs {
     std::string model_path;
     std::string dtype = "auto";
+    std::string quantization;  // --quantization (fp8: quantize an unquantized checkpoint at load)
     int threads = 2;
     std::map<std::string, std::int64_t> numbers;  // --steps, --prompt-len, --repeats ...
 
@@ -25,7 +26,7 @@ struct BenchArgs {
     }
 };
 
-// Parses --model-path DIR --dtype D --threads N and any other --name INTEGER.
+// Parses --model-path DIR --dtype D --quantization Q --threads N and any other --name INTEGER.
 StatusOr<BenchArgs> parse_bench_args(int argc, char** argv);
 
 StatusOr<std::unique_ptr<models::Model>> load_bench_model(const BenchArgs& args);

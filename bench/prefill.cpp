@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
         {"bench", "prefill"},
         {"model", c.architecture},
         {"dtype", dtype_name(m.compute_dtype())},
+        {"linear_weight_dtype", dtype_name(m.linear_weight_dtype())},
         {"kernels", kernels::isa_name(kernels::active_isa())},
         {"threads", args->threads},
         {"prompt_len", n},

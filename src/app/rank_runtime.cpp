@@ -205,7 +205,7 @@ Status with_peer_stages(const RankRuntime& rt, Status s) {
 }
 
 StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args, const RankRuntime& rt) {
-    models::LoadOptions load{args.model_path, args.dtype, args.quantization};
+    models::LoadOptions load{args.model_path, args.dtype, args.quantization, args.kv_cache_dtype};
     load.tp_rank = rt.coords.tp_rank;
     load.tp_size = args.tp_size;
     load.tp_group = rt.tp_group.get();

@@ -95,24 +95,29 @@ inline void accumulate_two_rows(float* acc0, float* acc1, float c0, float c1, co
     }
 }
 
-// 8 consecutive elements from f32 or bf16 storage, as f32.
-template <bool kBf16>
+// 8 consecutive elements from f32, bf16 or fp8 storage, as f32.
+template <DType kKv>
 inline __m256 load8(const void* p, std::int64_t i) {
-    if constexpr (kBf16) {
+    if constexpr (kKv == DType::kBF16) {
         const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + i));
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    } else {
+    } else if constexpr (kKv == DType::kF32) {
         return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+    } else {
+        const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const std::uint8_t*>(p) + i)));
+        if constexpr (kKv == DType::kF8E5M2) return _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
+        const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8),
+                                       _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7));
+        return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));  // see fp8_to_f32x16
     }
 }
 
 // A head's row from the cache into f32 (the packing of the block path).
-inline void widen_row(const void* src, float* dst, std::int64_t dim, bool bf16) {
-    if (bf16) {
-        const auto* h = static_cast<const std::uint16_t*>(src);
-        for (std::int64_t d = 0; d < dim; ++d) dst[d] = bf16_to_f32(h[d]);
-    } else {
+inline void widen_row(const void* src, float* dst, std::int64_t dim, DType type) {
+    if (type == DType::kF32) {
         std::memcpy(dst, src, static_cast<std::size_t>(dim) * sizeof(float));
+    } else {
+        convert_to_f32(src, type, dst, static_cast<std::size_t>(dim));
     }
 }
 
@@ -123,7 +128,7 @@ constexpr std::int64_t kDirectRowLimit = 4;
 // Up to this many new tokens per sequence take the decode kernel (each token sweeps the cache).
 constexpr std::int64_t kDecodeMaxTokens = 2;
 
-template <bool kBf16>
+template <DType kKv>
 void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head,
                         std::int64_t q_begin, std::int64_t q_end) {
     const std::int64_t group = s.n_heads / s.n_kv_heads;
@@ -144,19 +149,19 @@ void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::in
                 std::int64_t j = 0;
                 // Four keys at a time share one horizontal reduction.
                 for (; j + 4 <= n; j += 4) {
-                    const void* k0 = kv_row(a.k, key_row(a, kb + j), a.kv_stride, kv_head, dim, kBf16);
-                    const void* k1 = kv_row(a.k, key_row(a, kb + j + 1), a.kv_stride, kv_head, dim, kBf16);
-                    const void* k2 = kv_row(a.k, key_row(a, kb + j + 2), a.kv_stride, kv_head, dim, kBf16);
-                    const void* k3 = kv_row(a.k, key_row(a, kb + j + 3), a.kv_stride, kv_head, dim, kBf16);
+                    const void* k0 = kv_row(a.k, key_row(a, kb + j), a.kv_stride, kv_head, dim, kKv);
+                    const void* k1 = kv_row(a.k, key_row(a, kb + j + 1), a.kv_stride, kv_head, dim, kKv);
+                    const void* k2 = kv_row(a.k, key_row(a, kb + j + 2), a.kv_stride, kv_head, dim, kKv);
+                    const void* k3 = kv_row(a.k, key_row(a, kb + j + 3), a.kv_stride, kv_head, dim, kKv);
                     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
                     __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
                     std::int64_t d = 0;
                     for (; d + 8 <= dim; d += 8) {
                         const __m256 qv = _mm256_loadu_ps(q + d);
-                        s0 = _mm256_fmadd_ps(qv, load8<kBf16>(k0, d), s0);
-                        s1 = _mm256_fmadd_ps(qv, load8<kBf16>(k1, d), s1);
-                        s2 = _mm256_fmadd_ps(qv, load8<kBf16>(k2, d), s2);
-                        s3 = _mm256_fmadd_ps(qv, load8<kBf16>(k3, d), s3);
+                        s0 = _mm256_fmadd_ps(qv, load8<kKv>(k0, d), s0);
+                        s1 = _mm256_fmadd_ps(qv, load8<kKv>(k1, d), s1);
+                        s2 = _mm256_fmadd_ps(qv, load8<kKv>(k2, d), s2);
+                        s3 = _mm256_fmadd_ps(qv, load8<kKv>(k3, d), s3);
                     }
                     // hadd pairs: [s0 s1 s0 s1 | ...] then [s0 s1 s2 s3] per 128-bit lane.
                     const __m256 h01 = _mm256_hadd_ps(s0, s1);
@@ -168,14 +173,14 @@ void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::in
                     for (int u = 0; u < 4; ++u) {
                         float v = four[u];
                         const void* kr = u == 0 ? k0 : u == 1 ? k1 : u == 2 ? k2 : k3;
-                        for (std::int64_t dd = d; dd < dim; ++dd) v += q[dd] * kv_value(kr, dd, kBf16);
+                        for (std::int64_t dd = d; dd < dim; ++dd) v += q[dd] * kv_value(kr, dd, kKv);
                         p[j + u] = v * s.scale;
                     }
                 }
                 for (; j < n; ++j) {
-                    const void* kr = kv_row(a.k, key_row(a, kb + j), a.kv_stride, kv_head, dim, kBf16);
+                    const void* kr = kv_row(a.k, key_row(a, kb + j), a.kv_stride, kv_head, dim, kKv);
                     float v = 0.0f;
-                    for (std::int64_t d = 0; d < dim; ++d) v += q[d] * kv_value(kr, d, kBf16);
+                    for (std::int64_t d = 0; d < dim; ++d) v += q[d] * kv_value(kr, d, kKv);
                     p[j] = v * s.scale;
                 }
                 const float correction = softmax_step(p, n, row_max, row_sum);
@@ -186,16 +191,16 @@ void attend_rows_direct(const AttentionArgs& a, const AttentionShape& s, std::in
                     __m256 r[8];
                     for (int u = 0; u < 8; ++u) r[u] = _mm256_mul_ps(_mm256_loadu_ps(acc.data() + d0 + 8 * u), c);
                     for (std::int64_t jj = 0; jj < n; ++jj) {
-                        const void* v = kv_row(a.v, key_row(a, kb + jj), a.kv_stride, kv_head, dim, kBf16);
+                        const void* v = kv_row(a.v, key_row(a, kb + jj), a.kv_stride, kv_head, dim, kKv);
                         const __m256 pj = _mm256_set1_ps(p[jj]);
-                        for (int u = 0; u < 8; ++u) r[u] = _mm256_fmadd_ps(pj, load8<kBf16>(v, d0 + 8 * u), r[u]);
+                        for (int u = 0; u < 8; ++u) r[u] = _mm256_fmadd_ps(pj, load8<kKv>(v, d0 + 8 * u), r[u]);
                     }
                     for (int u = 0; u < 8; ++u) _mm256_storeu_ps(acc.data() + d0 + 8 * u, r[u]);
                 }
                 for (std::int64_t d = d0; d < dim; ++d) {
                     float x = acc[d] * correction;
                     for (std::int64_t jj = 0; jj < n; ++jj)
-                        x += p[jj] * kv_value(kv_row(a.v, key_row(a, kb + jj), a.kv_stride, kv_head, dim, kBf16), d, kBf16);
+                        x += p[jj] * kv_value(kv_row(a.v, key_row(a, kb + jj), a.kv_stride, kv_head, dim, kKv), d, kKv);
                     acc[d] = x;
                 }
             }
@@ -244,14 +249,14 @@ void attend_block(const AttentionArgs& a, const AttentionShape& s, std::int64_t 
     for (std::int64_t kb = 0; kb <= last_key; kb += kKeyBlock) {
         const std::int64_t n_keys = std::min(kKeyBlock, last_key + 1 - kb);
         for (std::int64_t j = 0; j < n_keys; ++j) {
-            widen_row(kv_row(a.k, key_row(a, kb + j), a.kv_stride, kv_head, dim, a.kv_bf16), k_row, dim, a.kv_bf16);
+            widen_row(kv_row(a.k, key_row(a, kb + j), a.kv_stride, kv_head, dim, a.kv_dtype), k_row, dim, a.kv_dtype);
             for (std::int64_t d = 0; d < dim; ++d) kt[d * kKeyBlock + j] = k_row[d];
         }
         for (std::int64_t j = n_keys; j < kKeyBlock; ++j)
             for (std::int64_t d = 0; d < dim; ++d) kt[d * kKeyBlock + j] = 0.0f;
         for (std::int64_t j = 0; j < n_keys; ++j)
-            widen_row(kv_row(a.v, key_row(a, kb + j), a.kv_stride, kv_head, dim, a.kv_bf16), vb + j * dim, dim,
-                      a.kv_bf16);
+            widen_row(kv_row(a.v, key_row(a, kb + j), a.kv_stride, kv_head, dim, a.kv_dtype), vb + j * dim, dim,
+                      a.kv_dtype);
         for (std::int64_t r = 0; r < n_rows; r += 2) {
             if (q_pos[r] < kb && q_pos[r + 1] < kb) continue;  // both rows see none of this block
             scores_two_rows(q_rows[r], q_rows[r + 1], kt, dim, scores[0], scores[1]);
@@ -353,14 +358,12 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
                 attend_decode_rows(a, shape, t.kv_head_begin, t.kv_head_end, t.q_begin, t.q_end);
                 break;
             case Kind::kDirect:
-                if (a.kv_bf16) {
-                    attend_rows_direct<true>(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
-                } else {
-                    attend_rows_direct<false>(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
-                }
+                with_kv_type(a.kv_dtype, [&](auto kv) {
+                    attend_rows_direct<decltype(kv)::value>(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
+                });
                 break;
             case Kind::kBlock:
-                if (a.kv_bf16 && bf16_blocks) {
+                if (a.kv_dtype == DType::kBF16 && bf16_blocks) {
                     thread_local AlignedBuffer scratch;
                     const std::size_t bytes = cpu::attend_block_bf16_scratch_bytes(shape, t.q_end - t.q_begin);
                     if (scratch.size() < bytes) scratch = AlignedBuffer(bytes);
@@ -402,9 +405,9 @@ void attention_reference(const AttentionArgs& args, const AttentionShape& shape)
             double max_score = -std::numeric_limits<double>::infinity();
             for (std::int64_t j = 0; j < n_keys; ++j) {
                 const std::int64_t row = a.kv_slots == nullptr ? j : a.kv_slots[j];
-                const void* k = kv_row(a.k, row, a.kv_stride, kvh, dim, a.kv_bf16);
+                const void* k = kv_row(a.k, row, a.kv_stride, kvh, dim, a.kv_dtype);
                 double sdot = 0.0;
-                for (std::int64_t d = 0; d < dim; ++d) sdot += static_cast<double>(q[d]) * kv_value(k, d, a.kv_bf16);
+                for (std::int64_t d = 0; d < dim; ++d) sdot += static_cast<double>(q[d]) * kv_value(k, d, a.kv_dtype);
                 scores[j] = sdot * shape.scale;
                 max_score = std::max(max_score, scores[j]);
             }
@@ -418,7 +421,7 @@ void attention_reference(const AttentionArgs& args, const AttentionShape& shape)
                 double o = 0.0;
                 for (std::int64_t j = 0; j < n_keys; ++j) {
                     const std::int64_t row = a.kv_slots == nullptr ? j : a.kv_slots[j];
-                    o += scores[j] * kv_value(kv_row(a.v, row, a.kv_stride, kvh, dim, a.kv_bf16), d, a.kv_bf16);
+                    o += scores[j] * kv_value(kv_row(a.v, row, a.kv_stride, kvh, dim, a.kv_dtype), d, a.kv_dtype);
                 }
                 out[d] = static_cast<float>(o / total);
             }

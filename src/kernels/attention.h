@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <span>
 
+#include "tensor/dtype.h"
+
 namespace tessera {
 class ThreadPool;
 }
@@ -22,14 +24,15 @@ struct AttentionShape {
 };
 
 // q   f32 [n_q, n_heads, head_dim] (token rows q_stride floats apart; 0 = n_heads·head_dim)
-// k,v f32 or bf16 [n_kv, n_kv_heads, head_dim] (rows kv_stride apart; 0 = n_kv_heads·head_dim):
+// k,v f32, bf16 or fp8 (e4m3 / e5m2, values as stored: scale 1) [n_kv, n_kv_heads, head_dim]
+//     (rows kv_stride apart; 0 = n_kv_heads·head_dim):
 //     the cache holding positions 0 .. start_pos + n_q - 1: position p is row p, or row
 //     kv_slots[p] when kv_slots is given (a paged pool shared by many sequences)
 // out f32 [n_q, n_heads, head_dim]
 // Query i sits at position start_pos + i and attends keys 0 .. start_pos + i.
 struct AttentionArgs {
     const float* q = nullptr;
-    const void* k = nullptr;  // f32, or bf16 when kv_bf16
+    const void* k = nullptr;  // kv_dtype elements
     const void* v = nullptr;
     float* out = nullptr;
     std::int64_t n_q = 0;
@@ -37,7 +40,7 @@ struct AttentionArgs {
     std::int64_t q_stride = 0;
     std::int64_t kv_stride = 0;
     const std::int32_t* kv_slots = nullptr;  // I32 [start_pos + n_q] or nullptr (identity)
-    bool kv_bf16 = false;                    // K/V rows stored as bf16 (read widened to f32)
+    DType kv_dtype = DType::kF32;            // K/V element type (read widened to f32)
 };
 
 void attention(const AttentionArgs& args, const AttentionShape& shape, ThreadPool* pool);

@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
                     a.n_q = 1;
                     a.start_pos = o.context - 1;
                     a.kv_slots = slot_table.data() + s * o.context;
-                    a.kv_bf16 = true;
+                    a.kv_dtype = DType::kBF16;
                     batch.push_back(a);
                 }
                 kernels::attention_batch(batch, shape, &pool);

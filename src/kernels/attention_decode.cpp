@@ -34,9 +34,14 @@ inline std::int64_t unpack_order(std::int64_t i) {
     return (i & ~std::int64_t{15}) | (swapped << 2) | (i & 3);
 }
 
-template <bool kBf16>
+template <DType kKv>
 inline void load16(const void* row, std::int64_t i, __m256& lo, __m256& hi) {
-    if constexpr (kBf16) {
+    if constexpr (kKv == DType::kF8E4M3 || kKv == DType::kF8E5M2) {
+        __m256 a, b;
+        fp8_to_f32x16<kKv>(static_cast<const std::uint8_t*>(row) + i, a, b);
+        lo = _mm256_permute2f128_ps(a, b, 0x20);
+        hi = _mm256_permute2f128_ps(a, b, 0x31);
+    } else if constexpr (kKv == DType::kBF16) {
         const __m256i x =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(row) + i));
         lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), x));
@@ -53,14 +58,14 @@ inline void load16(const void* row, std::int64_t i, __m256& lo, __m256& hi) {
 // Partial dot products of two query rows with one key (q rows in unpack order, already
 // scaled): 8 lanes each, summed across lanes later for four keys at once (hsum4). Each
 // widened key element serves both query rows.
-template <bool kBf16>
+template <DType kKv>
 inline void partial_scores_2(const float* q0, const float* q1, const void* k, std::int64_t dim, float* out0,
                              float* out1) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
     for (std::int64_t d = 0; d < dim; d += 16) {
         __m256 lo, hi;
-        load16<kBf16>(k, d, lo, hi);
+        load16<kKv>(k, d, lo, hi);
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), lo, a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + 8), hi, a1);
         b0 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), lo, b0);
@@ -72,12 +77,12 @@ inline void partial_scores_2(const float* q0, const float* q1, const void* k, st
 
 // acc_w += p_w · v for two query rows and one value row, 16 columns at a time: each widened
 // value element serves both query rows.
-template <bool kBf16>
+template <DType kKv>
 inline void accumulate_2(float* acc0, float* acc1, float p0, float p1, const void* v, std::int64_t dim) {
     const __m256 w0 = _mm256_set1_ps(p0), w1 = _mm256_set1_ps(p1);
     for (std::int64_t d = 0; d < dim; d += 16) {
         __m256 lo, hi;
-        load16<kBf16>(v, d, lo, hi);
+        load16<kKv>(v, d, lo, hi);
         _mm256_storeu_ps(acc0 + d, _mm256_fmadd_ps(w0, lo, _mm256_loadu_ps(acc0 + d)));
         _mm256_storeu_ps(acc0 + d + 8, _mm256_fmadd_ps(w0, hi, _mm256_loadu_ps(acc0 + d + 8)));
         _mm256_storeu_ps(acc1 + d, _mm256_fmadd_ps(w1, lo, _mm256_loadu_ps(acc1 + d)));
@@ -85,13 +90,13 @@ inline void accumulate_2(float* acc0, float* acc1, float p0, float p1, const voi
     }
 }
 
-template <bool kBf16>
+template <DType kKv>
 void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t head_begin, std::int64_t head_end,
                  std::int64_t q_begin, std::int64_t q_end) {
     const std::int64_t group = s.n_heads / s.n_kv_heads;
     const std::int64_t dim = s.head_dim;
     const std::int64_t n_heads = head_end - head_begin;
-    const std::int64_t head_bytes = dim * (kBf16 ? 2 : 4);
+    const std::int64_t head_bytes = dim * static_cast<std::int64_t>(dtype_size(kKv));
     // Query heads are taken in pairs within a group; an odd group's last pair gets a
     // scratch partner whose results are dropped. Slot = (head - head_begin, pair, w).
     const std::int64_t pairs = (group + 1) / 2;
@@ -126,11 +131,11 @@ void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t h
             const std::int64_t n = std::min(kKeys, n_keys - kb);
             for (std::int64_t j = 0; j < n; ++j) {
                 const auto* k = static_cast<const char*>(
-                    kv_row(a.k, key_row(a, kb + j), a.kv_stride, head_begin, dim, kBf16));
+                    kv_row(a.k, key_row(a, kb + j), a.kv_stride, head_begin, dim, kKv));
                 for (std::int64_t h = 0; h < n_heads; ++h) {
                     for (std::int64_t pair = 0; pair < pairs; ++pair) {
                         const std::int64_t slot = (h * pairs + pair) * 2;
-                        partial_scores_2<kBf16>(q_rows + slot * dim, q_rows + (slot + 1) * dim, k + h * head_bytes,
+                        partial_scores_2<kKv>(q_rows + slot * dim, q_rows + (slot + 1) * dim, k + h * head_bytes,
                                                 dim, partial + (slot * (kKeys + 4) + j) * 8,
                                                 partial + ((slot + 1) * (kKeys + 4) + j) * 8);
                     }
@@ -151,11 +156,11 @@ void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t h
             }
             for (std::int64_t j = 0; j < n; ++j) {
                 const auto* v = static_cast<const char*>(
-                    kv_row(a.v, key_row(a, kb + j), a.kv_stride, head_begin, dim, kBf16));
+                    kv_row(a.v, key_row(a, kb + j), a.kv_stride, head_begin, dim, kKv));
                 for (std::int64_t h = 0; h < n_heads; ++h) {
                     for (std::int64_t pair = 0; pair < pairs; ++pair) {
                         const std::int64_t slot = (h * pairs + pair) * 2;
-                        accumulate_2<kBf16>(acc + slot * dim, acc + (slot + 1) * dim, scores[slot * kScoreStride + j],
+                        accumulate_2<kKv>(acc + slot * dim, acc + (slot + 1) * dim, scores[slot * kScoreStride + j],
                                             scores[(slot + 1) * kScoreStride + j], v + h * head_bytes, dim);
                     }
                 }
@@ -179,11 +184,8 @@ bool decode_rows_supported(const AttentionShape& s) { return s.head_dim % 16 == 
 void attend_decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head_begin,
                         std::int64_t kv_head_end, std::int64_t q_begin, std::int64_t q_end) {
     TSR_CHECK(decode_rows_supported(s)) << "head_dim " << s.head_dim;
-    if (a.kv_bf16) {
-        decode_rows<true>(a, s, kv_head_begin, kv_head_end, q_begin, q_end);
-    } else {
-        decode_rows<false>(a, s, kv_head_begin, kv_head_end, q_begin, q_end);
-    }
+    with_kv_type(a.kv_dtype,
+                 [&](auto kv) { decode_rows<decltype(kv)::value>(a, s, kv_head_begin, kv_head_end, q_begin, q_end); });
 }
 
 }  // namespace tessera::kernels::attention_detail

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/attention.h"
 #include "kernels/simd_exp.h"
@@ -64,16 +65,52 @@ inline std::int64_t key_row(const AttentionArgs& a, std::int64_t position) {
 }
 
 // Element i of a K/V row as f32.
-inline float kv_value(const void* row, std::int64_t i, bool bf16) {
-    return bf16 ? bf16_to_f32(static_cast<const std::uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
+inline float kv_value(const void* row, std::int64_t i, DType type) {
+    switch (type) {
+        case DType::kBF16: return bf16_to_f32(static_cast<const std::uint16_t*>(row)[i]);
+        case DType::kF8E4M3:
+        case DType::kF8E5M2: return fp8_to_f32(static_cast<const std::uint8_t*>(row)[i], type);
+        default: return static_cast<const float*>(row)[i];
+    }
 }
 
 // Address of head `kv_head` in cache row `row`.
 inline const void* kv_row(const void* base, std::int64_t row, std::int64_t stride, std::int64_t kv_head,
-                          std::int64_t dim, bool bf16) {
+                          std::int64_t dim, DType type) {
     const std::int64_t offset = row * stride + kv_head * dim;
-    return bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(base) + offset)
-                : static_cast<const void*>(static_cast<const float*>(base) + offset);
+    return static_cast<const char*>(base) + offset * static_cast<std::int64_t>(dtype_size(type));
+}
+
+// 16 fp8 codes as f32 in element order (a: 0-7, b: 8-15), exactly: an e4m3 code shifted into
+// binary16 is its value times 2^-8 (subnormals included), an e5m2 code is binary16's top byte.
+template <DType kType>
+inline void fp8_to_f32x16(const void* p, __m256& a, __m256& b) {
+    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+    __m256i h;
+    if constexpr (kType == DType::kF8E5M2) {
+        h = _mm256_slli_epi16(w, 8);
+    } else {
+        h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
+                            _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7));
+    }
+    a = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    b = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    if constexpr (kType != DType::kF8E5M2) {
+        a = _mm256_mul_ps(a, _mm256_set1_ps(256.0f));
+        b = _mm256_mul_ps(b, _mm256_set1_ps(256.0f));
+    }
+}
+
+// Calls f(std::integral_constant<DType, t>{}) for the K/V element type t: one instantiation
+// of a kernel per storage type.
+template <typename F>
+inline void with_kv_type(DType t, F&& f) {
+    switch (t) {
+        case DType::kBF16: f(std::integral_constant<DType, DType::kBF16>{}); return;
+        case DType::kF8E4M3: f(std::integral_constant<DType, DType::kF8E4M3>{}); return;
+        case DType::kF8E5M2: f(std::integral_constant<DType, DType::kF8E5M2>{}); return;
+        default: f(std::integral_constant<DType, DType::kF32>{}); return;
+    }
 }
 
 // Decode: the query tokens of one sequence against its cache for the KV heads

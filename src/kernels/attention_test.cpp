@@ -1,4 +1,5 @@
 #include "kernels/attention.h"
+#include "kernels/ops.h"
 
 #include <gtest/gtest.h>
 
@@ -109,7 +110,7 @@ TEST(AttentionTest, Bf16CacheEqualsF32CacheOfTheRoundedValues) {
         std::vector<float> from_f32(q.size()), from_bf16(q.size()), reference(q.size());
         attention({q.data(), kf.data(), vf.data(), from_f32.data(), n_q, start}, shape, nullptr);
         AttentionArgs bf16_args{q.data(), kb.data(), vb.data(), from_bf16.data(), n_q, start};
-        bf16_args.kv_bf16 = true;
+        bf16_args.kv_dtype = DType::kBF16;
         attention(bf16_args, shape, nullptr);
         bf16_args.out = reference.data();
         attention_reference(bf16_args, shape);
@@ -118,6 +119,64 @@ TEST(AttentionTest, Bf16CacheEqualsF32CacheOfTheRoundedValues) {
             ASSERT_NEAR(reference[i], from_f32[i], 2e-5) << "n_q " << n_q << " at " << i;
         }
     }
+}
+
+// K/V values stored as `type`: the encoded bytes and the values they decode to.
+struct StoredKv {
+    std::vector<std::uint8_t> bytes;
+    std::vector<float> values;
+};
+
+StoredKv store_kv(std::int64_t n, DType type, std::mt19937& gen) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    StoredKv s;
+    s.bytes.resize(static_cast<std::size_t>(n) * dtype_size(type));
+    s.values.resize(static_cast<std::size_t>(n));
+    std::vector<float> raw(static_cast<std::size_t>(n));
+    for (auto& x : raw) x = dist(gen);
+    store_kv_row(raw.data(), s.bytes.data(), 0, n, type);
+    convert_to_f32(s.bytes.data(), type, s.values.data(), s.values.size());
+    return s;
+}
+
+// An fp8 cache (e4m3, e5m2) gives what an f32 cache of its decoded values gives, on the
+// decode, few-row and block paths.
+TEST(AttentionTest, Fp8CacheEqualsF32CacheOfTheDecodedValues) {
+    const AttentionShape shape{8, 2, 32, 0.2f};
+    std::mt19937 gen(31);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (DType type : {DType::kF8E4M3, DType::kF8E5M2}) {
+        for (std::int64_t n_q : {1, 2, 3, 70}) {
+            const std::int64_t start = 41, n_kv = start + n_q, row = 2 * 32;
+            std::vector<float> q(n_q * 8 * 32);
+            for (auto& x : q) x = dist(gen);
+            const StoredKv k = store_kv(n_kv * row, type, gen), v = store_kv(n_kv * row, type, gen);
+            std::vector<float> from_f32(q.size()), from_fp8(q.size()), reference(q.size());
+            attention({q.data(), k.values.data(), v.values.data(), from_f32.data(), n_q, start}, shape, nullptr);
+            AttentionArgs args{q.data(), k.bytes.data(), v.bytes.data(), from_fp8.data(), n_q, start};
+            args.kv_dtype = type;
+            attention(args, shape, nullptr);
+            args.out = reference.data();
+            attention_reference(args, shape);
+            for (std::size_t i = 0; i < q.size(); ++i) {
+                ASSERT_NEAR(from_fp8[i], from_f32[i], 1e-5) << dtype_name(type) << " n_q " << n_q << " at " << i;
+                ASSERT_NEAR(reference[i], from_f32[i], 2e-5) << dtype_name(type) << " n_q " << n_q << " at " << i;
+            }
+        }
+    }
+}
+
+// Storing clamps to the format's range (a plain cast would give NaN) and rounds to nearest.
+TEST(AttentionTest, StoreKvRowClampsFp8) {
+    const float row[4] = {1000.0f, -1e6f, 0.3f, 1.0f};
+    std::uint8_t e4m3[4], e5m2[4];
+    store_kv_row(row, e4m3, 0, 4, DType::kF8E4M3);
+    store_kv_row(row, e5m2, 0, 4, DType::kF8E5M2);
+    EXPECT_EQ(fp8_e4m3_to_f32(e4m3[0]), 448.0f);
+    EXPECT_EQ(fp8_e4m3_to_f32(e4m3[1]), -448.0f);
+    EXPECT_EQ(fp8_e4m3_to_f32(e4m3[2]), 0.3125f);
+    EXPECT_EQ(fp8_e5m2_to_f32(e5m2[1]), -57344.0f);
+    EXPECT_EQ(fp8_e5m2_to_f32(e5m2[3]), 1.0f);
 }
 
 TEST(AttentionTest, DecodeOfAPrefixEqualsTheLastRowOfPrefill) {
@@ -142,10 +201,11 @@ TEST(AttentionTest, DecodeOfAPrefixEqualsTheLastRowOfPrefill) {
 TEST(AttentionTest, DecodeBatchMatchesReference) {
     struct DecodeCase {
         std::int64_t n_heads, n_kv_heads, head_dim;
-        bool bf16;
+        DType kv;
     };
-    const DecodeCase cases[] = {{16, 8, 128, true}, {16, 8, 128, false}, {6, 2, 48, true},
-                                {4, 4, 16, false},  {8, 2, 64, true},    {12, 4, 32, true}};
+    const DecodeCase cases[] = {{16, 8, 128, DType::kBF16}, {16, 8, 128, DType::kF32},   {6, 2, 48, DType::kBF16},
+                                {4, 4, 16, DType::kF32},    {8, 2, 64, DType::kBF16},    {12, 4, 32, DType::kBF16},
+                                {16, 8, 128, DType::kF8E4M3}, {6, 2, 48, DType::kF8E5M2}};
     const std::int64_t lengths[] = {1, 5, 33, 64, 65, 200, 31, 7};
     ThreadPool pool(2);
     std::mt19937 gen(17);
@@ -158,14 +218,7 @@ TEST(AttentionTest, DecodeBatchMatchesReference) {
         // Positions of all sequences interleaved over one pool (a shuffled slot table).
         std::vector<std::int32_t> all_slots(static_cast<std::size_t>(total));
         for (std::int64_t i = 0; i < total; ++i) all_slots[i] = static_cast<std::int32_t>((i * 37 + 5) % total);
-        std::vector<float> kf(total * row), vf(total * row);
-        std::vector<std::uint16_t> kb(kf.size()), vb(vf.size());
-        for (std::size_t i = 0; i < kf.size(); ++i) {
-            kb[i] = f32_to_bf16(dist(gen));
-            vb[i] = f32_to_bf16(dist(gen));
-            kf[i] = bf16_to_f32(kb[i]);
-            vf[i] = bf16_to_f32(vb[i]);
-        }
+        const StoredKv k = store_kv(total * row, c.kv, gen), v = store_kv(total * row, c.kv, gen);
         std::vector<AttentionArgs> batch;
         std::vector<std::vector<float>> queries, outputs, serial, expected;
         std::int64_t first_slot = 0;
@@ -175,9 +228,8 @@ TEST(AttentionTest, DecodeBatchMatchesReference) {
             queries.emplace_back(n_q * c.n_heads * c.head_dim);
             for (auto& x : queries.back()) x = 2.0f * dist(gen);
             outputs.emplace_back(queries.back().size());
-            AttentionArgs a{queries.back().data(), c.bf16 ? static_cast<const void*>(kb.data()) : kf.data(),
-                            c.bf16 ? static_cast<const void*>(vb.data()) : vf.data(), nullptr, n_q, start, 0, 0,
-                            all_slots.data() + first_slot, c.bf16};
+            AttentionArgs a{queries.back().data(), k.bytes.data(), v.bytes.data(), nullptr, n_q, start, 0, 0,
+                            all_slots.data() + first_slot, c.kv};
             batch.push_back(a);
             first_slot += lengths[s] + 1;
         }
@@ -196,7 +248,7 @@ TEST(AttentionTest, DecodeBatchMatchesReference) {
             attention_reference(a, shape);
             for (std::size_t i = 0; i < expected.back().size(); ++i) {
                 ASSERT_NEAR(outputs[s][i], expected.back()[i], 2e-5)
-                    << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim << " bf16 " << c.bf16
+                    << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim << " " << dtype_name(c.kv)
                     << " seq " << s << " at " << i;
                 ASSERT_EQ(outputs[s][i], serial.back()[i]) << "seq " << s << " at " << i;
             }
@@ -231,7 +283,7 @@ TEST(AttentionTest, Bf16CachePrefillMatchesReference) {
         }
         std::vector<float> out(q.size()), single(q.size()), expected(q.size());
         AttentionArgs args{q.data(), k.data(), v.data(), out.data(), c.n_q, c.start_pos};
-        args.kv_bf16 = true;
+        args.kv_dtype = DType::kBF16;
         attention(args, shape, &pool);
         args.out = single.data();
         attention(args, shape, nullptr);

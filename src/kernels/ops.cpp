@@ -59,6 +59,30 @@ void rms_norm(const float* x, const float* weight, float* y, std::int64_t rows, 
     });
 }
 
+void store_kv_row(const float* src, void* base, std::int64_t offset, std::int64_t n, DType type) {
+    switch (type) {
+        case DType::kBF16: {
+            auto* dst = static_cast<std::uint16_t*>(base) + offset;
+            for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+            return;
+        }
+        case DType::kF8E4M3:
+        case DType::kF8E5M2: {
+            auto* dst = static_cast<std::uint8_t*>(base) + offset;
+            for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_fp8(src[i], type);
+            return;
+        }
+        case DType::kF16: {
+            auto* dst = static_cast<std::uint16_t*>(base) + offset;
+            for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+            return;
+        }
+        case DType::kF32:
+            std::memcpy(static_cast<float*>(base) + offset, src, static_cast<std::size_t>(n) * sizeof(float));
+            return;
+    }
+}
+
 void add_inplace(float* x, const float* residual, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) x[i] += residual[i];
 }

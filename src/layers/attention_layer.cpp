@@ -41,7 +41,7 @@ double GqaAttention::flops_per_token() const {
                   static_cast<double>(o_proj_.in_features()) * o_proj_.out_features());
 }
 
-Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_cache, void* v_cache, bool kv_bf16,
+Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_cache, void* v_cache, DType kv_dtype,
                              float* out, Scratch& scratch, const LayerParallel& par) const {
     const std::int64_t n = batch.n_tokens;
     const std::int64_t q_dim = heads_ * head_dim_;
@@ -65,17 +65,8 @@ Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_ca
             kernels::rope_rotate(q, heads_, head_dim_, cos, sin, /*neox=*/true);
             kernels::rope_rotate(k, kv_heads_, head_dim_, cos, sin, /*neox=*/true);
             const std::int64_t row = batch.kv_rows[t] * kv_dim;
-            if (kv_bf16) {
-                auto* kd = static_cast<std::uint16_t*>(k_cache) + row;
-                auto* vd = static_cast<std::uint16_t*>(v_cache) + row;
-                for (std::int64_t i = 0; i < kv_dim; ++i) {
-                    kd[i] = f32_to_bf16(k[i]);
-                    vd[i] = f32_to_bf16(k[kv_dim + i]);
-                }
-            } else {
-                std::memcpy(static_cast<float*>(k_cache) + row, k, static_cast<std::size_t>(kv_dim) * 4);
-                std::memcpy(static_cast<float*>(v_cache) + row, k + kv_dim, static_cast<std::size_t>(kv_dim) * 4);
-            }
+            kernels::store_kv_row(k, k_cache, row, kv_dim, kv_dtype);
+            kernels::store_kv_row(k + kv_dim, v_cache, row, kv_dim, kv_dtype);
         }
     };
     if (batch.pool != nullptr && n >= 8) {
@@ -95,7 +86,7 @@ Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_ca
         args.start_pos = seq.start_pos;
         args.q_stride = qkv_dim;
         args.kv_slots = seq.slots;
-        args.kv_bf16 = kv_bf16;
+        args.kv_dtype = kv_dtype;
         if (seq.n_tokens > 0) args_list.push_back(args);
         first += seq.n_tokens;
     }

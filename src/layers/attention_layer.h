@@ -31,8 +31,8 @@ class GqaAttention {
                                        const LayerParallel& par);
 
     // out f32 [n, hidden] (complete: all-reduced) from h f32 [n, hidden]; writes the new
-    // tokens' K and V (kv dtype bf16 or f32) into k_cache / v_cache rows.
-    Status forward(const float* h, const LayerBatch& batch, void* k_cache, void* v_cache, bool kv_bf16,
+    // tokens' K and V (kv_dtype: f32, bf16 or fp8) into k_cache / v_cache rows.
+    Status forward(const float* h, const LayerBatch& batch, void* k_cache, void* v_cache, DType kv_dtype,
                    float* out, Scratch& scratch, const LayerParallel& par) const;
 
     std::int64_t local_heads() const { return heads_; }

@@ -258,7 +258,7 @@ void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first,
     args.out = scratch.mla_head_out.data();
     args.n_q = n;
     args.start_pos = seq.start_pos;
-    args.kv_bf16 = cache_bf16;
+    args.kv_dtype = cache_bf16 ? DType::kBF16 : DType::kF32;
     kernels::attention(args, {heads_, heads_, D, scale_}, pool);
     for (std::int64_t t = 0; t < n * heads_; ++t)
         std::copy(scratch.mla_head_out.begin() + t * D, scratch.mla_head_out.begin() + t * D + dv,

@@ -39,12 +39,19 @@ struct DecoderLayer {
     std::variant<layers::GatedMlp, layers::MoeLayer> ffn;
 };
 
+// load_model (registry.cpp) has refused a bad --kv-cache-dtype before any model is built.
+DType kv_dtype_of(const LoadOptions& options, DType compute_dtype) {
+    auto resolved = resolve_kv_cache_dtype(options.kv_cache_dtype, compute_dtype);
+    return resolved.ok() ? *resolved : compute_dtype;
+}
+
 class Decoder final : public Model {
  public:
     Decoder(ModelConfig config, DType compute_dtype, const LoadOptions& options)
         : config_(std::move(config)),
           compute_dtype_(compute_dtype),
-          linear_dtype_(options.quantization == "fp8" ? DType::kF8E4M3 : compute_dtype) {
+          linear_dtype_(options.quantization == "fp8" ? DType::kF8E4M3 : compute_dtype),
+          kv_dtype_(kv_dtype_of(options, compute_dtype)) {
         output_rank_ = options.tp_rank == 0 && options.pp_rank == 0;
         par_.tp = {options.tp_rank, options.tp_size};
         par_.tp_group = options.tp_group;
@@ -56,8 +63,7 @@ class Decoder final : public Model {
     // Model
     const ModelConfig& config() const override { return config_; }
     kvcache::KvCacheShape kv_cache_shape() const override {
-        // SGLang's --kv-cache-dtype auto: the model's compute type.
-        const DType dtype = compute_dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF32;
+        const DType dtype = kv_dtype_;
         if (config_.is_mla())
             return {stage_.num_layers(), 1, config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim, dtype,
                     kvcache::KvKind::kLatent};
@@ -88,6 +94,7 @@ class Decoder final : public Model {
     // under --quantization fp8 (the router and the logits head keep compute_dtype_, as SGLang
     // leaves them unquantized).
     const DType linear_dtype_;
+    const DType kv_dtype_;  // --kv-cache-dtype (registry.cpp resolve_kv_cache_dtype checked it)
     layers::LayerParallel par_;
     StageInfo stage_;
     std::int64_t n_heads_ = 0;     // this rank's query heads
@@ -348,7 +355,7 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
     rope_sin_.resize(static_cast<std::size_t>(n * half));
     kernels::rope_angles(positions.data(), n, inv_freq_.data(), half, rope_cos_.data(), rope_sin_.data());
     const layers::LayerBatch lb{n, kv_rows.data(), rope_cos_.data(), rope_sin_.data(), seqs, pool};
-    const bool kv_bf16 = kv.dtype == DType::kBF16;
+    const bool kv_bf16 = kv.dtype == DType::kBF16;  // MLA latents: f32 or bf16 (fp8 is refused at load)
     for (std::size_t l = 0; l < layers_.size(); ++l) {
         DecoderLayer& layer = layers_[l];
         kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
@@ -356,7 +363,7 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
             TSR_RETURN_IF_ERROR(mla->forward(h_.data(), lb, kv.k[l], kv_bf16, branch_.data(), scratch_, par_));
         } else {
             TSR_RETURN_IF_ERROR(std::get<layers::GqaAttention>(layer.attention)
-                                    .forward(h_.data(), lb, kv.k[l], kv.v[l], kv_bf16, branch_.data(), scratch_, par_));
+                                    .forward(h_.data(), lb, kv.k[l], kv.v[l], kv.dtype, branch_.data(), scratch_, par_));
         }
         kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
 

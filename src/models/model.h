@@ -113,6 +113,8 @@ struct LoadOptions {
     // --quantization: "" (the checkpoint's: fp8 when its config.json says so) or "fp8" (an
     // unquantized checkpoint's linear weights become e4m3 in 128 × 128 blocks at load).
     std::string quantization;
+    // --kv-cache-dtype: auto (the compute dtype), bf16 / bfloat16, fp8_e4m3, fp8_e5m2.
+    std::string kv_cache_dtype = "auto";
     // Tensor parallelism: this rank's place in its TP group, and the group (nullptr when
     // tp_size is 1). The model keeps only its shard of every weight.
     int tp_rank = 0;
@@ -132,6 +134,9 @@ struct LoadOptions {
 
 // Reads config.json and the weights; fails with errors naming the file and tensor.
 StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options);
+
+// The KV element type of --kv-cache-dtype for a model computing in `compute_dtype`.
+StatusOr<DType> resolve_kv_cache_dtype(const std::string& requested, DType compute_dtype);
 
 // config.json architectures tessera loads (models/registry.cpp).
 std::vector<std::string> supported_architectures();

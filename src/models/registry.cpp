@@ -52,6 +52,17 @@ StatusOr<DType> resolve_compute_dtype(const std::string& requested, const loader
 
 }  // namespace
 
+StatusOr<DType> resolve_kv_cache_dtype(const std::string& requested, DType compute_dtype) {
+    // SGLang's --kv-cache-dtype auto: the model's compute type.
+    if (requested == "auto" || requested.empty()) return compute_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+    if (requested == "bf16" || requested == "bfloat16") return DType::kBF16;
+    if (requested == "fp8_e4m3") return DType::kF8E4M3;
+    if (requested == "fp8_e5m2") return DType::kF8E5M2;
+    return Status::InvalidArgument("--kv-cache-dtype " + requested +
+                                   " is not supported: tessera stores auto (the model's dtype), bf16, fp8_e4m3 or "
+                                   "fp8_e5m2");
+}
+
 std::vector<std::string> supported_architectures() {
     std::vector<std::string> names;
     for (const auto& a : kArchitectures) names.emplace_back(a.name.architecture);
@@ -67,6 +78,10 @@ StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
     if (config.fp8) fp8_block = {config.fp8->block_n, config.fp8->block_k};
     TSR_ASSIGN_OR_RETURN(auto source, loader::WeightSource::open(options.model_path, fp8_block));
     TSR_ASSIGN_OR_RETURN(DType dtype, resolve_compute_dtype(options.dtype, *source));
+    TSR_ASSIGN_OR_RETURN(DType kv_dtype, resolve_kv_cache_dtype(options.kv_cache_dtype, dtype));
+    if (is_fp8(kv_dtype) && config.is_mla())
+        return Status::Unimplemented("--kv-cache-dtype " + options.kv_cache_dtype + " is not implemented for " +
+                                     config.architecture + "'s MLA latent cache yet; use auto or bf16");
     if (config.fp8) {
         TSR_LOG_C(INFO, "loader", "fp8 checkpoint: linear weights stay fp8 ({}), activations {}",
                   config.fp8->block_n > 0 ? fmt::format("{} x {} blocks", config.fp8->block_n, config.fp8->block_k)

@@ -49,6 +49,10 @@ Status ServerArgs::resolve() {
         served_model_name = slash == std::string::npos || slash + 1 == trimmed.size() ? trimmed : trimmed.substr(slash + 1);
     }
     if (!page_size) page_size = 1;
+    if (kv_cache_dtype != "auto" && kv_cache_dtype != "bf16" && kv_cache_dtype != "bfloat16" &&
+        kv_cache_dtype != "fp8_e4m3" && kv_cache_dtype != "fp8_e5m2")
+        return invalid("--kv-cache-dtype " + kv_cache_dtype +
+                       " is not supported: tessera stores auto (the model's dtype), bf16, fp8_e4m3 or fp8_e5m2");
     if (!quantization.empty() && quantization != "fp8")
         return invalid("--quantization " + quantization +
                        " is not supported: tessera runs fp8 (e4m3 in 128 x 128 blocks, DeepSeek-V3 / Qwen3-FP8 "

@@ -165,6 +165,8 @@ TEST(ServerArgsTest, EveryValidationRule) {
         {"multi-node needs address", [](ServerArgs& a) { a.tp_size = 2; a.nnodes = 2; }, "needs --dist-init-addr"},
         {"quantization method", [](ServerArgs& a) { a.quantization = "awq"; },
          "--quantization awq is not supported: tessera runs fp8"},
+        {"kv cache dtype", [](ServerArgs& a) { a.kv_cache_dtype = "nvfp4"; },
+         "--kv-cache-dtype nvfp4 is not supported: tessera stores auto"},
     };
     for (const Rule& rule : rules) {
         ServerArgs a;

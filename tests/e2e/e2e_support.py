@@ -40,11 +40,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def make_tiny_model(tessera, workdir, arch="qwen3"):
-    """`make-model --preset tiny` (f32, Qwen3's tokenizer, seed 5) into WORKDIR/model."""
+def make_tiny_model(tessera, workdir, arch="qwen3", extra=()):
+    """`make-model --preset tiny` (f32, Qwen3's tokenizer, seed 5, then `extra`) into WORKDIR/model."""
     model = os.path.join(workdir, "model")
     subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--tokenizer", "qwen3",
-                    "--dtype", "f32", "--seed", "5", "--out", model], check=True, capture_output=True)
+                    "--dtype", "f32", "--seed", "5", "--out", model, *extra], check=True, capture_output=True)
     return model
 
 

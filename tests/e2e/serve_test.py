@@ -81,6 +81,11 @@ def pool_is_whole(port):
     return s["num_used_tokens"] == 0 and s["num_running_reqs"] == 0, s
 
 
+# Flags that change what the model computes (--kv-cache-dtype): given to the server and to
+# the `tessera generate` runs its answers are compared with.
+MODEL_FLAGS = []
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tessera", required=True)
@@ -91,17 +96,20 @@ def main():
     ap.add_argument("--ep", type=int, default=1)
     ap.add_argument("--moe-a2a-backend", default="none")
     ap.add_argument("--api-key", default="", help="start the server with this --api-key")
+    ap.add_argument("--fp8-block", type=int, default=0, help="serve an FP8 checkpoint with N x N scale blocks")
+    ap.add_argument("--kv-cache-dtype", default="auto")
     a = ap.parse_args()
     if a.api_key:
         AUTH["Authorization"] = f"Bearer {a.api_key}"
     tessera = os.path.abspath(a.tessera)
     os.makedirs(a.workdir, exist_ok=True)
-    model = make_tiny_model(tessera, a.workdir, a.arch)
+    model = make_tiny_model(tessera, a.workdir, a.arch, ["--fp8-block", str(a.fp8_block)] if a.fp8_block else [])
+    MODEL_FLAGS.extend(["--kv-cache-dtype", a.kv_cache_dtype])
     port = free_port()
     log = open(os.path.join(a.workdir, "server.log"), "w")
     server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
                                "--port", str(port), "--tp", str(a.tp), "--pp-size", str(a.pp), "--threads", "1",
-                               "--ep", str(a.ep), "--moe-a2a-backend", a.moe_a2a_backend,
+                               "--ep", str(a.ep), "--moe-a2a-backend", a.moe_a2a_backend, *MODEL_FLAGS,
                                *(["--api-key", a.api_key] if a.api_key else []),
                                "--max-total-tokens", "16384", "--chunked-prefill-size", "64",
                                "--random-seed", "1"], stdout=log, stderr=subprocess.STDOUT)
@@ -314,7 +322,8 @@ def run_checks(tessera, model, port, tp):
     # Greedy output equals `tessera generate` for the same ids.
     prompt_ids = [9707, 11, 1879, 0, 358, 1079, 264, 4128, 1614, 13, 220, 16, 17, 18]
     gen = subprocess.run([tessera, "generate", "--model-path", model, "--prompt-ids", ",".join(map(str, prompt_ids)),
-                          "--max-new-tokens", "12", "--ignore-eos", "--json", "--threads", "1", "--tp", str(tp)],
+                          "--max-new-tokens", "12", "--ignore-eos", "--json", "--threads", "1", "--tp", str(tp),
+                          *MODEL_FLAGS],
                          capture_output=True, text=True)
     expected = json.loads(gen.stdout)["output_ids"] if gen.returncode == 0 else None
     status, body = post(port, "/generate", {"input_ids": prompt_ids, "sampling_params": {
