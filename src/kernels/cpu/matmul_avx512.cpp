@@ -321,18 +321,18 @@ TSR_FP8_TARGET void dequantize_fp8_panels_avx512(const Fp8Panels& w, std::int64_
                                                  std::uint16_t* dst) {
     const Fp8Tables tables = load_tables(*w.lookup);
     const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-    const __m512i rounding = _mm512_set1_epi32(0x7FFF);
-    const __m512i one = _mm512_set1_epi32(1);
-    // Masked shifts: GCC 12 warns about the undefined pass-through of the unmasked ones.
+    // Masked shift: GCC 12 warns about the undefined pass-through of the unmasked one.
     constexpr __mmask16 kAll = 0xFFFF;
+    // cvtne2ps gives [16 even k | 16 odd k]; this puts them back in (even, odd) pairs.
+    alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                                  21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                                                  11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i interleave = _mm512_load_si512(kInterleave);
     // bf16 pairs (even k in the low half) times a per-lane scale, rounded to nearest even.
     const auto scale_pairs = [&](__m512i pairs, __m512 scale) {
-        const __m512i even = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, pairs, 16)), scale));
-        const __m512i odd = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(pairs, high_half)), scale));
-        const auto round = [&](__m512i v) {
-            return _mm512_add_epi32(v, _mm512_add_epi32(rounding, _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, v, 16), one)));
-        };
-        return _mm512_or_si512(_mm512_maskz_srli_epi32(kAll, round(even), 16), _mm512_and_si512(round(odd), high_half));
+        const __m512 even = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, pairs, 16)), scale);
+        const __m512 odd = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(pairs, high_half)), scale);
+        return _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
     };
     const std::int64_t scale_panel_floats = w.scale_blocks * kPanelWidth;
     for (std::int64_t p = 0; p < n_panels; ++p) {
