@@ -1,5 +1,6 @@
 #include "loader/weight_source.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -132,8 +133,12 @@ StatusOr<std::vector<float>> WeightSource::read_rows_f32(const std::string& name
     convert_to_f32(base, t->dtype, out.data(), out.size());
     if (is_fp8(t->dtype)) {
         TSR_ASSIGN_OR_RETURN(Fp8Scales scales, fp8_scales(name, n, k));
-        for (std::int64_t r = 0; r < rows; ++r)
-            for (std::int64_t c = 0; c < k; ++c) out[r * k + c] *= scales.at(row_begin + r, c);
+        for (std::int64_t r = 0; r < rows; ++r) {
+            for (std::int64_t c0 = 0; c0 < k; c0 += scales.block_k) {
+                const float scale = scales.at(row_begin + r, c0);
+                for (std::int64_t c = c0; c < std::min(k, c0 + scales.block_k); ++c) out[r * k + c] *= scale;
+            }
+        }
     }
     return out;
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """FP8 checkpoints under tensor, pipeline and expert parallelism.
 
-Usage: fp8_test.py --tessera PATH --case {equivalence,misaligned,kv} --workdir DIR
+Usage: fp8_test.py --tessera PATH --case {equivalence,misaligned,kv,eplb} --workdir DIR
 
 equivalence: tiny FP8 models (e4m3, 4 x 4 scale tiles, so every TP2 shard holds whole
   blocks) greedily decode the same tokens with TP2, PP2 and (MoE) EP2 as on one rank, with
   logits within LOGIT_TOLERANCE: every rank dequantizes its shard with its own scales.
+eplb: EP2 with live rebalancing moves FP8 experts (codes and scales) and keeps one rank's tokens.
 misaligned: 32 x 32 tiles with TP2 split the tiny model's 344-wide MLP into 172-row shards;
   the launch must fail with SGLang's message naming the size and block_n, and no rank may hang.
 kv: --kv-cache-dtype fp8_e4m3 / fp8_e5m2 on a bf16 model over a 300-token sequence (teacher
@@ -15,6 +16,7 @@ kv: --kv-cache-dtype fp8_e4m3 / fp8_e5m2 on a bf16 model over a 300-token sequen
   for e5m2), they do move (the cache really is fp8), and the KV capacity doubles.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,7 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tp_test import PROMPT, NEW_TOKENS, run_case  # noqa: E402
+from tp_test import PROMPT, generate, run_case  # noqa: E402
 
 # FP8 layers round their inputs to bf16; a different summation order across shards can move
 # one rounding, which grows to ~1e-3 of the logits here. A shard with the wrong scales moves
@@ -41,16 +43,6 @@ def make_fp8_model(tessera, arch, workdir, block):
     return out
 
 
-def run(tessera, model, extra, logits, timeout=120):
-    import json
-    cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", str(NEW_TOKENS),
-           "--ignore-eos", "--json", "--threads", "1", "--logits-out", logits] + extra
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout)["output_ids"]
-
-
 def equivalence(tessera, workdir):
     ok = True
     layouts = {"qwen3": [["--tp", "2"], ["--pp-size", "2"]],
@@ -59,11 +51,11 @@ def equivalence(tessera, workdir):
     for arch, extras in layouts.items():
         model = make_fp8_model(tessera, arch, workdir, 4)
         base_logits = os.path.join(workdir, f"{arch}_one.npy")
-        base = run(tessera, model, [], base_logits)
+        base = generate(tessera, model, [], base_logits)
         for extra in extras:
             name = "".join(extra).replace("--", "_")
             logits = os.path.join(workdir, f"{arch}{name}.npy")
-            ids = run(tessera, model, extra, logits)
+            ids = generate(tessera, model, extra, logits)
             diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
             good = ids == base and diff < LOGIT_TOLERANCE
             ok &= good
@@ -72,6 +64,26 @@ def equivalence(tessera, workdir):
             if ids != base:
                 print(f"  one rank: {base}\n  {' '.join(extra)}: {ids}")
     return ok
+
+
+def eplb(tessera, workdir):
+    """Live rebalancing moves FP8 experts between ranks: codes and scales travel together, so
+    the tokens stay those of one rank."""
+    model = make_fp8_model(tessera, "qwen3-moe", workdir, 4)
+    base = generate(tessera, model, [], os.path.join(workdir, "eplb_one.npy"))
+    cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", "16",
+           "--ignore-eos", "--json", "--threads", "1", "--tp", "2", "--ep", "2", "--ep-num-redundant-experts", "2",
+           "--enable-eplb", "--eplb-rebalance-num-iterations", "4", "--eplb-rebalance-layers-per-chunk", "1",
+           "--log-all-ranks"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
+    ids = json.loads(p.stdout)["output_ids"]
+    moved = [line for line in p.stderr.splitlines() if "[EPLBManager] rebalanced layers" in line]
+    good = ids == base and bool(moved) and " 0 experts moved" not in "\n".join(moved)
+    print(f"qwen3-moe fp8 EP2 with rebalancing: tokens {'same' if ids == base else 'DIFFER'}, {len(moved)} layer "
+          f"chunks moved {'ok' if good else 'FAIL'}")
+    return good
 
 
 def misaligned(tessera, workdir):
@@ -129,7 +141,7 @@ def kv(tessera, workdir):
 
 
 def main():
-    return run_case({"equivalence": equivalence, "misaligned": misaligned, "kv": kv})
+    return run_case({"equivalence": equivalence, "misaligned": misaligned, "kv": kv, "eplb": eplb})
 
 
 if __name__ == "__main__":
