@@ -93,7 +93,10 @@ void load_rows(const MlaAbsorbedArgs& a, std::int64_t first_pos, std::int64_t n,
         const std::int64_t pos = first_pos + b;
         const std::int64_t slot = a.slots != nullptr ? a.slots[pos] : pos;
         float* dst = out + b * width;
-        if (a.cache_bf16) {
+        if (is_fp8(a.cache_dtype)) {
+            convert_to_f32(static_cast<const std::uint8_t*>(a.cache) + slot * width, a.cache_dtype, dst,
+                           static_cast<std::size_t>(width));
+        } else if (a.cache_dtype == DType::kBF16) {
             const auto* src = static_cast<const std::uint16_t*>(a.cache) + slot * width;
             std::int64_t i = 0;
             for (; i + 8 <= width; i += 8) {
@@ -117,7 +120,7 @@ struct Split {
 void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& s, ThreadPool* pool, Isa isa) {
     const std::int64_t width = s.latent + s.rope;
     bool bf16_cache = !runs.empty();
-    for (const auto& r : runs) bf16_cache = bf16_cache && r.cache_bf16;
+    for (const auto& r : runs) bf16_cache = bf16_cache && r.cache_dtype == DType::kBF16;
     const bool avx512 = isa == Isa::kAvx512Bf16 && bf16_cache && cpu::mla_avx512_supported(width, s.latent);
     const int threads = pool != nullptr ? pool->size() : 1;
     std::vector<Split> splits;

@@ -14,6 +14,7 @@
 #include <span>
 
 #include "kernels/isa.h"
+#include "tensor/dtype.h"
 
 namespace tessera {
 class ThreadPool;
@@ -23,8 +24,8 @@ namespace tessera::kernels {
 
 struct MlaAbsorbedArgs {
     const float* q = nullptr;      // f32 [n_q, n_heads, latent + rope]
-    const void* cache = nullptr;   // rows [*, latent + rope], f32 or bf16 (cache_bf16)
-    bool cache_bf16 = false;
+    const void* cache = nullptr;   // rows [*, latent + rope] of cache_dtype
+    DType cache_dtype = DType::kF32;  // f32, bf16 or fp8 (e4m3 / e5m2, scale 1)
     const std::int32_t* slots = nullptr;  // cache row of every position (nullptr: position p is row p)
     std::int64_t n_q = 0;
     std::int64_t start_pos = 0;

@@ -12,6 +12,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/mla_attention.h"
+#include "kernels/ops.h"
 #include "tensor/dtype.h"
 
 namespace tessera::kernels {
@@ -77,12 +78,29 @@ std::vector<double> reference(const Case& c, float scale) {
 double max_error(const Case& c, bool bf16, Isa isa, ThreadPool* pool, float scale) {
     std::vector<float> out(c.n_q * kHeads * kLatent);
     const MlaAbsorbedArgs args{c.q.data(), bf16 ? static_cast<const void*>(c.cache_bf16.data()) : c.cache.data(),
-                               bf16, c.slots.data(), c.n_q, c.start, out.data()};
+                               bf16 ? DType::kBF16 : DType::kF32, c.slots.data(), c.n_q, c.start, out.data()};
     mla_attention_absorbed({&args, 1}, {kHeads, kLatent, kRope, scale}, pool, isa);
     const std::vector<double> want = reference(c, scale);
     double err = 0;
     for (std::size_t i = 0; i < out.size(); ++i) err = std::max(err, std::abs(out[i] - want[i]));
     return err;
+}
+
+// An fp8 latent cache gives what an f32 cache of its decoded values gives.
+TEST(MlaAttentionKernelTest, Fp8CacheMatchesItsDecodedValues) {
+    ThreadPool pool(2);
+    const float scale = 0.15f;
+    for (DType type : {DType::kF8E4M3, DType::kF8E5M2}) {
+        Case c = make_case(300, 2);
+        std::vector<std::uint8_t> codes(c.cache.size());
+        store_kv_row(c.cache.data(), codes.data(), 0, static_cast<std::int64_t>(codes.size()), type);
+        convert_to_f32(codes.data(), type, c.cache.data(), c.cache.size());  // the reference reads these
+        std::vector<float> out(c.n_q * kHeads * kLatent);
+        const MlaAbsorbedArgs args{c.q.data(), codes.data(), type, c.slots.data(), c.n_q, c.start, out.data()};
+        mla_attention_absorbed({&args, 1}, {kHeads, kLatent, kRope, scale}, &pool);
+        const std::vector<double> want = reference(c, scale);
+        for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << dtype_name(type) << " " << i;
+    }
 }
 
 TEST(MlaAttentionKernelTest, AbsorbedMatchesReference) {

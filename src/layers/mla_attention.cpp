@@ -78,7 +78,7 @@ double MlaAttention::flops_per_token() const {
     return 2.0 * macs;
 }
 
-Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cache, bool cache_bf16, float* out,
+Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cache, DType cache_dtype, float* out,
                              Scratch& scratch, const LayerParallel& par, MlaForm form) const {
     const std::int64_t n = batch.n_tokens;
     const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
@@ -97,13 +97,7 @@ Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cach
             kernels::rope_rotate(kv + r, 1, dr, batch.rope_cos + t * dr / 2, batch.rope_sin + t * dr / 2,
                                  /*neox=*/false);
             for (std::int64_t i = 0; i < dr; ++i) kv[r + i] *= rope_magnitude_;
-            const std::int64_t slot = batch.kv_rows[t];
-            if (cache_bf16) {
-                auto* dst = static_cast<std::uint16_t*>(cache) + slot * width;
-                for (std::int64_t i = 0; i < width; ++i) dst[i] = f32_to_bf16(kv[i]);
-            } else {
-                std::memcpy(static_cast<float*>(cache) + slot * width, kv, static_cast<std::size_t>(width) * 4);
-            }
+            kernels::store_kv_row(kv, cache, batch.kv_rows[t] * width, width, cache_dtype);
         }
     };
     if (batch.pool != nullptr && n >= 8) {
@@ -134,9 +128,9 @@ Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cach
         const bool use_absorbed = form == MlaForm::kAbsorbed || (form == MlaForm::kAuto && seq.n_tokens == 1);
         if (seq.n_tokens > 0) {
             if (use_absorbed) {
-                absorbed(scratch.mla_q.data(), seq, first, cache, cache_bf16, scratch.attn.data(), scratch, batch.pool);
+                absorbed(scratch.mla_q.data(), seq, first, cache, cache_dtype, scratch.attn.data(), scratch, batch.pool);
             } else {
-                naive(scratch.mla_q.data(), seq, first, cache, cache_bf16, scratch.attn.data(), scratch, batch.pool);
+                naive(scratch.mla_q.data(), seq, first, cache, cache_dtype, scratch.attn.data(), scratch, batch.pool);
             }
         }
         first += seq.n_tokens;
@@ -146,7 +140,7 @@ Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cach
 }
 
 void MlaAttention::absorbed(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache,
-                            bool cache_bf16, float* attn, Scratch& scratch, ThreadPool* pool) const {
+                            DType cache_dtype, float* attn, Scratch& scratch, ThreadPool* pool) const {
     const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
     const std::int64_t qk = dn + dr, dv = mla_.v_head_dim, width = r + dr, n = seq.n_tokens;
     // Q [n, heads, r + dr] = [W_UK^T q_nope ; q_pe] per head.
@@ -171,7 +165,7 @@ void MlaAttention::absorbed(const float* q, const SeqSpan& seq, std::int64_t fir
                       wide + (t * heads_ + hd) * width + r);
     });
     scratch.mla_head_out.resize(static_cast<std::size_t>(n * heads_ * r));
-    const kernels::MlaAbsorbedArgs args{wide, cache, cache_bf16, seq.slots, n, seq.start_pos,
+    const kernels::MlaAbsorbedArgs args{wide, cache, cache_dtype, seq.slots, n, seq.start_pos,
                                         scratch.mla_head_out.data()};
     kernels::mla_attention_absorbed({&args, 1}, {heads_, r, dr, scale_}, pool);
     // Each head's weighted latent through its W_UV, into attn [n, heads · v].
@@ -182,7 +176,7 @@ void MlaAttention::absorbed(const float* q, const SeqSpan& seq, std::int64_t fir
 }
 
 void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache,
-                         bool cache_bf16, float* attn, Scratch& scratch, ThreadPool* pool) const {
+                         DType cache_dtype, float* attn, Scratch& scratch, ThreadPool* pool) const {
     const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
     const std::int64_t width = r + dr, ctx = seq.start_pos + seq.n_tokens;
     // The context's latents and rope keys, then K_nope and V of every head from kv_b_proj.
@@ -192,15 +186,10 @@ void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first,
         const std::int64_t slot = seq.slots != nullptr ? seq.slots[pos] : pos;
         float* latent = scratch.mla_latent.data() + pos * r;
         float* k_pe = scratch.mla_k_pe.data() + pos * dr;
-        if (cache_bf16) {
-            const auto* src = static_cast<const std::uint16_t*>(cache) + slot * width;
-            for (std::int64_t i = 0; i < r; ++i) latent[i] = bf16_to_f32(src[i]);
-            for (std::int64_t i = 0; i < dr; ++i) k_pe[i] = bf16_to_f32(src[r + i]);
-        } else {
-            const float* src = static_cast<const float*>(cache) + slot * width;
-            std::copy(src, src + r, latent);
-            std::copy(src + r, src + width, k_pe);
-        }
+        const auto* row = static_cast<const char*>(cache) + slot * width * static_cast<std::int64_t>(dtype_size(cache_dtype));
+        convert_to_f32(row, cache_dtype, latent, static_cast<std::size_t>(r));
+        convert_to_f32(row + r * static_cast<std::int64_t>(dtype_size(cache_dtype)), cache_dtype, k_pe,
+                       static_cast<std::size_t>(dr));
     }
     scratch.mla_kv.resize(static_cast<std::size_t>(ctx * kv_b_proj_.out_features()));
     kv_b_proj_.forward(scratch.mla_latent.data(), ctx, scratch.mla_kv.data(), pool);
@@ -219,7 +208,8 @@ void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first,
     };
     const void* k = nullptr;
     const void* v = nullptr;
-    if (cache_bf16) {
+    const bool bf16 = cache_dtype == DType::kBF16;
+    if (bf16) {
         scratch.mla_k16.resize(rows);
         scratch.mla_v16.resize(rows);
         for (std::int64_t pos = 0; pos < ctx; ++pos)
@@ -258,7 +248,7 @@ void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first,
     args.out = scratch.mla_head_out.data();
     args.n_q = n;
     args.start_pos = seq.start_pos;
-    args.kv_dtype = cache_bf16 ? DType::kBF16 : DType::kF32;
+    args.kv_dtype = bf16 ? DType::kBF16 : DType::kF32;
     kernels::attention(args, {heads_, heads_, D, scale_}, pool);
     for (std::int64_t t = 0; t < n * heads_; ++t)
         std::copy(scratch.mla_head_out.begin() + t * D, scratch.mla_head_out.begin() + t * D + dv,

@@ -45,7 +45,7 @@ class MlaAttention {
 
     // out f32 [n, hidden] (all-reduced) from h f32 [n, hidden]; writes each new token's latent
     // row into `latent_cache` (row width kv_lora_rank + qk_rope_head_dim).
-    Status forward(const float* h, const LayerBatch& batch, void* latent_cache, bool cache_bf16, float* out,
+    Status forward(const float* h, const LayerBatch& batch, void* latent_cache, DType cache_dtype, float* out,
                    Scratch& scratch, const LayerParallel& par, MlaForm form = MlaForm::kAuto) const;
 
     std::int64_t local_heads() const { return heads_; }
@@ -54,9 +54,9 @@ class MlaAttention {
     double flops_per_token() const;
 
  private:
-    void absorbed(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache, bool cache_bf16,
+    void absorbed(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache, DType cache_dtype,
                   float* attn, Scratch& scratch, ThreadPool* pool) const;
-    void naive(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache, bool cache_bf16,
+    void naive(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache, DType cache_dtype,
                float* attn, Scratch& scratch, ThreadPool* pool) const;
 
     loader::MlaConfig mla_;

@@ -70,8 +70,8 @@ class MlaAttentionTest : public ::testing::TestWithParam<bool> {  // param: q_lo
     }
 
     // Runs `n` tokens at `start` (one sequence, positions are cache rows) in `form`.
-    std::vector<float> run(const MlaAttention& mla, std::vector<float>& cache_f32, std::vector<std::uint16_t>& cache_bf16,
-                           bool bf16, const std::vector<float>& x, std::int64_t start, std::int64_t n, MlaForm form,
+    std::vector<float> run(const MlaAttention& mla, std::vector<std::uint8_t>& cache, DType cache_dtype,
+                           const std::vector<float>& x, std::int64_t start, std::int64_t n, MlaForm form,
                            ThreadPool* pool) {
         std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
         std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
@@ -83,8 +83,7 @@ class MlaAttentionTest : public ::testing::TestWithParam<bool> {  // param: q_lo
         const LayerBatch batch{n, rows.data(), cos.data(), sin.data(), {&seq, 1}, pool};
         std::vector<float> out(static_cast<std::size_t>(n * H));
         Scratch scratch;
-        void* cache = bf16 ? static_cast<void*>(cache_bf16.data()) : static_cast<void*>(cache_f32.data());
-        EXPECT_TRUE(mla.forward(x.data() + start * H, batch, cache, bf16, out.data(), scratch, {}, form).ok());
+        EXPECT_TRUE(mla.forward(x.data() + start * H, batch, cache.data(), cache_dtype, out.data(), scratch, {}, form).ok());
         return out;
     }
 
@@ -103,17 +102,17 @@ TEST_P(MlaAttentionTest, AbsorbedEqualsNaive) {
     std::vector<float> x(kTotal * H);
     for (auto& v : x) v = normal(rng_);
     ThreadPool pool(2);
-    for (bool bf16 : {false, true}) {
-        SCOPED_TRACE(bf16 ? "bf16 cache" : "f32 cache");
-        const std::size_t cache_size = kTotal * (kR + kRope);
-        std::vector<float> f32_naive(cache_size), f32_absorbed(cache_size);
-        std::vector<std::uint16_t> bf16_naive(cache_size), bf16_absorbed(cache_size);
+    for (DType cache_dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+        SCOPED_TRACE(std::string(dtype_name(cache_dtype)) + " cache");
+        const bool bf16 = cache_dtype == DType::kBF16;
+        const std::size_t cache_size = kTotal * (kR + kRope) * dtype_size(cache_dtype);
+        std::vector<std::uint8_t> cache_naive(cache_size), cache_absorbed(cache_size);
         // The prompt in one run, then the decode tokens one at a time, in each form.
-        std::vector<float> naive = run(*mla, f32_naive, bf16_naive, bf16, x, 0, kPrompt, MlaForm::kNaive, nullptr);
-        std::vector<float> absorbed = run(*mla, f32_absorbed, bf16_absorbed, bf16, x, 0, kPrompt, MlaForm::kAbsorbed, &pool);
+        std::vector<float> naive = run(*mla, cache_naive, cache_dtype, x, 0, kPrompt, MlaForm::kNaive, nullptr);
+        std::vector<float> absorbed = run(*mla, cache_absorbed, cache_dtype, x, 0, kPrompt, MlaForm::kAbsorbed, &pool);
         for (std::int64_t pos = kPrompt; pos < kTotal; ++pos) {
-            auto a = run(*mla, f32_naive, bf16_naive, bf16, x, pos, 1, MlaForm::kNaive, &pool);
-            auto b = run(*mla, f32_absorbed, bf16_absorbed, bf16, x, pos, 1, MlaForm::kAbsorbed, nullptr);
+            auto a = run(*mla, cache_naive, cache_dtype, x, pos, 1, MlaForm::kNaive, &pool);
+            auto b = run(*mla, cache_absorbed, cache_dtype, x, pos, 1, MlaForm::kAbsorbed, nullptr);
             naive.insert(naive.end(), a.begin(), a.end());
             absorbed.insert(absorbed.end(), b.begin(), b.end());
         }
@@ -123,11 +122,11 @@ TEST_P(MlaAttentionTest, AbsorbedEqualsNaive) {
             max_abs = std::max(max_abs, std::abs(naive[i]));
         }
         // With a bf16 cache the naive form's per-head K and V are rounded to bf16 too (as a
-        // GQA model's bf16 cache is), the absorbed form keeps W_UK / W_UV products in f32.
+        // GQA model's bf16 cache is), the absorbed form keeps W_UK / W_UV products in f32. An
+        // fp8 cache's values are exact in f32, so both forms read the same numbers.
         EXPECT_LT(max_diff, bf16 ? 5e-3f * max_abs : 1e-4f) << "outputs up to " << max_abs;
         EXPECT_GT(max_abs, 0.1f) << "the test input produces no signal";
-        EXPECT_EQ(f32_naive, f32_absorbed);
-        EXPECT_EQ(bf16_naive, bf16_absorbed);
+        EXPECT_EQ(cache_naive, cache_absorbed);
     }
 }
 

@@ -355,12 +355,11 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
     rope_sin_.resize(static_cast<std::size_t>(n * half));
     kernels::rope_angles(positions.data(), n, inv_freq_.data(), half, rope_cos_.data(), rope_sin_.data());
     const layers::LayerBatch lb{n, kv_rows.data(), rope_cos_.data(), rope_sin_.data(), seqs, pool};
-    const bool kv_bf16 = kv.dtype == DType::kBF16;  // MLA latents: f32 or bf16 (fp8 is refused at load)
     for (std::size_t l = 0; l < layers_.size(); ++l) {
         DecoderLayer& layer = layers_[l];
         kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
         if (auto* mla = std::get_if<layers::MlaAttention>(&layer.attention)) {
-            TSR_RETURN_IF_ERROR(mla->forward(h_.data(), lb, kv.k[l], kv_bf16, branch_.data(), scratch_, par_));
+            TSR_RETURN_IF_ERROR(mla->forward(h_.data(), lb, kv.k[l], kv.dtype, branch_.data(), scratch_, par_));
         } else {
             TSR_RETURN_IF_ERROR(std::get<layers::GqaAttention>(layer.attention)
                                     .forward(h_.data(), lb, kv.k[l], kv.v[l], kv.dtype, branch_.data(), scratch_, par_));

@@ -78,10 +78,7 @@ StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
     if (config.fp8) fp8_block = {config.fp8->block_n, config.fp8->block_k};
     TSR_ASSIGN_OR_RETURN(auto source, loader::WeightSource::open(options.model_path, fp8_block));
     TSR_ASSIGN_OR_RETURN(DType dtype, resolve_compute_dtype(options.dtype, *source));
-    TSR_ASSIGN_OR_RETURN(DType kv_dtype, resolve_kv_cache_dtype(options.kv_cache_dtype, dtype));
-    if (is_fp8(kv_dtype) && config.is_mla())
-        return Status::Unimplemented("--kv-cache-dtype " + options.kv_cache_dtype + " is not implemented for " +
-                                     config.architecture + "'s MLA latent cache yet; use auto or bf16");
+    TSR_RETURN_IF_ERROR(resolve_kv_cache_dtype(options.kv_cache_dtype, dtype).status());
     if (config.fp8) {
         TSR_LOG_C(INFO, "loader", "fp8 checkpoint: linear weights stay fp8 ({}), activations {}",
                   config.fp8->block_n > 0 ? fmt::format("{} x {} blocks", config.fp8->block_n, config.fp8->block_k)

@@ -163,7 +163,8 @@ def check_memory_pressure(tessera, model, port, workdir):
     log = open(os.path.join(workdir, "server_small_pool.log"), "w")
     small = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
                               "--port", str(small_port), "--threads", "1", "--max-total-tokens", "256",
-                              "--chunked-prefill-size", "32", "--random-seed", "1"], stdout=log, stderr=subprocess.STDOUT)
+                              "--chunked-prefill-size", "32", "--random-seed", "1", *MODEL_FLAGS],
+                             stdout=log, stderr=subprocess.STDOUT)
     try:
         if not wait_ready(small_port, small):
             check("small-pool server starts", False, open(os.path.join(workdir, "server_small_pool.log")).read()[-2000:])
