@@ -12,6 +12,7 @@
 #include "base/logging.h"
 #include "loader/safetensors.h"
 #include "tensor/fp8_blocks.h"
+#include "tokenizer/gpt2_style.h"
 #include "tensor/dtype.h"
 
 #ifndef TSR_DEFAULT_TOKENIZER_ASSETS
@@ -429,12 +430,15 @@ Status make_model(const MakeModelOptions& o) {
     if (tokenizer.empty() && o.preset == "small") tokenizer = o.arch == "llama" ? "llama3" : "qwen3";
     fs::path tokenizer_src;
     if (!tokenizer.empty() && tokenizer != "none") {
-        if (tokenizer != "qwen3" && tokenizer != "llama3")
-            return Status::InvalidArgument("--tokenizer " + tokenizer + " is not known; use qwen3, llama3 or none");
+        if (tokenizer != "qwen3" && tokenizer != "llama3" && tokenizer != "gpt2")
+            return Status::InvalidArgument("--tokenizer " + tokenizer +
+                                           " is not known; use qwen3, llama3, gpt2 (GPT-2 style, from Qwen3's "
+                                           "vocabulary) or none");
         std::string dir = !o.tokenizer_dir.empty() ? o.tokenizer_dir
                           : !env().tokenizer_assets.empty() ? env().tokenizer_assets
                                                             : std::string(TSR_DEFAULT_TOKENIZER_ASSETS);
-        tokenizer_src = fs::path(dir) / tokenizer;
+        // gpt2: a GPT-2-style file written from Qwen3's byte-level vocabulary (below).
+        tokenizer_src = fs::path(dir) / (tokenizer == "gpt2" ? "qwen3" : tokenizer);
         if (!fs::exists(tokenizer_src / "tokenizer.json")) {
             return Status::NotFound((tokenizer_src / "tokenizer.json").string() +
                                     " not found; point --tokenizer-dir (or TSR_TOKENIZER_ASSETS) at "
@@ -499,7 +503,9 @@ Status make_model(const MakeModelOptions& o) {
     TSR_RETURN_IF_ERROR(write_json(out / "generation_config.json", gen));
     TSR_RETURN_IF_ERROR(loader::write_safetensors((out / "model.safetensors").string(), w.tensors(),
                                                   {{"format", "pt"}}));
-    if (!tokenizer_src.empty()) {
+    if (tokenizer == "gpt2") {
+        TSR_RETURN_IF_ERROR(tokenizer::write_gpt2_style_tokenizer(tokenizer_src.string(), out.string()));
+    } else if (!tokenizer_src.empty()) {
         for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
             fs::copy_file(tokenizer_src / f, out / f, fs::copy_options::overwrite_existing, ec);
             if (ec) return Status::Internal((out / f).string() + ": copy failed: " + ec.message());

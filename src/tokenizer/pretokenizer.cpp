@@ -38,6 +38,14 @@
 //   4-6 as 5-7 above.
 //   Anything else (numbers, controls, format characters such as U+200D, private use,
 //   unassigned) that does not lead a word is in no match: it ends up in a gap piece.
+//
+// GPT-2 (HF's ByteLevel pre-tokenizer with use_regex, the pattern of OpenAI's encoder.py):
+//   1 's|'t|'re|'ve|'m|'ll|'d       apostrophe + lower-case ASCII suffix (case-sensitive)
+//   2  ?\p{L}+                      optional U+0020, then letters
+//   3  ?\p{N}+                      optional U+0020, then digits (no grouping)
+//   4  ?[^\s\p{L}\p{N}]+            optional U+0020, then symbols (no CR/LF rule)
+//   5 \s+(?!\S)|\s+                whitespace but its last char when a non-space follows
+// Every code point starts one of these, so this pattern leaves no gaps either.
 
 #include "tokenizer/pretokenizer.h"
 
@@ -232,6 +240,31 @@ void split_qwen_llama(const Text& tx, std::size_t lo, std::size_t hi, std::size_
     }
 }
 
+// GPT-2: the end of the match at code point i of the piece [.., hi).
+std::size_t match_gpt2(const Text& t, std::size_t i, std::size_t hi) {
+    const std::uint16_t c = t.cls[i];
+    if (c & kApos) {
+        const auto ascii_at = [&](std::size_t k) -> char {
+            return k < hi && t.off[k + 1] - t.off[k] == 1 ? t.bytes[t.off[k]] : '\0';
+        };
+        const char c1 = ascii_at(i + 1), c2 = ascii_at(i + 2);
+        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return i + 2;
+        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return i + 3;
+    }
+    // The optional space joins a run of letters, digits or symbols that follows it.
+    const std::size_t k = (c & kAscSpace) && i + 1 < hi && !(t.cls[i + 1] & kSpace) ? i + 1 : i;
+    const std::uint16_t lead = t.cls[k];
+    if (lead & kLetter) return t.run_of(k, hi, kLetter);
+    if (lead & kNumber) return t.run_of(k, hi, kNumber);
+    if (is_symbol(lead)) {
+        std::size_t end = k;
+        while (end < hi && is_symbol(t.cls[end])) ++end;
+        return end;
+    }
+    const std::size_t ws_end = t.run_of(i, hi, kSpace);
+    return ws_end == hi || ws_end - i == 1 ? ws_end : ws_end - 1;
+}
+
 // DeepSeek V3 steps: the end of the match at code point i of the piece [.., hi), or i itself
 // when nothing matches there.
 std::size_t match_digit_groups(const Text& t, std::size_t i, std::size_t hi) {
@@ -296,6 +329,9 @@ void run_step(SplitPattern pattern, const Text& t, std::size_t lo, std::size_t h
             return;
         case SplitPattern::kDeepSeekV3:
             isolate(lo, hi, [&](std::size_t i) { return match_deepseek_v3(t, i, hi); }, emit);
+            return;
+        case SplitPattern::kGpt2:
+            isolate(lo, hi, [&](std::size_t i) { return match_gpt2(t, i, hi); }, emit);
             return;
     }
 }

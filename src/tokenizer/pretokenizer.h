@@ -26,6 +26,9 @@ enum class SplitPattern {
     // DeepSeek V3, third step: [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|
     //   [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
     kDeepSeekV3,
+    // GPT-2 (a ByteLevel pre-tokenizer with use_regex): 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+|
+    //   ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+    kGpt2,
 };
 
 // The pattern for a tokenizer.json Split `pattern.Regex` string; Unimplemented naming the

@@ -296,11 +296,20 @@ Status HfBpeTokenizer::init_normalizer(const json& normalizer, const std::string
 }
 
 Status HfBpeTokenizer::init_pre_tokenizer(const json& pre, const std::string& file) {
-    // Supported shape: Sequence[Split(Regex, Isolated), ..., ByteLevel(use_regex=false)]:
-    // one Split for Qwen and Llama 3, three for DeepSeek V3.
+    // Supported shapes: Sequence[Split(Regex, Isolated), ..., ByteLevel(use_regex=false)]:
+    // one Split for Qwen and Llama 3, three for DeepSeek V3; or ByteLevel(use_regex=true)
+    // alone (GPT-2 and the files written like it).
     const auto unsupported = [&](const std::string& why) {
         return Status::Unimplemented(file + ": pre_tokenizer " + why + " is not supported");
     };
+    // GPT-2 style: ByteLevel alone, splitting with its own regex.
+    if (pre.is_object() && pre.value("type", "") == "ByteLevel") {
+        if (!json_bool(pre, "use_regex", true)) return unsupported("ByteLevel without use_regex and without a Split");
+        if (json_bool(pre, "add_prefix_space", true))
+            return unsupported("ByteLevel with add_prefix_space (tessera reads GPT-2's add_prefix_space false)");
+        pre_tokenizer_.emplace(SplitPattern::kGpt2);
+        return Status::Ok();
+    }
     if (!pre.is_object() || pre.value("type", "") != "Sequence") {
         return unsupported(pre.dump().substr(0, 200));
     }

@@ -1,6 +1,6 @@
 #pragma once
-// tokenizer/tokenizer.h — a Hugging Face `tokenizer.json` byte-level BPE tokenizer (GPT-2 /
-// Qwen2 / Qwen3 / Llama 3 / DeepSeek V3 style) with its added and special tokens, plus the
+// tokenizer/tokenizer.h — a Hugging Face `tokenizer.json` byte-level BPE tokenizer (GPT-2's
+// ByteLevel regex, or the Split pre-tokenizers of Qwen2 / Qwen3 / Llama 3 / DeepSeek V3) with its added and special tokens, plus the
 // special-token settings of `tokenizer_config.json`. Immutable after load(); encode/decode
 // are thread-safe (the word cache is internally synchronised).
 

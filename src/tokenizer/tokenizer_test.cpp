@@ -120,7 +120,7 @@ TEST_P(RealTokenizerTest, ConcurrentEncodeIsConsistent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, RealTokenizerTest,
-                         ::testing::Values("qwen3", "llama3", "deepseek_v3"),
+                         ::testing::Values("qwen3", "llama3", "deepseek_v3", "gpt2_style"),
                          [](const auto& info) { return info.param; });
 
 TEST(Qwen3Tokenizer, SpecialTokensAndConfig) {

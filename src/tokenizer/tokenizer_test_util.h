@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -14,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/gpt2_style.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tessera::tokenizer::testing {
@@ -100,11 +104,23 @@ inline const Golden& golden(const std::string& name) {
     return cache.emplace(name, std::move(g)).first->second;
 }
 
-// The real tokenizer <assets>/<name>; aborts the test binary's expectations if it fails.
+// The real tokenizer <assets>/<name>; "gpt2_style" is Qwen3's vocabulary written GPT-2 style
+// (tokenizer/gpt2_style.h), as generate.js derives it for its golden. Aborts the test
+// binary's expectations if loading fails.
 inline const Tokenizer& real_tokenizer(const std::string& name) {
     static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
     if (const auto it = cache.find(name); it != cache.end()) return *it->second;
-    auto loaded = Tokenizer::load(std::string(TSR_TOKENIZER_ASSETS) + "/" + name);
+    std::string dir = std::string(TSR_TOKENIZER_ASSETS) + "/" + name;
+    if (name == "gpt2_style") {
+        dir = (std::filesystem::temp_directory_path() / ("tessera_gpt2_style_" + std::to_string(::getpid()))).string();
+        const Status written = write_gpt2_style_tokenizer(std::string(TSR_TOKENIZER_ASSETS) + "/qwen3", dir);
+        if (!written.ok()) {
+            ADD_FAILURE() << "writing " << dir << ": " << written.message();
+            std::abort();
+        }
+    }
+    auto loaded = Tokenizer::load(dir);
+    if (name == "gpt2_style") std::filesystem::remove_all(dir);
     if (!loaded.ok()) {
         ADD_FAILURE() << "loading " << name << ": " << loaded.status().message();
         std::abort();

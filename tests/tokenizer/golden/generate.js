@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Generates the golden files qwen3.json, llama3.json and deepseek_v3.json that
+// Generates the golden files qwen3.json, llama3.json, deepseek_v3.json and gpt2_style.json that
 // src/tokenizer/tokenizer_test.cpp checks tessera's tokenizer against. The reference is
 // Hugging Face `tokenizers` (the Rust library behind transformers' fast tokenizers) through
 // its Node binding, loading the SAME tokenizer.json files as the C++ test, so the expected
@@ -232,9 +232,26 @@ function transformersSpecialIds(tok, name) {
     return out;
 }
 
-async function generate(name, specialTokenForDecodeCases) {
-    const tok = Tokenizer.fromFile(path.join(assets, name, 'tokenizer.json'));
-    const extra = transformersSpecialIds(tok, name);
+// A GPT-2-style tokenizer.json from a byte-level one, as src/tokenizer/gpt2_style.cpp writes
+// it (tessera's `make-model --tokenizer gpt2`): same vocab, merges and added tokens, GPT-2's
+// pipeline (HF's serialization of GPT-2's own file). Returns the path of the written file.
+function writeGpt2Style(from) {
+    const j = JSON.parse(fs.readFileSync(path.join(assets, from, 'tokenizer.json'), 'utf8'));
+    j.normalizer = null;
+    j.pre_tokenizer = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true };
+    j.post_processor = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true };
+    j.decoder = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true };
+    const dir = fs.mkdtempSync(path.join(require('os').tmpdir(), 'gpt2-style-'));
+    const file = path.join(dir, 'tokenizer.json');
+    fs.writeFileSync(file, JSON.stringify(j));
+    return file;
+}
+
+// name: the golden's name; source: {file, config} when the tokenizer is not an asset folder.
+async function generate(name, specialTokenForDecodeCases, source) {
+    const tokenizerFile = source ? source.file : path.join(assets, name, 'tokenizer.json');
+    const tok = Tokenizer.fromFile(tokenizerFile);
+    const extra = transformersSpecialIds(tok, source ? source.config : name);
     const cases = [];
     for (const c of CASES) {
         const text = caseText(c);
@@ -255,7 +272,7 @@ async function generate(name, specialTokenForDecodeCases) {
     const doc = {
         generator: 'tests/tokenizer/golden/generate.js',
         reference: `npm tokenizers ${pkg.version} (Hugging Face tokenizers, Node binding)`,
-        tokenizer: `${name}/tokenizer.json`,
+        tokenizer: source ? source.description : `${name}/tokenizer.json`,
         ids_with_special_added_by_transformers: extra,
         vocab_size_with_added: tok.getVocabSize(true),
         cases,
@@ -270,6 +287,9 @@ async function generate(name, specialTokenForDecodeCases) {
     await generate('qwen3', '<|im_end|>');
     await generate('llama3', '<|eot_id|>');
     await generate('deepseek_v3', '<\uff5cend\u2581of\u2581sentence\uff5c>');
+    await generate('gpt2_style', '<|im_end|>', {
+        file: writeGpt2Style('qwen3'), config: 'qwen3',
+        description: 'qwen3/tokenizer.json written GPT-2 style (writeGpt2Style)' });
 })().catch((e) => {
     console.error(e);
     process.exit(1);
