@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     const std::string assets = argc > 1 ? argv[1] : TSR_TOKENIZER_ASSETS;
     const std::string text = build_text(1 << 20);
     const double mb = static_cast<double>(text.size()) / 1e6;
-    for (const std::string name : {"qwen3", "llama3", "deepseek_v3"}) {
+    for (const std::string name : {"qwen3", "llama3", "deepseek_v3", "mistral"}) {
         auto t0 = std::chrono::steady_clock::now();
         auto loaded = tessera::tokenizer::Tokenizer::load(assets + "/" + name);
         if (!loaded.ok()) {

@@ -14,7 +14,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     static const std::vector<std::unique_ptr<tessera::tokenizer::Tokenizer>> tokenizers = [] {
         std::vector<std::unique_ptr<tessera::tokenizer::Tokenizer>> loaded;
-        for (const char* name : {"/qwen3", "/deepseek_v3"}) {
+        for (const char* name : {"/qwen3", "/deepseek_v3", "/mistral"}) {
             auto t = tessera::tokenizer::Tokenizer::load(std::string(TSR_FUZZ_ASSETS) + name);
             if (t.ok()) loaded.push_back(std::move(t).value());
         }

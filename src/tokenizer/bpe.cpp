@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <span>
 #include <unordered_map>
+
+#include "tokenizer/utf8.h"
 
 namespace tessera::tokenizer {
 namespace {
@@ -134,9 +137,10 @@ struct CandidateAfter {
 
 struct BpeModel::Impl {
     std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>> vocab;
-    std::array<std::int32_t, 256> byte_ids{};  // id of each single byte, -1 if absent
+    std::array<std::int32_t, 256> byte_ids{};      // id of each single byte, -1 if absent
+    std::array<std::int32_t, 256> fallback_ids{};  // id of "<0xHH>", -1 if absent
     MergeTable merges;
-    bool ignore_merges = false;
+    BpeOptions options;
     WordCache cache;
 };
 
@@ -145,14 +149,18 @@ BpeModel::~BpeModel() = default;
 
 StatusOr<std::unique_ptr<BpeModel>> BpeModel::create(
     const std::vector<std::pair<std::string, std::int32_t>>& vocab,
-    const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges) {
+    const std::vector<std::pair<std::string, std::string>>& merges, const BpeOptions& options) {
     auto impl = std::make_unique<Impl>();
-    impl->ignore_merges = ignore_merges;
+    impl->options = options;
     impl->vocab.reserve(vocab.size());
     for (const auto& [bytes, id] : vocab) impl->vocab.emplace(bytes, id);
     for (int b = 0; b < 256; ++b) {
         const auto it = impl->vocab.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
         impl->byte_ids[b] = it == impl->vocab.end() ? -1 : it->second;
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);  // HF: format!("<{:#04X}>", byte)
+        const auto fb = impl->vocab.find(std::string_view(name));
+        impl->fallback_ids[b] = fb == impl->vocab.end() ? -1 : fb->second;
     }
     impl->merges.reserve(merges.size());
     std::string joined;
@@ -181,10 +189,12 @@ std::optional<std::int32_t> BpeModel::id_of(std::string_view bytes) const {
 void BpeModel::encode_piece(std::string_view bytes, std::vector<std::int32_t>& out) const {
     if (bytes.size() == 1) {
         const std::int32_t id = impl_->byte_ids[static_cast<unsigned char>(bytes[0])];
-        if (id >= 0) out.push_back(id);
-        return;
+        if (id >= 0 || !impl_->options.char_symbols) {
+            if (id >= 0) out.push_back(id);
+            return;
+        }
     }
-    if (impl_->ignore_merges) {
+    if (impl_->options.ignore_merges) {
         if (const auto id = id_of(bytes)) {
             out.push_back(*id);
             return;
@@ -201,17 +211,58 @@ void BpeModel::encode_piece(std::string_view bytes, std::vector<std::int32_t>& o
     impl_->cache.insert(bytes, hash, std::span<const std::int32_t>(out).subspan(first));
 }
 
+namespace {
+thread_local MergeScratch merge_scratch;
+}  // namespace
+
+// The piece's symbols before any merge, linked in order, into merge_scratch.symbols.
+void BpeModel::push_initial_symbols(std::string_view bytes) const {
+    auto& symbols = merge_scratch.symbols;
+    const auto push = [&](std::int32_t id) {
+        const auto i = static_cast<std::int32_t>(symbols.size());
+        if (i > 0) symbols.back().next = i;
+        symbols.push_back({id, i - 1, -1});
+    };
+    if (!impl_->options.char_symbols) {
+        for (const char c : bytes) push(impl_->byte_ids[static_cast<unsigned char>(c)]);
+        return;
+    }
+    const BpeOptions& o = impl_->options;
+    const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+    bool last_unk = false;
+    for (std::size_t i = 0; i < bytes.size();) {
+        const Utf8Step st = utf8_step(p + i, bytes.size() - i);
+        const std::size_t len = st.kind == Utf8Kind::kValid ? st.length : 1;
+        const std::string_view ch = bytes.substr(i, len);
+        i += len;
+        if (const auto it = impl_->vocab.find(ch); it != impl_->vocab.end()) {
+            push(it->second);
+            last_unk = false;
+            continue;
+        }
+        if (o.byte_fallback) {
+            bool all = true;
+            for (const char c : ch) all = all && impl_->fallback_ids[static_cast<unsigned char>(c)] >= 0;
+            if (all) {
+                for (const char c : ch) push(impl_->fallback_ids[static_cast<unsigned char>(c)]);
+                last_unk = false;
+                continue;
+            }
+        }
+        if (o.unk_id >= 0 && !(o.fuse_unk && last_unk)) push(o.unk_id);
+        last_unk = o.unk_id >= 0;
+    }
+}
+
 void BpeModel::merge_piece(std::string_view bytes, std::vector<std::int32_t>& out) const {
-    thread_local MergeScratch scratch;
+    MergeScratch& scratch = merge_scratch;
     auto& symbols = scratch.symbols;
     auto& heap = scratch.heap;
     symbols.clear();
     heap.clear();
-    const auto n = static_cast<std::int32_t>(bytes.size());
-    for (std::int32_t i = 0; i < n; ++i) {
-        symbols.push_back({impl_->byte_ids[static_cast<unsigned char>(bytes[i])], i - 1,
-                           i + 1 < n ? i + 1 : -1});
-    }
+    push_initial_symbols(bytes);
+    const auto n = static_cast<std::int32_t>(symbols.size());
+    if (n == 0) return;
     const MergeTable& merges = impl_->merges;
     auto push_candidate = [&](std::int32_t pos) {
         const std::int32_t next = symbols[pos].next;

@@ -48,7 +48,7 @@ TEST_P(StreamingTest, ConcatenationEqualsFullDecode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, StreamingTest,
-                         ::testing::Values("qwen3", "llama3", "deepseek_v3", "gpt2_style"),
+                         ::testing::Values("qwen3", "llama3", "deepseek_v3", "gpt2_style", "mistral"),
                          [](const auto& info) { return info.param; });
 
 TEST(IncrementalDetokenizer, HoldsBackASplitCharacterUntilComplete) {

@@ -1,8 +1,12 @@
-// tokenizer/tokenizer.cpp — Tokenizer::load and HfBpeTokenizer, the byte-level BPE pipeline
-// of Hugging Face tokenizer.json files:
+// tokenizer/tokenizer.cpp — Tokenizer::load and HfBpeTokenizer, the BPE pipeline of Hugging
+// Face tokenizer.json files:
 //   input bytes → invalid UTF-8 replaced → added tokens split out → normalizer (per text
 //   segment) → Split pre-tokenizer(s) → ByteLevel (implicit: BPE works on raw bytes) → BPE →
 //   post-processor (e.g. Llama 3's <|begin_of_text|>).
+// SentencePiece-style files (Mistral, Llama 2: a ByteLevel-free vocabulary of "▁word"
+// strings) take the other branch of each step: Prepend / Replace normalizers, no
+// pre-tokenizer (a segment is one piece), BPE over characters with byte fallback, and the
+// decoder chain Replace("▁" → " ") → ByteFallback → Fuse → Strip.
 // Reference: HF tokenizers (checked against it by tokenizer_test with goldens from
 // tests/tokenizer/golden/). Every tokenizer.json feature that this pipeline does not
 // implement fails load() with Unimplemented naming the field, rather than tokenizing wrongly.
@@ -86,6 +90,41 @@ std::string token_text_to_bytes(const std::string& text) {
     return bytes ? std::move(*bytes) : text;
 }
 
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // ▁ U+2581, SentencePiece's space
+
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t i = 0; i < text.size();) {
+        if (!from.empty() && text.substr(i, from.size()) == from) {
+            out.append(to);
+            i += from.size();
+        } else {
+            out.push_back(text[i++]);
+        }
+    }
+    return out;
+}
+
+// The byte of a SentencePiece byte-fallback token "<0xHH>", or -1.
+int fallback_byte(std::string_view token) {
+    if (token.size() != 6 || token.substr(0, 3) != "<0x" || token[5] != '>') return -1;
+    int value = 0;
+    for (const char c : token.substr(3, 2)) {
+        const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (digit < 0) return -1;
+        value = value * 16 + digit;
+    }
+    return value;
+}
+
+// A normalizer step after the Unicode forms: Prepend (to a non-empty segment) or Replace.
+struct TextStep {
+    bool prepend = false;
+    std::string from;  // Replace: every occurrence of `from` becomes `to`; Prepend: unused
+    std::string to;
+};
+
 class HfBpeTokenizer final : public Tokenizer {
  public:
     // Setup-only: each init_* step reads one file.
@@ -98,6 +137,10 @@ class HfBpeTokenizer final : public Tokenizer {
     std::string decode(std::span<const std::int32_t> ids, bool skip_special_tokens) const override;
     std::string token_bytes(std::int32_t id) const override;
     bool is_special(std::int32_t id) const override;
+    bool is_fallback_byte(std::int32_t id) const override {
+        return id >= 0 && id < vocab_size() && (id_flags_[static_cast<std::size_t>(id)] & kFallbackByte);
+    }
+    std::int64_t leading_spaces_stripped() const override { return strip_leading_spaces_; }
     std::int64_t vocab_size() const override { return static_cast<std::int64_t>(id_bytes_.size()); }
     std::optional<std::int32_t> bos_token_id() const override { return bos_id_; }
     std::vector<std::int32_t> eos_token_ids() const override { return eos_ids_; }
@@ -107,17 +150,23 @@ class HfBpeTokenizer final : public Tokenizer {
     const std::string& eos_token() const override { return eos_token_; }
 
  private:
-    enum : std::uint8_t { kKnown = 1, kSpecial = 2 };
+    enum : std::uint8_t { kKnown = 1, kSpecial = 2, kFallbackByte = 4 };
 
     Status init_model(const json& model, const std::string& file);
     Status init_added_tokens(const json& added, const std::string& file);
     Status init_normalizer(const json& normalizer, const std::string& file);
     Status init_pre_tokenizer(const json& pre, const std::string& file);
     Status init_post_processor(const json& post, const std::string& file);
+    Status init_decoder(const json& decoder, const std::string& file);
+    // A vocabulary or added token's bytes as decoding produces them.
+    std::string decoded_bytes(const std::string& text) const;
     void set_token(std::int32_t id, std::string bytes, std::uint8_t flags);
     void add_eos(std::int32_t id);
 
     std::unique_ptr<BpeModel> bpe_;
+    bool byte_level_ = true;              // else SentencePiece style (see the file comment)
+    std::int64_t strip_leading_spaces_ = 0;  // the Strip decoder's `start`
+    std::vector<TextStep> text_steps_;
     AddedVocabulary added_;
     std::unordered_map<std::string, std::int32_t> added_ids_;  // content → id
     Normalizer normalizer_;
@@ -154,17 +203,47 @@ Status HfBpeTokenizer::init_tokenizer_json(const fs::path& path) {
     if (!doc.is_object() || !doc.contains("model")) {
         return Status::InvalidArgument(file + ": missing field 'model'");
     }
+    // The decoder says which kind of vocabulary this is; every later step depends on it.
+    TSR_RETURN_IF_ERROR(init_decoder(doc.value("decoder", json()), file));
     TSR_RETURN_IF_ERROR(init_model(doc["model"], file));
     TSR_RETURN_IF_ERROR(init_added_tokens(doc.value("added_tokens", json::array()), file));
     TSR_RETURN_IF_ERROR(init_normalizer(doc.value("normalizer", json()), file));
     TSR_RETURN_IF_ERROR(init_pre_tokenizer(doc.value("pre_tokenizer", json()), file));
     TSR_RETURN_IF_ERROR(init_post_processor(doc.value("post_processor", json()), file));
-    const json decoder = doc.value("decoder", json());
-    if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel") {
-        return Status::Unimplemented(file + ": decoder " + decoder.dump() +
-                                     " is not supported (only ByteLevel)");
-    }
     return Status::Ok();
+}
+
+Status HfBpeTokenizer::init_decoder(const json& decoder, const std::string& file) {
+    if (decoder.is_object() && decoder.value("type", "") == "ByteLevel") return Status::Ok();
+    // SentencePiece style (Mistral, Llama 2): Replace("▁", " "), ByteFallback, Fuse, Strip.
+    const auto unsupported = [&] {
+        return Status::Unimplemented(file + ": decoder " + decoder.dump().substr(0, 300) +
+                                     " is not supported (ByteLevel, or Sequence[Replace(\"\u2581\", \" \"), "
+                                     "ByteFallback, Fuse, Strip(\" \", n, 0)])");
+    };
+    if (!decoder.is_object() || decoder.value("type", "") != "Sequence") return unsupported();
+    const json steps = decoder.value("decoders", json::array());
+    if (steps.size() < 3 || steps.size() > 4) return unsupported();
+    const json& replace = steps[0];
+    if (replace.value("type", "") != "Replace" || !replace.contains("pattern") ||
+        replace["pattern"].value("String", "") != kSpaceMarker || replace.value("content", "") != " " ||
+        steps[1].value("type", "") != "ByteFallback" || steps[2].value("type", "") != "Fuse")
+        return unsupported();
+    if (steps.size() == 4) {
+        const json& strip = steps[3];
+        if (strip.value("type", "") != "Strip" || strip.value("content", "") != " " ||
+            strip.value("stop", std::int64_t{0}) != 0)
+            return unsupported();
+        strip_leading_spaces_ = strip.value("start", std::int64_t{0});
+    }
+    byte_level_ = false;
+    return Status::Ok();
+}
+
+std::string HfBpeTokenizer::decoded_bytes(const std::string& text) const {
+    if (byte_level_) return token_text_to_bytes(text);
+    const int byte = fallback_byte(text);
+    return byte >= 0 ? std::string(1, static_cast<char>(byte)) : replace_all(text, kSpaceMarker, " ");
 }
 
 Status HfBpeTokenizer::init_model(const json& model, const std::string& file) {
@@ -172,8 +251,8 @@ Status HfBpeTokenizer::init_model(const json& model, const std::string& file) {
         return Status::Unimplemented(file + ": model.type '" + model.value("type", "?") +
                                      "' is not supported (only byte-level BPE)");
     }
-    if (json_bool(model, "byte_fallback", false)) {
-        return Status::Unimplemented(file + ": model.byte_fallback is not supported");
+    if (json_bool(model, "byte_fallback", false) && byte_level_) {
+        return Status::Unimplemented(file + ": model.byte_fallback with a ByteLevel decoder is not supported");
     }
     if (model.contains("dropout") && !model["dropout"].is_null()) {
         return Status::Unimplemented(file + ": model.dropout is not supported");
@@ -194,6 +273,12 @@ Status HfBpeTokenizer::init_model(const json& model, const std::string& file) {
             return Status::InvalidArgument(file + ": model.vocab['" + text + "'] is not an id");
         }
         const auto id = id_json.get<std::int32_t>();
+        if (!byte_level_) {
+            vocab.emplace_back(text, id);
+            set_token(id, decoded_bytes(text),
+                      static_cast<std::uint8_t>(kKnown | (fallback_byte(text) >= 0 ? kFallbackByte : 0)));
+            continue;
+        }
         // An entry outside the byte-level alphabet can never be produced by BPE over bytes;
         // it keeps its text for decoding only.
         auto bytes = byte_level_decode(text);
@@ -226,9 +311,24 @@ Status HfBpeTokenizer::init_model(const json& model, const std::string& file) {
             return Status::InvalidArgument(file + ": model.merges entry " + m.dump() +
                                            " is neither 'a b' nor [a, b]");
         }
-        merges.emplace_back(token_text_to_bytes(left), token_text_to_bytes(right));
+        if (byte_level_) {
+            merges.emplace_back(token_text_to_bytes(left), token_text_to_bytes(right));
+        } else {
+            merges.emplace_back(std::move(left), std::move(right));
+        }
     }
-    auto bpe = BpeModel::create(vocab, merges, json_bool(model, "ignore_merges", false));
+    BpeOptions options;
+    options.ignore_merges = json_bool(model, "ignore_merges", false);
+    options.char_symbols = !byte_level_;
+    options.byte_fallback = json_bool(model, "byte_fallback", false);
+    options.fuse_unk = json_bool(model, "fuse_unk", false);
+    if (model.contains("unk_token") && model["unk_token"].is_string()) {
+        const auto unk = vocab_it->find(model["unk_token"].get<std::string>());
+        if (unk == vocab_it->end())
+            return Status::InvalidArgument(file + ": model.unk_token is not in model.vocab");
+        options.unk_id = unk->get<std::int32_t>();
+    }
+    auto bpe = BpeModel::create(vocab, merges, options);
     if (!bpe.ok()) return Status(bpe.status().code(), file + ": " + bpe.status().message());
     bpe_ = std::move(bpe).value();
     return Status::Ok();
@@ -257,8 +357,8 @@ Status HfBpeTokenizer::init_added_tokens(const json& added, const std::string& f
         token.lstrip = json_bool(t, "lstrip", false);
         token.rstrip = json_bool(t, "rstrip", false);
         if (token.id < 0) return Status::InvalidArgument(file + ": added token with negative id");
-        // Decoding uses HF's ByteLevel decoder rule for added tokens too.
-        set_token(token.id, token_text_to_bytes(token.content),
+        // Decoding runs the decoder over added tokens too.
+        set_token(token.id, decoded_bytes(token.content),
                   static_cast<std::uint8_t>(kKnown | (token.special ? kSpecial : 0)));
         added_ids_[token.content] = token.id;
         tokens.push_back(std::move(token));
@@ -286,16 +386,34 @@ Status HfBpeTokenizer::init_normalizer(const json& normalizer, const std::string
             forms.push_back(NormalizationForm::kNfkc);
         } else if (type == "NFKD") {
             forms.push_back(NormalizationForm::kNfkd);
+        } else if ((type == "Prepend" || type == "Replace") && !byte_level_) {
+            TextStep step;
+            step.prepend = type == "Prepend";
+            if (step.prepend) {
+                step.to = n.value("prepend", "");
+            } else {
+                if (!n.contains("pattern") || !n["pattern"].contains("String"))
+                    return Status::Unimplemented(file + ": normalizer Replace with a regex pattern is not supported");
+                step.from = n["pattern"].value("String", "");
+                step.to = n.value("content", "");
+            }
+            text_steps_.push_back(std::move(step));
+            continue;
         } else {
             return Status::Unimplemented(file + ": normalizer '" + type +
-                                         "' is not supported (NFC, NFD, NFKC, NFKD, Sequence)");
+                                         "' is not supported (NFC, NFD, NFKC, NFKD, Sequence; Prepend and "
+                                         "Replace with a SentencePiece-style decoder)");
         }
+        if (!text_steps_.empty())
+            return Status::Unimplemented(file + ": a Unicode normalization form after Prepend / Replace is not supported");
     }
     normalizer_ = Normalizer(std::move(forms));
     return Status::Ok();
 }
 
 Status HfBpeTokenizer::init_pre_tokenizer(const json& pre, const std::string& file) {
+    // SentencePiece style: no pre-tokenizer, each normalized segment is one BPE piece.
+    if (pre.is_null() && !byte_level_) return Status::Ok();
     // Supported shapes: Sequence[Split(Regex, Isolated), ..., ByteLevel(use_regex=false)]:
     // one Split for Qwen and Llama 3, three for DeepSeek V3; or ByteLevel(use_regex=true)
     // alone (GPT-2 and the files written like it).
@@ -462,7 +580,23 @@ std::vector<std::int32_t> HfBpeTokenizer::encode(std::string_view text,
             ids.push_back(segment.id);
             continue;
         }
-        const std::string_view normalized = normalizer_.normalize(segment.text, normalized_storage);
+        std::string_view normalized = normalizer_.normalize(segment.text, normalized_storage);
+        std::string stepped;
+        if (!text_steps_.empty()) {
+            stepped.assign(normalized);
+            for (const TextStep& step : text_steps_) {
+                if (step.prepend) {
+                    if (!stepped.empty()) stepped.insert(0, step.to);
+                } else {
+                    stepped = replace_all(stepped, step.from, step.to);
+                }
+            }
+            normalized = stepped;
+        }
+        if (!pre_tokenizer_) {
+            if (!normalized.empty()) bpe_->encode_piece(normalized, ids);
+            continue;
+        }
         pieces.clear();
         pre_tokenizer_->split(normalized, pieces);
         for (const std::string_view piece : pieces) bpe_->encode_piece(piece, ids);
@@ -476,11 +610,34 @@ std::string HfBpeTokenizer::decode(std::span<const std::int32_t> ids,
     // Like HF: unknown ids are dropped, all token bytes are joined, and the result is read
     // as UTF-8 with maximal invalid subparts replaced by U+FFFD.
     std::string bytes;
+    // SentencePiece's ByteFallback: a run of byte tokens that is not valid UTF-8 becomes one
+    // U+FFFD per byte.
+    std::string fallback_run;
+    const auto flush_fallback = [&] {
+        if (is_valid_utf8(fallback_run)) {
+            bytes += fallback_run;
+        } else {
+            for (std::size_t i = 0; i < fallback_run.size(); ++i) bytes += "\xEF\xBF\xBD";
+        }
+        fallback_run.clear();
+    };
     for (const std::int32_t id : ids) {
         if (id < 0 || id >= vocab_size()) continue;
         const std::uint8_t flags = id_flags_[static_cast<std::size_t>(id)];
         if (!(flags & kKnown) || (skip_special_tokens && (flags & kSpecial))) continue;
+        if (flags & kFallbackByte) {
+            fallback_run += id_bytes_[static_cast<std::size_t>(id)];
+            continue;
+        }
+        if (!fallback_run.empty()) flush_fallback();
         bytes += id_bytes_[static_cast<std::size_t>(id)];
+    }
+    if (!fallback_run.empty()) flush_fallback();
+    if (!byte_level_) {
+        std::size_t strip = 0;
+        while (strip < bytes.size() && static_cast<std::int64_t>(strip) < strip_leading_spaces_ && bytes[strip] == ' ')
+            ++strip;
+        bytes.erase(0, strip);
     }
     if (is_valid_utf8(bytes)) return bytes;
     return utf8_replace_invalid(bytes);
@@ -499,6 +656,7 @@ std::optional<std::int32_t> HfBpeTokenizer::token_to_id(std::string_view token) 
     if (const auto it = added_ids_.find(std::string(token)); it != added_ids_.end()) {
         return it->second;
     }
+    if (!byte_level_) return bpe_->id_of(token);
     const auto bytes = byte_level_decode(token);
     if (!bytes) return std::nullopt;
     return bpe_->id_of(*bytes);

@@ -1,6 +1,7 @@
 #pragma once
-// tokenizer/tokenizer.h — a Hugging Face `tokenizer.json` byte-level BPE tokenizer (GPT-2's
-// ByteLevel regex, or the Split pre-tokenizers of Qwen2 / Qwen3 / Llama 3 / DeepSeek V3) with its added and special tokens, plus the
+// tokenizer/tokenizer.h — a Hugging Face `tokenizer.json` BPE tokenizer: byte-level (GPT-2's
+// ByteLevel regex, or the Split pre-tokenizers of Qwen2 / Qwen3 / Llama 3 / DeepSeek V3) or
+// SentencePiece-style with byte fallback (Mistral, Llama 2) with its added and special tokens, plus the
 // special-token settings of `tokenizer_config.json`. Immutable after load(); encode/decode
 // are thread-safe (the word cache is internally synchronised).
 
@@ -34,6 +35,11 @@ class Tokenizer {
     // Raw bytes of one token (special tokens: their content), for the incremental detokenizer.
     virtual std::string token_bytes(std::int32_t id) const = 0;
     virtual bool is_special(std::int32_t id) const = 0;
+    // SentencePiece-style decoding (Mistral): a byte-fallback token "<0xHH>" (runs of them that
+    // are not valid UTF-8 decode to one U+FFFD per byte), and how many leading spaces the
+    // decoded text loses (the Strip decoder).
+    virtual bool is_fallback_byte(std::int32_t /*id*/) const { return false; }
+    virtual std::int64_t leading_spaces_stripped() const { return 0; }
 
     // Highest id + 1 over the vocabulary and the added tokens.
     virtual std::int64_t vocab_size() const = 0;
@@ -61,9 +67,14 @@ class IncrementalDetokenizer {
     std::string flush();
 
  private:
+    void resolve_fallback_run();
+    std::string strip_leading(std::string text);
+
     const Tokenizer& tokenizer_;
     bool skip_special_tokens_;
-    std::string pending_;  // bytes of an unfinished UTF-8 sequence
+    std::string pending_;       // bytes of an unfinished UTF-8 sequence
+    std::string fallback_run_;  // bytes of byte-fallback tokens, judged when the run ends
+    std::int64_t strip_remaining_ = 0;
 };
 
 }  // namespace tessera::tokenizer

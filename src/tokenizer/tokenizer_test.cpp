@@ -68,13 +68,14 @@ TEST_P(RealTokenizerTest, DecodeOfArbitraryIdsMatchesReference) {
     }
 }
 
-// decode(encode(x)) gives back x, up to invalid bytes (→ U+FFFD) and, for Qwen, NFC.
+// decode(encode(x)) gives back x, up to invalid bytes (→ U+FFFD), for Qwen NFC, and for
+// Mistral the SentencePiece space mark (a "▁" in the text decodes as a space).
 TEST_P(RealTokenizerTest, RoundTrip) {
     for (const auto& c : gold().cases) {
         SCOPED_TRACE(c.label);
         const std::string back = tok().decode(tok().encode(c.text, false), false);
         EXPECT_EQ(back, c.decoded_plain);
-        if (GetParam() != "qwen3") {
+        if (GetParam() != "qwen3" && GetParam() != "mistral") {
             EXPECT_EQ(back, utf8_replace_invalid(c.text));
         }
     }
@@ -120,7 +121,7 @@ TEST_P(RealTokenizerTest, ConcurrentEncodeIsConsistent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, RealTokenizerTest,
-                         ::testing::Values("qwen3", "llama3", "deepseek_v3", "gpt2_style"),
+                         ::testing::Values("qwen3", "llama3", "deepseek_v3", "gpt2_style", "mistral"),
                          [](const auto& info) { return info.param; });
 
 TEST(Qwen3Tokenizer, SpecialTokensAndConfig) {

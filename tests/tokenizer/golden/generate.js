@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Generates the golden files qwen3.json, llama3.json, deepseek_v3.json and gpt2_style.json that
+// Generates the golden files qwen3.json, llama3.json, deepseek_v3.json, mistral.json and gpt2_style.json that
 // src/tokenizer/tokenizer_test.cpp checks tessera's tokenizer against. The reference is
 // Hugging Face `tokenizers` (the Rust library behind transformers' fast tokenizers) through
 // its Node binding, loading the SAME tokenizer.json files as the C++ test, so the expected
@@ -287,6 +287,7 @@ async function generate(name, specialTokenForDecodeCases, source) {
     await generate('qwen3', '<|im_end|>');
     await generate('llama3', '<|eot_id|>');
     await generate('deepseek_v3', '<\uff5cend\u2581of\u2581sentence\uff5c>');
+    await generate('mistral', '</s>');
     await generate('gpt2_style', '<|im_end|>', {
         file: writeGpt2Style('qwen3'), config: 'qwen3',
         description: 'qwen3/tokenizer.json written GPT-2 style (writeGpt2Style)' });
