@@ -57,10 +57,10 @@ int main(int argc, char** argv) {
                            "deepseek-v3: add s*(E-1-e)/(E-1) to expert e's routing bias, a skewed load for EPLB "
                            "benchmarks (0: none)");
     make_model->add_option("--tokenizer", mm.tokenizer,
-                           "copy a real tokenizer in and take its vocab size: qwen3, llama3, gpt2 (a "
-                           "GPT-2-style file written from Qwen3's vocabulary) or none (small models "
+                           "copy a real tokenizer in and take its vocab size: qwen3, llama3, mistral, gpt2 "
+                           "(a GPT-2-style file written from Qwen3's vocabulary) or none (small models "
                            "default to their family's)")
-        ->check(CLI::IsMember({"qwen3", "llama3", "gpt2", "none"}));
+        ->check(CLI::IsMember({"qwen3", "llama3", "mistral", "gpt2", "none"}));
     make_model->add_option("--tokenizer-dir", mm.tokenizer_dir,
                            "folder holding qwen3/ and llama3/ tokenizer files (env: TSR_TOKENIZER_ASSETS)");
     make_model->add_option("--out", mm.out, "output folder")->required();

@@ -430,10 +430,10 @@ Status make_model(const MakeModelOptions& o) {
     if (tokenizer.empty() && o.preset == "small") tokenizer = o.arch == "llama" ? "llama3" : "qwen3";
     fs::path tokenizer_src;
     if (!tokenizer.empty() && tokenizer != "none") {
-        if (tokenizer != "qwen3" && tokenizer != "llama3" && tokenizer != "gpt2")
+        if (tokenizer != "qwen3" && tokenizer != "llama3" && tokenizer != "mistral" && tokenizer != "gpt2")
             return Status::InvalidArgument("--tokenizer " + tokenizer +
-                                           " is not known; use qwen3, llama3, gpt2 (GPT-2 style, from Qwen3's "
-                                           "vocabulary) or none");
+                                           " is not known; use qwen3, llama3, mistral, gpt2 (GPT-2 style, from "
+                                           "Qwen3's vocabulary) or none");
         std::string dir = !o.tokenizer_dir.empty() ? o.tokenizer_dir
                           : !env().tokenizer_assets.empty() ? env().tokenizer_assets
                                                             : std::string(TSR_DEFAULT_TOKENIZER_ASSETS);
@@ -442,7 +442,7 @@ Status make_model(const MakeModelOptions& o) {
         if (!fs::exists(tokenizer_src / "tokenizer.json")) {
             return Status::NotFound((tokenizer_src / "tokenizer.json").string() +
                                     " not found; point --tokenizer-dir (or TSR_TOKENIZER_ASSETS) at "
-                                    "the folder holding qwen3/ and llama3/");
+                                    "the folder holding qwen3/, llama3/ and mistral/");
         }
         TSR_ASSIGN_OR_RETURN(std::int64_t tokens, tokenizer_vocab_size(tokenizer_src / "tokenizer.json"));
         // Qwen3-0.6B pads its embedding to 151936 rows; a smaller table cannot hold the ids.
