@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tp_test import PROMPT, generate, run_case  # noqa: E402
+from tp_test import PROMPT, generate, run_case, same_as_one_rank  # noqa: E402
 
 # FP8 layers round their inputs to bf16; a different summation order across shards can move
 # one rounding, which grows to ~1e-3 of the logits here. A shard with the wrong scales moves
@@ -59,13 +59,7 @@ def equivalence(tessera, workdir):
             name = "".join(extra).replace("--", "_")
             logits = os.path.join(workdir, f"{arch}{name}.npy")
             ids = generate(tessera, model, extra, logits)
-            diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
-            good = ids == base and diff < LOGIT_TOLERANCE
-            ok &= good
-            print(f"{arch} fp8 {' '.join(extra)}: tokens {'same' if ids == base else 'DIFFER'}, "
-                  f"max|logit diff| {diff:.2e} {'ok' if good else 'FAIL'}")
-            if ids != base:
-                print(f"  one rank: {base}\n  {' '.join(extra)}: {ids}")
+            ok &= same_as_one_rank(f"{arch} fp8 {' '.join(extra)}", ids, base, logits, base_logits, LOGIT_TOLERANCE)
     return ok
 
 

@@ -64,6 +64,16 @@ def generate(tessera, model, extra, logits=None, timeout=120):
     return json.loads(p.stdout)["output_ids"]
 
 
+def same_as_one_rank(label, ids, base, logits, base_logits, tolerance=LOGIT_TOLERANCE):
+    """Prints and returns whether a layout gave one rank's tokens, with logits within tolerance."""
+    diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
+    good = ids == base and diff < tolerance
+    print(f"{label}: tokens {'same' if ids == base else 'DIFFER'}, max|logit diff| {diff:.2e} {'ok' if good else 'FAIL'}")
+    if ids != base:
+        print(f"  one rank: {base}\n  {label}: {ids}")
+    return good
+
+
 def equivalence(tessera, workdir):
     ok = True
     for arch in ("llama", "qwen2", "qwen3"):
@@ -73,13 +83,7 @@ def equivalence(tessera, workdir):
         for tp in (2, 4):
             logits = os.path.join(workdir, f"{arch}_tp{tp}.npy")
             ids = generate(tessera, model, ["--tp", str(tp)], logits)
-            diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
-            good = ids == base and diff < LOGIT_TOLERANCE
-            ok &= good
-            print(f"{arch} tp{tp}: tokens {'same' if ids == base else 'DIFFER'}, max|logit diff| {diff:.2e} "
-                  f"{'ok' if good else 'FAIL'}")
-            if ids != base:
-                print(f"  tp1: {base}\n  tp{tp}: {ids}")
+            ok &= same_as_one_rank(f"{arch} tp{tp}", ids, base, logits, base_logits)
     return ok
 
 
