@@ -400,18 +400,24 @@ TEST(BenchServeTest, ArrivalsFollowThePoissonSchedule) {
     const std::vector<double> expected = poisson_arrival_offsets(n, 25.0, 11);
     const std::vector<double> seen = server.arrivals();
     ASSERT_EQ(seen.size(), static_cast<std::size_t>(n));
-    // Offsets relative to the first arrival follow the schedule: never early, the typical one
-    // within 10 ms, and none late by more than 100 ms (a loaded CI host delays threads; a
-    // wrong schedule is off by tens to hundreds of ms at this rate).
-    std::vector<double> error;
-    for (int i = 1; i < n; ++i) {
-        const double e = (seen[i] - seen[0]) - (expected[i] - expected[0]);
+    // Each arrival's lag behind its scheduled time, measured from the typical (median) lag:
+    // none more than 5 ms ahead of it, none more than 100 ms behind, and most within 10 ms (a
+    // loaded CI host delays threads, and the first request also pays for its connection,
+    // which once made every later one look 6 ms early against it; a wrong schedule is off by
+    // tens to hundreds of ms at this rate).
+    std::vector<double> lag(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) lag[i] = seen[i] - expected[i];
+    std::vector<double> sorted = lag;
+    std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.end());
+    const double typical = sorted[n / 2];
+    int within_10ms = 0;
+    for (int i = 0; i < n; ++i) {
+        const double e = lag[i] - typical;
         EXPECT_GT(e, -0.005) << "request " << i << " came early";
         EXPECT_LT(e, 0.100) << "request " << i;
-        error.push_back(std::abs(e));
+        within_10ms += std::abs(e) < 0.010;
     }
-    std::nth_element(error.begin(), error.begin() + error.size() / 2, error.end());
-    EXPECT_LT(error[error.size() / 2], 0.010) << "median deviation from the schedule";
+    EXPECT_GE(within_10ms, 3 * n / 4) << "arrivals within 10 ms of the schedule";
     // The run lasts as long as the schedule plus the last request's 3 ms (and the same
     // allowance for a loaded host).
     EXPECT_GE(r->metrics.duration_s, expected.back());
