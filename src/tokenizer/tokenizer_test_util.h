@@ -2,17 +2,20 @@
 // tokenizer/tokenizer_test_util.h — shared by the tokenizer tests: the real tokenizers of
 // TSR_TOKENIZER_ASSETS (loaded once per process) and the golden cases of
 // TSR_TOKENIZER_GOLDEN, produced by Hugging Face tokenizers (see
-// tests/tokenizer/golden/README.md to regenerate them). Test-only; not thread-safe setup.
+// tests/tokenizer/golden/README.md to regenerate them). Test-only; both loaders are
+// thread-safe (ConcurrentEncodeIsConsistent calls them from several threads at once).
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -69,6 +72,8 @@ inline std::string printable(const std::string& s) {
 }
 
 inline const Golden& golden(const std::string& name) {
+    static std::mutex mu;
+    const std::lock_guard<std::mutex> lock(mu);
     static std::map<std::string, Golden> cache;
     if (const auto it = cache.find(name); it != cache.end()) return it->second;
     const std::string path = std::string(TSR_TOKENIZER_GOLDEN) + "/" + name + ".json";
@@ -108,11 +113,19 @@ inline const Golden& golden(const std::string& name) {
 // (tokenizer/gpt2_style.h), as generate.js derives it for its golden. Aborts the test
 // binary's expectations if loading fails.
 inline const Tokenizer& real_tokenizer(const std::string& name) {
+    static std::mutex mu;
+    const std::lock_guard<std::mutex> lock(mu);
     static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
     if (const auto it = cache.find(name); it != cache.end()) return *it->second;
     std::string dir = std::string(TSR_TOKENIZER_ASSETS) + "/" + name;
     if (name == "gpt2_style") {
-        dir = (std::filesystem::temp_directory_path() / ("tessera_gpt2_style_" + std::to_string(::getpid()))).string();
+        // A folder of its own (mkdtemp): test processes run in parallel.
+        std::string pattern = (std::filesystem::temp_directory_path() / "tessera_gpt2_style_XXXXXX").string();
+        if (::mkdtemp(pattern.data()) == nullptr) {
+            ADD_FAILURE() << "mkdtemp " << pattern;
+            std::abort();
+        }
+        dir = pattern;
         const Status written = write_gpt2_style_tokenizer(std::string(TSR_TOKENIZER_ASSETS) + "/qwen3", dir);
         if (!written.ok()) {
             ADD_FAILURE() << "writing " << dir << ": " << written.message();
