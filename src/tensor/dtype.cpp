@@ -82,13 +82,16 @@ namespace {
 
 // |f| clamped to `max_finite`, rounded to nearest even on a grid of `mant_bits` mantissa
 // bits with exponent `bias`; subnormals below 2^(1 - bias).
-std::uint8_t f32_to_small_float(float f, int mant_bits, int bias, float max_finite, std::uint8_t nan_code) {
+// min_normal = 2^(1 - bias), passed as a constant: this runs for every value an fp8 KV cache
+// stores, and only the subnormal range below it needs the slower exact scaling.
+std::uint8_t f32_to_small_float(float f, int mant_bits, int bias, float max_finite, float min_normal,
+                                std::uint8_t nan_code) {
     std::uint32_t bits;
     std::memcpy(&bits, &f, 4);
     const auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
     if (std::isnan(f)) return static_cast<std::uint8_t>(sign | nan_code);
     const float a = std::min(std::fabs(f), max_finite);
-    if (a < std::ldexp(1.0f, 1 - bias)) {
+    if (a < min_normal) {
         // Exact scaling, then the FPU's round-half-even; the count may reach the first normal.
         const auto n = static_cast<std::uint32_t>(std::nearbyint(std::ldexp(a, bias - 1 + mant_bits)));
         return static_cast<std::uint8_t>(sign | n);
@@ -109,8 +112,8 @@ std::uint8_t f32_to_small_float(float f, int mant_bits, int bias, float max_fini
 
 }  // namespace
 
-std::uint8_t f32_to_fp8_e4m3(float f) { return f32_to_small_float(f, 3, 7, 448.0f, 0x7f); }
-std::uint8_t f32_to_fp8_e5m2(float f) { return f32_to_small_float(f, 2, 15, 57344.0f, 0x7f); }
+std::uint8_t f32_to_fp8_e4m3(float f) { return f32_to_small_float(f, 3, 7, 448.0f, 0x1p-6f, 0x7f); }
+std::uint8_t f32_to_fp8_e5m2(float f) { return f32_to_small_float(f, 2, 15, 57344.0f, 0x1p-14f, 0x7f); }
 
 std::uint8_t f32_to_fp8(float f, DType type) {
     return type == DType::kF8E5M2 ? f32_to_fp8_e5m2(f) : f32_to_fp8_e4m3(f);
