@@ -13,6 +13,7 @@ packages=(
   libicu-dev                    # Unicode classes and NFC for the tokenizer
   libboost-dev                  # Boost.Beast for the HTTP server
   libgloo-dev iproute2 procps   # collectives across nodes; network-namespace and process tests
+  libyaml-dev                   # SGLang's --config YAML files
   python3-numpy python3-torch   # the independent numerics reference in tests/reference
   python3-jinja2                # regenerating the chat-template goldens
 )

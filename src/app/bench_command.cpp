@@ -1,6 +1,7 @@
 // `tessera bench serve` (online serving benchmark against a running server) and
 // `tessera bench one-batch` (one static batch in process): the flags, then bench/ does the work.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -323,13 +324,23 @@ int run_bench(int argc, char** argv) {
     one->add_flag("--no-warmup", of.no_warmup, "skip the untimed warm-up run");
     one->add_option("--output-file,--result-filename", of.output_file, "append one JSON line with the results");
 
-    CLI11_PARSE(app, argc, argv);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (!args.empty() && args[0] == "one-batch") {
+        auto read = one_flags.read_command_line({args.begin() + 1, args.end()});
+        if (!read.ok()) return fail(read.status(), 2);
+        args.resize(1);
+        args.insert(args.end(), read.value().begin(), read.value().end());
+    }
+    std::reverse(args.begin(), args.end());
+    try {
+        app.parse(args);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
     set_log_level(log_level);
     if (serve->parsed()) return run_serve_bench(sf);
     if (one->parsed()) {
-        Status s = one_flags.check_unimplemented();
-        if (s.ok()) s = one_args.resolve();
-        if (!s.ok()) return fail(s, 2);
+        if (Status s = one_flags.resolve(); !s.ok()) return fail(s, 2);
         return run_one_batch_bench(one_args, of);
     }
     return 1;

@@ -1,6 +1,7 @@
 // The one `tessera` binary: subcommands make-model, generate, serve, bench, tokenize and eplb
 // (gateway and plan arrive with their capabilities).
 
+#include <algorithm>
 #include <csignal>
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,16 @@ void set_log_level(const std::string& level) {
     if (level == "info") tessera::logging::set_min_level(Level::kInfo);
     if (level == "warn" || level == "warning") tessera::logging::set_min_level(Level::kWarn);
     if (level == "error") tessera::logging::set_min_level(Level::kError);
+}
+
+// One line for every flag that was accepted but changes nothing here (the launcher's ranks
+// re-read the command line: only the launching process says it).
+void log_ignored_flags(const tessera::server::FlagTable& table, bool is_started_rank) {
+    const std::vector<std::string> ignored = table.ignored_flags();
+    if (ignored.empty() || is_started_rank) return;
+    std::string list;
+    for (const std::string& f : ignored) list += (list.empty() ? "" : ", ") + f;
+    TSR_LOG(INFO, "accepted with no effect on this CPU engine: {}", list);
 }
 
 }  // namespace
@@ -120,8 +131,29 @@ int main(int argc, char** argv) {
                 "expert, per layer]], \"num_replicas\": R, \"num_groups\": G, \"num_nodes\": N, \"num_gpus\": M}, "
                 "one {\"phy2log\", \"log2phy\", \"logcnt\"} per line on stdout");
 
-    CLI11_PARSE(app, argc, argv);
-    set_log_level(log_level);
+    // `serve` and `generate` read their arguments as SGLang's argparse does (unique prefixes,
+    // --config) before CLI11 sees them.
+    std::vector<std::string> args(argv + 1, argv + argc);
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        if (args[i] != "serve" && args[i] != "generate") continue;
+        const tessera::server::FlagTable& table = args[i] == "serve" ? serve_flags : generate_flags;
+        auto read = table.read_command_line({args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end()});
+        if (!read.ok()) {
+            TSR_LOG(ERROR, "{}", read.status().message());
+            return 2;
+        }
+        args.resize(i + 1);
+        args.insert(args.end(), read.value().begin(), read.value().end());
+        break;
+    }
+    std::reverse(args.begin(), args.end());
+    try {
+        app.parse(args);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    set_log_level(serve->count("--log-level") ? serve_args.log_level
+                  : generate->count("--log-level") ? gen.server.log_level : log_level);
 
     if (make_model->parsed()) {
         tessera::Status s = tessera::app::make_model(mm);
@@ -134,12 +166,11 @@ int main(int argc, char** argv) {
     if (tokenize->parsed()) return tessera::app::run_tokenize(tk);
     if (eplb->parsed()) return tessera::app::run_eplb();
     if (serve->parsed()) {
-        tessera::Status s = serve_flags.check_unimplemented();
-        if (s.ok()) s = serve_args.resolve();
-        if (!s.ok()) {
+        if (tessera::Status s = serve_flags.resolve(); !s.ok()) {
             TSR_LOG(ERROR, "{}", s.message());
             return 2;
         }
+        log_ignored_flags(serve_flags, serve_rank.has_value());
         auto layout = tessera::dist::ParallelLayout::create(serve_args.parallel_config());
         if (!serve_rank && layout.ok() && layout->world_size() > 1) {
             for (const auto& note : serve_args.notes) TSR_LOG(INFO, "{}", note);
@@ -154,12 +185,11 @@ int main(int argc, char** argv) {
         return tessera::app::run_serve(serve_args, serve_rank, serve_store);
     }
     if (generate->parsed()) {
-        tessera::Status s = generate_flags.check_unimplemented();
-        if (s.ok()) s = gen.server.resolve();
-        if (!s.ok()) {
+        if (tessera::Status s = generate_flags.resolve(); !s.ok()) {
             TSR_LOG(ERROR, "{}", s.message());
             return 2;
         }
+        log_ignored_flags(generate_flags, internal_rank.has_value());
         if (!internal_rank) {
             for (const auto& note : gen.server.notes) TSR_LOG(INFO, "{}", note);
         }

@@ -49,12 +49,10 @@ struct ServerArgs {
     int nnodes = 1;
     int node_rank = 0;
     std::string dist_init_addr;
-    std::optional<int> nccl_port;
     std::optional<int> dist_timeout;  // seconds
     int base_gpu_id = 0;
     int gpu_id_step = 1;
     std::string load_balance_method = "auto";
-    bool enable_p2p_check = false;
     std::optional<int> pp_max_micro_batch_size;
     int pp_async_batch_depth = 0;
 
@@ -118,24 +116,38 @@ struct ServerArgs {
     std::vector<std::string> notes;
 };
 
-// Registers every flag of the table on `app` (a `serve` or `generate` subcommand).
-// After parsing, check_unimplemented() fails for any flag the user gave that tessera
-// accepts for compatibility but does not implement yet.
+// Registers every flag of the table on `app` (a `serve` or `generate` subcommand), then every
+// other flag of SGLang's launch_server (sglang_flags.tsv). The order of use:
+//   read_command_line (abbreviations, --config) -> CLI11 parse -> resolve().
 class FlagTable {
  public:
     // kServe: flags of the serving loop are live; kGenerate: offline generation does not
-    // schedule yet, so those flags fail loudly there too.
+    // schedule, so those flags accept only their defaults there.
     enum class Mode { kServe, kGenerate };
     FlagTable(CLI::App& app, ServerArgs& args, Mode mode);
     ~FlagTable();
     FlagTable(const FlagTable&) = delete;
     FlagTable& operator=(const FlagTable&) = delete;
-    Status check_unimplemented() const;
+
+    // The arguments after the subcommand as SGLang's argparse reads them: unique prefixes
+    // expanded (`--tp 2`), `--config FILE.yaml` replaced by its arguments, ahead of the
+    // command line's so that the command line wins.
+    StatusOr<std::vector<std::string>> read_command_line(const std::vector<std::string>& args) const;
+
+    // After parsing: ServerArgs::resolve() (SGLang's rewrites and validation, in its order),
+    // then check_supported().
+    Status resolve();
+    // A flag tessera accepts for compatibility at a value that asks for something it does not
+    // do fails here, naming the flag, the value and what would work.
+    Status check_supported() const;
+    // The flags given that have no effect here, each with why (for one log line).
+    std::vector<std::string> ignored_flags() const;
 
     struct Impl;  // defined in server_args_cli.cpp, the only place that uses CLI11
 
  private:
     Impl* impl_;
+    ServerArgs& args_;
 };
 
 }  // namespace tessera::server

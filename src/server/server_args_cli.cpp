@@ -1,11 +1,20 @@
 // The flag table: every flag of ServerArgs with SGLang's names, aliases, defaults and
-// choices, registered on a CLI11 (sub)command so that it also drives --help. Each flag says
-// whether tessera implements it yet; a flag that is accepted for compatibility but not
-// implemented fails loudly at start-up when the user sets it (FlagTable::check_unimplemented).
+// choices, registered on a CLI11 (sub)command so that it also drives --help; then every other
+// flag of SGLang's launch_server (sglang_flags.tsv), so that a pasted SGLang command is read
+// whole. After ServerArgs::resolve() (SGLang's rewrites and validation, so its messages come
+// first), FlagTable::check_supported() refuses values that ask for what tessera lacks.
 
 #include <CLI/CLI.hpp>
 
+#include <deque>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "server/command_line.h"
+#include "server/config_file.h"
 #include "server/server_args.h"
+#include "server/sglang_flags.h"
 
 namespace tessera::server {
 
@@ -13,29 +22,78 @@ namespace {
 
 enum class Support {
     kYes,        // implemented
-    kServeOnly,  // implemented by `serve`; `generate` does not schedule yet, so it rejects it
-    kNotYet,     // accepted for SGLang compatibility; setting it is an error until implemented
+    kServeOnly,  // implemented by `serve`; `generate` does not schedule yet, so it needs the default there
+    kNotYet,     // accepted for SGLang compatibility; a value other than the default is refused until implemented
+    kGpuOnly,    // validated as SGLang does, then ignored: it tunes GPU machinery
 };
 
 }  // namespace
 
 struct FlagTable::Impl {
-    bool serve = true;
-    std::vector<std::pair<CLI::Option*, std::string>> not_yet;  // option, its first name
+    struct NotYet {
+        CLI::Option* option;
+        std::function<bool()> asks_nothing;  // the value (after resolve) is what tessera does anyway
+        std::function<std::string()> value;
+        std::string neutral;  // what would work
+        std::string help;
+        bool serve_only;  // `serve` implements it
+    };
+    // A flag of SGLang's catalogue that tessera does not implement, with what the user gave.
+    struct Foreign {
+        const SglangFlag* flag;
+        CLI::Option* option = nullptr;
+        CLI::Option* negated = nullptr;  // --no-x of an optional switch
+        bool on = false;
+        bool off = false;
+        std::vector<std::string> values;
+    };
 
-    void track(CLI::Option* option, Support support) {
-        if (support == Support::kNotYet || (support == Support::kServeOnly && !serve))
-            not_yet.emplace_back(option, option->get_name());
-    }
-    Support effective(Support support) const {
-        return support == Support::kServeOnly ? (serve ? Support::kYes : Support::kNotYet) : support;
+    bool serve = true;
+    CLI::App* app = nullptr;
+    std::vector<NotYet> not_yet;
+    std::vector<CLI::Option*> gpu_only;
+    std::deque<Foreign> foreign;  // stable addresses: CLI11 writes into them
+
+    bool refused_here(Support support) const {
+        return support == Support::kNotYet || (support == Support::kServeOnly && !serve);
     }
 };
+
+void register_sglang_flags(CLI::App& app, FlagTable::Impl& t);
 
 namespace {
 
 std::string help_text(const std::string& help, Support support, const FlagTable::Impl& impl) {
-    return impl.effective(support) == Support::kNotYet ? help + " [not implemented yet: setting it is an error]" : help;
+    return impl.refused_here(support) ? help + " [not implemented yet: only the default is accepted]" : help;
+}
+
+template <typename T>
+std::string show(const T& v) {
+    if constexpr (std::is_same_v<T, std::string>) return v;
+    else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+    else {
+        std::ostringstream out;
+        out << v;
+        return out.str();
+    }
+}
+
+// Records a flag that is refused at a value other than its default (what it was registered with).
+template <typename T>
+void track(FlagTable::Impl& impl, CLI::Option* option, const T& field, Support support) {
+    if (support == Support::kGpuOnly) impl.gpu_only.push_back(option);
+    if (!impl.refused_here(support)) return;
+    impl.not_yet.push_back({option, [&field, initial = field] { return field == initial; },
+                            [&field] { return show(field); }, show(field), option->get_description(),
+                            support == Support::kServeOnly});
+}
+
+template <typename T>
+void track(FlagTable::Impl& impl, CLI::Option* option, const std::optional<T>& field, Support support) {
+    if (!impl.refused_here(support)) return;
+    impl.not_yet.push_back({option, [&field] { return !field.has_value(); },
+                            [&field] { return field ? show(*field) : std::string("None"); }, "", option->get_description(),
+                            support == Support::kServeOnly});
 }
 
 // --name value (with CLI11 check `check` when given).
@@ -46,7 +104,7 @@ CLI::Option* value(CLI::App& app, FlagTable::Impl& impl, const std::string& name
     // As SGLang's argparse: a flag given twice takes the later value, so a wrapper script's
     // default (e.g. --port in scripts/run.sh) can be overridden by its caller.
     o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    impl.track(o, support);
+    track(impl, o, field, support);
     return o;
 }
 
@@ -57,24 +115,25 @@ CLI::Option* optional(CLI::App& app, FlagTable::Impl& impl, const std::string& n
     CLI::Option* o = app.add_option_function<T>(names, [&field](const T& v) { field = v; },
                                                  help_text(help + " [default: auto]", support, impl));
     o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    impl.track(o, support);
+    track(impl, o, field, support);
     return o;
 }
 
 CLI::Option* flag(CLI::App& app, FlagTable::Impl& impl, const std::string& names, bool& field,
                   const std::string& help, Support support) {
     CLI::Option* o = app.add_flag(names, field, help_text(help, support, impl));
-    impl.track(o, support);
+    track(impl, o, field, support);
     return o;
 }
 
 constexpr Support kYes = Support::kYes;
 constexpr Support kNotYet = Support::kNotYet;
 constexpr Support kServe = Support::kServeOnly;
+constexpr Support kGpu = Support::kGpuOnly;
 
 }  // namespace
 
-FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) {
+FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl), args_(a) {
     Impl& t = *impl_;
     t.serve = mode == Mode::kServe;
     // Model and process.
@@ -96,9 +155,11 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
           "compute threads per rank (0: the host's cores / its ranks)", kYes)
         ->check(CLI::Range(0, 1024));
     flag(app, t, "--log-all-ranks", a.log_all_ranks, "INFO logs from every rank, not only rank 0", kYes);
+    value(app, t, "--log-level", a.log_level, "debug, info, warning or error", kYes)
+        ->check(CLI::IsMember({"debug", "info", "warn", "warning", "error", "critical"}));
 
     // Topology (reference §1.1).
-    value(app, t, "--tp-size,--tp,--tensor-parallel-size", a.tp_size, "tensor parallel size", kYes);
+    value(app, t, "--tp-size,--tensor-parallel-size", a.tp_size, "tensor parallel size", kYes);
     value(app, t, "--pp-size,--pipeline-parallel-size", a.pp_size, "pipeline parallel size", kYes);
     value(app, t, "--dp-size,--data-parallel-size", a.dp_size,
           "data parallel size (replicas; attention DP groups with --enable-dp-attention)", kNotYet);
@@ -113,17 +174,17 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
     flag(app, t, "--enable-dp-lm-head", a.enable_dp_lm_head, "vocab-parallel LM head across the attention-TP group",
          kNotYet);
     optional(app, t, "--moe-dense-tp-size", a.moe_dense_tp_size, "TP width of dense MLPs in MoE models", kNotYet);
+    // tessera's dense MLPs span the whole TP group: the TP size asks for nothing new.
+    t.not_yet.back().asks_nothing = [&a] { return !a.moe_dense_tp_size || *a.moe_dense_tp_size == a.tp_size; };
     value(app, t, "--nnodes", a.nnodes, "number of nodes", kYes);
     value(app, t, "--node-rank", a.node_rank, "this node's rank", kYes);
     value(app, t, "--dist-init-addr,--nccl-init-addr", a.dist_init_addr, "HOST:PORT of the rendezvous (node 0)",
           kYes);
-    optional(app, t, "--nccl-port", a.nccl_port, "port of the collective backend", kNotYet);
     optional(app, t, "--dist-timeout", a.dist_timeout, "collective timeout in seconds", kYes);
-    value(app, t, "--base-gpu-id", a.base_gpu_id, "first device id", kNotYet);
-    value(app, t, "--gpu-id-step", a.gpu_id_step, "device id step", kNotYet);
+    value(app, t, "--base-gpu-id", a.base_gpu_id, "first device id (no effect on CPU)", kGpu);
+    value(app, t, "--gpu-id-step", a.gpu_id_step, "device id step (no effect on CPU)", kGpu);
     value(app, t, "--load-balance-method", a.load_balance_method, "DP request routing", kNotYet)
         ->check(CLI::IsMember({"auto", "round_robin", "follow_bootstrap_room", "total_requests", "total_tokens"}));
-    flag(app, t, "--enable-p2p-check", a.enable_p2p_check, "check GPU peer access (no meaning on CPU)", kNotYet);
     optional(app, t, "--pp-max-micro-batch-size", a.pp_max_micro_batch_size, "requests per PP micro-batch", kYes);
     value(app, t, "--pp-async-batch-depth", a.pp_async_batch_depth, "extra in-flight PP micro-batches", kYes);
     value(app, t, "--enable-pipeline-trace", a.pipeline_trace_path,
@@ -156,7 +217,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
              "default an eighth of the rank's memory, -1 = no cap (SGLang)", kServe);
     value(app, t, "--radix-eviction-policy", a.radix_eviction_policy, "prefix cache eviction", kNotYet)
         ->check(CLI::IsMember({"lru", "lfu", "slru", "priority"}));
-    flag(app, t, "--disable-overlap-schedule", a.disable_overlap_schedule, "no CPU/compute overlap", kNotYet);
+    flag(app, t, "--disable-overlap-schedule", a.disable_overlap_schedule,
+         "no CPU/compute overlap (tessera never overlaps scheduling with the forward pass)", kYes);
     value(app, t, "--num-continuous-decode-steps", a.num_continuous_decode_steps, "decode steps per schedule",
           kNotYet);
     value(app, t, "--scheduler-recv-interval", a.scheduler_recv_interval, "steps between request polls", kNotYet);
@@ -209,21 +271,244 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl) 
         ->check(CLI::IsMember({"off", "server_log", "prometheus", "both"}));
     flag(app, t, "--enable-two-batch-overlap", a.enable_two_batch_overlap, "two-batch overlap", kNotYet);
     flag(app, t, "--enable-single-batch-overlap", a.enable_single_batch_overlap, "single-batch overlap", kNotYet);
-    flag(app, t, "--disable-shared-experts-fusion", a.disable_shared_experts_fusion, "keep shared experts apart",
-         kNotYet);
+    flag(app, t, "--disable-shared-experts-fusion", a.disable_shared_experts_fusion,
+         "keep shared experts apart (as tessera always does)", kYes);
     flag(app, t, "--enforce-shared-experts-fusion", a.enforce_shared_experts_fusion, "fuse shared experts", kNotYet);
+
+    register_sglang_flags(app, t);
 }
 
 FlagTable::~FlagTable() { delete impl_; }
 
-Status FlagTable::check_unimplemented() const {
-    for (const auto& [option, name] : impl_->not_yet) {
-        if (option->count() > 0) {
-            return Status::Unimplemented(name + " is accepted for SGLang compatibility but tessera does not implement "
-                                         "it yet; remove it from the command line");
+namespace {
+
+bool parses_as_int(const std::string& s) {
+    if (s.empty()) return false;
+    std::size_t used = 0;
+    try {
+        (void)std::stoll(s, &used);
+    } catch (const std::exception&) {
+        return false;
+    }
+    return used == s.size();
+}
+
+bool parses_as_float(const std::string& s) {
+    if (s.empty()) return false;
+    std::size_t used = 0;
+    try {
+        (void)std::stod(s, &used);
+    } catch (const std::exception&) {
+        return false;
+    }
+    return used == s.size();
+}
+
+// argparse's per-value checks: the type, then the choices.
+CLI::Validator sglang_value_check(const SglangFlag& flag) {
+    return CLI::Validator(
+        [&flag](std::string& v) -> std::string {
+            if (flag.type == "int" && !parses_as_int(v)) return "invalid int value: '" + v + "'";
+            if (flag.type == "float" && !parses_as_float(v)) return "invalid float value: '" + v + "'";
+            if (!flag.choices.empty() && std::find(flag.choices.begin(), flag.choices.end(), v) == flag.choices.end()) {
+                std::string all;
+                for (const std::string& c : flag.choices) all += (all.empty() ? "'" : ", '") + c + "'";
+                return "invalid choice: '" + v + "' (choose from " + all + ")";
+            }
+            return "";
+        },
+        flag.type);
+}
+
+std::string names_help(const SglangFlag& flag) {
+    using T = SglangFlag::Tessera;
+    switch (flag.tessera) {
+        case T::kGpuOnly: return "[SGLang; tunes GPU machinery: no effect on CPU] " + flag.help;
+        case T::kIgnored: return "[SGLang; no effect: " + flag.reason + "] " + flag.help;
+        default: return "[SGLang; not implemented: only the default " + flag.default_text() + "] " + flag.help;
+    }
+}
+
+constexpr const char* kSglangGroup = "Other flags of SGLang's launch_server";
+
+// --help lists tessera's flags and summarises the hundreds of SGLang flags it only accepts.
+class SummarisingFormatter : public CLI::Formatter {
+ public:
+    std::string make_group(std::string group, bool is_positional, std::vector<const CLI::Option*> opts) const override {
+        if (group != kSglangGroup) return CLI::Formatter::make_group(std::move(group), is_positional, std::move(opts));
+        return "\n" + group + ":\n  " + std::to_string(opts.size()) +
+               " more, accepted so that SGLang commands run; they tune GPU machinery, have no effect here, or "
+               "take only their default (docs/sglang-compat.md lists them)\n";
+    }
+};
+
+}  // namespace
+
+void register_sglang_flags(CLI::App& app, FlagTable::Impl& t) {
+    t.app = &app;
+    app.formatter(std::make_shared<SummarisingFormatter>());
+    auto known = [&app](const std::string& name) {
+        for (const CLI::Option* o : app.get_options())
+            for (const std::string& l : o->get_lnames())
+                if ("--" + l == name) return true;
+        return false;
+    };
+    for (const SglangFlag& flag : sglang_flags()) {
+        using T = SglangFlag::Tessera;
+        if (flag.tessera == T::kImplemented) continue;
+        std::string names;
+        for (const std::string& n : flag.names)
+            if (!known(n)) names += (names.empty() ? "" : ",") + n;
+        if (names.empty()) continue;
+        FlagTable::Impl::Foreign& f = t.foreign.emplace_back();
+        f.flag = &flag;
+        if (flag.tessera == T::kConfigFile) {
+            // Read before parsing (FlagTable::read_command_line); registered for --help and prefixes.
+            f.option = app.add_option(names, f.values, "SGLang's YAML config file: one key per flag, e.g. `tp-size: 2`; "
+                                                      "the command line overrides it");
+            continue;
+        }
+        switch (flag.kind) {
+            case SglangFlag::Kind::kSwitch:
+                f.option = app.add_flag(names, f.on, names_help(flag))->group(kSglangGroup);
+                break;
+            case SglangFlag::Kind::kOptionalSwitch: {
+                f.option = app.add_flag(names, f.on, names_help(flag))->group(kSglangGroup);
+                std::string negated;
+                for (const std::string& n : flag.names) negated += (negated.empty() ? "--no-" : ",--no-") + n.substr(2);
+                f.negated = app.add_flag(negated, f.off, names_help(flag))->group(kSglangGroup);
+                break;
+            }
+            case SglangFlag::Kind::kValue:
+                f.option = app.add_option(names, f.values, names_help(flag))
+                               ->expected(1)
+                               ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                               ->check(sglang_value_check(flag))
+                               ->group(kSglangGroup);
+                break;
+            case SglangFlag::Kind::kList:
+                f.option = app.add_option(names, f.values, names_help(flag))
+                               ->expected(1, CLI::detail::expected_max_vector_size)
+                               ->check(sglang_value_check(flag))
+                               ->group(kSglangGroup);
+                break;
         }
     }
+}
+
+StatusOr<std::vector<std::string>> FlagTable::read_command_line(const std::vector<std::string>& args) const {
+    std::vector<KnownFlag> known;
+    std::set<std::string> switches;
+    for (const CLI::Option* o : impl_->app->get_options()) {
+        const bool takes_value = o->get_expected_max() > 0;
+        for (const std::string& l : o->get_lnames()) {
+            known.push_back({"--" + l, takes_value});
+            if (!takes_value) switches.insert("--" + l);
+        }
+    }
+    auto expanded = expand_abbreviations(args, known);
+    if (!expanded.ok()) return expanded.status();
+    // SGLang's prepare_server_args: the config file's arguments first, so the command line wins.
+    std::vector<std::string> rest;
+    std::string config_path;
+    const std::vector<std::string>& in = expanded.value();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        const bool joined = in[i].rfind("--config=", 0) == 0;
+        if (in[i] != "--config" && !joined) {
+            rest.push_back(in[i]);
+            continue;
+        }
+        if (!config_path.empty()) return Status::InvalidArgument("Multiple config files specified! Only one allowed.");
+        if (joined) {
+            config_path = in[i].substr(9);
+        } else if (i + 1 < in.size()) {
+            config_path = in[++i];
+        }
+        if (config_path.empty()) return Status::InvalidArgument("No config file specified after --config flag!");
+    }
+    if (config_path.empty()) return rest;
+    auto entries = read_config_file(config_path);
+    if (!entries.ok()) return entries.status();
+    std::vector<std::string> from_file;
+    for (const ConfigEntry& e : entries.value()) {
+        if (e.key == "config") return Status::InvalidArgument("--config " + config_path + " names another config file");
+        auto flag_name = expand_abbreviations({"--" + e.key}, known);
+        if (!flag_name.ok())
+            return Status::InvalidArgument("--config " + config_path + ": " + flag_name.status().message() +
+                                           " (keys are flag names with dashes, e.g. tp-size)");
+        const std::string name = flag_name.value().front();
+        if (e.boolean && switches.count(name)) {
+            // As SGLang: true gives the switch, false leaves it out; tessera also reads
+            // false as --no-x for SGLang's optional switches.
+            if (*e.boolean) from_file.push_back(name);
+            else if (switches.count("--no-" + name.substr(2))) from_file.push_back("--no-" + name.substr(2));
+            continue;
+        }
+        if (e.boolean) {
+            from_file.insert(from_file.end(), {name, *e.boolean ? "true" : "false"});
+            continue;
+        }
+        if (e.values.empty()) continue;  // an empty list
+        from_file.push_back(name);
+        from_file.insert(from_file.end(), e.values.begin(), e.values.end());
+    }
+    from_file.insert(from_file.end(), rest.begin(), rest.end());
+    return from_file;
+}
+
+Status FlagTable::check_supported() const {
+    for (const Impl::NotYet& n : impl_->not_yet) {
+        if (n.option->count() == 0 || n.asks_nothing()) continue;
+        const std::string name = n.option->get_name();
+        const std::string what = n.help.substr(0, n.help.find(" ["));
+        return Status::Unimplemented(name + " " + n.value() + ": " +
+                                     (n.serve_only ? "`tessera serve` implements it, this command does not"
+                                                   : "tessera does not implement it yet (" + what + ")") +
+                                     "; remove the flag" + (n.neutral.empty() ? "" : ", or give " + n.neutral));
+    }
+    for (const Impl::Foreign& f : impl_->foreign) {
+        if (f.flag->tessera != SglangFlag::Tessera::kNotImplemented) continue;
+        const std::string& name = f.flag->names.front();
+        std::string given;
+        bool neutral = true;
+        if (f.on) {
+            given = name;
+            neutral = f.flag->default_value == "True";
+        } else if (f.negated && f.off) {
+            given = "--no-" + name.substr(2);
+            neutral = f.flag->default_value == "False";
+        } else if (f.option->count() > 0) {
+            given = name;
+            for (const std::string& v : f.values) given += " " + v;
+            neutral = f.flag->kind == SglangFlag::Kind::kValue && f.values.size() == 1 && f.flag->is_neutral(f.values[0]);
+        }
+        if (neutral) continue;
+        const std::string what = f.flag->reason.empty() ? "this SGLang feature (\"" + f.flag->help + "\")"
+                                                        : f.flag->reason;
+        const bool has_default = f.flag->kind == SglangFlag::Kind::kValue && f.flag->default_value != "None";
+        return Status::Unimplemented(given + ": tessera does not implement " + what + "; remove the flag" +
+                                     (has_default ? " or give SGLang's default " + f.flag->default_text() : ""));
+    }
     return Status::Ok();
+}
+
+std::vector<std::string> FlagTable::ignored_flags() const {
+    std::vector<std::string> lines;
+    for (const CLI::Option* o : impl_->gpu_only)
+        if (o->count() > 0) lines.push_back(o->get_name() + " (tunes GPU machinery)");
+    for (const Impl::Foreign& f : impl_->foreign) {
+        using T = SglangFlag::Tessera;
+        const bool given = f.option->count() > 0 || (f.negated && f.negated->count() > 0);
+        if (!given || (f.flag->tessera != T::kGpuOnly && f.flag->tessera != T::kIgnored)) continue;
+        lines.push_back(f.flag->names.front() +
+                        (f.flag->tessera == T::kGpuOnly ? " (tunes GPU machinery)" : " (" + f.flag->reason + ")"));
+    }
+    return lines;
+}
+
+Status FlagTable::resolve() {
+    TSR_RETURN_IF_ERROR(args_.resolve());
+    return check_supported();
 }
 
 }  // namespace tessera::server

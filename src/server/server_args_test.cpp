@@ -17,9 +17,15 @@ Parsed parse(std::vector<std::string> argv) {
     Parsed p;
     CLI::App app("test");
     FlagTable table(app, p.args, FlagTable::Mode::kServe);
-    // CLI11 takes the arguments in reverse order.
     std::vector<std::string> args = {"--model-path", "/models/x"};
     args.insert(args.end(), argv.begin(), argv.end());
+    auto read = table.read_command_line(args);
+    if (!read.ok()) {
+        p.status = read.status();
+        return p;
+    }
+    args = read.value();
+    // CLI11 takes the arguments in reverse order.
     std::reverse(args.begin(), args.end());
     try {
         app.parse(args);
@@ -27,7 +33,7 @@ Parsed parse(std::vector<std::string> argv) {
         p.status = Status::InvalidArgument(e.what());
         return p;
     }
-    p.status = table.check_unimplemented();
+    p.status = table.resolve();
     return p;
 }
 
@@ -58,25 +64,58 @@ TEST(FlagTableTest, DefaultsAreSglangs) {
     EXPECT_FALSE(a.mem_fraction_static.has_value());
 }
 
-TEST(FlagTableTest, UnimplementedFlagsFailLoudlyOnlyWhenGiven) {
-    Parsed p = parse({"--enable-two-batch-overlap"});
-    EXPECT_EQ(p.status.code(), StatusCode::kUnimplemented);
-    EXPECT_NE(p.status.message().find("--enable-two-batch-overlap is accepted for SGLang compatibility but tessera "
-                                      "does not implement it yet"),
-              std::string::npos)
-        << p.status.message();
+TEST(FlagTableTest, ValidationRunsBeforeTheUnimplementedCheck) {
+    // SGLang's own rule speaks first, as in SGLang.
+    Parsed tbo = parse({"--enable-two-batch-overlap"});
+    EXPECT_EQ(tbo.status.message().rfind("When enabling two batch overlap without an EP a2a backend", 0), 0u)
+        << tbo.status.message();
+    // Values that ask for nothing new pass; --enable-dp-attention with dp 1 is switched off by SGLang's rewrite.
+    for (std::vector<std::string> same : std::vector<std::vector<std::string>>{
+             {"--dp-size", "1"}, {"--ep-size", "1"}, {"--moe-a2a-backend", "none"}, {"--kv-cache-dtype", "auto"},
+             {"--disable-overlap-schedule"}, {"--enable-dp-attention"}, {"--moe-dense-tp-size", "1"},
+             {"--stream-interval", "1"}, {"--load-format", "safetensors"}, {"--speculative-accept-threshold-single", "1"}}) {
+        Parsed p = parse(same);
+        EXPECT_TRUE(p.status.ok()) << same.front() << ": " << p.status.to_string();
+    }
+    Parsed dp = parse({"--dp", "2"});
+    EXPECT_EQ(dp.status.code(), StatusCode::kUnimplemented);
+    EXPECT_EQ(dp.status.message().rfind("--dp-size 2: tessera does not implement it yet", 0), 0u) << dp.status.message();
+    EXPECT_NE(dp.status.message().find("or give 1"), std::string::npos) << dp.status.message();
+    Parsed spec = parse({"--speculative-algorithm", "EAGLE"});
+    EXPECT_EQ(spec.status.message(),
+              "--speculative-algorithm EAGLE: tessera does not implement speculative decoding; remove the flag");
+    Parsed fmt = parse({"--load-format", "dummy"});
+    EXPECT_NE(fmt.status.message().find("or give SGLang's default auto"), std::string::npos) << fmt.status.message();
     EXPECT_TRUE(parse({"--dtype", "bfloat16"}).status.ok());
 }
 
-TEST(FlagTableTest, ServingFlagsFailLoudlyInGenerate) {
+TEST(FlagTableTest, GpuFlagsAreAcceptedAndNamedAsIgnored) {
+    ServerArgs args;
+    CLI::App app("test");
+    FlagTable table(app, args, FlagTable::Mode::kServe);
+    std::vector<std::string> argv = {"--model-path", "/m", "--trust-remote-code", "--attention-backend", "fa3",
+                                     "--cuda-graph-max-bs", "256", "--base-gpu-id", "1", "--watchdog-timeout", "3600"};
+    std::reverse(argv.begin(), argv.end());
+    app.parse(argv);
+    ASSERT_TRUE(table.resolve().ok());
+    const std::vector<std::string> ignored = table.ignored_flags();
+    ASSERT_EQ(ignored.size(), 5u);
+    EXPECT_EQ(ignored[0], "--base-gpu-id (tunes GPU machinery)");
+    EXPECT_EQ(ignored[1], "--trust-remote-code (tessera never runs code from a model folder)");
+    // Their values are still checked as argparse checks them.
+    EXPECT_FALSE(parse({"--attention-backend", "fa9"}).status.ok());
+    EXPECT_FALSE(parse({"--cuda-graph-max-bs", "many"}).status.ok());
+}
+
+TEST(FlagTableTest, ServingFlagsTakeOnlyTheirDefaultsInGenerate) {
     ServerArgs args;
     CLI::App app("test");
     FlagTable table(app, args, FlagTable::Mode::kGenerate);
     std::vector<std::string> argv = {"31000", "--port", "/m", "--model-path"};
     app.parse(argv);
-    Status s = table.check_unimplemented();
+    Status s = table.resolve();
     EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-    EXPECT_NE(s.message().find("--port"), std::string::npos);
+    EXPECT_EQ(s.message(), "--port 31000: `tessera serve` implements it, this command does not; remove the flag, or give 30000");
     EXPECT_TRUE(parse({"--port", "31000"}).status.ok()) << "serve implements it";
 
     // generate runs the scheduler, so its flags are accepted there.
@@ -85,7 +124,7 @@ TEST(FlagTableTest, ServingFlagsFailLoudlyInGenerate) {
     FlagTable table2(app2, scheduled, FlagTable::Mode::kGenerate);
     std::vector<std::string> argv2 = {"2", "--pp-size", "2048", "--chunked-prefill-size", "/m", "--model-path"};
     app2.parse(argv2);
-    EXPECT_TRUE(table2.check_unimplemented().ok());
+    EXPECT_TRUE(table2.resolve().ok());
 }
 
 TEST(FlagTableTest, ARepeatedFlagTakesTheLaterValueAsArgparseDoes) {

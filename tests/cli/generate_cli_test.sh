@@ -48,7 +48,16 @@ expect_error "bad prompt id" "'x' is not a token id" generate --model-path "$wor
 expect_error "token outside the vocabulary" "outside the vocabulary" generate --model-path "$work/m" --prompt-ids 5000
 expect_error "text prompt without tokenizer files" "tokenizer.json" generate --model-path "$work/m" --prompt hello
 expect_error "both prompt forms" "either as text" generate --model-path "$work/m" --prompt hi --prompt-ids 1
-expect_error "flag not implemented yet" "--enable-dp-attention is accepted for SGLang compatibility but tessera does not implement it yet" generate --model-path "$work/m" --prompt-ids 1 --enable-dp-attention
+expect_error "flag not implemented yet" "--dp-size 2: tessera does not implement it yet" generate --model-path "$work/m" --prompt-ids 1 --tp 2 --dp 2 --enable-dp-attention
+expect_error "SGLang feature tessera lacks" "--speculative-algorithm EAGLE: tessera does not implement speculative decoding" generate --model-path "$work/m" --prompt-ids 1 --speculative-algo EAGLE
+expect_error "ambiguous prefix" "ambiguous option: --pp could match" generate --model-path "$work/m" --prompt-ids 1 --pp 2
+"$tessera" generate --model-path "$work/m" --prompt-ids 1 --max-new-tokens 1 --trust-remote-code --attention-backend fa3 \
+  --cuda-graph-max-bs 8 --dp 1 --moe-a2a-backend none --disable-overlap-schedule >/dev/null 2>"$work/e.txt"
+check "GPU-only and neutral SGLang flags run" test $? -eq 0
+check "GPU-only flags are named once" grep -q "accepted with no effect on this CPU engine: --trust-remote-code (tessera never runs code from a model folder), --attention-backend (tunes GPU machinery), --cuda-graph-max-bs (tunes GPU machinery)" "$work/e.txt"
+printf 'model-path: %s\nmax-new-tokens: 1\n' "$work/m" >"$work/c.yaml"
+"$tessera" generate --config "$work/c.yaml" --prompt-ids 1 --json >/dev/null 2>"$work/e.txt"
+check "--config reads the YAML file" test $? -eq 0
 expect_error "bad parallel combination" "tp_size (3) must divide num_attention_heads (4)" generate --model-path "$work/m" --prompt-ids 1 --tp 3
 expect_error "unknown flag" "--frobnicate" generate --model-path "$work/m" --prompt-ids 1 --frobnicate 2
 expect_error "missing model folder" "no config.json" generate --model-path "$work/none" --prompt-ids 1
