@@ -49,15 +49,6 @@ Status ServerArgs::resolve() {
         served_model_name = slash == std::string::npos || slash + 1 == trimmed.size() ? trimmed : trimmed.substr(slash + 1);
     }
     if (!page_size) page_size = 1;
-    if (kv_cache_dtype != "auto" && kv_cache_dtype != "bf16" && kv_cache_dtype != "bfloat16" &&
-        kv_cache_dtype != "fp8_e4m3" && kv_cache_dtype != "fp8_e5m2")
-        return invalid("--kv-cache-dtype " + kv_cache_dtype +
-                       " is not supported: tessera stores auto (the model's dtype), bf16, fp8_e4m3 or fp8_e5m2");
-    if (!quantization.empty() && quantization != "fp8")
-        return invalid("--quantization " + quantization +
-                       " is not supported: tessera runs fp8 (e4m3 in 128 x 128 blocks, DeepSeek-V3 / Qwen3-FP8 "
-                       "checkpoints, or a bf16 checkpoint quantized at load with --quantization fp8) and unquantized "
-                       "weights");
 
     // Data parallelism (§1.4): nothing to split with dp 1; DP-attention shares the budgets.
     if (dp_size == 1) {
@@ -138,13 +129,6 @@ Status ServerArgs::resolve() {
                        "--enable-dp-attention is required");
     if (disable_shared_experts_fusion && enforce_shared_experts_fusion)
         return invalid("--disable-shared-experts-fusion and --enforce-shared-experts-fusion are mutually exclusive");
-    if (ep_dispatch_algorithm == "lp")
-        return invalid("--ep-dispatch-algorithm lp (SGLang's linear-programming planner) is not implemented yet; "
-                       "use static, dynamic or fake");
-    if (one_of(eplb_algorithm, {"deepseek_vec", "deepseek_vec_hierarchical", "elasticity_aware"}))
-        return invalid("--eplb-algorithm " + eplb_algorithm +
-                       " is not implemented yet; use auto, deepseek or deepseek_hierarchical (deepseek_vec places "
-                       "experts as deepseek does)");
     if (eplb_rebalance_num_iterations < 1)
         return invalid("--eplb-rebalance-num-iterations must be at least 1, got " + str(eplb_rebalance_num_iterations));
     if (eplb_rebalance_layers_per_chunk && *eplb_rebalance_layers_per_chunk < 1)
@@ -175,7 +159,26 @@ Status ServerArgs::resolve() {
                        moe_runner_backend + ")");
     if (ep_num_redundant_experts < 0)
         return invalid("--ep-num-redundant-experts must be >= 0");
-    // What this build runs (after SGLang's own rules, so their messages come first).
+    return Status::Ok();
+}
+
+Status ServerArgs::check_tessera_runs() const {
+    if (kv_cache_dtype != "auto" && kv_cache_dtype != "bf16" && kv_cache_dtype != "bfloat16" &&
+        kv_cache_dtype != "fp8_e4m3" && kv_cache_dtype != "fp8_e5m2")
+        return invalid("--kv-cache-dtype " + kv_cache_dtype +
+                       " is not supported: tessera stores auto (the model's dtype), bf16, fp8_e4m3 or fp8_e5m2");
+    if (!quantization.empty() && quantization != "fp8")
+        return invalid("--quantization " + quantization +
+                       " is not supported: tessera runs fp8 (e4m3 in 128 x 128 blocks, DeepSeek-V3 / Qwen3-FP8 "
+                       "checkpoints, or a bf16 checkpoint quantized at load with --quantization fp8) and unquantized "
+                       "weights");
+    if (ep_dispatch_algorithm == "lp")
+        return invalid("--ep-dispatch-algorithm lp (SGLang's linear-programming planner) is not implemented yet; "
+                       "use static, dynamic or fake");
+    if (one_of(eplb_algorithm, {"deepseek_vec", "deepseek_vec_hierarchical", "elasticity_aware"}))
+        return invalid("--eplb-algorithm " + eplb_algorithm +
+                       " is not implemented yet; use auto, deepseek or deepseek_hierarchical (deepseek_vec places "
+                       "experts as deepseek does)");
     if (!one_of(moe_a2a_backend, {"none", "all_to_all"}))
         return invalid("--moe-a2a-backend " + moe_a2a_backend +
                        " is one of SGLang's GPU backends; this build supports none (masked EP, then the TP "

@@ -111,6 +111,9 @@ struct ServerArgs {
     // SGLang's resolution pass: defaults rewritten from other flags (§1.4), then every
     // validation rule (§1.5-§1.7). Messages name the clashing flags and what would work.
     Status resolve();
+    // What this build runs, checked after resolve() so that SGLang's own messages come first:
+    // the quantization and KV cache types, the MoE backends and EPLB algorithms tessera has.
+    Status check_tessera_runs() const;
 
     // Warnings produced by resolve() (a rewritten default the user should know about).
     std::vector<std::string> notes;
@@ -137,6 +140,9 @@ class FlagTable {
     // After parsing: ServerArgs::resolve() (SGLang's rewrites and validation, in its order),
     // then check_supported().
     Status resolve();
+    // What this build runs, checked after resolve() so that SGLang's own messages come first:
+    // the quantization and KV cache types, the MoE backends and EPLB algorithms tessera has.
+    Status check_tessera_runs() const;
     // A flag tessera accepts for compatibility at a value that asks for something it does not
     // do fails here, naming the flag, the value and what would work.
     Status check_supported() const;

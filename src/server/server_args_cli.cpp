@@ -6,6 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <set>
@@ -126,6 +129,36 @@ CLI::Option* flag(CLI::App& app, FlagTable::Impl& impl, const std::string& names
     return o;
 }
 
+// SGLang's human_readable_int (utils/common.py): SI suffixes k, M, G, T (decimals allowed:
+// 25.6k = 25600) and IEC suffixes Ki, Mi, Gi, Ti (integers only); case-sensitive.
+CLI::Validator human_readable_int() {
+    return CLI::Validator(
+        [](std::string& v) -> std::string {
+            static const std::pair<const char*, double> kSuffixes[] = {
+                {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
+                {"k", 1e3},     {"M", 1e6},        {"G", 1e9},           {"T", 1e12}};
+            for (const auto& [suffix, multiplier] : kSuffixes) {
+                const std::size_t n = std::strlen(suffix);
+                if (v.size() <= n || v.compare(v.size() - n, n, suffix) != 0) continue;
+                const std::string number = v.substr(0, v.size() - n);
+                const bool digits = std::all_of(number.begin(), number.end(), [](char c) { return std::isdigit(c) || c == '.'; });
+                const auto dot = number.find('.');
+                if (!digits || number.front() == '.' || number.back() == '.' ||
+                    (dot != std::string::npos && number.find('.', dot + 1) != std::string::npos))
+                    break;
+                if (dot != std::string::npos && n == 2)
+                    return "Decimals are not allowed with IEC suffixes like '" + std::string(suffix) +
+                           "'. Use an integer IEC value such as '1" + suffix + "', or an SI value such as '1.5" +
+                           std::string(1, suffix[0] == 'K' ? 'k' : suffix[0]) + "'.";
+                // Exact for the integers this can reach: the product of a decimal and a power of ten or two.
+                v = std::to_string(static_cast<long long>(std::stod(number) * multiplier + (dot == std::string::npos ? 0.0 : 1e-6)));
+                return "";
+            }
+            return "";
+        },
+        "INT[k|M|G|T|Ki|Mi|Gi|Ti]");
+}
+
 constexpr Support kYes = Support::kYes;
 constexpr Support kNotYet = Support::kNotYet;
 constexpr Support kServe = Support::kServeOnly;
@@ -150,7 +183,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     value(app, t, "--allowed-hosts", a.allowed_hosts,
           "comma-separated Host header names accepted besides the bound address", kServe);
     optional(app, t, "--random-seed", a.random_seed, "server-wide random seed", kYes);
-    optional(app, t, "--context-length", a.context_length, "override the model's context length", kYes);
+    optional(app, t, "--context-length", a.context_length, "override the model's context length (1k = 1000, 1Ki = 1024)", kYes)
+        ->transform(human_readable_int());
     value(app, t, "--threads-per-rank,--threads", a.threads_per_rank,
           "compute threads per rank (0: the host's cores / its ranks)", kYes)
         ->check(CLI::Range(0, 1024));
@@ -195,11 +229,13 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     optional(app, t, "--mem-fraction-static", a.mem_fraction_static, "(weights + KV pool) / rank memory", kYes);
     optional(app, t, "--max-running-requests", a.max_running_requests, "cap on running requests", kYes);
     optional(app, t, "--max-queued-requests", a.max_queued_requests, "cap on queued requests", kServe);
-    optional(app, t, "--max-total-tokens", a.max_total_tokens, "cap on the KV pool size in tokens", kYes);
+    optional(app, t, "--max-total-tokens", a.max_total_tokens, "cap on the KV pool size in tokens", kYes)
+        ->transform(human_readable_int());
     optional(app, t, "--chunked-prefill-size", a.chunked_prefill_size, "max tokens per prefill chunk; -1 disables",
              kYes);
     flag(app, t, "--enable-dynamic-chunking", a.enable_dynamic_chunking, "dynamic chunk sizes under PP", kYes);
-    value(app, t, "--max-prefill-tokens", a.max_prefill_tokens, "max tokens in one prefill batch", kYes);
+    value(app, t, "--max-prefill-tokens", a.max_prefill_tokens, "max tokens in one prefill batch", kYes)
+        ->transform(human_readable_int());
     optional(app, t, "--prefill-max-requests", a.prefill_max_requests, "max requests in one prefill batch", kYes);
     value(app, t, "--prefill-decode-interval", a.prefill_decode_interval, "decode rounds between prefills", kNotYet);
     value(app, t, "--schedule-policy", a.schedule_policy, "waiting-queue order", kYes)
@@ -508,6 +544,7 @@ std::vector<std::string> FlagTable::ignored_flags() const {
 
 Status FlagTable::resolve() {
     TSR_RETURN_IF_ERROR(args_.resolve());
+    TSR_RETURN_IF_ERROR(args_.check_tessera_runs());
     return check_supported();
 }
 

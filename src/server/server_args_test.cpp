@@ -134,9 +134,28 @@ TEST(FlagTableTest, ARepeatedFlagTakesTheLaterValueAsArgparseDoes) {
     EXPECT_EQ(p.args.max_total_tokens, 200);
 }
 
+TEST(FlagTableTest, TokenCountsTakeSglangsHumanReadableSuffixes) {
+    Parsed p = parse({"--context-length", "32k", "--max-total-tokens", "1Ki", "--max-prefill-tokens", "25.6k"});
+    ASSERT_TRUE(p.status.ok()) << p.status.to_string();
+    EXPECT_EQ(p.args.context_length, 32000);
+    EXPECT_EQ(p.args.max_total_tokens, 1024);
+    EXPECT_EQ(p.args.max_prefill_tokens, 25600);
+    EXPECT_EQ(parse({"--context-length", "4096"}).args.context_length, 4096);
+    Parsed iec = parse({"--context-length", "1.5Ki"});
+    EXPECT_NE(iec.status.message().find("Decimals are not allowed with IEC suffixes like 'Ki'"), std::string::npos)
+        << iec.status.message();
+    EXPECT_FALSE(parse({"--context-length", "1K"}).status.ok()) << "suffixes are case-sensitive, as in SGLang";
+}
+
 TEST(FlagTableTest, ChoicesAreChecked) {
     EXPECT_FALSE(parse({"--schedule-policy", "sjf"}).status.ok());
     EXPECT_FALSE(parse({"--moe-a2a-backend", "nccl"}).status.ok());
+}
+
+// SGLang's rules, then what this build runs, as `tessera serve` applies them.
+Status resolve_and_check(ServerArgs& a) {
+    Status s = a.resolve();
+    return s.ok() ? a.check_tessera_runs() : s;
 }
 
 // One test per rule of reference §1.4-§1.7: the message names the flags.
@@ -211,7 +230,7 @@ TEST(ServerArgsTest, EveryValidationRule) {
         ServerArgs a;
         a.model_path = "/m";
         rule.set(a);
-        Status s = a.resolve();
+        Status s = resolve_and_check(a);
         ASSERT_FALSE(s.ok()) << rule.name;
         EXPECT_NE(s.message().find(rule.message), std::string::npos) << rule.name << ": " << s.message();
     }
@@ -257,7 +276,7 @@ TEST(ServerArgsTest, GpuOnlyMoeBackendsNameWhatThisBuildRuns) {
         a.model_path = "/m";
         a.tp_size = 2;
         a.moe_a2a_backend = backend;
-        Status s = a.resolve();
+        Status s = resolve_and_check(a);
         ASSERT_FALSE(s.ok()) << backend;
         EXPECT_NE(s.message().find("this build supports none (masked EP, then the TP all-reduce) and all_to_all"),
                   std::string::npos)
@@ -266,7 +285,7 @@ TEST(ServerArgsTest, GpuOnlyMoeBackendsNameWhatThisBuildRuns) {
     ServerArgs r;
     r.model_path = "/m";
     r.moe_runner_backend = "triton";
-    Status s = r.resolve();
+    Status s = resolve_and_check(r);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find("--moe-runner-backend triton is one of SGLang's GPU kernel backends"), std::string::npos)
         << s.message();
