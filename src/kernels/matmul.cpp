@@ -164,25 +164,35 @@ void matmul_fp8(const cpu::MatmulOperands& op, bool avx512, std::int64_t group, 
 }
 
 // The fields and zeroed storage of an [n, k] weight of `type`, K padded to `k_multiple`.
-PackedWeight empty_packed(DType type, std::int64_t n, std::int64_t k, std::int64_t k_multiple) {
+// Columns are padded to pairs (bf16 / f32) or quads (fp8): the kernels' inner step.
+std::int64_t k_multiple_of(DType type) { return is_fp8(type) ? 4 : 2; }
+
+PackedWeight empty_packed(DType type, std::int64_t n, std::int64_t k) {
     PackedWeight out;
     out.dtype = type;
     out.n = n;
     out.k = k;
     out.n_padded = round_up(n, kPanelWidth);
-    out.k_padded = round_up(k, k_multiple);
+    out.k_padded = round_up(k, k_multiple_of(type));
     out.data = AlignedBuffer(static_cast<std::size_t>(out.n_padded * out.k_padded) * dtype_size(type));
     return out;
 }
 
 }  // namespace
 
+std::int64_t packed_weight_bytes(DType type, std::int64_t n, std::int64_t k, std::int64_t scale_block) {
+    const std::int64_t n_padded = round_up(n, kPanelWidth);
+    std::int64_t bytes = n_padded * round_up(k, k_multiple_of(type)) * static_cast<std::int64_t>(dtype_size(type));
+    if (is_fp8(type)) bytes += n_padded * ((k + scale_block - 1) / scale_block) * static_cast<std::int64_t>(sizeof(float));
+    return bytes;
+}
+
 PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int64_t k,
                          DType dst_type) {
     TSR_CHECK(dst_type == DType::kF32 || dst_type == DType::kBF16)
         << "pack_weight: the compute type must be f32 or bf16, got " << dtype_name(dst_type);
     TSR_CHECK(n >= 0 && k >= 0) << "pack_weight: bad shape [" << n << ", " << k << "]";
-    PackedWeight out = empty_packed(dst_type, n, k, 2);
+    PackedWeight out = empty_packed(dst_type, n, k);
 
     const auto* src = static_cast<const std::byte*>(w);
     const std::size_t src_row_bytes = static_cast<std::size_t>(k) * dtype_size(src_type);
@@ -213,7 +223,7 @@ PackedWeight pack_fp8_weight(const std::uint8_t* codes, DType type, std::int64_t
                                                         << " is not a positive multiple of 4";
     TSR_CHECK(is_fp8(type)) << "pack_fp8_weight: " << dtype_name(type) << " is not an fp8 type";
     TSR_CHECK(n >= 0 && k >= 0) << "pack_fp8_weight: bad shape [" << n << ", " << k << "]";
-    PackedWeight out = empty_packed(type, n, k, 4);
+    PackedWeight out = empty_packed(type, n, k);
     out.scale_block = scale_block;
     const std::int64_t blocks = out.scale_blocks();
     out.scales = AlignedBuffer(static_cast<std::size_t>(out.n_padded * blocks) * sizeof(float));

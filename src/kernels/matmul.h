@@ -47,6 +47,11 @@ struct PackedWeight {
     std::int64_t scale_blocks() const { return (k + scale_block - 1) / scale_block; }
 };
 
+// Bytes of an [n, k] weight packed as `type` (padding and, for fp8, the row scales of
+// `scale_block` columns included): what pack_weight / pack_fp8_weight allocate.
+std::int64_t packed_weight_bytes(DType type, std::int64_t n, std::int64_t k,
+                                 std::int64_t scale_block = kFp8ScaleBlock);
+
 // Packs a row-major [n, k] matrix of `src_type` into the layout above, in `dst_type`
 // (kF32 or kBF16; f32 → bf16 rounds to nearest even).
 PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int64_t k,

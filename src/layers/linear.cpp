@@ -7,18 +7,6 @@
 
 namespace tessera::layers {
 
-namespace {
-std::int64_t rows_of(const LinearPart& p) { return p.row_count < 0 ? p.out_features - p.row_begin : p.row_count; }
-
-Status check_range(const std::string& what, std::int64_t begin, std::int64_t count, std::int64_t total) {
-    if (begin < 0 || count < 0 || begin + count > total) {
-        return Status::InvalidArgument(what + ": shard [" + std::to_string(begin) + ", " +
-                                       std::to_string(begin + count) + ") is outside [0, " +
-                                       std::to_string(total) + ")");
-    }
-    return Status::Ok();
-}
-
 // SGLang's Fp8LinearMethod.validate_block_quant_shapes: a shard of a block-quantized weight
 // starts and ends on block boundaries (or at the tensor's end), so it owns whole scales.
 Status check_block_split(const std::string& name, const char* what, const char* block_name, std::int64_t begin,
@@ -29,6 +17,18 @@ Status check_block_split(const std::string& name, const char* what, const char* 
                                    " is not divisible by weight quantization " + block_name + " = " +
                                    std::to_string(block) + " (tensor '" + name +
                                    "'): choose a --tp-size (or --ep-size for experts) that splits it into whole blocks");
+}
+
+namespace {
+std::int64_t rows_of(const LinearPart& p) { return p.row_count < 0 ? p.out_features - p.row_begin : p.row_count; }
+
+Status check_range(const std::string& what, std::int64_t begin, std::int64_t count, std::int64_t total) {
+    if (begin < 0 || count < 0 || begin + count > total) {
+        return Status::InvalidArgument(what + ": shard [" + std::to_string(begin) + ", " +
+                                       std::to_string(begin + count) + ") is outside [0, " +
+                                       std::to_string(total) + ")");
+    }
+    return Status::Ok();
 }
 
 // The fp8 path of Linear::load: codes kept as they are (an FP8 checkpoint) or quantized here in

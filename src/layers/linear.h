@@ -43,6 +43,12 @@ struct LinearSpec {
     DType compute_dtype = DType::kF32;
 };
 
+// SGLang's Fp8LinearMethod.validate_block_quant_shapes for one dimension of a shard of a
+// block-quantized weight: [begin, begin + count) of `total` must start and end on blocks of
+// `block` (or at the end). `what` / `block_name` are SGLang's words for the dimension.
+Status check_block_split(const std::string& name, const char* what, const char* block_name, std::int64_t begin,
+                         std::int64_t count, std::int64_t total, std::int64_t block);
+
 class Linear {
  public:
     Linear() = default;

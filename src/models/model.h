@@ -141,4 +141,7 @@ StatusOr<DType> resolve_kv_cache_dtype(const std::string& requested, DType compu
 // config.json architectures tessera loads (models/registry.cpp).
 std::vector<std::string> supported_architectures();
 
+// <model_path>/config.json alone, read as load_model reads it (no weights): for planning.
+StatusOr<loader::ModelConfig> read_model_config(const std::string& model_path);
+
 }  // namespace tessera::models

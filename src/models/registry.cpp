@@ -63,6 +63,10 @@ StatusOr<DType> resolve_kv_cache_dtype(const std::string& requested, DType compu
                                    "fp8_e5m2");
 }
 
+StatusOr<loader::ModelConfig> read_model_config(const std::string& model_path) {
+    return loader::load_model_config(model_path, known_architectures());
+}
+
 std::vector<std::string> supported_architectures() {
     std::vector<std::string> names;
     for (const auto& a : kArchitectures) names.emplace_back(a.name.architecture);

@@ -1,0 +1,58 @@
+#pragma once
+// planner/model_size.h — what one rank of a launch holds, from config.json alone (no
+// weights): the packed weight bytes and the KV bytes per token, computed with the same
+// shard rules (layers/tensor_parallel.h, dist/pp_partition.h) and packing
+// (kernels::packed_weight_bytes) the loaded model uses, so `tessera plan` and `tessera
+// serve` size the KV pool alike. model_size_test.cpp holds the two to equality.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "loader/model_config.h"
+#include "tensor/dtype.h"
+
+namespace tessera::planner {
+
+// One rank's place in the launch, as the model sees it.
+struct RankPlace {
+    int tp_rank = 0;
+    int tp_size = 1;
+    int pp_rank = 0;
+    int pp_size = 1;
+    std::optional<std::string> layer_partition;  // SGLANG_PP_LAYER_PARTITION
+    int ep_rank = 0;
+    int ep_size = 1;
+    int moe_tp_rank = 0;
+    int moe_tp_size = 1;  // tp / ep
+    int num_redundant_experts = 0;
+};
+
+// The element types a load would use (models/registry.cpp resolve_compute_dtype and the
+// Decoder's linear type), derived from the flags and config.json.
+struct WeightTypes {
+    DType compute = DType::kBF16;    // activations, logits head, MLA's absorbed slices
+    DType linear = DType::kBF16;     // projections and experts: compute, or fp8
+    DType embedding = DType::kBF16;  // as stored (f16 widened to f32)
+    std::int64_t fp8_block_n = 0;  // block-quantized fp8: the scale tile (0: per-row / per-tensor scales)
+    std::int64_t fp8_block_k = 0;
+    DType kv = DType::kBF16;
+};
+
+// `dtype`, `quantization` and `kv_cache_dtype` as the flags give them ("auto", "", ...).
+StatusOr<WeightTypes> weight_types(const loader::ModelConfig& config, const std::string& dtype,
+                                   const std::string& quantization, const std::string& kv_cache_dtype);
+
+struct RankSize {
+    std::int64_t weight_bytes = 0;        // what the model's weight_bytes() reports
+    std::int64_t kv_bytes_per_token = 0;  // the KV pool's cell size over the stage's layers
+    int first_layer = 0;
+    int end_layer = 0;
+};
+
+// Fails, naming the flag, where the model would refuse the split (heads, intermediate
+// sizes, experts).
+StatusOr<RankSize> rank_size(const loader::ModelConfig& config, const RankPlace& place, const WeightTypes& types);
+
+}  // namespace tessera::planner
