@@ -43,6 +43,13 @@ int run_tokenize(const TokenizeCommandOptions& options);
 // `tessera eplb`: expert placements for recorded loads, JSON lines on stdin/stdout.
 int run_eplb();
 
+// `tessera plan` (argv[0] is "plan").
+int run_plan(int argc, char** argv);
+
+// The plan's checks for a launch on this host, before any weight is read: fails when a rank
+// could not start (its memory, its shard), naming the fix; logs the rest as warnings.
+Status preflight_check(const server::ServerArgs& args);
+
 // `tessera bench serve|one-batch` (argv[0] is "bench").
 int run_bench(int argc, char** argv);
 

@@ -1,5 +1,5 @@
-// The one `tessera` binary: subcommands make-model, generate, serve, bench, tokenize and eplb
-// (gateway and plan arrive with their capabilities).
+// The one `tessera` binary: subcommands make-model, generate, serve, bench, plan, tokenize and
+// eplb (gateway arrives with its capability).
 
 #include <algorithm>
 #include <csignal>
@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
     // `tessera bench serve|one-batch ...` has its own flag set (app/bench_command.cpp).
     if (argc > 1 && std::string(argv[1]) == "bench") return tessera::app::run_bench(argc - 1, argv + 1);
+    // `tessera plan ...` takes serve's flags plus its own (app/plan_command.cpp).
+    if (argc > 1 && std::string(argv[1]) == "plan") return tessera::app::run_plan(argc - 1, argv + 1);
     CLI::App app{"tessera: a native LLM serving engine with SGLang's multi-device parallelism"};
     app.require_subcommand(1);
     std::string log_level = tessera::env().log_level.empty() ? "info" : tessera::env().log_level;
@@ -171,6 +173,10 @@ int main(int argc, char** argv) {
             return 2;
         }
         log_ignored_flags(serve_flags, serve_rank.has_value());
+        if (tessera::Status s = serve_rank ? tessera::Status::Ok() : tessera::app::preflight_check(serve_args); !s.ok()) {
+            TSR_LOG(ERROR, "{}", s.message());
+            return 2;
+        }
         auto layout = tessera::dist::ParallelLayout::create(serve_args.parallel_config());
         if (!serve_rank && layout.ok() && layout->world_size() > 1) {
             for (const auto& note : serve_args.notes) TSR_LOG(INFO, "{}", note);
@@ -190,6 +196,11 @@ int main(int argc, char** argv) {
             return 2;
         }
         log_ignored_flags(generate_flags, internal_rank.has_value());
+        if (tessera::Status s = internal_rank ? tessera::Status::Ok() : tessera::app::preflight_check(gen.server);
+            !s.ok()) {
+            TSR_LOG(ERROR, "{}", s.message());
+            return 2;
+        }
         if (!internal_rank) {
             for (const auto& note : gen.server.notes) TSR_LOG(INFO, "{}", note);
         }

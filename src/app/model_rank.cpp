@@ -1,6 +1,5 @@
 #include "app/model_rank.h"
 
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -11,6 +10,7 @@
 
 #include "base/env.h"
 #include "base/logging.h"
+#include "base/process_memory.h"
 #include "base/thread_pool.h"
 #include "executor/model_runner.h"
 #include "executor/pipeline_trace.h"
@@ -25,18 +25,7 @@ namespace {
 
 // The rank's memory: total host memory (or the cgroup limit when lower), divided by the
 // ranks on this host.
-std::int64_t rank_capacity_bytes(int local_ranks) {
-    std::int64_t total = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-    std::ifstream cgroup("/sys/fs/cgroup/memory.max");
-    std::string limit;
-    if (cgroup >> limit && limit != "max") {
-        try {
-            total = std::min<std::int64_t>(total, std::stoll(limit));
-        } catch (const std::exception&) {
-        }
-    }
-    return total / std::max(1, local_ranks);
-}
+std::int64_t rank_capacity_bytes(int local_ranks) { return host_memory_bytes() / std::max(1, local_ranks); }
 
 scheduler::SchedulePolicy parse_policy(const std::string& name) {
     if (name == "lpm") return scheduler::SchedulePolicy::kLpm;
@@ -102,27 +91,25 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     // Memory plan (reference §8).
     const int local_ranks = static_cast<int>(rt.layout.ranks_on_node(args.node_rank).size());
     const std::int64_t capacity = rank_capacity_bytes(local_ranks);
-    const std::int64_t chunked =
-        args.chunked_prefill_size.value_or(scheduler::default_chunked_prefill_size(capacity >> 20));
-    scheduler::MemFractionInput mf;
-    mf.capacity_mib = capacity >> 20;
-    mf.chunked_prefill_size = chunked;
-    mf.max_prefill_tokens = args.max_prefill_tokens;
-    mf.tp_size = args.tp_size;
-    mf.pp_size = args.pp_size;
-    mf.host_headroom_mib = scheduler::cpu_host_headroom_mib(capacity >> 20);
-    rank->mem_fraction_static = args.mem_fraction_static.value_or(scheduler::default_mem_fraction_static(mf));
-    rank->context_len = args.context_length.value_or(m.config().max_position_embeddings);
-    scheduler::MemoryPlanInput in;
-    in.capacity_bytes = capacity;
-    in.weight_bytes = static_cast<std::int64_t>(m.weight_bytes());
-    in.mem_fraction_static = rank->mem_fraction_static;
-    in.kv_bytes_per_token = m.kv_cache_shape().bytes_per_token();
-    in.page_size = *args.page_size;
-    in.context_len = rank->context_len;
-    if (args.max_running_requests) in.max_running_requests = *args.max_running_requests;
-    if (args.max_total_tokens) in.max_total_tokens = *args.max_total_tokens;
-    TSR_ASSIGN_OR_RETURN(scheduler::MemoryPlan plan, scheduler::plan_memory(in));
+    scheduler::RankMemoryRequest request;
+    request.capacity_bytes = capacity;
+    request.weight_bytes = static_cast<std::int64_t>(m.weight_bytes());
+    request.kv_bytes_per_token = m.kv_cache_shape().bytes_per_token();
+    request.model_context_len = m.config().max_position_embeddings;
+    request.mem_fraction_static = args.mem_fraction_static;
+    request.chunked_prefill_size = args.chunked_prefill_size;
+    request.context_length = args.context_length;
+    if (args.max_running_requests) request.max_running_requests = *args.max_running_requests;
+    request.max_total_tokens = args.max_total_tokens;
+    request.max_prefill_tokens = args.max_prefill_tokens;
+    request.page_size = *args.page_size;
+    request.tp_size = args.tp_size;
+    request.pp_size = args.pp_size;
+    TSR_ASSIGN_OR_RETURN(scheduler::RankMemory memory, scheduler::plan_rank_memory(request));
+    const scheduler::MemoryPlan& plan = memory.plan;
+    const std::int64_t chunked = memory.chunked_prefill_size;
+    rank->mem_fraction_static = memory.mem_fraction_static;
+    rank->context_len = memory.context_len;
     for (const auto& w : plan.warnings) TSR_LOG(WARN, "{}", w);
     report_stage(rt, "sizing the KV pool with the other ranks");
     auto agreed = agree_on_slots(rt, plan.max_total_num_tokens);
@@ -132,7 +119,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     rank->kv_pool = std::make_unique<kvcache::KvPool>(kvcache::KvPoolConfig{m.kv_cache_shape(), n_slots, *args.page_size});
     rank->threads = std::make_unique<ThreadPool>(rt.threads);
     rank->available_gb =
-        static_cast<double>(capacity - in.weight_bytes - n_slots * in.kv_bytes_per_token) / (1 << 30);
+        static_cast<double>(capacity - request.weight_bytes - n_slots * request.kv_bytes_per_token) / (1 << 30);
     if (!args.pipeline_trace_path.empty()) {
         rank->trace = std::make_unique<executor::PipelineTrace>(
             rt.coords.global_rank, "pp" + std::to_string(rt.coords.pp_rank) + " tp" + std::to_string(rt.coords.tp_rank));
@@ -149,7 +136,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.schedule_policy = parse_policy(args.schedule_policy);
     sc.disable_radix_cache = args.disable_radix_cache;
     sc.max_cached_tokens = args.max_cached_tokens.value_or(
-        scheduler::default_max_cached_tokens(capacity, in.kv_bytes_per_token));
+        scheduler::default_max_cached_tokens(capacity, request.kv_bytes_per_token));
     sc.new_token_ratio.schedule_conservativeness = args.schedule_conservativeness;
     sc.decode_log_interval = args.decode_log_interval;
     sc.random_seed = static_cast<std::uint64_t>(args.random_seed.value_or(static_cast<std::int64_t>(time(nullptr))));

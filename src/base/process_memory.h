@@ -15,4 +15,8 @@ struct ProcessMemory {
 // Zeros where /proc is not readable.
 ProcessMemory process_memory();
 
+// The memory this host gives its processes: physical memory, or the cgroup (v2) limit when
+// that is lower. A rank's share of it is its "device memory" in SGLang's formulas.
+std::int64_t host_memory_bytes();
+
 }  // namespace tessera

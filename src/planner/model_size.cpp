@@ -139,15 +139,18 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
     const std::int64_t H = c.hidden_size;
     const layers::VocabShard vocab = layers::shard_vocab(c.vocab_size, tp);
     std::int64_t bytes = 0;
-    if (dist::owns_embedding(place.pp_rank))
-        bytes += vocab.rows.count * H * static_cast<std::int64_t>(dtype_size(t.embedding));
+    const TpShard attn_tp = place.attn_tp_size > 0 ? TpShard{place.attn_tp_rank, place.attn_tp_size} : tp;
+    if (dist::owns_embedding(place.pp_rank)) {
+        out.embedding_bytes = vocab.rows.count * H * static_cast<std::int64_t>(dtype_size(t.embedding));
+        bytes += out.embedding_bytes;
+    }
     if (dist::owns_lm_head(place.pp_rank, place.pp_size))
         bytes += kernels::packed_weight_bytes(t.compute, vocab.rows.count, H);
 
     TSR_ASSIGN_OR_RETURN(Range dense_cut, layers::even_shard("intermediate_size", c.intermediate_size, tp));
     for (int l = layers.begin; l < layers.end; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        TSR_ASSIGN_OR_RETURN(std::int64_t attention, attention_bytes(c, p + "self_attn.", tp, t));
+        TSR_ASSIGN_OR_RETURN(std::int64_t attention, attention_bytes(c, p + "self_attn.", attn_tp, t));
         bytes += attention;
         if (!c.is_moe_layer(l)) {
             TSR_ASSIGN_OR_RETURN(std::int64_t mlp, gated_mlp(p + "mlp.", H, dense_cut, c.intermediate_size, t.linear, t));
@@ -169,6 +172,9 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
         TSR_ASSIGN_OR_RETURN(std::int64_t expert, gated_mlp(p + "mlp.experts.E.", H, expert_cut,
                                                             c.moe.moe_intermediate_size, t.linear, t));
         bytes += physical / place.ep_size * expert;
+        out.expert_bytes = expert;
+        out.experts_per_rank = physical / place.ep_size;
+        ++out.moe_layers;
         if (c.moe.shared_expert_intermediate_size > 0) {
             TSR_ASSIGN_OR_RETURN(Range shared_cut, layers::even_shard("intermediate_size",
                                                                       c.moe.shared_expert_intermediate_size, tp));
@@ -188,7 +194,8 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
         kv.head_dim = c.mla.kv_lora_rank + c.mla.qk_rope_head_dim;
         kv.kind = kvcache::KvKind::kLatent;
     } else {
-        TSR_ASSIGN_OR_RETURN(layers::AttentionShard s, layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, tp));
+        TSR_ASSIGN_OR_RETURN(layers::AttentionShard s,
+                             layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, attn_tp));
         kv.n_kv_heads = s.kv_heads.count;
         kv.head_dim = c.head_dim;
     }

@@ -26,6 +26,9 @@ struct RankPlace {
     int ep_size = 1;
     int moe_tp_rank = 0;
     int moe_tp_size = 1;  // tp / ep
+    // DP-attention: attention (and its KV) split over the attention-TP group only.
+    int attn_tp_rank = 0;
+    int attn_tp_size = 0;  // 0: the TP group
     int num_redundant_experts = 0;
 };
 
@@ -47,6 +50,12 @@ StatusOr<WeightTypes> weight_types(const loader::ModelConfig& config, const std:
 struct RankSize {
     std::int64_t weight_bytes = 0;        // what the model's weight_bytes() reports
     std::int64_t kv_bytes_per_token = 0;  // the KV pool's cell size over the stage's layers
+    // What one token reads of them: the embedding gives one row, a MoE layer only its top-k
+    // experts (the cost model's decode bytes).
+    std::int64_t embedding_bytes = 0;
+    std::int64_t expert_bytes = 0;      // one local expert's slice
+    std::int64_t moe_layers = 0;        // of the stage
+    std::int64_t experts_per_rank = 0;  // physical experts per MoE layer on this rank
     int first_layer = 0;
     int end_layer = 0;
 };

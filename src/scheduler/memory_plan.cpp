@@ -90,4 +90,40 @@ std::int64_t default_chunked_prefill_size(std::optional<std::int64_t> capacity_m
     return 16384;
 }
 
+RankMemory rank_memory_defaults(const RankMemoryRequest& r) {
+    RankMemory out;
+    const std::int64_t capacity_mib = r.capacity_bytes >> 20;
+    // SGLang sets the memory-based default before handle_data_parallelism divides it among the
+    // DP-attention groups (a size given on the command line was divided by resolve()).
+    out.chunked_prefill_size = r.chunked_prefill_size.value_or(
+        default_chunked_prefill_size(capacity_mib) / (r.enable_dp_attention ? std::max(r.dp_size, 1) : 1));
+    MemFractionInput mf;
+    mf.capacity_mib = capacity_mib;
+    mf.chunked_prefill_size = out.chunked_prefill_size;
+    mf.max_prefill_tokens = r.max_prefill_tokens;
+    mf.tp_size = r.tp_size;
+    mf.pp_size = r.pp_size;
+    mf.host_headroom_mib = cpu_host_headroom_mib(capacity_mib);
+    out.mem_fraction_static = r.mem_fraction_static.value_or(default_mem_fraction_static(mf));
+    out.context_len = r.context_length.value_or(r.model_context_len);
+    return out;
+}
+
+StatusOr<RankMemory> plan_rank_memory(const RankMemoryRequest& r) {
+    RankMemory out = rank_memory_defaults(r);
+    MemoryPlanInput in;
+    in.capacity_bytes = r.capacity_bytes;
+    in.weight_bytes = r.weight_bytes;
+    in.mem_fraction_static = out.mem_fraction_static;
+    in.kv_bytes_per_token = r.kv_bytes_per_token;
+    in.page_size = r.page_size;
+    in.context_len = out.context_len;
+    in.max_running_requests = r.max_running_requests;
+    in.max_total_tokens = r.max_total_tokens;
+    in.dp_size = r.dp_size;
+    in.enable_dp_attention = r.enable_dp_attention;
+    TSR_ASSIGN_OR_RETURN(out.plan, plan_memory(in));
+    return out;
+}
+
 }  // namespace tessera::scheduler

@@ -77,4 +77,37 @@ std::int64_t default_max_cached_tokens(std::int64_t capacity_bytes, std::int64_t
 // Default --chunked-prefill-size from the rank's capacity (§8.1 tiers).
 std::int64_t default_chunked_prefill_size(std::optional<std::int64_t> capacity_mib);
 
+// One rank's memory as `tessera serve` settles it from its flags (unset = SGLang's None),
+// before the ranks agree on the smallest pool: the defaults above, then plan_memory. The
+// one path for start-up and `tessera plan`.
+struct RankMemoryRequest {
+    std::int64_t capacity_bytes = 0;
+    std::int64_t weight_bytes = 0;
+    std::int64_t kv_bytes_per_token = 0;
+    std::int64_t model_context_len = 0;  // config.json max_position_embeddings
+    std::optional<double> mem_fraction_static;
+    std::optional<std::int64_t> chunked_prefill_size;
+    std::optional<std::int64_t> context_length;
+    std::optional<std::int64_t> max_running_requests;
+    std::optional<std::int64_t> max_total_tokens;
+    std::int64_t max_prefill_tokens = 16384;
+    std::int64_t page_size = 1;
+    int tp_size = 1;
+    int pp_size = 1;
+    int dp_size = 1;
+    bool enable_dp_attention = false;
+};
+
+struct RankMemory {
+    double mem_fraction_static = 0.0;
+    std::int64_t chunked_prefill_size = 0;
+    std::int64_t context_len = 0;
+    MemoryPlan plan;
+};
+
+// The defaults alone (mem_fraction_static, chunked_prefill_size, context_len; plan left empty):
+// they do not depend on whether the pool fits.
+RankMemory rank_memory_defaults(const RankMemoryRequest& request);
+StatusOr<RankMemory> plan_rank_memory(const RankMemoryRequest& request);
+
 }  // namespace tessera::scheduler

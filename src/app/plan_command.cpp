@@ -1,0 +1,139 @@
+// `tessera plan`: what a launch would do, from its flags and the model's config.json alone.
+
+#include <algorithm>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+
+#include "app/commands.h"
+#include "base/logging.h"
+#include "base/process_memory.h"
+#include "models/model.h"
+#include "planner/plan.h"
+
+namespace tessera::app {
+
+namespace {
+
+struct DeviceOverrides {
+    std::string preset = "cpu";
+    std::optional<double> memory_gb, bandwidth_gbs, tflops, intra_node_gbs, inter_node_gbs;
+    std::optional<int> devices_per_node;
+};
+
+StatusOr<planner::DeviceSpec> device_of(const DeviceOverrides& o) {
+    TSR_ASSIGN_OR_RETURN(planner::DeviceSpec d, planner::device_preset(o.preset));
+    if (o.memory_gb) d.memory_bytes = static_cast<std::int64_t>(*o.memory_gb * 1e9);
+    if (o.bandwidth_gbs) d.memory_bandwidth = *o.bandwidth_gbs * 1e9;
+    if (o.tflops) d.flops = *o.tflops * 1e12;
+    if (o.intra_node_gbs) d.intra_node_bandwidth = *o.intra_node_gbs * 1e9;
+    if (o.inter_node_gbs) d.inter_node_bandwidth = *o.inter_node_gbs * 1e9;
+    if (o.devices_per_node) d.devices_per_node = *o.devices_per_node;
+    return d;
+}
+
+// `plan [plan flags] -- python -m sglang.launch_server FLAGS`: the launch's flags, everything
+// up to the module (or `sglang serve`) being the interpreter.
+std::vector<std::string> splice_launch_command(std::vector<std::string> args) {
+    auto dashes = std::find(args.begin(), args.end(), "--");
+    if (dashes == args.end()) return args;
+    std::vector<std::string> launch(dashes + 1, args.end());
+    args.erase(dashes, args.end());
+    auto module = std::find_if(launch.begin(), launch.end(),
+                               [](const std::string& w) { return w == "sglang.launch_server" || w == "serve"; });
+    if (module != launch.end()) launch.erase(launch.begin(), module + 1);
+    args.insert(args.end(), launch.begin(), launch.end());
+    return args;
+}
+
+}  // namespace
+
+Status preflight_check(const server::ServerArgs& args) {
+    auto config = models::read_model_config(args.model_path);
+    if (!config.ok()) return Status::Ok();  // the loader reports a bad folder in its own words
+    planner::PlanRequest request;
+    request.args = args;
+    request.config = std::move(config).value();
+    TSR_ASSIGN_OR_RETURN(request.device, planner::device_preset("cpu"));
+    request.host_memory_bytes = host_memory_bytes();
+    auto plan = planner::make_plan(request);
+    if (!plan.ok()) return Status::Ok();  // the ranks report layout errors as they start
+    for (std::size_t i = 0; i < plan->checks.size(); ++i) {
+        const planner::Check& check = plan->checks[i];
+        if (check.ok) continue;
+        const std::string line = check.what + (check.fix.empty() ? "" : "; fix: " + check.fix);
+        // Only what stops a rank stops the launch; a pool smaller than the context is allowed
+        // (requests are capped to it, as SGLang does).
+        const bool stops = std::any_of(plan->ranks.begin(), plan->ranks.end(),
+                                       [](const planner::RankPlan& r) { return !r.error.empty(); });
+        if (stops) return Status::ResourceExhausted("pre-launch check: " + line);
+        TSR_LOG(WARN, "pre-launch check: {}", line);
+    }
+    return Status::Ok();
+}
+
+int run_plan(int argc, char** argv) {
+    CLI::App app{"tessera plan: what a launch would do (ranks, memory, KV pool, traffic, bubble, estimates, checks) "
+                 "from the same flags as `tessera serve` and the model's config.json alone; or `tessera plan [plan "
+                 "flags] -- python -m sglang.launch_server ...`"};
+    server::ServerArgs args;
+    server::FlagTable flags(app, args, server::FlagTable::Mode::kServe);
+    DeviceOverrides device;
+    std::int64_t prompt_len = 4096;
+    bool json = false;
+    app.add_option("--device-preset", device.preset,
+                   "the devices: cpu (this host, its memory shared by its ranks), h20, h800, h100, a100")
+        ->capture_default_str();
+    app.add_option("--device-memory-gb", device.memory_gb, "memory per device in GB (overrides the preset)");
+    app.add_option("--devices-per-node", device.devices_per_node, "devices per node");
+    app.add_option("--device-bandwidth-gbs", device.bandwidth_gbs, "memory bandwidth per device, GB/s");
+    app.add_option("--device-tflops", device.tflops, "dense bf16 TFLOP/s per device");
+    app.add_option("--intra-node-gbs", device.intra_node_gbs, "link bandwidth inside a node, GB/s per device");
+    app.add_option("--inter-node-gbs", device.inter_node_gbs, "link bandwidth between nodes, GB/s per device");
+    app.add_option("--prompt-len", prompt_len, "the prompt TTFT and the pipeline bubble are estimated for")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
+        ->capture_default_str();
+    app.add_flag("--json", json, "one JSON object on stdout");
+
+    auto read = flags.read_command_line(splice_launch_command({argv + 1, argv + argc}));
+    if (!read.ok()) {
+        TSR_LOG(ERROR, "{}", read.status().message());
+        return 2;
+    }
+    std::vector<std::string> reversed(read.value().rbegin(), read.value().rend());
+    try {
+        app.parse(reversed);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    // SGLang's rewrites and rules; what this CPU build cannot run is reported, not refused:
+    // a plan may describe a GPU cluster.
+    if (Status s = args.resolve(); !s.ok()) {
+        if (json) std::printf("{\"rejected\": %s}\n", ("\"" + s.message() + "\"").c_str());
+        TSR_LOG(ERROR, "SGLang refuses this launch: {}", s.message());
+        return 2;
+    }
+    planner::PlanRequest request;
+    request.args = args;
+    request.prompt_len = prompt_len;
+    request.host_memory_bytes = host_memory_bytes();
+    auto config = models::read_model_config(args.model_path);
+    auto spec = device_of(device);
+    if (!config.ok() || !spec.ok()) {
+        TSR_LOG(ERROR, "{}", (config.ok() ? spec.status() : config.status()).message());
+        return 2;
+    }
+    request.config = std::move(config).value();
+    request.device = std::move(spec).value();
+    auto plan = planner::make_plan(request);
+    if (!plan.ok()) {
+        TSR_LOG(ERROR, "{}", plan.status().message());
+        return 2;
+    }
+    const std::string text = json ? planner::plan_json(*plan, request) : planner::render_plan(*plan, request);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    if (json) std::fputc('\n', stdout);
+    return plan->fits() ? 0 : 1;
+}
+
+}  // namespace tessera::app

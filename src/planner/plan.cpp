@@ -1,0 +1,361 @@
+#include "planner/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/core.h>
+
+#include "base/env.h"
+#include "scheduler/memory_plan.h"
+
+namespace tessera::planner {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Above this the pool leaves too little of a device for activations: a fix never asks for more.
+constexpr double kMaxUsefulMemFraction = 0.95;
+
+struct Sizing {
+    std::vector<RankPlan> ranks;
+    std::string first_error;
+};
+
+RankPlace place_of(const server::ServerArgs& a, const dist::ParallelLayout& layout, const dist::RankCoords& c,
+                   int pp_size) {
+    RankPlace place;
+    place.tp_rank = c.tp_rank;
+    place.tp_size = a.tp_size;
+    place.pp_rank = c.pp_rank;
+    place.pp_size = pp_size;
+    place.layer_partition = pp_size == a.pp_size ? env().pp_layer_partition : std::nullopt;
+    place.ep_rank = c.moe_ep_rank;
+    place.ep_size = a.ep_size;
+    place.moe_tp_rank = c.moe_tp_rank;
+    place.moe_tp_size = layout.moe_tp_size();
+    place.num_redundant_experts = a.ep_num_redundant_experts;
+    place.attn_tp_rank = c.attn_tp_rank;
+    place.attn_tp_size = layout.attn_tp_size();
+    return place;
+}
+
+std::int64_t capacity_of(const PlanRequest& req, const dist::ParallelLayout& layout, int node) {
+    if (req.device.memory_bytes > 0) return req.device.memory_bytes;
+    const auto local = static_cast<std::int64_t>(layout.ranks_on_node(node).size());
+    return req.host_memory_bytes / std::max<std::int64_t>(1, local);
+}
+
+scheduler::RankMemoryRequest memory_request(const server::ServerArgs& a, const loader::ModelConfig& c,
+                                            std::int64_t capacity, const RankSize& size, int pp_size) {
+    scheduler::RankMemoryRequest r;
+    r.capacity_bytes = capacity;
+    r.weight_bytes = size.weight_bytes;
+    r.kv_bytes_per_token = size.kv_bytes_per_token;
+    r.model_context_len = c.max_position_embeddings;
+    r.mem_fraction_static = a.mem_fraction_static;
+    r.chunked_prefill_size = a.chunked_prefill_size;
+    r.context_length = a.context_length;
+    if (a.max_running_requests) r.max_running_requests = *a.max_running_requests;
+    r.max_total_tokens = a.max_total_tokens;
+    r.max_prefill_tokens = a.max_prefill_tokens;
+    r.page_size = a.page_size.value_or(1);
+    r.tp_size = a.tp_size;
+    r.pp_size = pp_size;
+    r.dp_size = a.dp_size;
+    r.enable_dp_attention = a.enable_dp_attention;
+    return r;
+}
+
+// Sizes every rank of one replica's layout with `pp_size` stages (the asked one, or a
+// candidate fix).
+StatusOr<Sizing> size_ranks(const PlanRequest& req, const WeightTypes& types, int pp_size) {
+    server::ServerArgs a = req.args;
+    dist::ParallelConfig config = a.parallel_config();
+    config.pp_size = pp_size;
+    TSR_ASSIGN_OR_RETURN(dist::ParallelLayout layout, dist::ParallelLayout::create(config));
+    Sizing out;
+    std::map<std::tuple<int, int, int, int, int>, StatusOr<RankSize>> sizes;  // shared by equal places
+    for (int r = 0; r < layout.world_size(); ++r) {
+        RankPlan rank;
+        rank.coords = layout.coords(r);
+        rank.capacity_bytes = capacity_of(req, layout, rank.coords.node);
+        const RankPlace place = place_of(a, layout, rank.coords, pp_size);
+        const auto key = std::make_tuple(place.tp_rank, place.pp_rank, place.ep_rank, place.moe_tp_rank,
+                                         place.attn_tp_rank);
+        auto it = sizes.find(key);
+        if (it == sizes.end()) it = sizes.emplace(key, rank_size(req.config, place, types)).first;
+        if (!it->second.ok()) {
+            rank.error = it->second.status().message();
+        } else {
+            rank.size = it->second.value();
+            auto memory = scheduler::plan_rank_memory(memory_request(a, req.config, rank.capacity_bytes, rank.size,
+                                                                     pp_size));
+            if (memory.ok()) rank.own_max_total_num_tokens = memory->plan.max_total_num_tokens;
+            else rank.error = memory.status().message();
+        }
+        if (!rank.error.empty() && out.first_error.empty())
+            out.first_error = "rank " + std::to_string(r) + ": " + rank.error;
+        out.ranks.push_back(std::move(rank));
+    }
+    return out;
+}
+
+// The smallest --mem-fraction-static that holds every rank's weights and one request of
+// `context_len` tokens.
+double fraction_needed(const std::vector<RankPlan>& ranks, std::int64_t context_len) {
+    double needed = 0;
+    for (const RankPlan& r : ranks) {
+        if (!r.error.empty() && r.size.kv_bytes_per_token == 0) return 2.0;  // cannot split: no fraction helps
+        const double bytes = static_cast<double>(r.size.weight_bytes) +
+                             static_cast<double>(context_len) * static_cast<double>(r.size.kv_bytes_per_token);
+        needed = std::max(needed, bytes / static_cast<double>(r.capacity_bytes));
+    }
+    return std::ceil(needed * 100.0 - 1e-9) / 100.0;
+}
+
+}  // namespace
+
+std::string bytes_text(std::int64_t bytes) {
+    const auto b = static_cast<double>(bytes);
+    if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+    if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+    return fmt::format("{:.1f} kB", b / 1e3);
+}
+
+namespace {
+
+// Nodes of `per_node` devices for `devices` ranks, such that SGLang's rule holds:
+// (tp x pp) divisible by the nodes.
+int nodes_for(int devices, int per_node, int replica_ranks) {
+    int nodes = (devices + per_node - 1) / per_node;
+    while (replica_ranks % nodes != 0 && nodes < replica_ranks) ++nodes;
+    return nodes;
+}
+
+bool crosses_nodes(const dist::ParallelLayout& layout, dist::GroupKind kind) {
+    for (const auto& group : layout.groups(kind)) {
+        std::set<int> nodes;
+        for (int r : group) nodes.insert(layout.coords(r).node);
+        if (nodes.size() > 1) return true;
+    }
+    return false;
+}
+
+// Seed 003's per-token volumes, per layer and per rank, in the activation type.
+std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayout& layout, std::int64_t act_bytes,
+                                std::int64_t layers_per_stage) {
+    const server::ServerArgs& a = req.args;
+    const loader::ModelConfig& c = req.config;
+    const std::int64_t H = c.hidden_size;
+    std::vector<Traffic> out;
+    const int attn_tp = layout.attn_tp_size();
+    const int tp = a.tp_size;
+    auto ring = [](int n, double bytes) { return static_cast<std::int64_t>(2.0 * (n - 1) / n * bytes); };
+    if (!a.enable_dp_attention && tp > 1) {
+        out.push_back({"tp all-reduce", 2 * ring(tp, static_cast<double>(H * act_bytes)), layers_per_stage,
+                       crosses_nodes(layout, dist::GroupKind::kTp),
+                       "2 all-reduces (after attention, after the MLP) x 2(T-1)/T x H x bytes"});
+    }
+    if (a.enable_dp_attention) {
+        if (attn_tp > 1)
+            out.push_back({"attention-tp all-reduce", ring(attn_tp, static_cast<double>(H * act_bytes)),
+                           layers_per_stage, crosses_nodes(layout, dist::GroupKind::kAttnTp),
+                           "1 all-reduce after attention x 2(A-1)/A x H x bytes"});
+        out.push_back({"dp-attention gather + scatter",
+                       static_cast<std::int64_t>(2.0 * (tp - 1) / tp * static_cast<double>(H * act_bytes)),
+                       layers_per_stage, crosses_nodes(layout, dist::GroupKind::kTp),
+                       "all-gather before the MLP/MoE + reduce-scatter after: 2 x (T-1)/T x H x bytes"});
+    }
+    if (c.is_moe() && a.ep_size > 1 && a.moe_a2a_backend != "none") {
+        const double share = static_cast<double>(a.ep_size - 1) / a.ep_size;
+        out.push_back({"ep dispatch + combine",
+                       static_cast<std::int64_t>(2.0 * static_cast<double>(c.moe.num_experts_per_tok) * share *
+                                                 static_cast<double>(H * act_bytes)),
+                       layers_per_stage, crosses_nodes(layout, dist::GroupKind::kMoeEp),
+                       "top_k x (E-1)/E of the rows sent out and back: 2 x top_k x (ep-1)/ep x H x bytes"});
+    }
+    if (a.pp_size > 1) {
+        out.push_back({"pp send", 2 * H * act_bytes, a.pp_size - 1, crosses_nodes(layout, dist::GroupKind::kPp),
+                       "hidden states and residual at each of the P-1 stage boundaries: 2 x H x bytes"});
+    }
+    return out;
+}
+
+double link_bandwidth(const DeviceSpec& d, bool inter_node) {
+    return inter_node ? d.inter_node_bandwidth : d.intra_node_bandwidth;
+}
+
+}  // namespace
+
+bool Plan::fits() const {
+    return std::all_of(checks.begin(), checks.end(), [](const Check& c) { return c.ok; });
+}
+
+StatusOr<Plan> make_plan(const PlanRequest& req) {
+    const server::ServerArgs& a = req.args;
+    const loader::ModelConfig& c = req.config;
+    Plan p;
+    p.rewrites = a.notes;
+    if (Status s = a.check_tessera_runs(); !s.ok()) p.tessera_refusal = s.message();
+    p.parallel = a.parallel_config();
+    TSR_ASSIGN_OR_RETURN(dist::ParallelLayout layout, dist::ParallelLayout::create(p.parallel));
+    p.world_size = layout.world_size();
+    p.pp_size = a.pp_size;
+    TSR_ASSIGN_OR_RETURN(p.types, weight_types(c, a.dtype, a.quantization, a.kv_cache_dtype));
+    TSR_ASSIGN_OR_RETURN(Sizing sizing, size_ranks(req, p.types, a.pp_size));
+    p.ranks = std::move(sizing.ranks);
+
+    // Rank 0's settings and the pool every rank agrees on (the smallest), as serve logs them.
+    const RankPlan& first = p.ranks.front();
+    p.context_len = a.context_length.value_or(c.max_position_embeddings);
+    const scheduler::RankMemory defaults =
+        scheduler::rank_memory_defaults(memory_request(a, c, first.capacity_bytes, first.size, a.pp_size));
+    p.mem_fraction_static = defaults.mem_fraction_static;
+    p.chunked_prefill_size = defaults.chunked_prefill_size;
+    if (first.error.empty()) {
+        auto memory = scheduler::plan_rank_memory(memory_request(a, c, first.capacity_bytes, first.size, a.pp_size));
+        if (memory.ok()) p.max_running_requests = memory->plan.max_running_requests;
+    }
+    if (sizing.first_error.empty()) {
+        std::int64_t agreed = first.own_max_total_num_tokens;
+        for (const RankPlan& r : p.ranks) agreed = std::min(agreed, r.own_max_total_num_tokens);
+        const std::int64_t page = a.page_size.value_or(1);
+        p.max_total_num_tokens = agreed / page * page;
+        p.available_gb_rank0 = static_cast<double>(first.capacity_bytes - first.size.weight_bytes -
+                                                   p.max_total_num_tokens * first.size.kv_bytes_per_token) /
+                               kGiB;
+        p.startup_line = fmt::format(
+            "max_total_num_tokens={}, chunked_prefill_size={}, max_prefill_tokens={}, max_running_requests={}, "
+            "context_len={}, available_gpu_mem={:.2f} GB",
+            p.max_total_num_tokens, p.chunked_prefill_size, a.max_prefill_tokens, p.max_running_requests,
+            p.context_len, p.available_gb_rank0);
+    }
+
+    // Pre-launch checks: every split the model needs, then one full-context request per rank.
+    Check split{true, "every rank can hold its shard (heads, intermediate sizes, experts, fp8 blocks split evenly)", ""};
+    bool split_error = false;
+    for (const RankPlan& r : p.ranks) {
+        if (r.error.empty() || r.size.kv_bytes_per_token > 0) continue;
+        split = {false, "rank " + std::to_string(r.coords.global_rank) + ": " + r.error,
+                 "choose sizes that divide the model (the message names the dimension)"};
+        split_error = true;
+        break;
+    }
+    p.checks.push_back(split);
+    if (req.device.memory_bytes > 0) {  // a GPU cluster: one rank per device
+        Check devices{true, fmt::format("every node runs at most its {} devices", req.device.devices_per_node), ""};
+        for (int node = 0; node < a.nnodes; ++node) {
+            const auto ranks = static_cast<int>(layout.ranks_on_node(node).size());
+            if (ranks <= req.device.devices_per_node) continue;
+            devices = {false,
+                       fmt::format("node {} would run {} ranks on {} devices", node, ranks, req.device.devices_per_node),
+                       fmt::format("set --nnodes {}", nodes_for(p.world_size, req.device.devices_per_node,
+                                                                 a.tp_size * a.pp_size))};
+            break;
+        }
+        p.checks.push_back(devices);
+    }
+    if (!split_error) {
+        Check fit{true,
+                  fmt::format("one request of the full context ({} tokens) fits every rank's KV pool", p.context_len), ""};
+        const bool fits = sizing.first_error.empty() && p.max_total_num_tokens >= p.context_len;
+        if (!fits) {
+            const double needed = fraction_needed(p.ranks, p.context_len);
+            fit.ok = false;
+            const RankPlan* worst = &p.ranks.front();
+            for (const RankPlan& r : p.ranks)
+                if (fraction_needed({r}, p.context_len) > fraction_needed({*worst}, p.context_len)) worst = &r;
+            fit.what = fmt::format(
+                "rank {} needs {:.2f} of its {} for its weights ({}) and one request of the full context ({} tokens, "
+                "{} of KV){}",
+                worst->coords.global_rank, needed, bytes_text(worst->capacity_bytes),
+                bytes_text(worst->size.weight_bytes), p.context_len,
+                bytes_text(p.context_len * worst->size.kv_bytes_per_token),
+                sizing.first_error.empty() ? fmt::format("; the pool holds {} tokens", p.max_total_num_tokens)
+                                           : std::string(" (SGLang would stop: \"Not enough memory\")"));
+            if (a.max_total_tokens && *a.max_total_tokens < p.context_len && sizing.first_error.empty()) {
+                fit.fix = fmt::format("raise --max-total-tokens to at least {} (or drop it)", p.context_len);
+            } else if (needed <= kMaxUsefulMemFraction) {
+                fit.fix = fmt::format("set --mem-fraction-static to at least {:.2f}", needed);
+            } else {
+                for (int pp = a.pp_size + 1; pp <= c.num_hidden_layers && fit.fix.empty(); ++pp) {
+                    auto candidate = size_ranks(req, p.types, pp);
+                    if (!candidate.ok()) continue;
+                    const double f = fraction_needed(candidate->ranks, p.context_len);
+                    if (f > kMaxUsefulMemFraction) continue;
+                    const RankPlan& head = candidate->ranks.front();
+                    const double asked =
+                        scheduler::rank_memory_defaults(memory_request(a, c, head.capacity_bytes, head.size, pp))
+                            .mem_fraction_static;
+                    const int devices = a.tp_size * pp * (p.world_size / (a.tp_size * a.pp_size));
+                    const int nodes = req.device.memory_bytes > 0
+                                          ? nodes_for(devices, req.device.devices_per_node, a.tp_size * pp)
+                                          : a.nnodes;
+                    fit.fix = fmt::format("set --pp-size {}{} ({} devices){}", pp,
+                                          nodes > a.nnodes ? fmt::format(" and --nnodes {}", nodes) : "", devices,
+                                          f > asked ? fmt::format(" with --mem-fraction-static at least {:.2f}", f) : "");
+                }
+                if (fit.fix.empty())
+                    fit.fix = "no --pp-size up to the model's " + std::to_string(c.num_hidden_layers) +
+                              " layers fits this device; use devices with more memory or a larger --tp-size";
+            }
+        }
+        p.checks.push_back(fit);
+    }
+
+    // Traffic, bubble and the roofline estimate.
+    const std::int64_t act_bytes = static_cast<std::int64_t>(dtype_size(p.types.compute));
+    const std::int64_t layers_per_stage = (c.num_hidden_layers + a.pp_size - 1) / a.pp_size;
+    p.traffic = traffic_of(req, layout, act_bytes, layers_per_stage);
+    const std::int64_t chunk = p.chunked_prefill_size > 0 ? p.chunked_prefill_size : req.prompt_len;
+    p.micro_batches = (req.prompt_len + chunk - 1) / chunk;
+    p.bubble = a.pp_size > 1 ? static_cast<double>(a.pp_size - 1) / (a.pp_size - 1 + p.micro_batches) : 0.0;
+
+    if (sizing.first_error.empty()) {
+        const DeviceSpec& d = req.device;
+        const double bw = d.memory_bandwidth * d.bandwidth_efficiency;
+        const double flops = d.flops * d.flops_efficiency;
+        const double elem = static_cast<double>(dtype_size(p.types.linear));
+        double decode_s = 0, prefill_stage_s = 0;
+        for (int stage = 0; stage < a.pp_size; ++stage) {
+            double decode_stage = 0, prefill_stage = 0;
+            for (const RankPlan& r : p.ranks) {
+                if (r.coords.pp_rank != stage || r.coords.replica != 0) continue;
+                const RankSize& s = r.size;
+                const double experts_read = std::min<double>(static_cast<double>(s.experts_per_rank),
+                                                             static_cast<double>(c.moe.num_experts_per_tok) / a.ep_size);
+                const double read = static_cast<double>(s.weight_bytes - s.embedding_bytes) -
+                                    static_cast<double>(s.moe_layers) * (static_cast<double>(s.experts_per_rank) - experts_read) *
+                                        static_cast<double>(s.expert_bytes);
+                const double layers = static_cast<double>(s.end_layer - s.first_layer);
+                const double attn_width = static_cast<double>(s.kv_bytes_per_token) / std::max(1.0, layers);
+                decode_stage = std::max(decode_stage, read / bw);
+                const double S = static_cast<double>(req.prompt_len);
+                const double linear_flops = 2.0 * read / elem * S;
+                const double attention_flops = 2.0 * S * S * layers * attn_width / dtype_size(p.types.kv);
+                prefill_stage = std::max(prefill_stage, (linear_flops + attention_flops) / flops);
+            }
+            decode_s += decode_stage;
+            prefill_stage_s = std::max(prefill_stage_s, prefill_stage);
+        }
+        double decode_comm = 0, prefill_comm = 0;
+        for (const Traffic& t : p.traffic) {
+            const double bandwidth = link_bandwidth(d, t.inter_node);
+            const double per_token = static_cast<double>(t.bytes_per_token_per_layer * t.layers);
+            const double steps = static_cast<double>(t.layers) * (t.kind == "pp send" ? 1.0 : a.pp_size);
+            decode_comm += per_token / bandwidth + steps * d.collective_latency_s;
+            prefill_comm += per_token * static_cast<double>(req.prompt_len) / bandwidth;
+        }
+        p.decode_tokens_per_s = 1.0 / (decode_s + decode_comm);
+        // The stages work on different chunks at once: the slowest stage sets the pace, and the
+        // first chunk pays for filling the pipeline.
+        const double per_chunk = (prefill_stage_s + prefill_comm / a.pp_size) / static_cast<double>(p.micro_batches);
+        p.ttft_s = per_chunk * static_cast<double>(p.micro_batches + a.pp_size - 1);
+    }
+    return p;
+}
+
+}  // namespace tessera::planner

@@ -1,0 +1,86 @@
+#pragma once
+// planner/plan.h — what a launch would do, computed before it runs (`tessera plan`): the rank
+// table and groups (dist::ParallelLayout), each rank's weights, KV pool and start-up line
+// (the memory path of `tessera serve`), the traffic per token of TP, PP, EP and DP-attention,
+// the pipeline bubble, a roofline estimate of TTFT and decode speed, and the pre-launch
+// checks with the one fix that works when something does not fit.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "dist/parallel_layout.h"
+#include "loader/model_config.h"
+#include "planner/device.h"
+#include "planner/model_size.h"
+#include "server/server_args.h"
+
+namespace tessera::planner {
+
+struct PlanRequest {
+    server::ServerArgs args;  // resolved (ServerArgs::resolve)
+    loader::ModelConfig config;
+    DeviceSpec device;
+    std::int64_t prompt_len = 4096;  // the request TTFT and the bubble are estimated for
+    std::int64_t host_memory_bytes = 0;  // `cpu`: the host's memory (tests pin it)
+};
+
+struct RankPlan {
+    dist::RankCoords coords;
+    std::int64_t capacity_bytes = 0;
+    RankSize size;
+    std::int64_t own_max_total_num_tokens = 0;  // before the ranks agree on the smallest
+    std::string error;  // this rank cannot start (the plan's first failing check names it)
+};
+
+// Bytes one token moves per layer (or per stage boundary) on each rank, and where.
+struct Traffic {
+    std::string kind;   // "tp all-reduce", "pp send", "ep dispatch+combine", "dp-attention gather+scatter"
+    std::int64_t bytes_per_token_per_layer = 0;
+    std::int64_t layers = 0;  // layers (or boundaries) it happens at
+    bool inter_node = false;
+    std::string formula;
+};
+
+struct Check {
+    bool ok = true;
+    std::string what;
+    std::string fix;  // empty when ok
+};
+
+struct Plan {
+    std::vector<std::string> rewrites;  // SGLang's rewrites of the flags (ServerArgs::notes)
+    std::string tessera_refusal;        // what `tessera serve` would refuse on this CPU build, if anything
+    dist::ParallelConfig parallel;
+    int world_size = 0;
+    std::vector<RankPlan> ranks;
+    WeightTypes types;
+    double mem_fraction_static = 0;
+    std::int64_t chunked_prefill_size = 0;
+    std::int64_t context_len = 0;
+    std::int64_t max_total_num_tokens = 0;  // agreed (the smallest rank's)
+    std::int64_t max_running_requests = 0;
+    double available_gb_rank0 = 0;
+    std::string startup_line;  // what rank 0 of `tessera serve` logs
+    std::vector<Traffic> traffic;
+    int pp_size = 1;
+    std::int64_t micro_batches = 1;  // prefill chunks of the prompt
+    double bubble = 0;               // (P - 1) / (P - 1 + M)
+    double ttft_s = 0;
+    double decode_tokens_per_s = 0;  // one request
+    std::vector<Check> checks;
+    bool fits() const;
+};
+
+StatusOr<Plan> make_plan(const PlanRequest& request);
+
+// "1.23 GB", "12.3 MB", "4.0 kB".
+std::string bytes_text(std::int64_t bytes);
+
+// A table for people and an object for machines.
+std::string render_plan(const Plan& plan, const PlanRequest& request);
+std::string plan_json(const Plan& plan, const PlanRequest& request);
+
+}  // namespace tessera::planner

@@ -1,0 +1,168 @@
+// tessera plan against the reference's worked examples (SGLang's rank layout), the memory
+// rules, the traffic formulas and the fixes it proposes. Real configs: tests/data/configs.
+
+#include "planner/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "models/model.h"
+
+namespace tessera::planner {
+namespace {
+
+PlanRequest request(const std::string& model, const std::string& device, const std::function<void(server::ServerArgs&)>& set) {
+    PlanRequest r;
+    r.args.model_path = std::string(TSR_SOURCE_DIR) + "/tests/data/configs/" + model;
+    set(r.args);
+    EXPECT_TRUE(r.args.resolve().ok());
+    auto config = models::read_model_config(r.args.model_path);
+    EXPECT_TRUE(config.ok()) << config.status().to_string();
+    if (config.ok()) r.config = *config;
+    auto d = device_preset(device);
+    EXPECT_TRUE(d.ok());
+    if (d.ok()) r.device = *d;
+    r.host_memory_bytes = std::int64_t{64} << 30;
+    return r;
+}
+
+Plan plan_of(const PlanRequest& r) {
+    auto p = make_plan(r);
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    return p.ok() ? *p : Plan{};
+}
+
+// Reference worked example A: tp 16, dp 8 with DP attention, 2 nodes of 8 GPUs, a2a none, ep 8.
+TEST(PlanTest, WorkedExampleARankTable) {
+    const PlanRequest r = request("deepseek-v3", "h800", [](server::ServerArgs& a) {
+        a.tp_size = 16;
+        a.dp_size = 8;
+        a.enable_dp_attention = true;
+        a.nnodes = 2;
+        a.dist_init_addr = "10.0.0.1:5000";
+        a.ep_size = 8;
+        a.max_running_requests = 64;
+    });
+    const Plan p = plan_of(r);
+    ASSERT_EQ(p.world_size, 16);
+    for (const RankPlan& rank : p.ranks) {
+        const int g = rank.coords.global_rank;
+        EXPECT_EQ(rank.coords.node, g / 8) << g;
+        EXPECT_EQ(rank.coords.tp_rank, g) << g;
+        EXPECT_EQ(rank.coords.attn_dp_rank, g / 2) << g;
+        EXPECT_EQ(rank.coords.attn_tp_rank, g % 2) << g;
+        EXPECT_EQ(rank.coords.moe_ep_rank, g / 2) << g;
+        EXPECT_EQ(rank.coords.moe_tp_rank, g % 2) << g;
+        EXPECT_EQ(rank.size.experts_per_rank, 256 / 8) << "each rank holds 1/8 of the experts";
+    }
+    EXPECT_EQ(p.chunked_prefill_size, 8192 / 8) << "an 80 GB device's default, divided over the DP groups";
+    EXPECT_EQ(p.max_running_requests, 64 / 8);
+    ASSERT_FALSE(p.traffic.empty());
+    EXPECT_EQ(p.traffic.front().kind, "attention-tp all-reduce");
+}
+
+// Reference worked example B: pp 2, tp 4 on one node, then on two.
+TEST(PlanTest, WorkedExampleBRankTableAndLayers) {
+    const Plan one_node = plan_of(request("deepseek-v3", "h20", [](server::ServerArgs& a) {
+        a.tp_size = 4;
+        a.pp_size = 2;
+    }));
+    ASSERT_EQ(one_node.world_size, 8);
+    for (const RankPlan& rank : one_node.ranks) {
+        EXPECT_EQ(rank.coords.pp_rank, rank.coords.global_rank / 4);
+        EXPECT_EQ(rank.coords.tp_rank, rank.coords.global_rank % 4);
+        EXPECT_EQ(rank.coords.node, 0);
+        EXPECT_EQ(rank.size.first_layer, rank.coords.pp_rank == 0 ? 0 : 30);
+        EXPECT_EQ(rank.size.end_layer, rank.coords.pp_rank == 0 ? 30 : 61);
+    }
+    const Plan two_nodes = plan_of(request("deepseek-v3", "h20", [](server::ServerArgs& a) {
+        a.tp_size = 4;
+        a.pp_size = 2;
+        a.nnodes = 2;
+        a.dist_init_addr = "10.0.0.1:5000";
+    }));
+    for (const RankPlan& rank : two_nodes.ranks) EXPECT_EQ(rank.coords.node, rank.coords.pp_rank);
+}
+
+TEST(PlanTest, TrafficAndBubbleFollowSeedFormulas) {
+    PlanRequest r = request("deepseek-v3", "h20", [](server::ServerArgs& a) {
+        a.tp_size = 8;
+        a.pp_size = 4;
+        a.nnodes = 4;
+        a.dist_init_addr = "10.0.0.1:5000";
+        a.chunked_prefill_size = 12288;
+    });
+    r.prompt_len = 131072;
+    const Plan p = plan_of(r);
+    ASSERT_EQ(p.traffic.size(), 2u);
+    EXPECT_EQ(p.traffic[0].kind, "tp all-reduce");
+    EXPECT_EQ(p.traffic[0].bytes_per_token_per_layer, 2 * 2 * 7 * 7168 * 2 / 8) << "2 x 2(T-1)/T x H x bf16";
+    EXPECT_FALSE(p.traffic[0].inter_node) << "a TP group of 8 stays inside its node";
+    EXPECT_EQ(p.traffic[1].kind, "pp send");
+    EXPECT_EQ(p.traffic[1].layers, 3);
+    EXPECT_TRUE(p.traffic[1].inter_node);
+    EXPECT_EQ(p.micro_batches, 11);
+    EXPECT_DOUBLE_EQ(p.bubble, 3.0 / 14.0);
+    EXPECT_TRUE(p.fits());
+}
+
+TEST(PlanTest, WhatDoesNotFitGetsOneFixThatWorks) {
+    // DeepSeek-V3 in fp8 on 8 H20s: 88 GB of weights per rank. More memory cannot help; a
+    // second stage (and node) does.
+    const Plan tp8 = plan_of(request("deepseek-v3", "h20", [](server::ServerArgs& a) { a.tp_size = 8; }));
+    ASSERT_FALSE(tp8.fits());
+    EXPECT_EQ(tp8.checks.back().fix, "set --pp-size 2 and --nnodes 2 (16 devices)");
+
+    // With that fix and too small a fraction: the fraction is the fix, and it is enough.
+    auto low = request("deepseek-v3", "h20", [](server::ServerArgs& a) {
+        a.tp_size = 8;
+        a.pp_size = 2;
+        a.nnodes = 2;
+        a.dist_init_addr = "10.0.0.1:5000";
+        a.mem_fraction_static = 0.3;
+    });
+    const Plan small = plan_of(low);
+    ASSERT_FALSE(small.fits());
+    const std::string fix = small.checks.back().fix;
+    ASSERT_EQ(fix.rfind("set --mem-fraction-static to at least ", 0), 0u) << fix;
+    low.args.mem_fraction_static = std::stod(fix.substr(38));
+    EXPECT_TRUE(plan_of(low).fits()) << "the proposed fraction fits";
+
+    // Ranks beyond a node's devices.
+    const Plan crowded = plan_of(request("deepseek-v3", "h20", [](server::ServerArgs& a) {
+        a.tp_size = 8;
+        a.pp_size = 2;
+    }));
+    ASSERT_FALSE(crowded.fits());
+    EXPECT_EQ(crowded.checks[1].fix, "set --nnodes 2");
+
+    // A pool capped below the context: the cap is the fix, not the memory.
+    const Plan capped = plan_of(request("qwen3-235b-a22b-fp8", "h20", [](server::ServerArgs& a) {
+        a.tp_size = 4;
+        a.max_total_tokens = 1000;
+    }));
+    ASSERT_FALSE(capped.fits());
+    EXPECT_EQ(capped.checks.back().fix, "raise --max-total-tokens to at least 40960 (or drop it)");
+}
+
+TEST(PlanTest, AShardTheModelCannotTakeIsNamed) {
+    // Seed 003: TP 8 cuts Qwen3-235B-FP8's 1536-wide experts into 192-column slices, not whole
+    // 128-wide fp8 blocks; TP 4 (384) works.
+    const Plan tp8 = plan_of(request("qwen3-235b-a22b-fp8", "h20", [](server::ServerArgs& a) { a.tp_size = 8; }));
+    ASSERT_FALSE(tp8.fits());
+    EXPECT_NE(tp8.checks.front().what.find("Weight output_partition_size = 192 is not divisible by weight quantization "
+                                           "block_n = 128"),
+              std::string::npos)
+        << tp8.checks.front().what;
+    EXPECT_TRUE(plan_of(request("qwen3-235b-a22b-fp8", "h20", [](server::ServerArgs& a) { a.tp_size = 4; })).fits());
+    // 64 query heads do not split over 6 ranks.
+    const PlanRequest r = request("qwen3-235b-a22b-fp8", "h20", [](server::ServerArgs& a) {
+        a.tp_size = 6;
+    });
+    const Plan p = plan_of(r);
+    ASSERT_FALSE(p.fits());
+    EXPECT_NE(p.checks.front().what.find("rank 0:"), std::string::npos) << p.checks.front().what;
+    EXPECT_EQ(p.startup_line, "");
+}
+
+}  // namespace
+}  // namespace tessera::planner
