@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 #include <CLI/CLI.hpp>
 
@@ -10,6 +11,7 @@
 #include "base/process_memory.h"
 #include "models/model.h"
 #include "planner/plan.h"
+#include "planner/sweep.h"
 
 namespace tessera::app {
 
@@ -94,6 +96,16 @@ int run_plan(int argc, char** argv) {
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
         ->capture_default_str();
     app.add_flag("--json", json, "one JSON object on stdout");
+    bool sweep = false;
+    int max_nodes = 8;
+    std::string svg_path;
+    int top = 15;
+    app.add_flag("--sweep", sweep,
+                 "plan every tp x pp replica shape on 1, 2, 4, ... --max-nodes nodes (replicas fill the rest) and rank "
+                 "them by predicted prefill throughput");
+    app.add_option("--max-nodes", max_nodes, "largest cluster of the sweep")->check(CLI::Range(1, 4096))->capture_default_str();
+    app.add_option("--sweep-svg", svg_path, "write the sweep's best throughput per device count as an SVG plot");
+    app.add_option("--top", top, "layouts the sweep lists")->check(CLI::Range(1, 100000))->capture_default_str();
 
     auto read = flags.read_command_line(splice_launch_command({argv + 1, argv + argc}));
     if (!read.ok()) {
@@ -125,6 +137,16 @@ int run_plan(int argc, char** argv) {
     }
     request.config = std::move(config).value();
     request.device = std::move(spec).value();
+    if (sweep) {
+        const std::vector<planner::SweepPoint> points = planner::sweep_layouts(request, max_nodes);
+        const std::string text = planner::render_sweep(points, request, top);
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        if (!svg_path.empty()) {
+            std::ofstream(svg_path) << planner::sweep_svg(points, request);
+            TSR_LOG(INFO, "sweep plot written to {}", svg_path);
+        }
+        return 0;
+    }
     auto plan = planner::make_plan(request);
     if (!plan.ok()) {
         TSR_LOG(ERROR, "{}", plan.status().message());

@@ -147,12 +147,12 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
     if (dist::owns_lm_head(place.pp_rank, place.pp_size))
         bytes += kernels::packed_weight_bytes(t.compute, vocab.rows.count, H);
 
-    TSR_ASSIGN_OR_RETURN(Range dense_cut, layers::even_shard("intermediate_size", c.intermediate_size, tp));
     for (int l = layers.begin; l < layers.end; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         TSR_ASSIGN_OR_RETURN(std::int64_t attention, attention_bytes(c, p + "self_attn.", attn_tp, t));
         bytes += attention;
         if (!c.is_moe_layer(l)) {
+            TSR_ASSIGN_OR_RETURN(Range dense_cut, layers::even_shard("intermediate_size", c.intermediate_size, tp));
             TSR_ASSIGN_OR_RETURN(std::int64_t mlp, gated_mlp(p + "mlp.", H, dense_cut, c.intermediate_size, t.linear, t));
             bytes += mlp;
             continue;

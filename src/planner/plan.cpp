@@ -239,8 +239,7 @@ StatusOr<Plan> make_plan(const PlanRequest& req) {
     bool split_error = false;
     for (const RankPlan& r : p.ranks) {
         if (r.error.empty() || r.size.kv_bytes_per_token > 0) continue;
-        split = {false, "rank " + std::to_string(r.coords.global_rank) + ": " + r.error,
-                 "choose sizes that divide the model (the message names the dimension)"};
+        split = {false, "rank " + std::to_string(r.coords.global_rank) + ": " + r.error, ""};
         split_error = true;
         break;
     }
@@ -280,7 +279,7 @@ StatusOr<Plan> make_plan(const PlanRequest& req) {
                 fit.fix = fmt::format("raise --max-total-tokens to at least {} (or drop it)", p.context_len);
             } else if (needed <= kMaxUsefulMemFraction) {
                 fit.fix = fmt::format("set --mem-fraction-static to at least {:.2f}", needed);
-            } else {
+            } else if (req.suggest_fixes) {
                 for (int pp = a.pp_size + 1; pp <= c.num_hidden_layers && fit.fix.empty(); ++pp) {
                     auto candidate = size_ranks(req, p.types, pp);
                     if (!candidate.ok()) continue;

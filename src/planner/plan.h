@@ -25,6 +25,7 @@ struct PlanRequest {
     DeviceSpec device;
     std::int64_t prompt_len = 4096;  // the request TTFT and the bubble are estimated for
     std::int64_t host_memory_bytes = 0;  // `cpu`: the host's memory (tests pin it)
+    bool suggest_fixes = true;  // search --pp-size for a fix (a sweep does not need one)
 };
 
 struct RankPlan {

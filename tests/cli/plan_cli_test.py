@@ -92,6 +92,25 @@ def main():
     elapsed = time.monotonic() - start
     check("one layout answers in < 1 s", elapsed < 1.0, f"{elapsed:.2f} s")
 
+    # A sweep of a 64-node cluster: ranked layouts and a plot, in under 10 s.
+    svg = os.path.join(args.workdir, "sweep.svg")
+    start = time.monotonic()
+    sweep = run([t, "plan", "--model-path", os.path.join(CONFIGS, "deepseek-v3"), "--device-preset", "h20",
+                 "--prompt-len", "32768", "--sweep", "--max-nodes", "64", "--sweep-svg", svg, "--top", "5"])
+    elapsed = time.monotonic() - start
+    check("a 64-node sweep answers in < 10 s", sweep.returncode == 0 and elapsed < 10.0, f"{elapsed:.2f} s {sweep.stderr[-300:]}")
+    rows = [l for l in sweep.stdout.splitlines() if re.match(r"\s+\d+\s+\d+\s+\d+", l)]
+    check("the sweep lists --top layouts", len(rows) == 5, sweep.stdout)
+    if rows:
+        first = [float(x) for x in rows[0].split()]
+        check("the sweep's first layout is its fastest", all(first[6] >= float(r.split()[6]) for r in rows), sweep.stdout)
+    if os.path.exists(svg):
+        import xml.dom.minidom
+        points = xml.dom.minidom.parse(svg).getElementsByTagName("circle")
+        check("the plot has a point per device count and series", len(points) >= 2 * 4, f"{len(points)} points")
+    else:
+        check("the plot is written", False, svg)
+
     print(f"{len(failures)} failed")
     return 1 if failures else 0
 
