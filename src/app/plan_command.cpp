@@ -20,6 +20,7 @@ namespace {
 struct DeviceOverrides {
     std::string preset = "cpu";
     std::optional<double> memory_gb, bandwidth_gbs, tflops, intra_node_gbs, inter_node_gbs;
+    std::optional<double> bandwidth_efficiency, flops_efficiency, collective_latency_us;
     std::optional<int> devices_per_node;
 };
 
@@ -31,6 +32,9 @@ StatusOr<planner::DeviceSpec> device_of(const DeviceOverrides& o) {
     if (o.intra_node_gbs) d.intra_node_bandwidth = *o.intra_node_gbs * 1e9;
     if (o.inter_node_gbs) d.inter_node_bandwidth = *o.inter_node_gbs * 1e9;
     if (o.devices_per_node) d.devices_per_node = *o.devices_per_node;
+    if (o.bandwidth_efficiency) d.bandwidth_efficiency = *o.bandwidth_efficiency;
+    if (o.flops_efficiency) d.flops_efficiency = *o.flops_efficiency;
+    if (o.collective_latency_us) d.collective_latency_s = *o.collective_latency_us * 1e-6;
     return d;
 }
 
@@ -92,6 +96,12 @@ int run_plan(int argc, char** argv) {
     app.add_option("--device-tflops", device.tflops, "dense bf16 TFLOP/s per device");
     app.add_option("--intra-node-gbs", device.intra_node_gbs, "link bandwidth inside a node, GB/s per device");
     app.add_option("--inter-node-gbs", device.inter_node_gbs, "link bandwidth between nodes, GB/s per device");
+    app.add_option("--bandwidth-efficiency", device.bandwidth_efficiency,
+                   "fraction of the memory bandwidth decode reaches (bench/plan_calibration.py fits it)")
+        ->check(CLI::Range(1e-6, 1.0));
+    app.add_option("--flops-efficiency", device.flops_efficiency, "fraction of peak FLOP/s prefill reaches")
+        ->check(CLI::Range(1e-6, 1.0));
+    app.add_option("--collective-latency-us", device.collective_latency_us, "fixed cost of one collective, microseconds");
     app.add_option("--prompt-len", prompt_len, "the prompt TTFT and the pipeline bubble are estimated for")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
         ->capture_default_str();

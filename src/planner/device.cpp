@@ -26,6 +26,7 @@ std::vector<DeviceSpec> presets() {
     DeviceSpec cpu;
     cpu.name = "cpu";
     cpu.devices_per_node = 1;
+    cpu.shared_by_node_ranks = true;
     // Two cores streaming bf16 weights: the range this class of host measures (35-60 GB/s).
     cpu.memory_bandwidth = 40 * kGB;
     cpu.flops = 2 * 32 * 2 * 2.5e9;  // 2 cores x 32 bf16 lanes x FMA x 2.5 GHz (AVX-512 BF16)

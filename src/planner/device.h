@@ -15,6 +15,9 @@ namespace tessera::planner {
 struct DeviceSpec {
     std::string name;
     std::int64_t memory_bytes = 0;  // per device; 0 for `cpu`: the host's memory / ranks on it
+    // `cpu`: the ranks of a node share its memory bandwidth and cores (the figures below are
+    // the host's); a GPU's are its own.
+    bool shared_by_node_ranks = false;
     int devices_per_node = 8;
     double memory_bandwidth = 0;    // bytes/s one device reads its memory at
     double flops = 0;               // dense bf16 FLOP/s per device

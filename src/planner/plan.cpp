@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include "base/env.h"
+#include "planner/cost_model.h"
 #include "scheduler/memory_plan.h"
 
 namespace tessera::planner {
@@ -314,45 +315,12 @@ StatusOr<Plan> make_plan(const PlanRequest& req) {
     p.bubble = a.pp_size > 1 ? static_cast<double>(a.pp_size - 1) / (a.pp_size - 1 + p.micro_batches) : 0.0;
 
     if (sizing.first_error.empty()) {
-        const DeviceSpec& d = req.device;
-        const double bw = d.memory_bandwidth * d.bandwidth_efficiency;
-        const double flops = d.flops * d.flops_efficiency;
-        const double elem = static_cast<double>(dtype_size(p.types.linear));
-        double decode_s = 0, prefill_stage_s = 0;
-        for (int stage = 0; stage < a.pp_size; ++stage) {
-            double decode_stage = 0, prefill_stage = 0;
-            for (const RankPlan& r : p.ranks) {
-                if (r.coords.pp_rank != stage || r.coords.replica != 0) continue;
-                const RankSize& s = r.size;
-                const double experts_read = std::min<double>(static_cast<double>(s.experts_per_rank),
-                                                             static_cast<double>(c.moe.num_experts_per_tok) / a.ep_size);
-                const double read = static_cast<double>(s.weight_bytes - s.embedding_bytes) -
-                                    static_cast<double>(s.moe_layers) * (static_cast<double>(s.experts_per_rank) - experts_read) *
-                                        static_cast<double>(s.expert_bytes);
-                const double layers = static_cast<double>(s.end_layer - s.first_layer);
-                const double attn_width = static_cast<double>(s.kv_bytes_per_token) / std::max(1.0, layers);
-                decode_stage = std::max(decode_stage, read / bw);
-                const double S = static_cast<double>(req.prompt_len);
-                const double linear_flops = 2.0 * read / elem * S;
-                const double attention_flops = 2.0 * S * S * layers * attn_width / dtype_size(p.types.kv);
-                prefill_stage = std::max(prefill_stage, (linear_flops + attention_flops) / flops);
-            }
-            decode_s += decode_stage;
-            prefill_stage_s = std::max(prefill_stage_s, prefill_stage);
-        }
-        double decode_comm = 0, prefill_comm = 0;
-        for (const Traffic& t : p.traffic) {
-            const double bandwidth = link_bandwidth(d, t.inter_node);
-            const double per_token = static_cast<double>(t.bytes_per_token_per_layer * t.layers);
-            const double steps = static_cast<double>(t.layers) * (t.kind == "pp send" ? 1.0 : a.pp_size);
-            decode_comm += per_token / bandwidth + steps * d.collective_latency_s;
-            prefill_comm += per_token * static_cast<double>(req.prompt_len) / bandwidth;
-        }
-        p.decode_tokens_per_s = 1.0 / (decode_s + decode_comm);
-        // The stages work on different chunks at once: the slowest stage sets the pace, and the
-        // first chunk pays for filling the pipeline.
-        const double per_chunk = (prefill_stage_s + prefill_comm / a.pp_size) / static_cast<double>(p.micro_batches);
-        p.ttft_s = per_chunk * static_cast<double>(p.micro_batches + a.pp_size - 1);
+        const Estimate e = estimate(req, p, layout);
+        p.ttft_s = e.ttft_s;
+        p.decode_tokens_per_s = e.decode_tokens_per_s;
+        p.prefill_tokens_per_s = e.prefill_tokens_per_s;
+        p.micro_batches = e.chunks;
+        p.bubble = a.pp_size > 1 ? static_cast<double>(a.pp_size - 1) / (a.pp_size - 1 + p.micro_batches) : 0.0;
     }
     return p;
 }

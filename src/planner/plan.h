@@ -69,8 +69,9 @@ struct Plan {
     int pp_size = 1;
     std::int64_t micro_batches = 1;  // prefill chunks of the prompt
     double bubble = 0;               // (P - 1) / (P - 1 + M)
-    double ttft_s = 0;
-    double decode_tokens_per_s = 0;  // one request
+    double ttft_s = 0;                // one request of prompt_len tokens on an idle launch
+    double prefill_tokens_per_s = 0;  // prompts back to back: every stage busy
+    double decode_tokens_per_s = 0;   // one request at a context of prompt_len
     std::vector<Check> checks;
     bool fits() const;
 };

@@ -64,9 +64,10 @@ std::string render_plan(const Plan& p, const PlanRequest& req) {
                            req.prompt_len, p.pp_size - 1, p.pp_size - 1 + p.micro_batches, p.bubble, p.micro_batches,
                            p.chunked_prefill_size);
     if (p.ttft_s > 0)
-        out << fmt::format("\nestimate (roofline, not calibrated): TTFT of a {}-token prompt {:.3f} s; one request decodes "
-                           "at {:.1f} tokens/s\n",
-                           req.prompt_len, p.ttft_s, p.decode_tokens_per_s);
+        out << fmt::format("\nestimate (roofline at {:.2f} of bandwidth, {:.2f} of FLOP/s): TTFT of a {}-token prompt "
+                           "{:.3f} s; prompts back to back {:.0f} tokens/s; one request decodes at {:.1f} tokens/s\n",
+                           req.device.bandwidth_efficiency, req.device.flops_efficiency, req.prompt_len, p.ttft_s,
+                           p.prefill_tokens_per_s, p.decode_tokens_per_s);
 
     out << "\nchecks\n";
     for (const Check& check : p.checks)
@@ -116,7 +117,12 @@ std::string plan_json(const Plan& p, const PlanRequest& req) {
     j["traffic"] = traffic;
     j["pipeline"] = {{"pp_size", p.pp_size}, {"micro_batches", p.micro_batches}, {"bubble", p.bubble},
                      {"prompt_len", req.prompt_len}};
-    j["estimate"] = {{"ttft_s", p.ttft_s}, {"decode_tokens_per_s", p.decode_tokens_per_s}, {"calibrated", false}};
+    j["estimate"] = {{"ttft_s", p.ttft_s},
+                     {"prefill_tokens_per_s", p.prefill_tokens_per_s},
+                     {"decode_tokens_per_s", p.decode_tokens_per_s},
+                     {"bandwidth_efficiency", req.device.bandwidth_efficiency},
+                     {"flops_efficiency", req.device.flops_efficiency},
+                     {"collective_latency_s", req.device.collective_latency_s}};
     nlohmann::json checks = nlohmann::json::array();
     for (const Check& c : p.checks) checks.push_back({{"ok", c.ok}, {"what", c.what}, {"fix", c.fix}});
     j["checks"] = checks;

@@ -1,0 +1,127 @@
+#include "planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace tessera::planner {
+
+namespace {
+
+// Attention heads of one rank and the widths of a query-key and a value head.
+struct AttentionWidth {
+    double heads = 0;
+    double qk = 0;
+    double v = 0;
+};
+
+AttentionWidth attention_width(const loader::ModelConfig& c, int attn_tp) {
+    AttentionWidth w;
+    w.heads = static_cast<double>(c.num_attention_heads) / attn_tp;
+    if (c.is_mla()) {
+        w.qk = static_cast<double>(c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim);
+        w.v = static_cast<double>(c.mla.v_head_dim);
+    } else {
+        w.qk = w.v = static_cast<double>(c.head_dim);
+    }
+    return w;
+}
+
+// One pipeline stage's prefill cost, the slowest rank's: seconds per token for the linear
+// layers and the stage's traffic, and seconds per unit of causal attention work.
+struct StageCost {
+    double per_token_s = 0;
+    double attention_s = 0;  // x ((L + D)^2 - L^2) for a chunk of D tokens after L
+};
+
+// The prefill chunks of a prompt as the scheduler cuts it: fixed chunked_prefill_size, or
+// SGLang's dynamic chunking (each chunk after the first sized to take as long as the first).
+std::vector<double> chunk_times(const StageCost& c, double S, double chunk, bool dynamic) {
+    std::vector<double> times;
+    auto time = [&](double L, double D) { return c.per_token_s * D + c.attention_s * (2.0 * L * D + D * D); };
+    const double first = time(0, std::min(chunk, S));
+    for (double L = 0; L < S;) {
+        double D = std::min(chunk, S - L);
+        if (dynamic && L > 0 && c.attention_s > 0) {
+            const double b = c.per_token_s + 2.0 * c.attention_s * L;
+            D = std::min(S - L, std::max(64.0, (-b + std::sqrt(b * b + 4.0 * c.attention_s * first)) /
+                                                   (2.0 * c.attention_s)));
+        }
+        times.push_back(time(L, D));
+        L += D;
+    }
+    return times;
+}
+
+}  // namespace
+
+Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLayout& layout) {
+    const server::ServerArgs& a = req.args;
+    const loader::ModelConfig& c = req.config;
+    const DeviceSpec& d = req.device;
+    const double S = static_cast<double>(req.prompt_len);
+    const double elem = static_cast<double>(dtype_size(p.types.linear));
+    const AttentionWidth attn = attention_width(c, layout.attn_tp_size());
+
+    // Traffic of one stage per token: its own collectives and one boundary's send.
+    double stage_comm_per_token = 0, stage_latency = 0, decode_comm = 0;
+    for (const Traffic& t : p.traffic) {
+        const double bandwidth = t.inter_node ? d.inter_node_bandwidth : d.intra_node_bandwidth;
+        const bool send = t.kind == "pp send";
+        const double stage_bytes = static_cast<double>(t.bytes_per_token_per_layer) * (send ? 1.0 : t.layers);
+        const double collectives = send ? 1.0 : static_cast<double>(t.layers);
+        stage_comm_per_token += stage_bytes / bandwidth;
+        stage_latency += collectives * d.collective_latency_s;
+        decode_comm += (send ? static_cast<double>(t.layers) : a.pp_size) *
+                       (stage_bytes / bandwidth + collectives * d.collective_latency_s);
+    }
+
+    double decode_s = 0;
+    StageCost slowest;
+    for (int stage = 0; stage < a.pp_size; ++stage) {
+        double decode_stage = 0;
+        StageCost cost;
+        for (const RankPlan& r : p.ranks) {
+            if (r.coords.pp_rank != stage || r.coords.replica != 0) continue;
+            const double sharing = d.shared_by_node_ranks
+                                       ? static_cast<double>(layout.ranks_on_node(r.coords.node).size())
+                                       : 1.0;
+            const double bw = d.memory_bandwidth * d.bandwidth_efficiency / sharing;
+            const double flops = d.flops * d.flops_efficiency / sharing;
+            const RankSize& s = r.size;
+            const double experts_read = std::min<double>(static_cast<double>(s.experts_per_rank),
+                                                         static_cast<double>(c.moe.num_experts_per_tok) / a.ep_size);
+            const double weights_read =
+                static_cast<double>(s.weight_bytes - s.embedding_bytes) -
+                static_cast<double>(s.moe_layers) * (static_cast<double>(s.experts_per_rank) - experts_read) *
+                    static_cast<double>(s.expert_bytes);
+            decode_stage = std::max(decode_stage, (weights_read + S * static_cast<double>(s.kv_bytes_per_token)) / bw);
+            const double layers = static_cast<double>(s.end_layer - s.first_layer);
+            cost.per_token_s = std::max(cost.per_token_s, 2.0 * weights_read / elem / flops);
+            cost.attention_s = std::max(cost.attention_s, attn.heads * (attn.qk + attn.v) * layers / flops);
+        }
+        decode_s += decode_stage;
+        if (cost.per_token_s * S + cost.attention_s * S * S > slowest.per_token_s * S + slowest.attention_s * S * S)
+            slowest = cost;
+    }
+    slowest.per_token_s += stage_comm_per_token;
+
+    const double chunk = p.chunked_prefill_size > 0 ? static_cast<double>(p.chunked_prefill_size) : S;
+    std::vector<double> times = chunk_times(slowest, S, chunk, a.enable_dynamic_chunking && a.pp_size > 1);
+    for (double& t : times) t += stage_latency;
+    double total = 0, longest = 0;
+    for (double t : times) {
+        total += t;
+        longest = std::max(longest, t);
+    }
+    Estimate e;
+    e.chunks = static_cast<std::int64_t>(times.size());
+    // Back to back, every stage busy: the slowest stage's work per prompt. Alone: the chunks
+    // through the first stage, then the last chunk through the other P - 1.
+    e.prefill_tokens_per_s = S / total;
+    e.ttft_s = total + (a.pp_size - 1) * longest;
+    e.decode_tokens_per_s = 1.0 / (decode_s + decode_comm);
+    return e;
+}
+
+}  // namespace tessera::planner
