@@ -60,9 +60,9 @@ std::string render_plan(const Plan& p, const PlanRequest& req) {
                            t.bytes_per_token_per_layer, t.layers, t.bytes_per_token_per_layer * t.layers,
                            t.inter_node ? "between nodes" : "inside a node", t.formula);
     if (p.pp_size > 1)
-        out << fmt::format("\npipeline bubble for a {}-token prompt: (P-1)/(P-1+M) = {}/{} = {:.3f} (M = {} chunks of {})\n",
+        out << fmt::format("\npipeline bubble for a {}-token prompt: (P-1)/(P-1+M) = {}/{} = {:.3f} (M = {} chunks, {} {})\n",
                            req.prompt_len, p.pp_size - 1, p.pp_size - 1 + p.micro_batches, p.bubble, p.micro_batches,
-                           p.chunked_prefill_size);
+                           a.enable_dynamic_chunking ? "dynamic, the first of" : "of", p.chunked_prefill_size);
     if (p.ttft_s > 0)
         out << fmt::format("\nestimate (roofline at {:.2f} of bandwidth, {:.2f} of FLOP/s): TTFT of a {}-token prompt "
                            "{:.3f} s; prompts back to back {:.0f} tokens/s; one request decodes at {:.1f} tokens/s\n",
