@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Calibrates `tessera plan`'s cost model and reports prediction against measurement.
 
-This machine (CPU): the two efficiencies of the `cpu` device come from `tessera bench
-one-batch` on the small dense model, TP1:
-  bandwidth_efficiency = measured decode tokens/s / planned at efficiency 1
-  flops_efficiency     = planned TTFT at efficiency 1 / measured prefill latency
+This machine (CPU): the `cpu` device's bandwidth (all threads, and one thread alone) and
+FLOP/s come from `tessera bench one-batch` on the small dense model, TP1 (no traffic there),
+with every thread and with --threads-per-rank 1:
+  bandwidth = reference bandwidth x measured decode tokens/s / planned decode tokens/s
+  FLOP/s    = reference FLOP/s x planned TTFT / measured prefill latency
 Then every layout that runs here (dense TP1, TP2, PP2; MoE TP1, TP2 x EP2 with the `none`
 and `all_to_all` dispatchers) is measured with `tessera generate --json`, the median of
 --repeats alternating runs, and planned with the fitted efficiencies.
@@ -62,33 +63,44 @@ def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
         if not os.path.exists(os.path.join(out, "model.safetensors")):
             run([t, "make-model", "--arch", arch, "--preset", "small", "--out", out])
 
-    # Fit on bench one-batch, TP1.
-    one = last_json(run([t, "bench", "one-batch", "--model-path", dense, "--batch-size", "1", "--input-len",
-                         str(prompt_len), "--output-len", str(new_tokens)]))
-    raw = plan(t, ["--model-path", dense, "--prompt-len", str(prompt_len), "--bandwidth-efficiency", "1",
-                   "--flops-efficiency", "1"])["estimate"]
-    bw_eff = min(1.0, one["decode_throughput_tok_s"] / raw["decode_tokens_per_s"])
-    flops_eff = min(1.0, raw["ttft_s"] / one["prefill_latency_s"])
-    print(json.dumps({"calibration": "cpu", "bandwidth_efficiency": round(bw_eff, 4),
-                      "flops_efficiency": round(flops_eff, 4), "from": "bench one-batch, small qwen3, TP1",
-                      "decode_tok_s": one["decode_throughput_tok_s"], "prefill_latency_s": one["prefill_latency_s"]}),
-          flush=True)
-
     layouts = [("dense tp1", dense, []), ("dense tp2", dense, ["--tp", "2"]), ("dense pp2", dense, ["--pp-size", "2"]),
                ("moe tp1", moe, []), ("moe tp2 ep2", moe, ["--tp", "2", "--ep", "2"]),
                ("moe tp2 ep2 all_to_all", moe, ["--tp", "2", "--ep", "2", "--moe-a2a-backend", "all_to_all"])]
     prompt = ",".join(str(100 + i % 1000) for i in range(prompt_len))
     measured = {name: {"ttft_s": [], "decode_tokens_per_s": []} for name, _, _ in layouts}
-    for _ in range(repeats):  # alternate the layouts so a slow moment hits all of them
+    bench = {"all": [], "one": []}  # bench one-batch with every thread, and with one
+    for _ in range(repeats):  # alternate everything, so a slow moment of the machine hits all of it
+        for key, threads in (("all", []), ("one", ["--threads-per-rank", "1"])):
+            bench[key].append(last_json(run([t, "bench", "one-batch", "--model-path", dense, "--batch-size", "1",
+                                             "--input-len", str(prompt_len), "--output-len", str(new_tokens)]
+                                            + threads)))
         for name, model, flags in layouts:
             j = last_json(run([t, "generate", "--model-path", model, "--prompt-ids", prompt, "--max-new-tokens",
                                str(new_tokens), "--ignore-eos", "--json"] + flags))
             for k in measured[name]:
                 measured[name][k].append(j[k])
+
+    # This host's figures from bench one-batch, TP1 (no traffic): the reference figures below
+    # scaled by measured / planned.
+    ref = {"bandwidth": 45.0, "core": 31.5, "tflops": 0.64}
+    ref_flags = ["--device-bandwidth-gbs", str(ref["bandwidth"]), "--core-bandwidth-gbs", str(ref["core"]),
+                 "--device-tflops", str(ref["tflops"]), "--bandwidth-efficiency", "1", "--flops-efficiency", "1"]
+    median = lambda runs, k: statistics.median(r[k] for r in runs)
+    raw_all = plan(t, ["--model-path", dense, "--prompt-len", str(prompt_len)] + ref_flags)["estimate"]
+    raw_one = plan(t, ["--model-path", dense, "--prompt-len", str(prompt_len), "--threads-per-rank", "1"]
+                   + ref_flags)["estimate"]
+    bandwidth_gbs = ref["bandwidth"] * median(bench["all"], "decode_throughput_tok_s") / raw_all["decode_tokens_per_s"]
+    core_gbs = ref["core"] * median(bench["one"], "decode_throughput_tok_s") / raw_one["decode_tokens_per_s"]
+    tflops = ref["tflops"] * raw_all["ttft_s"] / median(bench["all"], "prefill_latency_s")
+    device = ["--device-bandwidth-gbs", f"{bandwidth_gbs:.3f}", "--core-bandwidth-gbs", f"{core_gbs:.3f}",
+              "--device-tflops", f"{tflops:.5f}", "--bandwidth-efficiency", "1", "--flops-efficiency", "1"]
+    print(json.dumps({"calibration": "cpu", "bandwidth_gbs": round(bandwidth_gbs, 2),
+                      "core_bandwidth_gbs": round(core_gbs, 2), "tflops": round(tflops, 4),
+                      "from": f"bench one-batch, small qwen3, TP1, median of {repeats}"}), flush=True)
+
     lines = []
     for name, model, flags in layouts:
-        est = plan(t, ["--model-path", model, "--prompt-len", str(prompt_len), "--bandwidth-efficiency", str(bw_eff),
-                       "--flops-efficiency", str(flops_eff)] + flags)["estimate"]
+        est = plan(t, ["--model-path", model, "--prompt-len", str(prompt_len)] + device + flags)["estimate"]
         lines.append(emit("cpu " + name, "ttft_s", est["ttft_s"], statistics.median(measured[name]["ttft_s"])))
         lines.append(emit("cpu " + name, "decode_tokens_per_s", est["decode_tokens_per_s"],
                           statistics.median(measured[name]["decode_tokens_per_s"])))

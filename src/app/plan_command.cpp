@@ -20,7 +20,7 @@ namespace {
 struct DeviceOverrides {
     std::string preset = "cpu";
     std::optional<double> memory_gb, bandwidth_gbs, tflops, intra_node_gbs, inter_node_gbs;
-    std::optional<double> bandwidth_efficiency, flops_efficiency, collective_latency_us;
+    std::optional<double> bandwidth_efficiency, flops_efficiency, collective_latency_us, core_bandwidth_gbs;
     std::optional<int> devices_per_node;
 };
 
@@ -28,6 +28,7 @@ StatusOr<planner::DeviceSpec> device_of(const DeviceOverrides& o) {
     TSR_ASSIGN_OR_RETURN(planner::DeviceSpec d, planner::device_preset(o.preset));
     if (o.memory_gb) d.memory_bytes = static_cast<std::int64_t>(*o.memory_gb * 1e9);
     if (o.bandwidth_gbs) d.memory_bandwidth = *o.bandwidth_gbs * 1e9;
+    if (o.core_bandwidth_gbs) d.core_bandwidth = *o.core_bandwidth_gbs * 1e9;
     if (o.tflops) d.flops = *o.tflops * 1e12;
     if (o.intra_node_gbs) d.intra_node_bandwidth = *o.intra_node_gbs * 1e9;
     if (o.inter_node_gbs) d.inter_node_bandwidth = *o.inter_node_gbs * 1e9;
@@ -94,6 +95,8 @@ int run_plan(int argc, char** argv) {
     app.add_option("--devices-per-node", device.devices_per_node, "devices per node");
     app.add_option("--device-bandwidth-gbs", device.bandwidth_gbs, "memory bandwidth per device, GB/s");
     app.add_option("--device-tflops", device.tflops, "dense bf16 TFLOP/s per device");
+    app.add_option("--core-bandwidth-gbs", device.core_bandwidth_gbs,
+                   "cpu: GB/s one thread streams alone (a rank's share when fewer ranks than cores run at once)");
     app.add_option("--intra-node-gbs", device.intra_node_gbs, "link bandwidth inside a node, GB/s per device");
     app.add_option("--inter-node-gbs", device.inter_node_gbs, "link bandwidth between nodes, GB/s per device");
     app.add_option("--bandwidth-efficiency", device.bandwidth_efficiency,

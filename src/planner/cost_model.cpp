@@ -83,11 +83,21 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         StageCost cost;
         for (const RankPlan& r : p.ranks) {
             if (r.coords.pp_rank != stage || r.coords.replica != 0) continue;
-            const double sharing = d.shared_by_node_ranks
-                                       ? static_cast<double>(layout.ranks_on_node(r.coords.node).size())
-                                       : 1.0;
-            const double bw = d.memory_bandwidth * d.bandwidth_efficiency / sharing;
-            const double flops = d.flops * d.flops_efficiency / sharing;
+            double bw = d.memory_bandwidth, flops = d.flops;
+            if (d.shared_by_node_ranks) {
+                // One request runs one stage at a time: a rank shares the host with the ranks
+                // of its own stage on the node, while its cores are its share of all of them.
+                const std::vector<int> node_ranks = layout.ranks_on_node(r.coords.node);
+                const double threads = a.threads_per_rank > 0
+                                           ? a.threads_per_rank
+                                           : std::max(1, d.cores / static_cast<int>(node_ranks.size()));
+                double concurrent = 0;
+                for (int other : node_ranks) concurrent += layout.coords(other).pp_rank == stage ? 1 : 0;
+                bw = std::min(d.core_bandwidth * threads, d.memory_bandwidth / concurrent);
+                flops = d.flops * threads / d.cores;
+            }
+            bw *= d.bandwidth_efficiency;
+            flops *= d.flops_efficiency;
             const RankSize& s = r.size;
             const double experts_read = std::min<double>(static_cast<double>(s.experts_per_rank),
                                                          static_cast<double>(c.moe.num_experts_per_tok) / a.ep_size);
@@ -97,7 +107,8 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                     static_cast<double>(s.expert_bytes);
             decode_stage = std::max(decode_stage, (weights_read + S * static_cast<double>(s.kv_bytes_per_token)) / bw);
             const double layers = static_cast<double>(s.end_layer - s.first_layer);
-            cost.per_token_s = std::max(cost.per_token_s, 2.0 * weights_read / elem / flops);
+            const double prefill_weights = weights_read - static_cast<double>(s.lm_head_bytes);
+            cost.per_token_s = std::max(cost.per_token_s, 2.0 * prefill_weights / elem / flops);
             cost.attention_s = std::max(cost.attention_s, attn.heads * (attn.qk + attn.v) * layers / flops);
         }
         decode_s += decode_stage;

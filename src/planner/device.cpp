@@ -1,5 +1,7 @@
 #include "planner/device.h"
 
+#include "base/thread_pool.h"
+
 namespace tessera::planner {
 
 namespace {
@@ -27,9 +29,14 @@ std::vector<DeviceSpec> presets() {
     cpu.name = "cpu";
     cpu.devices_per_node = 1;
     cpu.shared_by_node_ranks = true;
-    // Two cores streaming bf16 weights: the range this class of host measures (35-60 GB/s).
-    cpu.memory_bandwidth = 40 * kGB;
-    cpu.flops = 2 * 32 * 2 * 2.5e9;  // 2 cores x 32 bf16 lanes x FMA x 2.5 GHz (AVX-512 BF16)
+    cpu.cores = default_thread_count();
+    // Two cores streaming bf16 weights: the middle of what this class of host measures
+    // (35-60 GB/s); bench/plan_calibration.py measures this host's.
+    cpu.memory_bandwidth = 45 * kGB;
+    // One thread streams about 0.7 of what two do (bench/plan_calibration.py measures it).
+    cpu.core_bandwidth = 0.7 * cpu.memory_bandwidth;
+    // Per core: 2 AVX-512 BF16 dot-product units x 64 FLOP (16 lanes x 2 pairs x mul-add) x 2.5 GHz.
+    cpu.flops = cpu.cores * 2 * 64 * 2.5e9;
     cpu.intra_node_bandwidth = 10 * kGB;  // shared-memory collectives
     cpu.inter_node_bandwidth = 1.25 * kGB;  // 10 GbE
     cpu.collective_latency_s = 20e-6;

@@ -15,9 +15,13 @@ namespace tessera::planner {
 struct DeviceSpec {
     std::string name;
     std::int64_t memory_bytes = 0;  // per device; 0 for `cpu`: the host's memory / ranks on it
-    // `cpu`: the ranks of a node share its memory bandwidth and cores (the figures below are
-    // the host's); a GPU's are its own.
+    // `cpu`: the ranks of a node share its cores and memory bandwidth (the figures below are
+    // the host's): a rank computes on cores / ranks-on-node threads (tessera serve's default)
+    // and streams at most `core_bandwidth` per thread, and the host's bandwidth is split among
+    // the ranks running at the same moment. A GPU's figures are its own.
     bool shared_by_node_ranks = false;
+    int cores = 1;
+    double core_bandwidth = 0;  // bytes/s one thread streams alone
     int devices_per_node = 8;
     double memory_bandwidth = 0;    // bytes/s one device reads its memory at
     double flops = 0;               // dense bf16 FLOP/s per device

@@ -144,8 +144,10 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
         out.embedding_bytes = vocab.rows.count * H * static_cast<std::int64_t>(dtype_size(t.embedding));
         bytes += out.embedding_bytes;
     }
-    if (dist::owns_lm_head(place.pp_rank, place.pp_size))
-        bytes += kernels::packed_weight_bytes(t.compute, vocab.rows.count, H);
+    if (dist::owns_lm_head(place.pp_rank, place.pp_size)) {
+        out.lm_head_bytes = kernels::packed_weight_bytes(t.compute, vocab.rows.count, H);
+        bytes += out.lm_head_bytes;
+    }
 
     for (int l = layers.begin; l < layers.end; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";

@@ -53,6 +53,7 @@ struct RankSize {
     // What one token reads of them: the embedding gives one row, a MoE layer only its top-k
     // experts (the cost model's decode bytes).
     std::int64_t embedding_bytes = 0;
+    std::int64_t lm_head_bytes = 0;     // read once per sequence in prefill (the last position's logits)
     std::int64_t expert_bytes = 0;      // one local expert's slice
     std::int64_t moe_layers = 0;        // of the stage
     std::int64_t experts_per_rank = 0;  // physical experts per MoE layer on this rank
