@@ -17,6 +17,7 @@
 #include "executor/pp_runner.h"
 #include "executor/tp_batch_runner.h"
 #include "kernels/isa.h"
+#include "planner/plan.h"
 #include "scheduler/memory_plan.h"
 
 namespace tessera::app {
@@ -91,20 +92,9 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     // Memory plan (reference §8).
     const int local_ranks = static_cast<int>(rt.layout.ranks_on_node(args.node_rank).size());
     const std::int64_t capacity = rank_capacity_bytes(local_ranks);
-    scheduler::RankMemoryRequest request;
-    request.capacity_bytes = capacity;
-    request.weight_bytes = static_cast<std::int64_t>(m.weight_bytes());
-    request.kv_bytes_per_token = m.kv_cache_shape().bytes_per_token();
-    request.model_context_len = m.config().max_position_embeddings;
-    request.mem_fraction_static = args.mem_fraction_static;
-    request.chunked_prefill_size = args.chunked_prefill_size;
-    request.context_length = args.context_length;
-    if (args.max_running_requests) request.max_running_requests = *args.max_running_requests;
-    request.max_total_tokens = args.max_total_tokens;
-    request.max_prefill_tokens = args.max_prefill_tokens;
-    request.page_size = *args.page_size;
-    request.tp_size = args.tp_size;
-    request.pp_size = args.pp_size;
+    const scheduler::RankMemoryRequest request =
+        planner::rank_memory_request(args, m.config().max_position_embeddings, capacity,
+                                     static_cast<std::int64_t>(m.weight_bytes()), m.kv_cache_shape().bytes_per_token());
     TSR_ASSIGN_OR_RETURN(scheduler::RankMemory memory, scheduler::plan_rank_memory(request));
     const scheduler::MemoryPlan& plan = memory.plan;
     const std::int64_t chunked = memory.chunked_prefill_size;

@@ -51,22 +51,9 @@ std::int64_t capacity_of(const PlanRequest& req, const dist::ParallelLayout& lay
 
 scheduler::RankMemoryRequest memory_request(const server::ServerArgs& a, const loader::ModelConfig& c,
                                             std::int64_t capacity, const RankSize& size, int pp_size) {
-    scheduler::RankMemoryRequest r;
-    r.capacity_bytes = capacity;
-    r.weight_bytes = size.weight_bytes;
-    r.kv_bytes_per_token = size.kv_bytes_per_token;
-    r.model_context_len = c.max_position_embeddings;
-    r.mem_fraction_static = a.mem_fraction_static;
-    r.chunked_prefill_size = a.chunked_prefill_size;
-    r.context_length = a.context_length;
-    if (a.max_running_requests) r.max_running_requests = *a.max_running_requests;
-    r.max_total_tokens = a.max_total_tokens;
-    r.max_prefill_tokens = a.max_prefill_tokens;
-    r.page_size = a.page_size.value_or(1);
-    r.tp_size = a.tp_size;
+    scheduler::RankMemoryRequest r = rank_memory_request(a, c.max_position_embeddings, capacity, size.weight_bytes,
+                                                         size.kv_bytes_per_token);
     r.pp_size = pp_size;
-    r.dp_size = a.dp_size;
-    r.enable_dp_attention = a.enable_dp_attention;
     return r;
 }
 
@@ -118,6 +105,28 @@ double fraction_needed(const std::vector<RankPlan>& ranks, std::int64_t context_
 }
 
 }  // namespace
+
+scheduler::RankMemoryRequest rank_memory_request(const server::ServerArgs& a, std::int64_t model_context_len,
+                                                 std::int64_t capacity_bytes, std::int64_t weight_bytes,
+                                                 std::int64_t kv_bytes_per_token) {
+    scheduler::RankMemoryRequest r;
+    r.capacity_bytes = capacity_bytes;
+    r.weight_bytes = weight_bytes;
+    r.kv_bytes_per_token = kv_bytes_per_token;
+    r.model_context_len = model_context_len;
+    r.mem_fraction_static = a.mem_fraction_static;
+    r.chunked_prefill_size = a.chunked_prefill_size;
+    r.context_length = a.context_length;
+    if (a.max_running_requests) r.max_running_requests = *a.max_running_requests;
+    r.max_total_tokens = a.max_total_tokens;
+    r.max_prefill_tokens = a.max_prefill_tokens;
+    r.page_size = a.page_size.value_or(1);
+    r.tp_size = a.tp_size;
+    r.pp_size = a.pp_size;
+    r.dp_size = a.dp_size;
+    r.enable_dp_attention = a.enable_dp_attention;
+    return r;
+}
 
 std::string bytes_text(std::int64_t bytes) {
     const auto b = static_cast<double>(bytes);
@@ -183,10 +192,6 @@ std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayo
                        "hidden states and residual at each of the P-1 stage boundaries: 2 x H x bytes"});
     }
     return out;
-}
-
-double link_bandwidth(const DeviceSpec& d, bool inter_node) {
-    return inter_node ? d.inter_node_bandwidth : d.intra_node_bandwidth;
 }
 
 }  // namespace

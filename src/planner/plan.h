@@ -15,6 +15,7 @@
 #include "loader/model_config.h"
 #include "planner/device.h"
 #include "planner/model_size.h"
+#include "scheduler/memory_plan.h"
 #include "server/server_args.h"
 
 namespace tessera::planner {
@@ -77,6 +78,12 @@ struct Plan {
 };
 
 StatusOr<Plan> make_plan(const PlanRequest& request);
+
+// The memory request of one rank from the launch flags: what `tessera serve` sizes its KV pool
+// with at start-up (from the loaded model's bytes) and `tessera plan` (from config.json's).
+scheduler::RankMemoryRequest rank_memory_request(const server::ServerArgs& args, std::int64_t model_context_len,
+                                                 std::int64_t capacity_bytes, std::int64_t weight_bytes,
+                                                 std::int64_t kv_bytes_per_token);
 
 // "1.23 GB", "12.3 MB", "4.0 kB".
 std::string bytes_text(std::int64_t bytes);

@@ -64,8 +64,9 @@ TEST(SglangFlagsTest, EveryFlagOfSglangIsKnownOnce) {
             EXPECT_TRUE(registered.count(n)) << n << " is not registered";
             EXPECT_TRUE(catalogue.insert(n).second) << n << " twice in sglang_flags.tsv";
         }
-        if (f.tessera == SglangFlag::Tessera::kNotImplemented && f.kind == SglangFlag::Kind::kValue)
+        if (f.tessera == SglangFlag::Tessera::kNotImplemented && f.kind == SglangFlag::Kind::kValue) {
             EXPECT_TRUE(f.is_neutral(f.default_text())) << f.names.front();
+        }
     }
     // SGLang's argparse abbreviations seen in its docs read as SGLang reads them.
     std::vector<KnownFlag> known;
@@ -109,19 +110,8 @@ Launch launch(const std::vector<std::string>& argv) {
     Launch out;
     CLI::App app("serve");
     FlagTable table(app, out.args, FlagTable::Mode::kServe);
-    auto read = table.read_command_line(argv);
-    if (!read.ok()) {
-        out.status = read.status();
-        return out;
-    }
-    std::vector<std::string> args = read.value();
-    std::reverse(args.begin(), args.end());
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        out.status = Status::InvalidArgument(e.what());
-        return out;
-    }
+    out.status = table.parse(argv);
+    if (!out.status.ok()) return out;
     out.status = table.resolve();
     out.ignored = table.ignored_flags();
     return out;

@@ -96,20 +96,8 @@ Outcome launch(std::vector<std::string> words) {
     Outcome out;
     CLI::App app("serve");
     FlagTable table(app, out.args, FlagTable::Mode::kServe);
-    auto read = table.read_command_line(words);
-    if (!read.ok()) {
-        out.status = read.status();
-        return out;
-    }
-    std::vector<std::string> args = read.value();
-    std::reverse(args.begin(), args.end());
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        out.status = Status::InvalidArgument(e.what());
-        return out;
-    }
-    out.status = table.resolve();
+    out.status = table.parse(words);
+    if (out.status.ok()) out.status = table.resolve();
     return out;
 }
 

@@ -136,6 +136,9 @@ class FlagTable {
     // expanded (`--tp 2`), `--config FILE.yaml` replaced by its arguments, ahead of the
     // command line's so that the command line wins.
     StatusOr<std::vector<std::string>> read_command_line(const std::vector<std::string>& args) const;
+    // read_command_line, then CLI11 on the (sub)command this table was registered on. A parse
+    // error (or --help) comes back as its message: for callers that print their own.
+    Status parse(const std::vector<std::string>& args);
 
     // After parsing: ServerArgs::resolve() (SGLang's rewrites and validation, in its order),
     // then check_supported().

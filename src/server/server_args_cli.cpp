@@ -492,6 +492,17 @@ StatusOr<std::vector<std::string>> FlagTable::read_command_line(const std::vecto
     return from_file;
 }
 
+Status FlagTable::parse(const std::vector<std::string>& args) {
+    TSR_ASSIGN_OR_RETURN(std::vector<std::string> read, read_command_line(args));
+    std::reverse(read.begin(), read.end());  // CLI11 takes them last first
+    try {
+        impl_->app->parse(read);
+    } catch (const CLI::ParseError& e) {
+        return Status::InvalidArgument(e.what());
+    }
+    return Status::Ok();
+}
+
 Status FlagTable::check_supported() const {
     for (const Impl::NotYet& n : impl_->not_yet) {
         if (n.option->count() == 0 || n.asks_nothing()) continue;

@@ -19,21 +19,8 @@ Parsed parse(std::vector<std::string> argv) {
     FlagTable table(app, p.args, FlagTable::Mode::kServe);
     std::vector<std::string> args = {"--model-path", "/models/x"};
     args.insert(args.end(), argv.begin(), argv.end());
-    auto read = table.read_command_line(args);
-    if (!read.ok()) {
-        p.status = read.status();
-        return p;
-    }
-    args = read.value();
-    // CLI11 takes the arguments in reverse order.
-    std::reverse(args.begin(), args.end());
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        p.status = Status::InvalidArgument(e.what());
-        return p;
-    }
-    p.status = table.resolve();
+    p.status = table.parse(args);
+    if (p.status.ok()) p.status = table.resolve();
     return p;
 }
 
@@ -95,8 +82,7 @@ TEST(FlagTableTest, GpuFlagsAreAcceptedAndNamedAsIgnored) {
     FlagTable table(app, args, FlagTable::Mode::kServe);
     std::vector<std::string> argv = {"--model-path", "/m", "--trust-remote-code", "--attention-backend", "fa3",
                                      "--cuda-graph-max-bs", "256", "--base-gpu-id", "1", "--watchdog-timeout", "3600"};
-    std::reverse(argv.begin(), argv.end());
-    app.parse(argv);
+    ASSERT_TRUE(table.parse(argv).ok());
     ASSERT_TRUE(table.resolve().ok());
     const std::vector<std::string> ignored = table.ignored_flags();
     ASSERT_EQ(ignored.size(), 5u);
@@ -111,8 +97,7 @@ TEST(FlagTableTest, ServingFlagsTakeOnlyTheirDefaultsInGenerate) {
     ServerArgs args;
     CLI::App app("test");
     FlagTable table(app, args, FlagTable::Mode::kGenerate);
-    std::vector<std::string> argv = {"31000", "--port", "/m", "--model-path"};
-    app.parse(argv);
+    ASSERT_TRUE(table.parse({"--model-path", "/m", "--port", "31000"}).ok());
     Status s = table.resolve();
     EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
     EXPECT_EQ(s.message(), "--port 31000: `tessera serve` implements it, this command does not; remove the flag, or give 30000");
@@ -122,8 +107,7 @@ TEST(FlagTableTest, ServingFlagsTakeOnlyTheirDefaultsInGenerate) {
     ServerArgs scheduled;
     CLI::App app2("test");
     FlagTable table2(app2, scheduled, FlagTable::Mode::kGenerate);
-    std::vector<std::string> argv2 = {"2", "--pp-size", "2048", "--chunked-prefill-size", "/m", "--model-path"};
-    app2.parse(argv2);
+    ASSERT_TRUE(table2.parse({"--model-path", "/m", "--chunked-prefill-size", "2048", "--pp-size", "2"}).ok());
     EXPECT_TRUE(table2.resolve().ok());
 }
 
