@@ -3,12 +3,15 @@
 
 This machine (CPU): the `cpu` device's bandwidth (all threads, and one thread alone) and
 FLOP/s come from `tessera bench one-batch` on the small dense model, TP1 (no traffic there),
-with every thread and with --threads-per-rank 1:
+with every thread and with --threads-per-rank 1, and the routed experts' efficiency (prefill
+FLOPs, decode streaming) from the small MoE model's TP1 run; a collective's fixed cost, which
+TP1 cannot show, is fitted on dense TP2 decode (marked "fitted"):
   bandwidth = reference bandwidth x measured decode tokens/s / planned decode tokens/s
   FLOP/s    = reference FLOP/s x planned TTFT / measured prefill latency
 Then every layout that runs here (dense TP1, TP2, PP2; MoE TP1, TP2 x EP2 with the `none`
-and `all_to_all` dispatchers) is measured with `tessera generate --json`, the median of
---repeats alternating runs, and planned with the fitted efficiencies.
+and `all_to_all` dispatchers) is measured warm, one request at a time (`tessera serve` and
+`tessera bench serve`: median TTFT and time per output token), the median of --repeats
+alternating runs, and planned with the fitted figures.
 
 H20 clusters (seed 003's published figures): flops_efficiency is fitted on one case,
 DeepSeek-V3.1 TP8 TTFT at 128K tokens (48.5 s on 141 GB H20s); the other cases are
@@ -26,6 +29,8 @@ import os
 import statistics
 import subprocess
 import sys
+
+from serve_support import free_port, stop_server, wait_healthy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(HERE, "..", "tests", "data", "configs")
@@ -56,6 +61,26 @@ def emit(case, metric, predicted, measured, fitted=False):
     return line
 
 
+def serve_and_measure(t, model, flags, prompt_len, new_tokens, workdir, prompts=4):
+    """Warm, one request at a time: `tessera serve` with the layout, `tessera bench serve` at
+    concurrency 1 after a warm-up request; the medians of TTFT and of the time per output token."""
+    port = free_port()
+    with open(os.path.join(workdir, "serve.log"), "w") as log:
+        server = subprocess.Popen([t, "serve", "--model-path", model, "--host", "127.0.0.1", "--port", str(port),
+                                   "--disable-radix-cache"] + flags, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(port, server)
+        out = os.path.join(workdir, "bench_serve.jsonl")
+        run([t, "bench", "serve", "--port", str(port), "--model-path", model, "--random-input-len", str(prompt_len),
+             "--random-output-len", str(new_tokens), "--random-range-ratio", "1", "--num-prompts", str(prompts),
+             "--max-concurrency", "1", "--warmup-requests", "1", "--disable-tqdm", "--output-file", out])
+        with open(out) as f:
+            j = json.loads(f.readlines()[-1])
+    finally:
+        stop_server(server)
+    return {"ttft_s": j["median_ttft_ms"] / 1000.0, "decode_tokens_per_s": 1000.0 / j["median_tpot_ms"]}
+
+
 def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
     dense = os.path.join(workdir, "dense")
     moe = os.path.join(workdir, "moe")
@@ -66,17 +91,16 @@ def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
     layouts = [("dense tp1", dense, []), ("dense tp2", dense, ["--tp", "2"]), ("dense pp2", dense, ["--pp-size", "2"]),
                ("moe tp1", moe, []), ("moe tp2 ep2", moe, ["--tp", "2", "--ep", "2"]),
                ("moe tp2 ep2 all_to_all", moe, ["--tp", "2", "--ep", "2", "--moe-a2a-backend", "all_to_all"])]
-    prompt = ",".join(str(100 + i % 1000) for i in range(prompt_len))
     measured = {name: {"ttft_s": [], "decode_tokens_per_s": []} for name, _, _ in layouts}
-    bench = {"all": [], "one": []}  # bench one-batch with every thread, and with one
+    # bench one-batch on the dense model with every thread and with one, and on the MoE model.
+    bench = {"all": [], "one": [], "moe": []}
     for _ in range(repeats):  # alternate everything, so a slow moment of the machine hits all of it
-        for key, threads in (("all", []), ("one", ["--threads-per-rank", "1"])):
-            bench[key].append(last_json(run([t, "bench", "one-batch", "--model-path", dense, "--batch-size", "1",
+        for key, model, threads in (("all", dense, []), ("one", dense, ["--threads-per-rank", "1"]), ("moe", moe, [])):
+            bench[key].append(last_json(run([t, "bench", "one-batch", "--model-path", model, "--batch-size", "1",
                                              "--input-len", str(prompt_len), "--output-len", str(new_tokens)]
                                             + threads)))
         for name, model, flags in layouts:
-            j = last_json(run([t, "generate", "--model-path", model, "--prompt-ids", prompt, "--max-new-tokens",
-                               str(new_tokens), "--ignore-eos", "--json"] + flags))
+            j = serve_and_measure(t, model, flags, prompt_len, new_tokens, workdir)
             for k in measured[name]:
                 measured[name][k].append(j[k])
 
@@ -94,8 +118,43 @@ def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
     tflops = ref["tflops"] * raw_all["ttft_s"] / median(bench["all"], "prefill_latency_s")
     device = ["--device-bandwidth-gbs", f"{bandwidth_gbs:.3f}", "--core-bandwidth-gbs", f"{core_gbs:.3f}",
               "--device-tflops", f"{tflops:.5f}", "--bandwidth-efficiency", "1", "--flops-efficiency", "1"]
+    # The routed experts' efficiency: the MoE model's TP1 prefill, the dense part at the fitted rate.
+    moe_ttft = median(bench["moe"], "prefill_latency_s")
+    at_one = plan(t, ["--model-path", moe, "--prompt-len", str(prompt_len)] + device)["estimate"]["ttft_s"]
+    at_tenth = plan(t, ["--model-path", moe, "--prompt-len", str(prompt_len), "--expert-efficiency", "0.1"]
+                    + device)["estimate"]["ttft_s"]
+    expert_s = (at_tenth - at_one) / 9.0  # the experts' share at efficiency 1
+    expert_eff = min(1.0, max(0.01, expert_s / max(1e-9, moe_ttft - (at_one - expert_s))))
+    device += ["--expert-efficiency", f"{expert_eff:.4f}"]
+
+    def fit_linear(flags, knob, measured_value, key, invert):
+        """The value of `knob` (a time that grows linearly with it, or with its inverse) that
+        makes the plan's `key` equal the measurement."""
+        est = lambda v: plan(t, flags + [knob, str(v)])["estimate"][key]
+        time_of = (lambda v: 1.0 / v) if key == "decode_tokens_per_s" else (lambda v: v)
+        target = time_of(measured_value)
+        if invert:  # time = base + share / efficiency
+            t1, t10 = time_of(est(1.0)), time_of(est(0.1))
+            share = (t10 - t1) / 9.0
+            return min(1.0, max(0.01, share / max(1e-12, target - (t1 - share))))
+        t0, t100 = time_of(est(0.0)), time_of(est(100.0))  # time = base + slope x value
+        return max(0.0, (target - t0) / ((t100 - t0) / 100.0))
+
+    # The experts' streaming rate in decode: the MoE model's TP1 decode.
+    expert_bw = fit_linear(["--model-path", moe, "--prompt-len", str(prompt_len)] + device,
+                           "--expert-bandwidth-efficiency", median(bench["moe"], "decode_throughput_tok_s"),
+                           "decode_tokens_per_s", invert=True)
+    device += ["--expert-bandwidth-efficiency", f"{expert_bw:.4f}"]
+    # A collective's fixed cost cannot be seen at TP1: it is fitted on dense TP2 decode, which
+    # is then not a prediction.
+    latency_us = fit_linear(["--model-path", dense, "--prompt-len", str(prompt_len), "--tp", "2"] + device,
+                            "--collective-latency-us", statistics.median(measured["dense tp2"]["decode_tokens_per_s"]),
+                            "decode_tokens_per_s", invert=False)
+    device += ["--collective-latency-us", f"{latency_us:.2f}"]
     print(json.dumps({"calibration": "cpu", "bandwidth_gbs": round(bandwidth_gbs, 2),
                       "core_bandwidth_gbs": round(core_gbs, 2), "tflops": round(tflops, 4),
+                      "expert_efficiency": round(expert_eff, 4), "expert_bandwidth_efficiency": round(expert_bw, 4),
+                      "collective_latency_us": round(latency_us, 1),
                       "from": f"bench one-batch, small qwen3, TP1, median of {repeats}"}), flush=True)
 
     lines = []
@@ -103,7 +162,7 @@ def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
         est = plan(t, ["--model-path", model, "--prompt-len", str(prompt_len)] + device + flags)["estimate"]
         lines.append(emit("cpu " + name, "ttft_s", est["ttft_s"], statistics.median(measured[name]["ttft_s"])))
         lines.append(emit("cpu " + name, "decode_tokens_per_s", est["decode_tokens_per_s"],
-                          statistics.median(measured[name]["decode_tokens_per_s"])))
+                          statistics.median(measured[name]["decode_tokens_per_s"]), fitted=name == "dense tp2"))
     return lines
 
 

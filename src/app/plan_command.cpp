@@ -20,7 +20,8 @@ namespace {
 struct DeviceOverrides {
     std::string preset = "cpu";
     std::optional<double> memory_gb, bandwidth_gbs, tflops, intra_node_gbs, inter_node_gbs;
-    std::optional<double> bandwidth_efficiency, flops_efficiency, collective_latency_us, core_bandwidth_gbs;
+    std::optional<double> bandwidth_efficiency, flops_efficiency, expert_efficiency, expert_bandwidth_efficiency,
+        collective_latency_us, core_bandwidth_gbs;
     std::optional<int> devices_per_node;
 };
 
@@ -35,6 +36,8 @@ StatusOr<planner::DeviceSpec> device_of(const DeviceOverrides& o) {
     if (o.devices_per_node) d.devices_per_node = *o.devices_per_node;
     if (o.bandwidth_efficiency) d.bandwidth_efficiency = *o.bandwidth_efficiency;
     if (o.flops_efficiency) d.flops_efficiency = *o.flops_efficiency;
+    if (o.expert_efficiency) d.expert_efficiency = *o.expert_efficiency;
+    if (o.expert_bandwidth_efficiency) d.expert_bandwidth_efficiency = *o.expert_bandwidth_efficiency;
     if (o.collective_latency_us) d.collective_latency_s = *o.collective_latency_us * 1e-6;
     return d;
 }
@@ -103,6 +106,12 @@ int run_plan(int argc, char** argv) {
                    "fraction of the memory bandwidth decode reaches (bench/plan_calibration.py fits it)")
         ->check(CLI::Range(1e-6, 1.0));
     app.add_option("--flops-efficiency", device.flops_efficiency, "fraction of peak FLOP/s prefill reaches")
+        ->check(CLI::Range(1e-6, 1.0));
+    app.add_option("--expert-efficiency", device.expert_efficiency,
+                   "FLOP/s of routed-expert GEMMs relative to dense ones (bench/plan_calibration.py fits it)")
+        ->check(CLI::Range(1e-6, 1.0));
+    app.add_option("--expert-bandwidth-efficiency", device.expert_bandwidth_efficiency,
+                   "the rate decode streams routed experts at, relative to dense weights")
         ->check(CLI::Range(1e-6, 1.0));
     app.add_option("--collective-latency-us", device.collective_latency_us, "fixed cost of one collective, microseconds");
     app.add_option("--prompt-len", prompt_len, "the prompt TTFT and the pipeline bubble are estimated for")

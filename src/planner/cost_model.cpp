@@ -105,10 +105,16 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                 static_cast<double>(s.weight_bytes - s.embedding_bytes) -
                 static_cast<double>(s.moe_layers) * (static_cast<double>(s.experts_per_rank) - experts_read) *
                     static_cast<double>(s.expert_bytes);
-            decode_stage = std::max(decode_stage, (weights_read + S * static_cast<double>(s.kv_bytes_per_token)) / bw);
+            const double expert_read = static_cast<double>(s.moe_layers) * experts_read *
+                                       static_cast<double>(s.expert_bytes);
+            decode_stage = std::max(decode_stage, (weights_read - expert_read + expert_read / d.expert_bandwidth_efficiency +
+                                                   S * static_cast<double>(s.kv_bytes_per_token)) /
+                                                      bw);
             const double layers = static_cast<double>(s.end_layer - s.first_layer);
-            const double prefill_weights = weights_read - static_cast<double>(s.lm_head_bytes);
-            cost.per_token_s = std::max(cost.per_token_s, 2.0 * prefill_weights / elem / flops);
+            // Routed experts run as many small GEMMs (a few rows each): their own efficiency.
+            const double dense_weights = weights_read - static_cast<double>(s.lm_head_bytes) - expert_read;
+            cost.per_token_s = std::max(cost.per_token_s, 2.0 * (dense_weights + expert_read / d.expert_efficiency) /
+                                                              elem / flops);
             cost.attention_s = std::max(cost.attention_s, attn.heads * (attn.qk + attn.v) * layers / flops);
         }
         decode_s += decode_stage;

@@ -31,6 +31,8 @@ struct DeviceSpec {
     // Measured fractions of the peaks that kernels reach (the cost model's knobs).
     double bandwidth_efficiency = 0.8;
     double flops_efficiency = 0.6;
+    double expert_efficiency = 1.0;            // routed-expert GEMMs' FLOP/s relative to dense ones
+    double expert_bandwidth_efficiency = 1.0;  // and the rate decode streams experts at, relative
     std::string source;  // where the figures come from
 };
 

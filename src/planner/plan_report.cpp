@@ -122,6 +122,8 @@ std::string plan_json(const Plan& p, const PlanRequest& req) {
                      {"decode_tokens_per_s", p.decode_tokens_per_s},
                      {"bandwidth_efficiency", req.device.bandwidth_efficiency},
                      {"flops_efficiency", req.device.flops_efficiency},
+                     {"expert_efficiency", req.device.expert_efficiency},
+                     {"expert_bandwidth_efficiency", req.device.expert_bandwidth_efficiency},
                      {"collective_latency_s", req.device.collective_latency_s}};
     nlohmann::json checks = nlohmann::json::array();
     for (const Check& c : p.checks) checks.push_back({{"ok", c.ok}, {"what", c.what}, {"fix", c.fix}});
