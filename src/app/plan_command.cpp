@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "base/logging.h"
@@ -143,7 +144,7 @@ int run_plan(int argc, char** argv) {
     // SGLang's rewrites and rules; what this CPU build cannot run is reported, not refused:
     // a plan may describe a GPU cluster.
     if (Status s = args.resolve(); !s.ok()) {
-        if (json) std::printf("{\"rejected\": %s}\n", ("\"" + s.message() + "\"").c_str());
+        if (json) std::printf("%s\n", nlohmann::json{{"rejected", s.message()}}.dump().c_str());
         TSR_LOG(ERROR, "SGLang refuses this launch: {}", s.message());
         return 2;
     }

@@ -86,6 +86,13 @@ def main():
     bad = run([t, "plan", "--model-path", dense, "--tp", "3", "--nnodes", "2", "--dist-init-addr", "h:1"])
     check("SGLang's rules refuse first", bad.returncode == 2 and "tp_size must be divisible by number of nodes"
           in bad.stderr, bad.stderr[-300:])
+    bad_json = run([t, "plan", "--model-path", dense, "--json", "--tp", "2", "--enable-two-batch-overlap"])
+    try:
+        rejected = json.loads(bad_json.stdout)["rejected"]
+    except (ValueError, KeyError):
+        rejected = ""
+    check("a refusal with --json is one JSON object naming the rule",
+          bad_json.returncode == 2 and "moe_a2a_backend='none'" in rejected, bad_json.stdout[-300:])
 
     # Speed: one layout of a 32-rank cluster in well under a second.
     start = time.monotonic()
