@@ -17,11 +17,22 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
-#include "bench/http_client.h"
 #include "bench/latency_stats.h"
 #include "bench/prompt_generator.h"
+#include "net/http_client.h"
 
 namespace tessera::bench {
+
+using net::BodySink;
+using net::ChunkedDecoder;
+using net::http_call;
+using net::http_fetch;
+using net::HttpEndpoint;
+using net::HttpRequest;
+using net::HttpResponse;
+using net::HttpResponseHead;
+using net::parse_http_url;
+using net::SseParser;
 
 enum class ApiBackend {
     kOpenAi,         // POST /v1/completions, "prompt"

@@ -50,6 +50,9 @@ int run_plan(int argc, char** argv);
 // could not start (its memory, its shard), naming the fix; logs the rest as warnings.
 Status preflight_check(const server::ServerArgs& args);
 
+// `tessera gateway` (argv[0] is "gateway").
+int run_gateway(int argc, char** argv);
+
 // `tessera bench serve|one-batch` (argv[0] is "bench").
 int run_bench(int argc, char** argv);
 

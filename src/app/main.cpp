@@ -1,5 +1,5 @@
-// The one `tessera` binary: subcommands make-model, generate, serve, bench, plan, tokenize and
-// eplb (gateway arrives with its capability).
+// The one `tessera` binary: subcommands make-model, generate, serve, gateway, bench, plan,
+// tokenize and eplb.
 
 #include <algorithm>
 #include <csignal>
@@ -42,8 +42,14 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "bench") return tessera::app::run_bench(argc - 1, argv + 1);
     // `tessera plan ...` takes serve's flags plus its own (app/plan_command.cpp).
     if (argc > 1 && std::string(argv[1]) == "plan") return tessera::app::run_plan(argc - 1, argv + 1);
+    // `tessera gateway ...`: sgl-model-gateway's flags (app/gateway_command.cpp).
+    if (argc > 1 && std::string(argv[1]) == "gateway") return tessera::app::run_gateway(argc - 1, argv + 1);
     CLI::App app{"tessera: a native LLM serving engine with SGLang's multi-device parallelism"};
     app.require_subcommand(1);
+    app.footer("More subcommands, each with its own --help:\n"
+               "  gateway                     route requests over workers (cache_aware, round_robin, ...)\n"
+               "  plan                        a launch's ranks, memory, traffic and pipeline bubble, before starting it\n"
+               "  bench serve|one-batch       load generator against a server; one static batch without one");
     std::string log_level = tessera::env().log_level.empty() ? "info" : tessera::env().log_level;
     app.add_option("--log-level", log_level, "debug, info, warn or error (env: TSR_LOG_LEVEL)")
         ->check(CLI::IsMember({"debug", "info", "warn", "warning", "error"}));

@@ -265,6 +265,8 @@ class Session : public std::enable_shared_from_this<Session> {
             if (allow(get, "GET")) respond(200, kJson, models_json());
         } else if (path == "/get_server_info" || path == "/server_info") {
             if (allow(get, "GET")) respond(200, kJson, backend.server_info().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        } else if (path == "/get_load") {
+            if (allow(get, "GET")) respond(200, kJson, load_json(backend.server_info()).dump());
         } else if (path == "/flush_cache") {
             if (!allow(post, "POST")) return;  // it changes state: never a GET a page can trigger
             Status st = backend.flush_cache();
@@ -292,6 +294,25 @@ class Session : public std::enable_shared_from_this<Session> {
         } else {
             respond(404, kJson, detail_json("Not Found"));
         }
+    }
+
+    // SGLang's GET /get_load (tokenizer_manager.get_load): one entry per DP rank, read by the
+    // gateway's load monitor; token_usage (the KV pool's used fraction) is tessera's addition.
+    static nlohmann::json load_json(const nlohmann::json& info) {
+        nlohmann::json loads = nlohmann::json::array();
+        const auto states = info.find("internal_states");
+        if (states == info.end() || !states->is_array()) return loads;
+        int dp_rank = 0;
+        for (const auto& st : *states) {
+            const std::int64_t running = st.value("num_running_reqs", std::int64_t{0});
+            const std::int64_t queued = st.value("num_queue_reqs", std::int64_t{0});
+            loads.push_back({{"dp_rank", dp_rank++},
+                             {"num_reqs", running + queued},
+                             {"num_waiting_reqs", queued},
+                             {"num_tokens", st.value("num_used_tokens", std::int64_t{0})},
+                             {"token_usage", st.value("token_usage", 0.0)}});
+        }
+        return loads;
     }
 
     std::string models_json() const {

@@ -1,4 +1,4 @@
-#include "bench/http_client.h"
+#include "net/http_client.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <memory>
 
-namespace tessera::bench {
+namespace tessera::net {
 
 namespace {
 
@@ -246,7 +246,7 @@ Status http_call(const HttpEndpoint& endpoint, const HttpRequest& request, HttpR
     TSR_ASSIGN_OR_RETURN(std::unique_ptr<Socket> sock, connect_to(endpoint, request.timeout));
     std::string msg = request.method + " " + endpoint.path_prefix + request.path + " HTTP/1.1\r\n";
     msg += "Host: " + endpoint.host + ":" + std::to_string(endpoint.port) + "\r\n";
-    msg += "User-Agent: tessera-bench\r\nAccept: */*\r\nConnection: close\r\n";
+    msg += "User-Agent: tessera\r\nAccept: */*\r\nConnection: close\r\n";
     for (const auto& [name, value] : request.headers) msg += name + ": " + value + "\r\n";
     if (!request.body.empty() || request.method == "POST" || request.method == "PUT")
         msg += "Content-Length: " + std::to_string(request.body.size()) + "\r\n";
@@ -338,4 +338,4 @@ StatusOr<HttpResponse> http_fetch(const HttpEndpoint& endpoint, const HttpReques
     return r;
 }
 
-}  // namespace tessera::bench
+}  // namespace tessera::net

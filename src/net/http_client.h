@@ -1,6 +1,6 @@
 #pragma once
-// bench/http_client.h — a small blocking HTTP/1.1 client over POSIX sockets for the
-// benchmark tools: one connection per request ("Connection: close"), http://host:port only,
+// net/http_client.h — a small blocking HTTP/1.1 client over POSIX sockets for the
+// benchmark tools and the gateway: one connection per request ("Connection: close"), http://host:port only,
 // bodies with Content-Length, chunked transfer encoding or read-until-close, and a parser
 // for Server-Sent Events `data:` lines. Each call owns its socket, so calls are safe from
 // any number of threads at once; the decoders below belong to one stream (not thread-safe).
@@ -14,7 +14,7 @@
 
 #include "base/status.h"
 
-namespace tessera::bench {
+namespace tessera::net {
 
 // http://host[:port][/prefix]; the prefix (without a trailing '/') is put before every path.
 struct HttpEndpoint {
@@ -81,4 +81,4 @@ class SseParser {
     std::string pending_;  // an unfinished line
 };
 
-}  // namespace tessera::bench
+}  // namespace tessera::net

@@ -1,0 +1,262 @@
+// The gateway over real sockets on 127.0.0.1: tessera's HTTP server over a fake backend as
+// workers, and a raw socket worker that dies mid-stream.
+#include "gateway/gateway.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "net/http_client.h"
+#include "server/http_server.h"
+#include "server/http_test_support.h"
+
+namespace tessera::gateway {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct Worker {
+    Worker() : server(backend, options()) { EXPECT_TRUE(server.start().ok()); }
+    static server::HttpServerOptions options() {
+        server::HttpServerOptions o;
+        o.port = 0;
+        o.drain_timeout = milliseconds(200);
+        return o;
+    }
+    std::string url() const { return "http://127.0.0.1:" + std::to_string(server.port()); }
+    server::testing::FakeBackend backend;
+    server::HttpServer server;
+};
+
+GatewayOptions fast_options(std::vector<std::string> urls, PolicyKind policy = PolicyKind::kRoundRobin) {
+    GatewayOptions o;
+    o.port = 0;
+    o.worker_urls = std::move(urls);
+    o.policy = policy;
+    o.health.interval = milliseconds(200);
+    o.health.first_backoff = milliseconds(50);
+    o.retry.initial_backoff = milliseconds(1);
+    o.load_poll_interval = milliseconds(100);
+    return o;
+}
+
+bool wait_healthy(const Gateway& g, std::size_t n) {
+    for (int i = 0; i < 200; ++i) {
+        std::size_t healthy = 0;
+        for (const auto& w : g.workers()) healthy += w.health == Health::kHealthy ? 1 : 0;
+        if (healthy == n) return true;
+        std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+}
+
+net::HttpResponse post(int port, const std::string& path, const std::string& body) {
+    net::HttpEndpoint e{"127.0.0.1", port, ""};
+    net::HttpRequest r;
+    r.method = "POST";
+    r.path = path;
+    r.body = body;
+    r.headers.emplace_back("Content-Type", "application/json");
+    r.timeout = milliseconds(10'000);
+    auto got = net::http_fetch(e, r);
+    EXPECT_TRUE(got.ok()) << got.status().message();
+    return got.ok() ? *got : net::HttpResponse{};
+}
+
+net::HttpResponse get(int port, const std::string& path) {
+    net::HttpEndpoint e{"127.0.0.1", port, ""};
+    net::HttpRequest r;
+    r.path = path;
+    auto got = net::http_fetch(e, r);
+    EXPECT_TRUE(got.ok()) << got.status().message();
+    return got.ok() ? *got : net::HttpResponse{};
+}
+
+const std::string kCompletion = R"({"model": "tiny", "prompt": "hello", "max_tokens": 3})";
+
+TEST(GatewayTest, PassesCompletionsAndStreamsThrough) {
+    Worker w;
+    Gateway g(fast_options({w.url()}));
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 1));
+    auto r = post(g.port(), "/v1/completions", kCompletion);
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(nlohmann::json::parse(r.body)["choices"][0]["text"], "t1 t2 t3 ");
+
+    net::HttpEndpoint e{"127.0.0.1", g.port(), ""};
+    net::HttpRequest req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"model": "tiny", "prompt": "hello", "max_tokens": 3, "stream": true})";
+    req.headers.emplace_back("Content-Type", "application/json");
+    net::HttpResponseHead head;
+    net::SseParser sse;
+    std::vector<std::string> events;
+    ASSERT_TRUE(net::http_call(e, req, &head, [&](std::string_view b) {
+        for (auto& ev : sse.feed(b)) events.push_back(ev);
+        return true;
+    }).ok());
+    EXPECT_EQ(head.status, 200);
+    ASSERT_GE(events.size(), 4u);
+    EXPECT_EQ(events.back(), "[DONE]");
+    EXPECT_EQ(get(g.port(), "/v1/models").status, 200);
+}
+
+TEST(GatewayTest, ClientErrorsPassThroughWithoutRetryOrHealthPenalty) {
+    Worker a, b;
+    GatewayOptions o = fast_options({a.url(), b.url()});
+    o.health.failure_threshold = 1;
+    Gateway g(o);
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    for (int i = 0; i < 4; ++i) {
+        auto r = post(g.port(), "/v1/completions", R"({"model": "tiny", "prompt": "__reject__"})");
+        EXPECT_EQ(r.status, 400) << r.body;
+    }
+    std::int64_t requests = 0;
+    for (const auto& w : g.workers()) {
+        EXPECT_EQ(w.health, Health::kHealthy);
+        EXPECT_EQ(w.failures, 0);
+        requests += w.requests;
+    }
+    EXPECT_EQ(requests, 4) << "no retries";
+}
+
+TEST(GatewayTest, RetriesOnAnotherWorkerWhenOneIsGone) {
+    auto a = std::make_unique<Worker>();
+    Worker b;
+    GatewayOptions o = fast_options({a->url(), b.url()});
+    o.health.interval = milliseconds(60'000);  // only failed requests reveal the death
+    Gateway g(o);
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    a->server.stop();
+    a.reset();
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(post(g.port(), "/v1/completions", kCompletion).status, 200);
+    const auto ws = g.workers();
+    EXPECT_EQ(ws[0].health, Health::kUnhealthy) << "3 consecutive failures";
+    EXPECT_EQ(ws[0].failures, 3);
+    EXPECT_EQ(ws[1].requests, 6);
+    EXPECT_NE(get(g.port(), "/metrics").body.find("sgl_router_retries_total 3"), std::string::npos);
+}
+
+TEST(GatewayTest, BusyWorkersAreTriedInTurnAndTheLastAnswerPassedOn) {
+    Worker a, b;
+    Gateway g(fast_options({a.url(), b.url()}));
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    auto r = post(g.port(), "/v1/completions", R"({"model": "tiny", "prompt": "__full__"})");
+    EXPECT_EQ(r.status, 503) << r.body;
+    EXPECT_NE(r.body.find("queue is full"), std::string::npos) << r.body;
+    for (const auto& w : g.workers()) {
+        EXPECT_EQ(w.requests, 1) << "each worker tried once, the failed one excluded";
+        EXPECT_EQ(w.health, Health::kHealthy) << "a full queue is not ill health";
+    }
+}
+
+TEST(GatewayTest, NoHealthyWorkerIsAClearError) {
+    GatewayOptions o = fast_options({"http://127.0.0.1:1"});
+    Gateway g(o);
+    ASSERT_TRUE(g.start().ok()) << "the gateway starts while its workers are down";
+    auto r = post(g.port(), "/v1/completions", kCompletion);
+    EXPECT_EQ(r.status, 503);
+    EXPECT_NE(r.body.find("no healthy worker"), std::string::npos) << r.body;
+    EXPECT_EQ(get(g.port(), "/health").status, 503);
+    EXPECT_EQ(get(g.port(), "/liveness").status, 200);
+}
+
+TEST(GatewayTest, WorkersAddedAtRunTimeGetTraffic) {
+    Worker a, b;
+    Gateway g(fast_options({a.url()}));
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 1));
+    auto added = post(g.port(), "/add_worker?url=" + b.url(), "");
+    EXPECT_EQ(added.status, 200) << added.body;
+    EXPECT_EQ(post(g.port(), "/add_worker?url=" + b.url(), "").status, 400) << "already there";
+    ASSERT_TRUE(wait_healthy(g, 2));
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(post(g.port(), "/v1/completions", kCompletion).status, 200);
+    EXPECT_EQ(g.workers().at(1).requests, 2);
+    auto listed = nlohmann::json::parse(get(g.port(), "/list_workers").body);
+    EXPECT_EQ(listed["urls"].size(), 2u);
+    EXPECT_EQ(post(g.port(), "/remove_worker?url=" + a.url(), "").status, 200);
+    EXPECT_EQ(post(g.port(), "/remove_worker?url=" + a.url(), "").status, 404);
+    EXPECT_EQ(g.workers().size(), 1u);
+}
+
+// A worker that answers a stream's head and one event, then drops the connection.
+class DyingStreamWorker {
+ public:
+    DyingStreamWorker() {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+        ::listen(fd_, 16);
+        socklen_t len = sizeof(a);
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+        port_ = ntohs(a.sin_port);
+        thread_ = std::thread([this] {
+            for (;;) {
+                const int c = ::accept(fd_, nullptr, nullptr);
+                if (c < 0) return;
+                char buf[8192];
+                const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+                const std::string req(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+                std::string out;
+                if (req.rfind("GET /health", 0) == 0) {
+                    out = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                } else {
+                    out = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "10\r\ndata: {\"a\": 1}\n\n\r\n";
+                }
+                ::send(c, out.data(), out.size(), MSG_NOSIGNAL);
+                ::close(c);
+            }
+        });
+    }
+    ~DyingStreamWorker() {
+        ::shutdown(fd_, SHUT_RDWR);
+        ::close(fd_);
+        thread_.join();
+    }
+    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+    int fd_ = -1;
+    int port_ = 0;
+    std::thread thread_;
+};
+
+TEST(GatewayTest, AStreamThatBreaksEndsWithAnErrorEventAndIsNotReplayed) {
+    DyingStreamWorker dying;
+    Worker healthy;
+    GatewayOptions o = fast_options({dying.url(), healthy.url()});
+    Gateway g(o);
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    net::HttpEndpoint e{"127.0.0.1", g.port(), ""};
+    net::HttpRequest req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"model": "tiny", "prompt": "hello", "stream": true})";
+    req.headers.emplace_back("Content-Type", "application/json");
+    net::HttpResponseHead head;
+    net::SseParser sse;
+    std::vector<std::string> events;
+    ASSERT_TRUE(net::http_call(e, req, &head, [&](std::string_view b) {
+        for (auto& ev : sse.feed(b)) events.push_back(ev);
+        return true;
+    }).ok());
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0], "{\"a\": 1}");
+    EXPECT_NE(events[1].find("failed mid-stream"), std::string::npos) << events[1];
+    EXPECT_EQ(g.workers().at(1).requests, 0) << "not replayed on the other worker";
+}
+
+}  // namespace
+}  // namespace tessera::gateway
