@@ -62,6 +62,9 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
                                      " is not implemented yet; use fcfs, lpm, lof, random or priority");
     if (!args.pipeline_trace_path.empty() && args.pp_size < 2)
         return Status::InvalidArgument("--enable-pipeline-trace records pipeline stages; it needs --pp-size 2 or more");
+    if (!args.pipeline_trace_path.empty() && args.dp_size > 1 && !args.enable_dp_attention)
+        return Status::InvalidArgument("--enable-pipeline-trace with --dp-size " + std::to_string(args.dp_size) +
+                                       ": every replica would write the same file; trace one replica (--dp-size 1)");
     TSR_ASSIGN_OR_RETURN(RankRuntime runtime, init_rank_runtime(args, internal_rank, internal_store));
     auto rank = std::make_unique<ModelRank>(std::move(runtime));
     const RankRuntime& rt = rank->runtime;

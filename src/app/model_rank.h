@@ -47,7 +47,8 @@ struct ModelRank {
     double available_gb = 0.0;
     std::shared_ptr<eplb::BalancednessReport> balancedness;  // output rank, when reported to /metrics
 
-    bool leader() const { return runtime.coords.global_rank == 0; }
+    // Rank 0 of its replica (each --dp-size replica has its own leader).
+    bool leader() const { return runtime.is_output_rank(); }
 };
 
 StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& args, std::optional<int> internal_rank,

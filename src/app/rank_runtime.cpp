@@ -132,9 +132,10 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     if (layout.world_size() == 1) return rt;
 
     // Every line of this rank names it; INFO only from rank 0 unless --log-all-ranks.
-    logging::set_prefix("tp" + std::to_string(rt.coords.tp_rank) +
+    logging::set_prefix((layout.plain_dp() ? "dp" + std::to_string(rt.coords.replica) + " " : std::string()) + "tp" +
+                        std::to_string(rt.coords.tp_rank) +
                         (args.pp_size > 1 ? " pp" + std::to_string(rt.coords.pp_rank) : ""));
-    if (rank != 0 && !args.log_all_ranks) logging::set_min_level(logging::Level::kWarn);
+    if (!rt.is_output_rank() && !args.log_all_ranks) logging::set_min_level(logging::Level::kWarn);
 
     TSR_ASSIGN_OR_RETURN(auto host_port, parse_host_port(internal_store, "--internal-store"));
     dist::TcpStoreOptions so;

@@ -27,7 +27,8 @@ struct RankRuntime {
     std::unique_ptr<dist::ProcessGroup> pp_group;
     int threads = 1;
 
-    bool is_output_rank() const { return coords.global_rank == 0; }
+    // The first rank of its replica (of the world without plain DP).
+    bool is_output_rank() const { return coords.global_rank % layout.replica_world_size() == 0; }
 };
 
 // `internal_rank` / `internal_store` come from the launcher (--internal-rank, --internal-store);

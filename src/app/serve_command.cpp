@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "app/dp_front.h"
 #include "app/engine.h"
 #include "app/model_rank.h"
 #include "base/env.h"
@@ -96,9 +97,12 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     log_startup_line(rank);
     engine.start();
 
+    // Under --dp-size N each replica's engine listens on a loopback port of its own; the front
+    // (app/dp_front.h) takes --host / --port.
+    const bool replicas = rank.runtime.layout.plain_dp();
     server::HttpServerOptions ho;
-    ho.host = args.host;
-    ho.port = args.port;
+    ho.host = replicas ? "127.0.0.1" : args.host;
+    ho.port = replicas ? 0 : args.port;
     ho.api_key = !args.api_key.empty() ? args.api_key : env().api_key;
     ho.admin_api_key = args.admin_api_key;
     for (std::size_t begin = 0; begin < args.allowed_hosts.size();) {
@@ -106,25 +110,36 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         if (comma > begin) ho.allowed_hosts.push_back(args.allowed_hosts.substr(begin, comma - begin));
         begin = comma + 1;
     }
-    if (ho.api_key.empty() && !server::is_loopback_host(args.host))
+    if (ho.api_key.empty() && !server::is_loopback_host(args.host) && rank.runtime.coords.replica == 0)
         TSR_LOG(WARN, "listening on {} without an API key: anyone who can reach it can use it; set --api-key "
                 "(or TESSERA_API_KEY)", args.host);
     if (args.max_queued_requests) ho.max_pending_requests = *args.max_queued_requests;
     server::HttpServer http(engine, ho);
     if (Status s = http.start(); !s.ok()) return fail(s);
-    TSR_LOG(INFO, "serving {} on http://{}:{} (POST /v1/chat/completions, /v1/completions, /generate)",
-            args.served_model_name, args.host, http.port());
+    std::unique_ptr<gateway::Gateway> front;
+    if (replicas) {
+        auto started = start_dp_front(args, rank.runtime, http.port());
+        if (!started.ok()) return fail(started.status());
+        front = std::move(started).value();
+        TSR_LOG(INFO, "DP replica {} serving {} on http://127.0.0.1:{}", rank.runtime.coords.replica,
+                args.served_model_name, http.port());
+    } else {
+        TSR_LOG(INFO, "serving {} on http://{}:{} (POST /v1/chat/completions, /v1/completions, /generate)",
+                args.served_model_name, args.host, http.port());
+    }
     while (g_stop_signal.load() == 0 && engine.fatal_error().ok())
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (Status fatal = engine.fatal_error(); !fatal.ok()) {
         // The followers are stalled or gone: telling them to stop would wait out another
         // timeout. Exiting makes the launcher stop every rank of the job.
+        if (front) front->stop(std::chrono::milliseconds(0));
         http.stop();
         engine.stop();
         TSR_LOG(ERROR, "stopping the job: {}", fatal.message());
         return 1;
     }
     TSR_LOG(INFO, "signal {}: draining in-flight requests", g_stop_signal.load());
+    if (front) front->stop();
     http.stop();
     engine.stop();
     if (Status s = (*leader)->stop(); !s.ok()) TSR_LOG(WARN, "{}", s.message());

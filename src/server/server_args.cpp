@@ -64,6 +64,9 @@ Status ServerArgs::resolve() {
         notes.push_back("DP attention is enabled: schedule_conservativeness scaled by 0.3 to " +
                         std::to_string(schedule_conservativeness) + ", chunked_prefill_size divided by dp_size");
     }
+    // serving_hook.py _handle_load_balance_method: auto is follow_bootstrap_room for a PD
+    // prefill server (tessera has none), round_robin otherwise.
+    if (load_balance_method == "auto") load_balance_method = "round_robin";
     if (one_of(moe_a2a_backend, kEpSpanningBackends) && ep_size != tp_size) {
         notes.push_back("--moe-a2a-backend " + moe_a2a_backend + " spans the TP group: ep_size set to tp_size (" +
                         str(tp_size) + ")");
@@ -172,6 +175,9 @@ Status ServerArgs::check_tessera_runs() const {
                        " is not supported: tessera runs fp8 (e4m3 in 128 x 128 blocks, DeepSeek-V3 / Qwen3-FP8 "
                        "checkpoints, or a bf16 checkpoint quantized at load with --quantization fp8) and unquantized "
                        "weights");
+    if (load_balance_method == "follow_bootstrap_room")
+        return invalid("--load-balance-method follow_bootstrap_room routes prefill-decode disaggregated requests, which "
+                       "tessera does not serve; use round_robin, total_requests or total_tokens");
     if (ep_dispatch_algorithm == "lp")
         return invalid("--ep-dispatch-algorithm lp (SGLang's linear-programming planner) is not implemented yet; "
                        "use static, dynamic or fake");

@@ -196,7 +196,9 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     value(app, t, "--tp-size,--tensor-parallel-size", a.tp_size, "tensor parallel size", kYes);
     value(app, t, "--pp-size,--pipeline-parallel-size", a.pp_size, "pipeline parallel size", kYes);
     value(app, t, "--dp-size,--data-parallel-size", a.dp_size,
-          "data parallel size (replicas; attention DP groups with --enable-dp-attention)", kNotYet);
+          "data parallel size: replicas of the tp x pp world behind one HTTP front (attention DP groups with "
+          "--enable-dp-attention)",
+          kServe);
     value(app, t, "--ep-size,--expert-parallel-size,--ep", a.ep_size, "expert parallel size inside the TP group",
           kYes);
     value(app, t, "--moe-dp-size,--moe-data-parallel-size", a.moe_dp_size, "MoE data parallel size", kNotYet);
@@ -217,8 +219,13 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     optional(app, t, "--dist-timeout", a.dist_timeout, "collective timeout in seconds", kYes);
     value(app, t, "--base-gpu-id", a.base_gpu_id, "first device id (no effect on CPU)", kGpu);
     value(app, t, "--gpu-id-step", a.gpu_id_step, "device id step (no effect on CPU)", kGpu);
-    value(app, t, "--load-balance-method", a.load_balance_method, "DP request routing", kNotYet)
-        ->check(CLI::IsMember({"auto", "round_robin", "follow_bootstrap_room", "total_requests", "total_tokens"}));
+    // shortest_queue and minimum_tokens: the names SGLang gave total_requests and total_tokens before.
+    value(app, t, "--load-balance-method", a.load_balance_method,
+          "how the front spreads requests over --dp-size replicas: round_robin (auto), total_requests (fewest in "
+          "flight) or total_tokens (fewest prompt tokens in flight)",
+          kServe)
+        ->check(CLI::IsMember({"auto", "round_robin", "follow_bootstrap_room", "total_requests", "total_tokens",
+                               "shortest_queue", "minimum_tokens"}));
     optional(app, t, "--pp-max-micro-batch-size", a.pp_max_micro_batch_size, "requests per PP micro-batch", kYes);
     value(app, t, "--pp-async-batch-depth", a.pp_async_batch_depth, "extra in-flight PP micro-batches", kYes);
     value(app, t, "--enable-pipeline-trace", a.pipeline_trace_path,

@@ -64,10 +64,15 @@ TEST(FlagTableTest, ValidationRunsBeforeTheUnimplementedCheck) {
         Parsed p = parse(same);
         EXPECT_TRUE(p.status.ok()) << same.front() << ": " << p.status.to_string();
     }
-    Parsed dp = parse({"--dp", "2"});
+    Parsed dp = parse({"--tp", "2", "--dp", "2", "--enable-dp-attention"});
     EXPECT_EQ(dp.status.code(), StatusCode::kUnimplemented);
-    EXPECT_EQ(dp.status.message().rfind("--dp-size 2: tessera does not implement it yet", 0), 0u) << dp.status.message();
-    EXPECT_NE(dp.status.message().find("or give 1"), std::string::npos) << dp.status.message();
+    EXPECT_EQ(dp.status.message().rfind("--enable-dp-attention true: tessera does not implement it yet", 0), 0u)
+        << dp.status.message();
+    EXPECT_NE(dp.status.message().find("or give false"), std::string::npos) << dp.status.message();
+    EXPECT_TRUE(parse({"--dp", "2"}).status.ok()) << "replicas run";
+    Parsed bootstrap = parse({"--dp", "2", "--load-balance-method", "follow_bootstrap_room"});
+    EXPECT_NE(bootstrap.status.message().find("prefill-decode disaggregated"), std::string::npos)
+        << bootstrap.status.message();
     Parsed spec = parse({"--speculative-algorithm", "EAGLE"});
     EXPECT_EQ(spec.status.message(),
               "--speculative-algorithm EAGLE: tessera does not implement speculative decoding; remove the flag");

@@ -1,0 +1,50 @@
+#include "app/dp_front.h"
+
+#include "base/env.h"
+#include "base/logging.h"
+
+namespace tessera::app {
+
+namespace {
+
+std::string url_key(int replica) { return "dp/replica_url/" + std::to_string(replica); }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerArgs& args, const RankRuntime& rt,
+                                                           int replica_port) {
+    const std::string url = "http://127.0.0.1:" + std::to_string(replica_port);
+    const std::string value = url;
+    TSR_RETURN_IF_ERROR(rt.store->set(url_key(rt.coords.replica), std::vector<std::uint8_t>(value.begin(), value.end())));
+    if (rt.coords.replica != 0) return std::unique_ptr<gateway::Gateway>();
+
+    gateway::GatewayOptions o;
+    const auto timeout = args.dist_timeout ? std::chrono::milliseconds(*args.dist_timeout * 1000)
+                                           : std::chrono::milliseconds(dist::Store::kDefaultTimeout);
+    for (int r = 0; r < rt.layout.n_replicas(); ++r) {
+        auto got = rt.store->get(url_key(r), timeout);
+        if (!got.ok())
+            return Status(got.status().code(), "DP replica " + std::to_string(r) + " did not start its engine: " +
+                                                   got.status().message());
+        o.worker_urls.emplace_back(got->begin(), got->end());
+    }
+    o.host = args.host;
+    o.port = args.port;
+    TSR_ASSIGN_OR_RETURN(o.policy, gateway::parse_policy(args.load_balance_method));
+    o.replicas = true;
+    o.api_key = !args.api_key.empty() ? args.api_key : env().api_key;
+    o.admin_api_key = args.admin_api_key;
+    // Replicas are local processes: a short check interval brings a stalled one's state to
+    // the front quickly; a dead one stops the whole launch anyway.
+    o.health.interval = std::chrono::milliseconds(5'000);
+    o.health.timeout = std::chrono::milliseconds(5'000);
+    o.load_poll_interval = std::chrono::milliseconds(500);
+    o.seed = args.random_seed ? static_cast<std::uint64_t>(*args.random_seed) : 0;
+    auto front = std::make_unique<gateway::Gateway>(o);
+    TSR_RETURN_IF_ERROR(front->start());
+    TSR_LOG(INFO, "DP front on http://{}:{}: {} replicas, --load-balance-method {}", args.host, front->port(),
+            o.worker_urls.size(), args.load_balance_method);
+    return front;
+}
+
+}  // namespace tessera::app
