@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""`tessera serve --dp-size 2`, as a user drives it over HTTP (tiny Qwen3, f32):
+
+  equal        greedy outputs through the front equal one replica's (a --dp-size 1 launch);
+  spread       round_robin puts requests on both replicas; /get_server_info has both
+               replicas' internal_states and dp_size 2; /get_load one entry per DP rank;
+               /metrics labels each replica's samples with dp_rank; data_parallel_rank in a
+               request picks its replica.
+  balance      --load-balance-method total_requests: six concurrent streams split 3 / 3.
+  death        SIGKILL of replica 1's rank process stops the whole launch (non-zero exit,
+               front port closed) within 30 s, as a rank death does in one replica.
+
+Usage: dp_serve_test.py --tessera PATH --workdir DIR
+Exit 0 pass, 1 fail.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from e2e_support import Checks, free_port, make_tiny_model, stop_server, wait_ready
+
+check = Checks()
+PROMPTS = [[3, 14, 15, 92, 65, 35], [11, 22, 33, 44], [500, 400, 300, 200, 100, 50], [7, 7, 7, 1]]
+
+
+def call(port, method, path, body=None, timeout=60):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                 headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read().decode()
+    conn.close()
+    return r.status, data
+
+
+def greedy(port, prompt, extra=None):
+    body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}}
+    body.update(extra or {})
+    status, data = call(port, "POST", "/generate", body)
+    return json.loads(data)["output_ids"] if status == 200 else f"HTTP {status}: {data}"
+
+
+def launch(tessera, model, port, log_path, *flags):
+    log = open(log_path, "w")
+    proc = subprocess.Popen([tessera, "serve", "--model-path", model, "--port", str(port), "--threads-per-rank", "1",
+                             "--random-seed", "1", *flags], stdout=log, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def replica_requests(port):
+    """Requests the front sent to each replica, in DP-rank order."""
+    _, data = call(port, "GET", "/get_server_info")
+    return [w["requests"] for w in json.loads(data)["gateway"]["workers"]]
+
+
+def rank_pid(launcher_pid, rank):
+    """The pid of the launcher's rank process `rank` (its command line ends in --internal-rank R ...)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if ppid == launcher_pid and b"--internal-rank" in args and args[args.index(b"--internal-rank") + 1] == str(rank).encode():
+            return int(pid)
+    return None
+
+
+def port_open(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tessera", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    shutil.rmtree(a.workdir, ignore_errors=True)
+    os.makedirs(a.workdir)
+    model = make_tiny_model(a.tessera, a.workdir)
+
+    # One replica's tokens.
+    port = free_port()
+    one, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp1.log"))
+    try:
+        check("dp1 ready", wait_ready(port, one))
+        expected = [greedy(port, p) for p in PROMPTS]
+    finally:
+        stop_server(one)
+        log.close()
+
+    port = free_port()
+    two, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2.log"), "--dp-size", "2")
+    try:
+        check("dp2 ready", wait_ready(port, two))
+        got = [greedy(port, p) for p in PROMPTS]
+        check("dp2 greedy equals one replica", got == expected, f"{got} vs {expected}")
+        check("round_robin uses both replicas", replica_requests(port) == [2, 2], replica_requests(port))
+        status, data = call(port, "GET", "/get_server_info")
+        info = json.loads(data)
+        check("server info: dp_size 2", info.get("dp_size") == 2, data[:300])
+        check("server info: both replicas' states", len(info.get("internal_states", [])) == 2, data[:300])
+        status, data = call(port, "GET", "/get_load")
+        loads = json.loads(data) if status == 200 else []
+        check("get_load per DP rank", [x.get("dp_rank") for x in loads] == [0, 1], data)
+        status, metrics = call(port, "GET", "/metrics")
+        check("metrics of replica 1 labelled", 'dp_rank="1"' in metrics and "sgl_router_active_workers 2" in metrics,
+              metrics[:400])
+        before = replica_requests(port)
+        pinned = [greedy(port, PROMPTS[0], {"data_parallel_rank": 1}) for _ in range(2)]
+        after = replica_requests(port)
+        check("data_parallel_rank 1 routes there", after[1] - before[1] == 2 and after[0] == before[0],
+              f"{before} -> {after}")
+        check("pinned replica's tokens", pinned == [expected[0]] * 2, pinned)
+        status, data = call(port, "POST", "/generate", {"input_ids": [1], "data_parallel_rank": 5})
+        check("data_parallel_rank out of range is a 400", status == 400 and "data_parallel_rank" in data, data)
+    finally:
+        stop_server(two)
+        log.close()
+    check("dp2 stops cleanly on SIGTERM", two.returncode == 0, two.returncode)
+
+    port = free_port()
+    bal, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_total_requests.log"), "--dp-size", "2",
+                      "--load-balance-method", "total_requests")
+    try:
+        check("total_requests ready", wait_ready(port, bal))
+        results = []
+
+        def one_stream():
+            results.append(greedy(port, [5, 6, 7, 8], {"sampling_params": {
+                "max_new_tokens": 48, "temperature": 0, "ignore_eos": True}}))
+
+        threads = [threading.Thread(target=one_stream) for _ in range(6)]
+        for t in threads:
+            t.start()
+            time.sleep(0.02)
+        for t in threads:
+            t.join(120)
+        check("six streams finished", len(results) == 6 and all(isinstance(r, list) for r in results), results)
+        check("total_requests splits 3 / 3", replica_requests(port) == [3, 3], replica_requests(port))
+
+        victim = rank_pid(bal.pid, 1)
+        check("replica 1's rank process found", victim is not None)
+        if victim is not None:
+            os.kill(victim, signal.SIGKILL)
+            try:
+                code = bal.wait(30)
+            except subprocess.TimeoutExpired:
+                code = None
+            check("a dead replica stops the launch", code not in (None, 0), code)
+            check("the front is closed", not port_open(port))
+    finally:
+        stop_server(bal)
+        log.close()
+
+    print(check.summary())
+    if check.failures:
+        for name in ("dp2.log", "dp2_total_requests.log"):
+            with open(os.path.join(a.workdir, name)) as f:
+                print(f"--- {name} (tail)\n" + "".join(f.readlines()[-30:]))
+    return 1 if check.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
