@@ -7,6 +7,7 @@
                /metrics labels each replica's samples with dp_rank; data_parallel_rank in a
                request picks its replica.
   balance      --load-balance-method total_requests: six concurrent streams split 3 / 3.
+  tp2          --dp-size 2 --tp 2 (two replicas of two TP ranks, four processes): the same tokens.
   death        SIGKILL of replica 1's rank process stops the whole launch (non-zero exit,
                front port closed) within 30 s, as a rank death does in one replica.
 
@@ -134,6 +135,17 @@ def main():
     check("dp2 stops cleanly on SIGTERM", two.returncode == 0, two.returncode)
 
     port = free_port()
+    tp2, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_tp2.log"), "--dp-size", "2", "--tp", "2")
+    try:
+        check("dp2 tp2 ready", wait_ready(port, tp2))
+        got = [greedy(port, p) for p in PROMPTS]
+        check("dp2 tp2 greedy equals one rank", got == expected, f"{got} vs {expected}")
+        check("dp2 tp2 uses both replicas", replica_requests(port) == [2, 2], replica_requests(port))
+    finally:
+        stop_server(tp2)
+        log.close()
+
+    port = free_port()
     bal, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_total_requests.log"), "--dp-size", "2",
                       "--load-balance-method", "total_requests")
     try:
@@ -169,7 +181,7 @@ def main():
 
     print(check.summary())
     if check.failures:
-        for name in ("dp2.log", "dp2_total_requests.log"):
+        for name in ("dp2.log", "dp2_tp2.log", "dp2_total_requests.log"):
             with open(os.path.join(a.workdir, name)) as f:
                 print(f"--- {name} (tail)\n" + "".join(f.readlines()[-30:]))
     return 1 if check.failures else 0
