@@ -11,7 +11,7 @@
 
 #include "app/commands.h"
 #include "app/dp_front.h"
-#include "app/engine.h"
+#include "front/engine.h"
 #include "app/model_rank.h"
 #include "base/env.h"
 #include "base/logging.h"
@@ -57,7 +57,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     if (!leader.ok()) return fail(leader.status());
     const models::Model& m = *rank.model;
 
-    EngineConfig ec;
+    front::EngineConfig ec;
     ec.served_model_name = args.served_model_name;
     ec.model_path = args.model_path;
     ec.tokenizer_path = args.tokenizer_path;
@@ -93,7 +93,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                                           {"max_cached_tokens", rank.scheduler.max_cached_tokens},
                                           {"dtype", dtype_name(m.compute_dtype())}}
                                .dump();
-    Engine engine(ec, **tok, std::move(chat), (*leader)->runner());
+    front::Engine engine(ec, **tok, std::move(chat), (*leader)->runner());
     log_startup_line(rank);
     engine.start();
 

@@ -1,7 +1,8 @@
 #pragma once
-// app/engine.h — the serving engine of the leader rank: implements server::Backend on top of
-// the tokenizer (text, chat template, streaming detokenization, stop strings) and the
-// scheduler, which it drives on its own thread. HTTP threads call submit/abort; those only
+// front/engine.h — the request front of a leader rank, as SGLang's tokenizer manager with its
+// scheduler: implements server::Backend on top of the tokenizer (text, chat template,
+// streaming detokenization, stop strings) and the scheduler, which it drives on its own
+// thread. HTTP threads call submit/abort; those only
 // queue commands for the scheduler thread, which owns the Scheduler and every request's
 // output stream and calls the event callbacks.
 
@@ -24,7 +25,7 @@
 #include "tokenizer/output_stream.h"
 #include "tokenizer/tokenizer.h"
 
-namespace tessera::app {
+namespace tessera::front {
 
 struct EngineConfig {
     std::string served_model_name;
@@ -127,4 +128,4 @@ class Engine final : public server::Backend {
     std::thread thread_;
 };
 
-}  // namespace tessera::app
+}  // namespace tessera::front

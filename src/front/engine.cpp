@@ -1,4 +1,4 @@
-#include "app/engine.h"
+#include "front/engine.h"
 
 #include <chrono>
 
@@ -9,7 +9,7 @@
 #include "base/process_memory.h"
 #include "eplb/balancedness_report.h"
 
-namespace tessera::app {
+namespace tessera::front {
 
 namespace {
 
@@ -380,4 +380,4 @@ std::string Engine::metrics_text() const {
     return out;
 }
 
-}  // namespace tessera::app
+}  // namespace tessera::front
