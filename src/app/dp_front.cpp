@@ -12,10 +12,9 @@ std::string url_key(int replica) { return "dp/replica_url/" + std::to_string(rep
 }  // namespace
 
 StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerArgs& args, const RankRuntime& rt,
-                                                           int replica_port) {
-    const std::string url = "http://127.0.0.1:" + std::to_string(replica_port);
-    const std::string value = url;
-    TSR_RETURN_IF_ERROR(rt.store->set(url_key(rt.coords.replica), std::vector<std::uint8_t>(value.begin(), value.end())));
+                                                           const std::string& replica_host, int replica_port) {
+    const std::string url = "http://" + replica_host + ":" + std::to_string(replica_port);
+    TSR_RETURN_IF_ERROR(rt.store->set(url_key(rt.coords.replica), std::vector<std::uint8_t>(url.begin(), url.end())));
     if (rt.coords.replica != 0) return std::unique_ptr<gateway::Gateway>();
 
     gateway::GatewayOptions o;

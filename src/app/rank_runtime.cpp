@@ -148,6 +148,7 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     if (args.dist_timeout) go.timeout = std::chrono::seconds(*args.dist_timeout);
     TSR_RETURN_IF_ERROR(await_world(*rt.store, layout, rank, internal_store, go.timeout));
     TSR_ASSIGN_OR_RETURN(go.hostname, gloo_address(so.host));
+    rt.address = go.hostname;
     TSR_LOG(DEBUG, "Gloo binds to {} ({})", go.hostname,
             env().gloo_socket_ifname.empty() ? "the route to " + so.host : "GLOO_SOCKET_IFNAME=" + env().gloo_socket_ifname);
     report_stage(rt, "forming process groups");

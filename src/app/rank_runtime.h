@@ -26,6 +26,8 @@ struct RankRuntime {
     // because stages hand data on point to point. Null when pp_size == 1.
     std::unique_ptr<dist::ProcessGroup> pp_group;
     int threads = 1;
+    // The address other nodes reach this rank at (Gloo binds to it); empty in a single-process run.
+    std::string address;
 
     // The first rank of its replica (of the world without plain DP).
     bool is_output_rank() const { return coords.global_rank % layout.replica_world_size() == 0; }

@@ -97,11 +97,12 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     log_startup_line(rank);
     engine.start();
 
-    // Under --dp-size N each replica's engine listens on a loopback port of its own; the front
+    // Under --dp-size N each replica's engine listens on a port of its own (loopback on node 0,
+    // where the front runs; the address the front reaches its node at elsewhere); the front
     // (app/dp_front.h) takes --host / --port.
     const bool replicas = rank.runtime.layout.plain_dp();
     server::HttpServerOptions ho;
-    ho.host = replicas ? "127.0.0.1" : args.host;
+    ho.host = !replicas ? args.host : rank.runtime.coords.node == 0 ? "127.0.0.1" : rank.runtime.address;
     ho.port = replicas ? 0 : args.port;
     ho.api_key = !args.api_key.empty() ? args.api_key : env().api_key;
     ho.admin_api_key = args.admin_api_key;
@@ -110,19 +111,20 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         if (comma > begin) ho.allowed_hosts.push_back(args.allowed_hosts.substr(begin, comma - begin));
         begin = comma + 1;
     }
-    if (ho.api_key.empty() && !server::is_loopback_host(args.host) && rank.runtime.coords.replica == 0)
+    const std::string& public_host = rank.runtime.coords.replica == 0 ? args.host : ho.host;
+    if (ho.api_key.empty() && !server::is_loopback_host(public_host))
         TSR_LOG(WARN, "listening on {} without an API key: anyone who can reach it can use it; set --api-key "
-                "(or TESSERA_API_KEY)", args.host);
+                "(or TESSERA_API_KEY)", public_host);
     if (args.max_queued_requests) ho.max_pending_requests = *args.max_queued_requests;
     server::HttpServer http(engine, ho);
     if (Status s = http.start(); !s.ok()) return fail(s);
     std::unique_ptr<gateway::Gateway> front;
     if (replicas) {
-        auto started = start_dp_front(args, rank.runtime, http.port());
+        auto started = start_dp_front(args, rank.runtime, ho.host, http.port());
         if (!started.ok()) return fail(started.status());
         front = std::move(started).value();
-        TSR_LOG(INFO, "DP replica {} serving {} on http://127.0.0.1:{}", rank.runtime.coords.replica,
-                args.served_model_name, http.port());
+        TSR_LOG(INFO, "DP replica {} serving {} on http://{}:{}", rank.runtime.coords.replica, args.served_model_name,
+                ho.host, http.port());
     } else {
         TSR_LOG(INFO, "serving {} on http://{}:{} (POST /v1/chat/completions, /v1/completions, /generate)",
                 args.served_model_name, args.host, http.port());

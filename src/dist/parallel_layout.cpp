@@ -16,6 +16,12 @@ std::string divisors(int n) {
     return out;
 }
 
+// The nodes one replica's tp x pp world spans.
+int nodes_per_replica(const ParallelConfig& c) {
+    if (c.dp_size <= 1 || c.enable_dp_attention || c.nnodes == 1) return c.nnodes;
+    return c.dp_size % c.nnodes == 0 ? 1 : c.nnodes / c.dp_size;
+}
+
 Status validate(const ParallelConfig& c) {
     const std::pair<const char*, int> sizes[] = {
         {"--tp-size", c.tp_size},   {"--pp-size", c.pp_size},           {"--dp-size", c.dp_size},
@@ -25,24 +31,28 @@ Status validate(const ParallelConfig& c) {
         if (v < 1) return invalid(std::string(flag) + " must be at least 1, got " + str(v));
     if (c.node_rank < 0 || c.node_rank >= c.nnodes)
         return invalid("--node-rank " + str(c.node_rank) + " must be in [0, --nnodes " + str(c.nnodes) + ")");
-    if ((c.tp_size * c.pp_size) % c.nnodes != 0)
+    // Plain DP over several nodes (SGLang refuses it; tessera places whole replicas): each node
+    // holds dp / nnodes replicas, or each replica spans nnodes / dp nodes.
+    const bool plain_dp = c.dp_size > 1 && !c.enable_dp_attention;
+    if (plain_dp && c.nnodes > 1 && c.dp_size % c.nnodes != 0 && c.nnodes % c.dp_size != 0)
+        return invalid("--dp-size " + str(c.dp_size) + " replicas cannot be placed on --nnodes " + str(c.nnodes) +
+                       ": give a --dp-size that is a multiple of --nnodes (whole replicas on each node) or divides "
+                       "it (each replica on nnodes / dp_size nodes)");
+    const int nodes = nodes_per_replica(c);
+    const std::string where = nodes == c.nnodes ? "--nnodes " + str(c.nnodes)
+                                                : str(nodes) + " nodes per replica (--nnodes / --dp-size)";
+    if ((c.tp_size * c.pp_size) % nodes != 0)
         return invalid("tp_size must be divisible by number of nodes: --tp-size " + str(c.tp_size) +
                        " x --pp-size " + str(c.pp_size) + " = " + str(c.tp_size * c.pp_size) +
-                       " ranks cannot be spread evenly over --nnodes " + str(c.nnodes));
+                       " ranks cannot be spread evenly over " + where);
     // SGLang's placement puts whole stages on a node (pp >= nnodes) or spreads a stage's TP
     // group over nnodes / pp nodes; anything else would leave ranks without a node.
-    const bool stages_fill_nodes = c.pp_size >= c.nnodes && c.pp_size % c.nnodes == 0;
-    const bool tp_spans_nodes = c.pp_size < c.nnodes && c.nnodes % c.pp_size == 0 &&
-                                c.tp_size % (c.nnodes / c.pp_size) == 0;
-    if (c.nnodes > 1 && !stages_fill_nodes && !tp_spans_nodes)
-        return invalid("cannot place --pp-size " + str(c.pp_size) + " x --tp-size " + str(c.tp_size) +
-                       " on --nnodes " + str(c.nnodes) +
-                       ": --pp-size must be a multiple of --nnodes, or divide it with --tp-size "
-                       "divisible by nnodes / pp_size");
-    if (c.dp_size > 1 && c.nnodes != 1 && !c.enable_dp_attention)
-        return invalid("multi-node data parallel is not supported unless dp attention: --dp-size " +
-                       str(c.dp_size) + " with --nnodes " + str(c.nnodes) +
-                       " needs --enable-dp-attention (or run one replica per launch)");
+    const bool stages_fill_nodes = c.pp_size >= nodes && c.pp_size % nodes == 0;
+    const bool tp_spans_nodes = c.pp_size < nodes && nodes % c.pp_size == 0 && c.tp_size % (nodes / c.pp_size) == 0;
+    if (nodes > 1 && !stages_fill_nodes && !tp_spans_nodes)
+        return invalid("cannot place --pp-size " + str(c.pp_size) + " x --tp-size " + str(c.tp_size) + " on " + where +
+                       ": --pp-size must be a multiple of the nodes, or divide them with --tp-size "
+                       "divisible by nodes / pp_size");
     if (c.enable_dp_attention && c.tp_size % c.dp_size != 0)
         return invalid("--enable-dp-attention needs --tp-size divisible by --dp-size: " + str(c.tp_size) +
                        " % " + str(c.dp_size) + " != 0; valid --dp-size: " + divisors(c.tp_size));
@@ -104,13 +114,18 @@ StatusOr<ParallelLayout> ParallelLayout::create(const ParallelConfig& config) {
     return ParallelLayout(c);
 }
 
-int ParallelLayout::node_of(int pp_rank, int tp_rank) const {
-    // SGLang's placement: a TP group spans nnodes / pp nodes (at least 1), stages fill the rest.
-    const int nnodes = config_.nnodes;
+int ParallelLayout::node_of(int replica, int pp_rank, int tp_rank) const {
+    const int nnodes = nodes_per_replica(config_);
+    // Plain DP over several nodes: replicas in order, dp / nnodes per node or nnodes / dp nodes each.
+    int first_node = 0;
+    if (plain_dp() && config_.nnodes > 1)
+        first_node = nnodes == 1 ? replica / (config_.dp_size / config_.nnodes) : replica * nnodes;
+    // SGLang's placement inside a replica: a TP group spans nnodes / pp nodes (at least 1),
+    // stages fill the rest.
     const int nnodes_per_tp_group = std::max(nnodes / config_.pp_size, 1);
     const int tp_per_node = config_.tp_size / nnodes_per_tp_group;
     const int pp_per_node = std::max(config_.pp_size / nnodes, 1);
-    return (pp_rank / pp_per_node) * nnodes_per_tp_group + tp_rank / tp_per_node;
+    return first_node + (pp_rank / pp_per_node) * nnodes_per_tp_group + tp_rank / tp_per_node;
 }
 
 RankCoords ParallelLayout::coords(int global_rank) const {
@@ -130,7 +145,7 @@ RankCoords ParallelLayout::coords(int global_rank) const {
     r.moe_tp_rank = r.tp_rank % moe_tp;
     r.moe_ep_rank = (r.tp_rank % per_moe_dp) / moe_tp;
     r.moe_dp_rank = r.tp_rank / per_moe_dp;
-    r.node = node_of(r.pp_rank, r.tp_rank);
+    r.node = node_of(r.replica, r.pp_rank, r.tp_rank);
     return r;
 }
 

@@ -4,8 +4,9 @@
 //   replica world = tp × pp ranks, global rank = replica · tp · pp + tp · pp_rank + tp_rank;
 //   attention view of a TP group: tp = attn_dp × attn_cp × attn_tp (outermost first);
 //   MoE view of a TP group:       tp = moe_dp × moe_ep × moe_tp.
-// Plain DP (dp > 1 without DP-attention) adds whole replicas; DP-attention carves the DP
-// groups out of the TP group instead. Immutable value; thread-safe.
+// Plain DP (dp > 1 without DP-attention) adds whole replicas (over several nodes: dp / nnodes
+// replicas per node, or nnodes / dp nodes per replica, which SGLang does not offer);
+// DP-attention carves the DP groups out of the TP group instead. Immutable value; thread-safe.
 
 #include <optional>
 #include <string>
@@ -71,7 +72,7 @@ class ParallelLayout {
 
  private:
     explicit ParallelLayout(const ParallelConfig& c) : config_(c) {}
-    int node_of(int pp_rank, int tp_rank) const;
+    int node_of(int replica, int pp_rank, int tp_rank) const;
 
     ParallelConfig config_;
 };

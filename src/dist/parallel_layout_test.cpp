@@ -78,6 +78,24 @@ TEST(ParallelLayoutTest, PlainDpAddsReplicas) {
     EXPECT_FALSE(off.config().enable_dp_attention);
 }
 
+TEST(ParallelLayoutTest, PlainDpPlacesWholeReplicasOnNodes) {
+    // Two replicas per node: replica r on node r / 2.
+    ParallelLayout four = make({.tp_size = 2, .dp_size = 4, .nnodes = 2});
+    EXPECT_EQ(four.ranks_on_node(0), (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_EQ(four.ranks_on_node(1), (std::vector<int>{4, 5, 6, 7}));
+    // One replica per node.
+    ParallelLayout two = make({.tp_size = 2, .dp_size = 2, .nnodes = 2});
+    EXPECT_EQ(two.coords(2).node, 1);
+    EXPECT_EQ(two.coords(1).node, 0);
+    // Each replica over two nodes (PP2: one stage per node), replicas in order.
+    ParallelLayout wide = make({.tp_size = 2, .pp_size = 2, .dp_size = 2, .nnodes = 4});
+    EXPECT_EQ(wide.ranks_on_node(0), (std::vector<int>{0, 1}));
+    EXPECT_EQ(wide.ranks_on_node(1), (std::vector<int>{2, 3}));
+    EXPECT_EQ(wide.ranks_on_node(2), (std::vector<int>{4, 5}));
+    EXPECT_EQ(wide.ranks_on_node(3), (std::vector<int>{6, 7}));
+    EXPECT_EQ(wide.groups(GroupKind::kPp), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+}
+
 // Every group kind partitions the world, and coords agree with the groups, for every valid
 // combination up to 16 ranks.
 TEST(ParallelLayoutTest, EveryGroupPartitionsTheWorldExhaustively) {
@@ -132,7 +150,8 @@ struct BadCase {
 TEST(ParallelLayoutTest, RejectsWhatSglangRejectsNamingTheFlags) {
     const BadCase cases[] = {
         {{.tp_size = 3, .pp_size = 1, .nnodes = 2}, "tp_size must be divisible by number of nodes"},
-        {{.tp_size = 2, .dp_size = 2, .nnodes = 2}, "multi-node data parallel is not supported unless dp attention"},
+        {{.tp_size = 2, .dp_size = 3, .nnodes = 2}, "--dp-size 3 replicas cannot be placed on --nnodes 2"},
+        {{.tp_size = 3, .dp_size = 2, .nnodes = 4}, "over 2 nodes per replica (--nnodes / --dp-size)"},
         {{.tp_size = 6, .dp_size = 4, .enable_dp_attention = true}, "valid --dp-size: 1, 2, 3, 6"},
         {{.tp_size = 4, .attn_cp_size = 3}, "tp_size must be divisible by attn_cp_size"},
         {{.tp_size = 4, .dp_size = 4, .attn_cp_size = 2, .enable_dp_attention = true}, "Invalid attention topology"},

@@ -158,8 +158,8 @@ TEST(ServerArgsTest, EveryValidationRule) {
     const Rule rules[] = {
         {"nodes divide ranks", [](ServerArgs& a) { a.tp_size = 3; a.nnodes = 2; a.dist_init_addr = "h:1"; },
          "tp_size must be divisible by number of nodes"},
-        {"multi-node DP", [](ServerArgs& a) { a.tp_size = 2; a.dp_size = 2; a.nnodes = 2; a.dist_init_addr = "h:1"; },
-         "multi-node data parallel is not supported unless dp attention"},
+        {"multi-node DP", [](ServerArgs& a) { a.tp_size = 2; a.dp_size = 3; a.nnodes = 2; a.dist_init_addr = "h:1"; },
+         "--dp-size 3 replicas cannot be placed on --nnodes 2"},
         {"dp attention divisibility", [](ServerArgs& a) { a.tp_size = 4; a.dp_size = 3; a.enable_dp_attention = true; },
          "--enable-dp-attention needs --tp-size divisible by --dp-size"},
         {"attn cp divides tp", [](ServerArgs& a) { a.tp_size = 4; a.attn_cp_size = 3; },

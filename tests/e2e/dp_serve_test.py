@@ -8,6 +8,8 @@
                request picks its replica.
   balance      --load-balance-method total_requests: six concurrent streams split 3 / 3.
   tp2          --dp-size 2 --tp 2 (two replicas of two TP ranks, four processes): the same tokens.
+  two nodes    --dp-size 2 --nnodes 2: one replica per "node" (two launches on loopback that
+               differ only in --node-rank); the front on node 0 routes to node 1's replica.
   death        SIGKILL of replica 1's rank process stops the whole launch (non-zero exit,
                front port closed) within 30 s, as a rank death does in one replica.
 
@@ -146,6 +148,22 @@ def main():
         log.close()
 
     port = free_port()
+    addr = f"127.0.0.1:{free_port()}"
+    common = ["--dp-size", "2", "--nnodes", "2", "--dist-init-addr", addr, "--dist-timeout", "60"]
+    node0, log0 = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_node0.log"), *common, "--node-rank", "0")
+    node1, log1 = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_node1.log"), *common, "--node-rank", "1")
+    try:
+        check("two-node dp2 ready", wait_ready(port, node0))
+        got = [greedy(port, p) for p in PROMPTS]
+        check("two-node dp2 greedy equals one rank", got == expected, f"{got} vs {expected}")
+        check("two-node dp2 uses both nodes' replicas", replica_requests(port) == [2, 2], replica_requests(port))
+    finally:
+        stop_server(node0)
+        stop_server(node1)
+        log0.close()
+        log1.close()
+
+    port = free_port()
     bal, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_total_requests.log"), "--dp-size", "2",
                       "--load-balance-method", "total_requests")
     try:
@@ -181,7 +199,7 @@ def main():
 
     print(check.summary())
     if check.failures:
-        for name in ("dp2.log", "dp2_tp2.log", "dp2_total_requests.log"):
+        for name in ("dp2.log", "dp2_tp2.log", "dp2_node0.log", "dp2_node1.log", "dp2_total_requests.log"):
             with open(os.path.join(a.workdir, name)) as f:
                 print(f"--- {name} (tail)\n" + "".join(f.readlines()[-30:]))
     return 1 if check.failures else 0
