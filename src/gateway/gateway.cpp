@@ -234,7 +234,7 @@ Attempt forward(const Shared& s, Client& client, const std::string& url, const R
         const std::string type = header_of(head, "content-type");
         if (!retryable_status(head.status) && type.find("text/event-stream") != std::string::npos) {
             mode = Mode::kStream;
-            if (!client.write(stream_head_bytes(head.status, type, {}))) client_gone = true;
+            if (!client.write(stream_head_bytes(head.status, type, {}, client.keep_alive))) client_gone = true;
         } else {
             mode = Mode::kBuffer;
         }

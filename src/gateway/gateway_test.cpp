@@ -187,6 +187,55 @@ TEST(GatewayTest, WorkersAddedAtRunTimeGetTraffic) {
     EXPECT_EQ(g.workers().size(), 1u);
 }
 
+TEST(GatewayTest, KeysAreCheckedAndTheClientsKeyReachesTheWorker) {
+    server::testing::FakeBackend backend;
+    server::HttpServerOptions wo = Worker::options();
+    wo.api_key = "sk-worker";
+    server::HttpServer keyed(backend, wo);
+    ASSERT_TRUE(keyed.start().ok());
+    GatewayOptions o = fast_options({"http://127.0.0.1:" + std::to_string(keyed.port())});
+    o.api_key = "sk-worker";
+    Gateway g(o);
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 1));
+    EXPECT_EQ(post(g.port(), "/v1/completions", kCompletion).status, 401) << "no key";
+    EXPECT_EQ(get(g.port(), "/health").status, 200) << "open, as on a worker";
+    net::HttpEndpoint e{"127.0.0.1", g.port(), ""};
+    net::HttpRequest r;
+    r.method = "POST";
+    r.path = "/v1/completions";
+    r.body = kCompletion;
+    r.headers = {{"Content-Type", "application/json"}, {"Authorization", "Bearer sk-worker"}};
+    auto got = net::http_fetch(e, r);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->status, 200) << got->body;
+    keyed.stop();
+}
+
+TEST(GatewayTest, AClientLeavingMidStreamAbortsTheWorkersRequest) {
+    Worker w;
+    Gateway g(fast_options({w.url()}));
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 1));
+    net::HttpEndpoint e{"127.0.0.1", g.port(), ""};
+    net::HttpRequest req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"model": "tiny", "prompt": "hello", "max_tokens": 4000, "stream": true})";
+    req.headers.emplace_back("Content-Type", "application/json");
+    net::HttpResponseHead head;
+    int pieces = 0;
+    // The client stops reading after two pieces of the stream and closes its connection.
+    ASSERT_TRUE(net::http_call(e, req, &head, [&](std::string_view) { return ++pieces < 2; }).ok());
+    ASSERT_EQ(head.status, 200);
+    bool aborted = false;
+    for (int i = 0; i < 300 && !aborted; ++i) {
+        for (const auto& r : w.backend.requests()) aborted = aborted || w.backend.was_aborted(r.request_id);
+        std::this_thread::sleep_for(milliseconds(10));
+    }
+    EXPECT_TRUE(aborted) << "the worker's request must not run on for a client that left";
+}
+
 // A worker that answers a stream's head and one event, then drops the connection.
 class DyingStreamWorker {
  public:

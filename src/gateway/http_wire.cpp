@@ -144,12 +144,12 @@ std::string response_bytes(int status, std::string_view content_type, std::strin
 }
 
 std::string stream_head_bytes(int status, std::string_view content_type,
-                              const std::vector<std::pair<std::string, std::string>>& extra_headers) {
+                              const std::vector<std::pair<std::string, std::string>>& extra_headers, bool keep_alive) {
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
     out += "Content-Type: " + std::string(content_type) + "\r\n";
     out += "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
     out += headers_text(extra_headers);
-    out += "Connection: keep-alive\r\n\r\n";
+    out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     return out;
 }
 

@@ -42,7 +42,7 @@ std::string response_bytes(int status, std::string_view content_type, std::strin
                            const std::vector<std::pair<std::string, std::string>>& extra_headers, bool keep_alive);
 // The head of a chunked response (a stream); each piece is then chunk_bytes(), the end "0\r\n\r\n".
 std::string stream_head_bytes(int status, std::string_view content_type,
-                              const std::vector<std::pair<std::string, std::string>>& extra_headers);
+                              const std::vector<std::pair<std::string, std::string>>& extra_headers, bool keep_alive);
 std::string chunk_bytes(std::string_view data);
 
 // Reads one request from `fd`: its head (up to max_head bytes) and body (up to max_body).
