@@ -8,7 +8,8 @@
                /generate of one token and for GET /v1/models (no engine work at all).
   scale_out    `tessera bench serve` at concurrency 16 through the gateway over two workers
                of one thread each, against one worker of two threads (the same cores),
-               alternately; the ratio of output throughputs per repeat.
+               alternately; the ratio of output throughputs per repeat; and the one worker
+               through the gateway, which isolates the gateway's own cost at that load.
   prefix       a shared-prefix workload (groups of requests sharing a long system prompt,
                interleaved) through two gateways over the same two workers, cache_aware and
                round_robin, alternately, the workers' caches flushed before each run: TTFT
@@ -127,7 +128,8 @@ def bench_serve(a, port, model, out_name, seed, dataset=None):
            "--request-rate", "inf", "--max-concurrency", str(a.concurrency), "--seed", str(seed),
            "--warmup-requests", "0", "--disable-tqdm", "--output-file", out]
     if dataset:
-        cmd += ["--dataset", "jsonl:" + dataset, "--num-prompts", "0", "--random-output-len", str(a.prefix_output_len)]
+        cmd += ["--dataset", "jsonl:" + dataset, "--num-prompts", str(a.prefix_groups * a.prefix_per_group),
+                "--random-output-len", str(a.prefix_output_len)]
     else:
         cmd += ["--num-prompts", str(a.num_prompts), "--random-input-len", str(a.input_len), "--random-output-len",
                 str(a.output_len), "--random-range-ratio", "1"]
@@ -153,12 +155,14 @@ def scale_out(a):
     runs = []
     for rep in range(a.repeats):
         run = {"bench": "gateway_scale_out", "repeat": rep, "concurrency": a.concurrency}
-        for layout in ("one_worker_2_threads", "two_workers_1_thread") if rep % 2 == 0 else \
-                      ("two_workers_1_thread", "one_worker_2_threads"):
+        layouts = ["one_worker_2_threads", "two_workers_1_thread", "one_worker_2_threads_via_gateway"]
+        for layout in layouts if rep % 2 == 0 else list(reversed(layouts)):
             procs = Procs(a.workdir)
             try:
                 if layout == "one_worker_2_threads":
                     port = worker(procs, a, model, 2, "scale_one")
+                elif layout == "one_worker_2_threads_via_gateway":
+                    port = gateway(procs, a, [worker(procs, a, model, 2, "scale_one")], "cache_aware", "scale_gateway")
                 else:
                     ports = [worker(procs, a, model, 1, f"scale_w{i}") for i in range(2)]
                     port = gateway(procs, a, ports, "cache_aware", "scale_gateway")
@@ -170,10 +174,13 @@ def scale_out(a):
             finally:
                 procs.stop_all()
         run["ratio"] = run["two_workers_1_thread_output_tok_s"] / run["one_worker_2_threads_output_tok_s"]
+        # What the gateway itself costs at this load: the same worker with and without it.
+        run["gateway_ratio"] = run["one_worker_2_threads_via_gateway_output_tok_s"] / run["one_worker_2_threads_output_tok_s"]
         print(json.dumps(run), flush=True)
         runs.append(run)
     print(json.dumps({"bench": "gateway_scale_out", "summary": True,
                       "median_ratio": statistics.median(r["ratio"] for r in runs), "target": 0.9,
+                      "median_gateway_ratio": statistics.median(r["gateway_ratio"] for r in runs),
                       "model": f"qwen3 small preset, {a.small_layers} layers, bf16",
                       "workload": f"{a.num_prompts} prompts x {a.input_len} in / {a.output_len} out"}), flush=True)
 

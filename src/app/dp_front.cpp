@@ -1,6 +1,5 @@
 #include "app/dp_front.h"
 
-#include "base/env.h"
 #include "base/logging.h"
 
 namespace tessera::app {
@@ -31,8 +30,9 @@ StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerA
     o.port = args.port;
     TSR_ASSIGN_OR_RETURN(o.policy, gateway::parse_policy(args.load_balance_method));
     o.replicas = true;
-    o.api_key = !args.api_key.empty() ? args.api_key : env().api_key;
+    o.api_key = args.effective_api_key();
     o.admin_api_key = args.admin_api_key;
+    o.allowed_hosts = args.allowed_host_list();
     // Replicas are local processes: a short check interval brings a stalled one's state to
     // the front quickly; a dead one stops the whole launch anyway.
     o.health.interval = std::chrono::milliseconds(5'000);

@@ -13,7 +13,6 @@
 #include "app/dp_front.h"
 #include "front/engine.h"
 #include "app/model_rank.h"
-#include "base/env.h"
 #include "base/logging.h"
 #include "server/http_access.h"
 #include "server/http_server.h"
@@ -104,13 +103,9 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     server::HttpServerOptions ho;
     ho.host = !replicas ? args.host : rank.runtime.coords.node == 0 ? "127.0.0.1" : rank.runtime.address;
     ho.port = replicas ? 0 : args.port;
-    ho.api_key = !args.api_key.empty() ? args.api_key : env().api_key;
+    ho.api_key = args.effective_api_key();
     ho.admin_api_key = args.admin_api_key;
-    for (std::size_t begin = 0; begin < args.allowed_hosts.size();) {
-        const std::size_t comma = std::min(args.allowed_hosts.find(',', begin), args.allowed_hosts.size());
-        if (comma > begin) ho.allowed_hosts.push_back(args.allowed_hosts.substr(begin, comma - begin));
-        begin = comma + 1;
-    }
+    ho.allowed_hosts = args.allowed_host_list();
     const std::string& public_host = rank.runtime.coords.replica == 0 ? args.host : ho.host;
     if (ho.api_key.empty() && !server::is_loopback_host(public_host))
         TSR_LOG(WARN, "listening on {} without an API key: anyone who can reach it can use it; set --api-key "

@@ -500,7 +500,7 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
     const server::RouteKind kind = path == "/health" || path == "/liveness" ? server::RouteKind::kOpen
                                    : admin                                 ? server::RouteKind::kAdmin
                                                                            : server::RouteKind::kApi;
-    server::AccessPolicy policy{s.options.api_key, s.options.admin_api_key, s.options.host, {}};
+    server::AccessPolicy policy{s.options.api_key, s.options.admin_api_key, s.options.host, s.options.allowed_hosts};
     if (auto denied = server::check_access(policy, kind, req.head.header("host"), req.head.header("authorization"))) {
         client.respond(denied->http_status, kJson, denied->to_json());
         return;
@@ -749,6 +749,10 @@ class Gateway::Impl {
             std::lock_guard<std::mutex> lock(s_->conn_mu);
             for (int fd : s_->conn_fds) ::shutdown(fd, SHUT_RDWR);
         }
+        // Connection threads see their sockets close and end; one still waiting on a worker
+        // holds only the shared state, so it is left to finish on its own.
+        const auto closing = Clock::now() + std::chrono::seconds(2);
+        while (s_->connections.load() > 0 && Clock::now() < closing) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         s_->monitor_cv.notify_all();
         monitor_thread_.join();
     }

@@ -39,6 +39,9 @@ struct GatewayOptions {
     std::string api_key;
     std::string admin_api_key;
     std::string worker_api_key;
+    // Host header names accepted besides the bound address (DNS rebinding defence, as serve's
+    // --allowed-hosts).
+    std::vector<std::string> allowed_hosts;
     std::size_t max_connections = 1024;
     std::size_t max_body_bytes = 32u << 20;
     std::uint64_t seed = 0;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/env.h"
+
 namespace tessera::server {
 
 namespace {
@@ -20,6 +22,18 @@ constexpr std::initializer_list<const char*> kEpSpanningBackends = {
     "all_to_all", "megamoe", "deepep", "deepep_v2", "mooncake", "nixl", "ascend_fuseep", "flashinfer", "mori", "pplx"};
 
 }  // namespace
+
+std::string ServerArgs::effective_api_key() const { return !api_key.empty() ? api_key : env().api_key; }
+
+std::vector<std::string> ServerArgs::allowed_host_list() const {
+    std::vector<std::string> hosts;
+    for (std::size_t begin = 0; begin < allowed_hosts.size();) {
+        const std::size_t comma = std::min(allowed_hosts.find(',', begin), allowed_hosts.size());
+        if (comma > begin) hosts.push_back(allowed_hosts.substr(begin, comma - begin));
+        begin = comma + 1;
+    }
+    return hosts;
+}
 
 dist::ParallelConfig ServerArgs::parallel_config() const {
     dist::ParallelConfig c;

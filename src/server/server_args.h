@@ -107,6 +107,10 @@ struct ServerArgs {
     bool enforce_shared_experts_fusion = false;
 
     dist::ParallelConfig parallel_config() const;
+    // --api-key, else TESSERA_API_KEY ("" when neither is set).
+    std::string effective_api_key() const;
+    // --allowed-hosts split at its commas.
+    std::vector<std::string> allowed_host_list() const;
 
     // SGLang's resolution pass: defaults rewritten from other flags (§1.4), then every
     // validation rule (§1.5-§1.7). Messages name the clashing flags and what would work.
