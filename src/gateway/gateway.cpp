@@ -128,6 +128,8 @@ struct Shared {
 
     const GatewayOptions options;
     WorkerRegistry registry;
+    // Kept-alive connections to the workers for proxied requests (health checks open their own).
+    mutable net::ConnectionPool pool;
 
     std::mutex route_mu;
     Router router;              // GUARDED_BY(route_mu)
@@ -251,7 +253,7 @@ Attempt forward(const Shared& s, Client& client, const std::string& url, const R
             return false;
         }
         return true;
-    });
+    }, &s.pool);
     if (client_gone) {
         a.outcome = Attempt::Outcome::kClientGone;
         return a;

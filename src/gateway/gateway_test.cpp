@@ -236,6 +236,103 @@ TEST(GatewayTest, AClientLeavingMidStreamAbortsTheWorkersRequest) {
     EXPECT_TRUE(aborted) << "the worker's request must not run on for a client that left";
 }
 
+// A worker that answers every request with "{}" and counts the connections that carried a
+// POST; it keeps connections open unless `close_after_answer`, when it closes each one after
+// its answer without saying so (as a server whose keep-alive timer ran out would).
+class CountingWorker {
+ public:
+    explicit CountingWorker(bool close_after_answer) : close_(close_after_answer) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+        ::listen(fd_, 16);
+        socklen_t len = sizeof(a);
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+        port_ = ntohs(a.sin_port);
+        thread_ = std::thread([this] {
+            for (;;) {
+                const int c = ::accept(fd_, nullptr, nullptr);
+                if (c < 0) return;
+                conns_.emplace_back([this, c] { serve(c); });
+            }
+        });
+    }
+    ~CountingWorker() {
+        ::shutdown(fd_, SHUT_RDWR);
+        ::close(fd_);
+        thread_.join();
+        for (auto& t : conns_) t.join();
+    }
+    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+    int post_connections() const { return post_connections_.load(); }
+
+ private:
+    void serve(int c) {
+        std::string buf;
+        bool counted = false;
+        char io[4096];
+        for (;;) {
+            std::size_t end;
+            while ((end = buf.find("\r\n\r\n")) == std::string::npos) {
+                const ssize_t n = ::recv(c, io, sizeof(io), 0);
+                if (n <= 0) {
+                    ::close(c);
+                    return;
+                }
+                buf.append(io, static_cast<std::size_t>(n));
+            }
+            std::size_t body = 0;
+            if (auto cl = buf.find("Content-Length: "); cl != std::string::npos && cl < end)
+                body = std::stoul(buf.substr(cl + 16));
+            while (buf.size() < end + 4 + body) {
+                const ssize_t n = ::recv(c, io, sizeof(io), 0);
+                if (n <= 0) {
+                    ::close(c);
+                    return;
+                }
+                buf.append(io, static_cast<std::size_t>(n));
+            }
+            if (buf.rfind("POST", 0) == 0 && !counted) {
+                counted = true;
+                post_connections_ += 1;
+            }
+            buf.erase(0, end + 4 + body);
+            const std::string out = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+            ::send(c, out.data(), out.size(), MSG_NOSIGNAL);
+            if (close_) {
+                ::close(c);
+                return;
+            }
+        }
+    }
+
+    const bool close_;
+    int fd_ = -1;
+    int port_ = 0;
+    std::atomic<int> post_connections_{0};
+    std::thread thread_;
+    std::vector<std::thread> conns_;
+};
+
+TEST(GatewayTest, ConnectionsToWorkersAreReusedAndStaleOnesReplaced) {
+    CountingWorker keeps(/*close_after_answer=*/false);
+    {
+        Gateway g(fast_options({keeps.url()}));
+        ASSERT_TRUE(g.start().ok());
+        ASSERT_TRUE(wait_healthy(g, 1));
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(post(g.port(), "/generate", R"({"text": "x"})").status, 200);
+        EXPECT_EQ(keeps.post_connections(), 1) << "five requests over one kept-alive connection";
+    }
+    CountingWorker closes(/*close_after_answer=*/true);
+    Gateway g(fast_options({closes.url()}));
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 1));
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(post(g.port(), "/generate", R"({"text": "x"})").status, 200);
+    EXPECT_EQ(closes.post_connections(), 5) << "a connection the worker closed is never reused";
+}
+
 // A worker that answers a stream's head and one event, then drops the connection.
 class DyingStreamWorker {
  public:

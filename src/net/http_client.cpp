@@ -11,7 +11,9 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 
 namespace tessera::net {
 
@@ -241,18 +243,25 @@ std::vector<std::string> SseParser::feed(std::string_view bytes) {
     return events;
 }
 
-Status http_call(const HttpEndpoint& endpoint, const HttpRequest& request, HttpResponseHead* head,
-                 const BodySink& sink) {
-    TSR_ASSIGN_OR_RETURN(std::unique_ptr<Socket> sock, connect_to(endpoint, request.timeout));
+namespace {
+
+// One request and its response on `sock`. `*reusable` says whether the connection may carry
+// another request (the body ended on its framing, nothing was left unread, the server keeps
+// it open); `*answered` whether any byte of a response arrived.
+Status exchange(Socket& sock, const HttpEndpoint& endpoint, const HttpRequest& request, bool keep_alive,
+                HttpResponseHead* head, const BodySink& sink, bool* reusable, bool* answered) {
+    *reusable = false;
+    *answered = false;
     std::string msg = request.method + " " + endpoint.path_prefix + request.path + " HTTP/1.1\r\n";
     msg += "Host: " + endpoint.host + ":" + std::to_string(endpoint.port) + "\r\n";
-    msg += "User-Agent: tessera\r\nAccept: */*\r\nConnection: close\r\n";
+    msg += keep_alive ? "User-Agent: tessera\r\nAccept: */*\r\nConnection: keep-alive\r\n"
+                      : "User-Agent: tessera\r\nAccept: */*\r\nConnection: close\r\n";
     for (const auto& [name, value] : request.headers) msg += name + ": " + value + "\r\n";
     if (!request.body.empty() || request.method == "POST" || request.method == "PUT")
         msg += "Content-Length: " + std::to_string(request.body.size()) + "\r\n";
     msg += "\r\n";
     msg += request.body;
-    TSR_RETURN_IF_ERROR(send_all(sock->fd(), msg, request.timeout, endpoint));
+    TSR_RETURN_IF_ERROR(send_all(sock.fd(), msg, request.timeout, endpoint));
 
     // Status line and headers.
     std::string buf;
@@ -261,11 +270,12 @@ Status http_call(const HttpEndpoint& endpoint, const HttpRequest& request, HttpR
     while ((header_end = buf.find("\r\n\r\n")) == std::string::npos) {
         if (buf.size() > (1 << 20))
             return Status::DataLoss("response headers from " + where(endpoint) + " exceed 1 MiB");
-        TSR_ASSIGN_OR_RETURN(std::size_t n, recv_some(sock->fd(), io.data(), io.size(), request.timeout, endpoint));
+        TSR_ASSIGN_OR_RETURN(std::size_t n, recv_some(sock.fd(), io.data(), io.size(), request.timeout, endpoint));
         if (n == 0)
             return Status(StatusCode::kUnavailable, "connection to " + where(endpoint) +
                                                         " closed before a complete response header (" +
                                                         std::to_string(buf.size()) + " bytes)");
+        *answered = true;
         buf.append(io.data(), n);
     }
     const std::string header_text = buf.substr(0, header_end);
@@ -277,6 +287,7 @@ Status http_call(const HttpEndpoint& endpoint, const HttpRequest& request, HttpR
     HttpResponseHead h;
     h.status = std::atoi(status_line.c_str() + 9);
     bool chunked = false;
+    bool server_closes = false;
     std::int64_t content_length = -1;
     while (line_end != std::string::npos) {
         const std::size_t next = header_text.find("\r\n", line_end + 2);
@@ -289,33 +300,47 @@ Status http_call(const HttpEndpoint& endpoint, const HttpRequest& request, HttpR
         std::string value(trim(line.substr(colon + 1)));
         if (name == "transfer-encoding" && lower(value).find("chunked") != std::string::npos) chunked = true;
         if (name == "content-length") content_length = std::atoll(value.c_str());
+        if (name == "connection" && lower(value).find("close") != std::string::npos) server_closes = true;
         h.headers.emplace_back(std::move(name), std::move(value));
     }
     if (head != nullptr) *head = h;
-    if (request.method == "HEAD" || h.status == 204 || h.status == 304) return Status::Ok();
+    const bool keeps_open = keep_alive && !server_closes;
+    if (request.method == "HEAD" || h.status == 204 || h.status == 304) {
+        *reusable = keeps_open && rest.empty();
+        return Status::Ok();
+    }
 
     // Body.
     ChunkedDecoder chunks;
     std::int64_t received = 0;
     bool stop = false;
+    bool sink_stopped = false;
+    bool surplus = false;  // bytes past the body's end: not a connection to reuse
     auto consume = [&](std::string_view bytes) -> Status {
         if (chunked) {
             TSR_RETURN_IF_ERROR(chunks.feed(bytes, sink));
             stop = chunks.done() || chunks.stopped();
+            sink_stopped = chunks.stopped();
             return Status::Ok();
         }
-        if (content_length >= 0)
+        if (content_length >= 0) {
+            const auto wanted = content_length - received;
+            if (static_cast<std::int64_t>(bytes.size()) > wanted) surplus = true;
             bytes = bytes.substr(0, static_cast<std::size_t>(std::min<std::int64_t>(
-                                        static_cast<std::int64_t>(bytes.size()), content_length - received)));
+                                        static_cast<std::int64_t>(bytes.size()), wanted)));
+        }
         received += static_cast<std::int64_t>(bytes.size());
-        if (!bytes.empty() && !sink(bytes)) stop = true;
+        if (!bytes.empty() && !sink(bytes)) stop = sink_stopped = true;
         if (content_length >= 0 && received >= content_length) stop = true;
         return Status::Ok();
     };
-    if (content_length == 0 && !chunked) return Status::Ok();
+    if (content_length == 0 && !chunked) {
+        *reusable = keeps_open && rest.empty();
+        return Status::Ok();
+    }
     if (!rest.empty()) TSR_RETURN_IF_ERROR(consume(rest));
     while (!stop) {
-        TSR_ASSIGN_OR_RETURN(std::size_t n, recv_some(sock->fd(), io.data(), io.size(), request.timeout, endpoint));
+        TSR_ASSIGN_OR_RETURN(std::size_t n, recv_some(sock.fd(), io.data(), io.size(), request.timeout, endpoint));
         if (n == 0) {
             if (chunked || content_length >= 0)
                 return Status(StatusCode::kUnavailable,
@@ -324,7 +349,85 @@ Status http_call(const HttpEndpoint& endpoint, const HttpRequest& request, HttpR
         }
         TSR_RETURN_IF_ERROR(consume(std::string_view(io.data(), n)));
     }
+    const bool framed = chunked ? chunks.done() : content_length >= 0 && received == content_length;
+    *reusable = keeps_open && framed && !sink_stopped && !surplus;
     return Status::Ok();
+}
+
+}  // namespace
+
+struct ConnectionPool::Impl {
+    std::size_t max_idle;
+    std::chrono::milliseconds max_idle_time;
+    mutable std::mutex mu;
+    // host:port → idle connections, most recently used last.
+    std::map<std::string, std::vector<std::pair<std::unique_ptr<Socket>, std::chrono::steady_clock::time_point>>>
+        idle;  // GUARDED_BY(mu)
+
+    static std::string key(const HttpEndpoint& e) { return where(e); }
+
+    // An idle connection the server has not closed meanwhile, or null.
+    std::unique_ptr<Socket> take(const HttpEndpoint& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = idle.find(key(e));
+        if (it == idle.end()) return nullptr;
+        auto& list = it->second;
+        const auto now = std::chrono::steady_clock::now();
+        while (!list.empty()) {
+            auto [sock, since] = std::move(list.back());
+            list.pop_back();
+            if (now - since > max_idle_time) continue;
+            // Readable while idle means closed (or junk): either way not reusable.
+            pollfd p{sock->fd(), POLLIN, 0};
+            if (::poll(&p, 1, 0) != 0) continue;
+            return std::move(sock);
+        }
+        return nullptr;
+    }
+
+    void give(const HttpEndpoint& e, std::unique_ptr<Socket> sock) {
+        std::lock_guard<std::mutex> lock(mu);
+        auto& list = idle[key(e)];
+        if (list.size() >= max_idle) list.erase(list.begin());
+        list.emplace_back(std::move(sock), std::chrono::steady_clock::now());
+    }
+};
+
+ConnectionPool::ConnectionPool(std::size_t max_idle_per_endpoint, std::chrono::milliseconds max_idle_time)
+    : impl_(std::make_unique<Impl>()) {
+    impl_->max_idle = max_idle_per_endpoint;
+    impl_->max_idle_time = max_idle_time;
+}
+
+ConnectionPool::~ConnectionPool() = default;
+
+std::size_t ConnectionPool::idle_count() const {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    std::size_t n = 0;
+    for (const auto& [key, list] : impl_->idle) n += list.size();
+    return n;
+}
+
+Status http_call(const HttpEndpoint& endpoint, const HttpRequest& request, HttpResponseHead* head,
+                 const BodySink& sink, ConnectionPool* pool) {
+    bool reusable = false, answered = false;
+    if (pool == nullptr) {
+        TSR_ASSIGN_OR_RETURN(std::unique_ptr<Socket> sock, connect_to(endpoint, request.timeout));
+        return exchange(*sock, endpoint, request, false, head, sink, &reusable, &answered);
+    }
+    std::unique_ptr<Socket> sock = pool->impl_->take(endpoint);
+    if (sock != nullptr) {
+        Status s = exchange(*sock, endpoint, request, true, head, sink, &reusable, &answered);
+        if (s.ok() || answered) {
+            if (s.ok() && reusable) pool->impl_->give(endpoint, std::move(sock));
+            return s;
+        }
+        // The server closed the idle connection before reading the request: a new one.
+    }
+    TSR_ASSIGN_OR_RETURN(sock, connect_to(endpoint, request.timeout));
+    Status s = exchange(*sock, endpoint, request, true, head, sink, &reusable, &answered);
+    if (s.ok() && reusable) pool->impl_->give(endpoint, std::move(sock));
+    return s;
 }
 
 StatusOr<HttpResponse> http_fetch(const HttpEndpoint& endpoint, const HttpRequest& request) {

@@ -1,6 +1,7 @@
 #pragma once
 // net/http_client.h — a small blocking HTTP/1.1 client over POSIX sockets for the
-// benchmark tools and the gateway: one connection per request ("Connection: close"), http://host:port only,
+// benchmark tools and the gateway: one connection per request ("Connection: close"), or
+// kept-alive connections reused through a ConnectionPool; http://host:port only,
 // bodies with Content-Length, chunked transfer encoding or read-until-close, and a parser
 // for Server-Sent Events `data:` lines. Each call owns its socket, so calls are safe from
 // any number of threads at once; the decoders below belong to one stream (not thread-safe).
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,11 +43,34 @@ struct HttpResponseHead {
     std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
 };
 
+// Idle kept-alive connections per endpoint, for a caller that makes many requests to the
+// same servers (the gateway): no connect per request, and no socket left in TIME_WAIT per
+// request. A connection goes back to the pool only after a response that ended on its
+// framing (Content-Length or the last chunk) and did not say "Connection: close"; one whose
+// sink stopped early is closed, which tells the server the client left. Thread-safe.
+class ConnectionPool {
+ public:
+    explicit ConnectionPool(std::size_t max_idle_per_endpoint = 64,
+                            std::chrono::milliseconds max_idle_time = std::chrono::milliseconds(20'000));
+    ~ConnectionPool();
+    ConnectionPool(const ConnectionPool&) = delete;
+    ConnectionPool& operator=(const ConnectionPool&) = delete;
+
+    std::size_t idle_count() const;
+
+ private:
+    friend Status http_call(const HttpEndpoint&, const HttpRequest&, HttpResponseHead*, const BodySink&,
+                            ConnectionPool*);
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
 // Sends `request` to `endpoint` (prefix + request.path) and streams the decoded body into
 // `sink`. Fails on connect / I/O / timeout / malformed response; a non-2xx status is not a
-// failure here (look at head.status).
+// failure here (look at head.status). With a pool, an idle connection is reused; one the
+// server closed meanwhile is replaced by a new connection before any answer was read.
 Status http_call(const HttpEndpoint& endpoint, const HttpRequest& request, HttpResponseHead* head,
-                 const BodySink& sink);
+                 const BodySink& sink, ConnectionPool* pool = nullptr);
 
 // The whole body in one string (for small responses such as GET /v1/models).
 struct HttpResponse {
