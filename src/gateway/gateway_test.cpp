@@ -236,21 +236,27 @@ TEST(GatewayTest, AClientLeavingMidStreamAbortsTheWorkersRequest) {
     EXPECT_TRUE(aborted) << "the worker's request must not run on for a client that left";
 }
 
+// A listening socket on 127.0.0.1, any free port.
+int listen_on_loopback(int* port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    ::listen(fd, 16);
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
 // A worker that answers every request with "{}" and counts the connections that carried a
 // POST; it keeps connections open unless `close_after_answer`, when it closes each one after
 // its answer without saying so (as a server whose keep-alive timer ran out would).
 class CountingWorker {
  public:
     explicit CountingWorker(bool close_after_answer) : close_(close_after_answer) {
-        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-        ::listen(fd_, 16);
-        socklen_t len = sizeof(a);
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-        port_ = ntohs(a.sin_port);
+        fd_ = listen_on_loopback(&port_);
         thread_ = std::thread([this] {
             for (;;) {
                 const int c = ::accept(fd_, nullptr, nullptr);
@@ -337,15 +343,7 @@ TEST(GatewayTest, ConnectionsToWorkersAreReusedAndStaleOnesReplaced) {
 class DyingStreamWorker {
  public:
     DyingStreamWorker() {
-        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-        ::listen(fd_, 16);
-        socklen_t len = sizeof(a);
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-        port_ = ntohs(a.sin_port);
+        fd_ = listen_on_loopback(&port_);
         thread_ = std::thread([this] {
             for (;;) {
                 const int c = ::accept(fd_, nullptr, nullptr);

@@ -7,21 +7,11 @@
 #include <cerrno>
 #include <charconv>
 
+#include "base/text.h"
+
 namespace tessera::gateway {
 
 namespace {
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-}
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-    return s;
-}
 
 int hex_value(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -85,7 +75,7 @@ StatusOr<RequestHead> parse_request_head(std::string_view head) {
         if (field.empty()) continue;
         const std::size_t colon = field.find(':');
         if (colon == std::string_view::npos || colon == 0) return Status::InvalidArgument("malformed header line");
-        h.headers.emplace_back(lower(trim(field.substr(0, colon))), std::string(trim(field.substr(colon + 1))));
+        h.headers.emplace_back(ascii_lower(trim_blanks(field.substr(0, colon))), std::string(trim_blanks(field.substr(colon + 1))));
     }
     if (!h.header("transfer-encoding").empty())
         return Status::InvalidArgument("chunked request bodies are not accepted; send Content-Length");
@@ -94,7 +84,7 @@ StatusOr<RequestHead> parse_request_head(std::string_view head) {
         if (ec != std::errc() || end != cl.data() + cl.size() || h.content_length < 0)
             return Status::InvalidArgument("bad Content-Length");
     }
-    const std::string connection = lower(h.header("connection"));
+    const std::string connection = ascii_lower(h.header("connection"));
     h.keep_alive = h.minor_version == 1 ? connection.find("close") == std::string::npos
                                         : connection.find("keep-alive") != std::string::npos;
     return h;

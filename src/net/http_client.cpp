@@ -15,21 +15,11 @@
 #include <memory>
 #include <mutex>
 
+#include "base/text.h"
+
 namespace tessera::net {
 
 namespace {
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-}
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-    return s;
-}
 
 // Owns one socket fd.
 class Socket {
@@ -187,7 +177,7 @@ Status ChunkedDecoder::feed(std::string_view bytes, const BodySink& out) {
                 line_.append(bytes.substr(0, nl));
                 if (nl == std::string_view::npos) return Status::Ok();
                 bytes.remove_prefix(nl + 1);
-                std::string_view line = trim(line_);
+                std::string_view line = trim_blanks(line_);
                 if (state_ == State::kDataEnd) {
                     if (!line.empty()) return Status::DataLoss("chunked body: missing CRLF after a chunk");
                     state_ = State::kSize;
@@ -296,11 +286,11 @@ Status exchange(Socket& sock, const HttpEndpoint& endpoint, const HttpRequest& r
         line_end = next;
         const std::size_t colon = line.find(':');
         if (colon == std::string_view::npos) continue;
-        std::string name = lower(trim(line.substr(0, colon)));
-        std::string value(trim(line.substr(colon + 1)));
-        if (name == "transfer-encoding" && lower(value).find("chunked") != std::string::npos) chunked = true;
+        std::string name = ascii_lower(trim_blanks(line.substr(0, colon)));
+        std::string value(trim_blanks(line.substr(colon + 1)));
+        if (name == "transfer-encoding" && ascii_lower(value).find("chunked") != std::string::npos) chunked = true;
         if (name == "content-length") content_length = std::atoll(value.c_str());
-        if (name == "connection" && lower(value).find("close") != std::string::npos) server_closes = true;
+        if (name == "connection" && ascii_lower(value).find("close") != std::string::npos) server_closes = true;
         h.headers.emplace_back(std::move(name), std::move(value));
     }
     if (head != nullptr) *head = h;

@@ -3,25 +3,21 @@
 #include <algorithm>
 #include <cctype>
 
+#include "base/text.h"
+
 namespace tessera::server {
 
 namespace {
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-    return out;
-}
 
 // "name:port" / "[v6]:port" / "name" → the name, lower-cased, without brackets.
 std::string host_name(std::string_view host) {
     if (!host.empty() && host.front() == '[') {
         const auto close = host.find(']');
-        return lower(host.substr(1, close == std::string_view::npos ? host.size() - 1 : close - 1));
+        return ascii_lower(host.substr(1, close == std::string_view::npos ? host.size() - 1 : close - 1));
     }
     const auto colon = host.rfind(':');
     if (colon != std::string_view::npos && host.find(':') == colon) host = host.substr(0, colon);
-    return lower(host);
+    return ascii_lower(host);
 }
 
 ApiError unauthorized(const std::string& message) {
@@ -75,7 +71,7 @@ std::optional<ApiError> check_access(const AccessPolicy& policy, RouteKind kind,
                                                                                         : policy.api_key;
     if (key.empty()) return std::nullopt;
     constexpr std::string_view kBearer = "Bearer ";
-    if (authorization.size() <= kBearer.size() || lower(authorization.substr(0, kBearer.size())) != "bearer ")
+    if (authorization.size() <= kBearer.size() || ascii_lower(authorization.substr(0, kBearer.size())) != "bearer ")
         return unauthorized(kind == RouteKind::kAdmin && !policy.admin_api_key.empty()
                                 ? "This route changes server state: send `Authorization: Bearer <admin API key>`"
                                 : "Missing API key: send `Authorization: Bearer <API key>`");
@@ -86,7 +82,7 @@ std::optional<ApiError> check_access(const AccessPolicy& policy, RouteKind kind,
 }
 
 std::optional<ApiError> check_json_content_type(std::string_view content_type) {
-    const std::string type = lower(content_type.substr(0, content_type.find(';')));
+    const std::string type = ascii_lower(content_type.substr(0, content_type.find(';')));
     std::string trimmed = type;
     trimmed.erase(std::remove_if(trimmed.begin(), trimmed.end(), [](unsigned char c) { return std::isspace(c); }),
                   trimmed.end());

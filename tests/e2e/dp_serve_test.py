@@ -18,7 +18,6 @@ Exit 0 pass, 1 fail.
 """
 
 import argparse
-import http.client
 import json
 import os
 import shutil
@@ -29,20 +28,10 @@ import sys
 import threading
 import time
 
-from e2e_support import Checks, free_port, make_tiny_model, stop_server, wait_ready
+from e2e_support import Checks, call, free_port, make_tiny_model, stop_server, wait_ready
 
 check = Checks()
 PROMPTS = [[3, 14, 15, 92, 65, 35], [11, 22, 33, 44], [500, 400, 300, 200, 100, 50], [7, 7, 7, 1]]
-
-
-def call(port, method, path, body=None, timeout=60):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-                 headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
-    data = r.read().decode()
-    conn.close()
-    return r.status, data
 
 
 def greedy(port, prompt, extra=None):

@@ -2,6 +2,7 @@
 model with a real tokenizer, and waiting for a started `tessera serve` to answer GET /health."""
 
 import http.client
+import json
 import os
 import socket
 import subprocess
@@ -32,6 +33,17 @@ class Checks:
 
     def summary(self):
         return f"{self.passed} passed, {len(self.failures)} failed"
+
+
+def call(port, method, path, body=None, timeout=60):
+    """One HTTP request with a JSON body (or none) to 127.0.0.1:port: (status, body text)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                 headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read().decode()
+    conn.close()
+    return r.status, data
 
 
 def free_port():

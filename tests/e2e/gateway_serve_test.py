@@ -27,20 +27,10 @@ import sys
 import threading
 import time
 
-from e2e_support import Checks, free_port, make_tiny_model, prometheus_values, stop_server, wait_ready
+from e2e_support import Checks, call, free_port, make_tiny_model, prometheus_values, stop_server, wait_ready
 
 check = Checks()
 PREFIX = "Read this: " + " ".join(["apple", "river", "stone", "cloud"] * 50)  # ~200 tokens
-
-
-def call(port, method, path, body=None, timeout=60):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-                 headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
-    data = r.read().decode()
-    conn.close()
-    return r.status, data
 
 
 def completion(port, prompt, max_tokens=4):
