@@ -76,6 +76,26 @@ net::HttpResponse get(int port, const std::string& path) {
     return got.ok() ? *got : net::HttpResponse{};
 }
 
+// The `data:` payloads of a streamed POST /v1/completions through the gateway.
+std::vector<std::string> stream_events(int port, const std::string& body, int* status) {
+    net::HttpEndpoint e{"127.0.0.1", port, ""};
+    net::HttpRequest req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body;
+    req.headers.emplace_back("Content-Type", "application/json");
+    net::HttpResponseHead head;
+    net::SseParser sse;
+    std::vector<std::string> events;
+    const Status st = net::http_call(e, req, &head, [&](std::string_view b) {
+        for (auto& ev : sse.feed(b)) events.push_back(ev);
+        return true;
+    });
+    EXPECT_TRUE(st.ok()) << st.message();
+    *status = head.status;
+    return events;
+}
+
 const std::string kCompletion = R"({"model": "tiny", "prompt": "hello", "max_tokens": 3})";
 
 TEST(GatewayTest, PassesCompletionsAndStreamsThrough) {
@@ -87,20 +107,10 @@ TEST(GatewayTest, PassesCompletionsAndStreamsThrough) {
     EXPECT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(nlohmann::json::parse(r.body)["choices"][0]["text"], "t1 t2 t3 ");
 
-    net::HttpEndpoint e{"127.0.0.1", g.port(), ""};
-    net::HttpRequest req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = R"({"model": "tiny", "prompt": "hello", "max_tokens": 3, "stream": true})";
-    req.headers.emplace_back("Content-Type", "application/json");
-    net::HttpResponseHead head;
-    net::SseParser sse;
-    std::vector<std::string> events;
-    ASSERT_TRUE(net::http_call(e, req, &head, [&](std::string_view b) {
-        for (auto& ev : sse.feed(b)) events.push_back(ev);
-        return true;
-    }).ok());
-    EXPECT_EQ(head.status, 200);
+    int status = 0;
+    const auto events =
+        stream_events(g.port(), R"({"model": "tiny", "prompt": "hello", "max_tokens": 3, "stream": true})", &status);
+    EXPECT_EQ(status, 200);
     ASSERT_GE(events.size(), 4u);
     EXPECT_EQ(events.back(), "[DONE]");
     EXPECT_EQ(get(g.port(), "/v1/models").status, 200);
@@ -383,19 +393,9 @@ TEST(GatewayTest, AStreamThatBreaksEndsWithAnErrorEventAndIsNotReplayed) {
     Gateway g(o);
     ASSERT_TRUE(g.start().ok());
     ASSERT_TRUE(wait_healthy(g, 2));
-    net::HttpEndpoint e{"127.0.0.1", g.port(), ""};
-    net::HttpRequest req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = R"({"model": "tiny", "prompt": "hello", "stream": true})";
-    req.headers.emplace_back("Content-Type", "application/json");
-    net::HttpResponseHead head;
-    net::SseParser sse;
-    std::vector<std::string> events;
-    ASSERT_TRUE(net::http_call(e, req, &head, [&](std::string_view b) {
-        for (auto& ev : sse.feed(b)) events.push_back(ev);
-        return true;
-    }).ok());
+    int status = 0;
+    const auto events = stream_events(g.port(), R"({"model": "tiny", "prompt": "hello", "stream": true})", &status);
+    EXPECT_EQ(status, 200);
     ASSERT_EQ(events.size(), 2u);
     EXPECT_EQ(events[0], "{\"a\": 1}");
     EXPECT_NE(events[1].find("failed mid-stream"), std::string::npos) << events[1];
