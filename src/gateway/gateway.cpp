@@ -299,6 +299,27 @@ Attempt forward(const Shared& s, Client& client, const std::string& url, const R
     return a;
 }
 
+// Logs what a health result changed; a removed worker also leaves the prefix tree.
+void on_transition(Shared& s, const std::string& url, Transition t, const std::string& error) {
+    switch (t) {
+        case Transition::kBecameHealthy:
+            TSR_LOG_C(INFO, kLog, "worker {} is healthy", url);
+            break;
+        case Transition::kBecameUnhealthy:
+            TSR_LOG_C(WARN, kLog, "worker {} is unhealthy after {} consecutive failures: {}", url,
+                      s.options.health.failure_threshold, error);
+            break;
+        case Transition::kRemoved: {
+            std::lock_guard<std::mutex> lock(s.route_mu);
+            s.router.remove_worker(url);
+            TSR_LOG_C(WARN, kLog, "worker {} removed (--remove-unhealthy-workers): {}", url, error);
+            break;
+        }
+        case Transition::kNone:
+            break;
+    }
+}
+
 std::string describe_workers(const Shared& s) {
     std::string text;
     for (const auto& w : s.registry.snapshot()) {
@@ -367,14 +388,11 @@ void proxy(Shared& s, Client& client, const ReadRequest& req, bool by_policy) {
                 return;
             case Attempt::Outcome::kFailedMidStream:
                 s.count(s.errors_by_kind, "mid_stream");
-                if (s.registry.report(url, false, a.error, now, true) == Transition::kBecameUnhealthy)
-                    TSR_LOG_C(WARN, kLog, "worker {} is unhealthy: {}", url, a.error);
+                on_transition(s, url, s.registry.report(url, false, a.error, now, /*passive=*/true), a.error);
                 return;
             case Attempt::Outcome::kRetry:
-                if (a.health_failure) {
-                    const Transition t = s.registry.report(url, false, a.error, now, true);
-                    if (t == Transition::kBecameUnhealthy) TSR_LOG_C(WARN, kLog, "worker {} is unhealthy: {}", url, a.error);
-                }
+                if (a.health_failure)
+                    on_transition(s, url, s.registry.report(url, false, a.error, now, /*passive=*/true), a.error);
                 TSR_LOG_C(INFO, kLog, "{} {} failed on {} ({}){}", req.head.method, req.head.path, url, a.error,
                           attempt + 1 < attempts ? "; retrying on another worker" : "");
                 errors += (errors.empty() ? "" : "; ") + url + ": " + a.error;
@@ -673,23 +691,7 @@ void monitor(const std::shared_ptr<Shared>& s) {
                 const bool ok = r.ok() && r->status == 200;
                 const std::string error = r.ok() ? "health check answered HTTP " + std::to_string(r->status)
                                                  : r.status().message();
-                switch (s->registry.report(url, ok, ok ? "" : error, Clock::now())) {
-                    case Transition::kBecameHealthy:
-                        TSR_LOG_C(INFO, kLog, "worker {} is healthy", url);
-                        break;
-                    case Transition::kBecameUnhealthy:
-                        TSR_LOG_C(WARN, kLog, "worker {} is unhealthy after {} failed checks: {}", url,
-                                  s->options.health.failure_threshold, error);
-                        break;
-                    case Transition::kRemoved: {
-                        std::lock_guard<std::mutex> lock(s->route_mu);
-                        s->router.remove_worker(url);
-                        TSR_LOG_C(WARN, kLog, "worker {} removed (--remove-unhealthy-workers): {}", url, error);
-                        break;
-                    }
-                    case Transition::kNone:
-                        break;
-                }
+                on_transition(*s, url, s->registry.report(url, ok, ok ? "" : error, Clock::now()), error);
             });
         }
         for (auto& t : checks) t.join();
