@@ -51,6 +51,12 @@ bool is_generation_route(const std::string& path) {
     return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/generate";
 }
 
+// Admin routes every worker must apply (SGLang's server has them; the gateway fans them out).
+bool is_broadcast_route(const std::string& path) {
+    return path == "/flush_cache" || path == "/start_expert_distribution_record" ||
+           path == "/stop_expert_distribution_record" || path == "/dump_expert_distribution_record";
+}
+
 // A worker's answer that another worker might not give: busy, or broken.
 bool retryable_status(int status) { return status == 429 || status == 500 || status == 502 || status == 503 || status == 504; }
 // Of those, the ones that say the worker itself is in trouble (a full queue does not).
@@ -515,7 +521,7 @@ void change_worker(Shared& s, Client& client, bool add, const std::string& url) 
 void handle(Shared& s, Client& client, const ReadRequest& req) {
     const std::string& path = req.head.path;
     const std::string& method = req.head.method;
-    const bool admin = path == "/add_worker" || path == "/remove_worker" || path == "/flush_cache" ||
+    const bool admin = path == "/add_worker" || path == "/remove_worker" || is_broadcast_route(path) ||
                        (path == "/workers" && method != "GET");
     const server::RouteKind kind = path == "/health" || path == "/liveness" ? server::RouteKind::kOpen
                                    : admin                                 ? server::RouteKind::kAdmin
@@ -620,15 +626,16 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
             ++dp_rank;
         }
         client.respond(200, kJson, loads.dump());
-    } else if (path == "/flush_cache") {
+    } else if (is_broadcast_route(path)) {
+        // Every worker's cache, or every worker's expert recorder (a DP launch's replicas).
         if (wrong_method("POST")) return;
         std::string failed;
         for (const auto& url : s.registry.urls()) {
             auto e = net::parse_http_url(url);
             net::HttpRequest r;
             r.method = "POST";
-            r.path = "/flush_cache";
-            r.timeout = kInfoTimeout;
+            r.path = path;
+            r.timeout = path == "/flush_cache" ? kInfoTimeout : std::chrono::milliseconds(60'000);
             const std::string auth = req.head.header("authorization");
             if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
             auto got = e.ok() ? net::http_fetch(*e, r) : StatusOr<net::HttpResponse>(e.status());
@@ -636,8 +643,8 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
                 failed += (failed.empty() ? "" : "; ") + url + ": " +
                           (got.ok() ? "HTTP " + std::to_string(got->status) + " " + got->body : got.status().message());
         }
-        if (failed.empty()) client.respond(200, "text/plain; charset=utf-8", "Cache flushed on every worker.\n");
-        else client.respond_error(503, "flush failed on: " + failed, "service_unavailable");
+        if (failed.empty()) client.respond(200, "text/plain; charset=utf-8", "Done on every worker: POST " + path + "\n");
+        else client.respond_error(503, "POST " + path + " failed on: " + failed, "service_unavailable");
     } else {
         // /v1/models, /get_model_info, /health_generate, ...: any healthy worker answers.
         proxy(s, client, req, /*by_policy=*/false);

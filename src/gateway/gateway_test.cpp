@@ -246,6 +246,23 @@ TEST(GatewayTest, AClientLeavingMidStreamAbortsTheWorkersRequest) {
     EXPECT_TRUE(aborted) << "the worker's request must not run on for a client that left";
 }
 
+TEST(GatewayTest, AdminRoutesReachEveryWorker) {
+    Worker a;
+    auto b = std::make_unique<Worker>();
+    Gateway g(fast_options({a.url(), b->url()}));
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    auto flushed = post(g.port(), "/flush_cache", "");
+    EXPECT_EQ(flushed.status, 200) << flushed.body;
+    const std::string gone = b->url();
+    b->server.stop();
+    b.reset();
+    flushed = post(g.port(), "/flush_cache", "");
+    EXPECT_EQ(flushed.status, 503);
+    EXPECT_NE(flushed.body.find(gone), std::string::npos) << "names the worker that did not flush: " << flushed.body;
+    EXPECT_EQ(post(g.port(), "/start_expert_distribution_record", "").status, 503) << "fanned out, so the dead worker shows";
+}
+
 // A listening socket on 127.0.0.1, any free port.
 int listen_on_loopback(int* port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
