@@ -33,8 +33,8 @@ StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerA
     o.api_key = args.effective_api_key();
     o.admin_api_key = args.admin_api_key;
     o.allowed_hosts = args.allowed_host_list();
-    // Replicas are local processes: a short check interval brings a stalled one's state to
-    // the front quickly; a dead one stops the whole launch anyway.
+    // A short check interval shows a stalled replica at the front quickly; a replica whose
+    // rank dies stops the whole launch anyway (the launcher watches every rank).
     o.health.interval = std::chrono::milliseconds(5'000);
     o.health.timeout = std::chrono::milliseconds(5'000);
     o.load_poll_interval = std::chrono::milliseconds(500);

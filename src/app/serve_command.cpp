@@ -11,9 +11,9 @@
 
 #include "app/commands.h"
 #include "app/dp_front.h"
-#include "front/engine.h"
 #include "app/model_rank.h"
 #include "base/logging.h"
+#include "front/engine.h"
 #include "server/http_access.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
