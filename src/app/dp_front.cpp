@@ -11,7 +11,8 @@ std::string url_key(int replica) { return "dp/replica_url/" + std::to_string(rep
 }  // namespace
 
 StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerArgs& args, const RankRuntime& rt,
-                                                           const std::string& replica_host, int replica_port) {
+                                                           const std::string& replica_host, int replica_port,
+                                                           const tokenizer::Tokenizer& tokenizer) {
     const std::string url = "http://" + replica_host + ":" + std::to_string(replica_port);
     TSR_RETURN_IF_ERROR(rt.store->set(url_key(rt.coords.replica), std::vector<std::uint8_t>(url.begin(), url.end())));
     if (rt.coords.replica != 0) return std::unique_ptr<gateway::Gateway>();
@@ -30,6 +31,10 @@ StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerA
     o.port = args.port;
     TSR_ASSIGN_OR_RETURN(o.policy, gateway::parse_policy(args.load_balance_method));
     o.replicas = true;
+    // total_tokens compares prompt lengths in tokens, as SGLang's DP controller does.
+    o.count_tokens = [&tokenizer](std::string_view text) {
+        return static_cast<std::int64_t>(tokenizer.encode(text, /*add_special_tokens=*/false).size());
+    };
     o.api_key = args.effective_api_key();
     o.admin_api_key = args.admin_api_key;
     o.allowed_hosts = args.allowed_host_list();

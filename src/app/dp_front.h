@@ -11,12 +11,15 @@
 #include "base/status.h"
 #include "gateway/gateway.h"
 #include "server/server_args.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::app {
 
 // Notes this replica's engine URL (http://`replica_host`:`replica_port`) at the store; on
-// replica 0 also waits for every other replica's and returns the started front (null elsewhere).
+// replica 0 also waits for every other replica's and returns the started front (null
+// elsewhere), which counts prompt tokens with `tokenizer` (it must outlive the front).
 StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerArgs& args, const RankRuntime& rt,
-                                                           const std::string& replica_host, int replica_port);
+                                                           const std::string& replica_host, int replica_port,
+                                                           const tokenizer::Tokenizer& tokenizer);
 
 }  // namespace tessera::app

@@ -115,7 +115,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     if (Status s = http.start(); !s.ok()) return fail(s);
     std::unique_ptr<gateway::Gateway> front;
     if (replicas) {
-        auto started = start_dp_front(args, rank.runtime, ho.host, http.port());
+        auto started = start_dp_front(args, rank.runtime, ho.host, http.port(), **tok);
         if (!started.ok()) return fail(started.status());
         front = std::move(started).value();
         TSR_LOG(INFO, "DP replica {} serving {} on http://{}:{}", rank.runtime.coords.replica, args.served_model_name,

@@ -338,7 +338,8 @@ std::string describe_workers(const Shared& s) {
 // The generation routes and every other route passed to one worker: pick, forward, retry.
 void proxy(Shared& s, Client& client, const ReadRequest& req, bool by_policy) {
     const RequestFacts facts = by_policy ? read_request(req.head.path, req.body) : RequestFacts{};
-    const std::int64_t tokens = estimate_tokens(facts.text);
+    const std::int64_t tokens =
+        s.options.count_tokens ? std::max<std::int64_t>(1, s.options.count_tokens(facts.text)) : estimate_tokens(facts.text);
     const int attempts = s.options.retry.disabled ? 1 : 1 + s.options.retry.max_retries;
     std::vector<std::string> tried;
     std::string errors;

@@ -10,8 +10,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -45,6 +47,9 @@ struct GatewayOptions {
     std::size_t max_connections = 1024;
     std::size_t max_body_bytes = 32u << 20;
     std::uint64_t seed = 0;
+    // Counts a request's prompt tokens for total_tokens (and the in-flight token gauges); the
+    // DP front passes its model's tokenizer. Unset: estimate_tokens (bytes / 4).
+    std::function<std::int64_t(std::string_view)> count_tokens;
     // The front of one launch's DP replicas: worker i is "DP rank" i (/get_load,
     // /get_server_info and /metrics say so); data_parallel_rank in a request picks one.
     bool replicas = false;

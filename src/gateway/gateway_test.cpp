@@ -263,6 +263,29 @@ TEST(GatewayTest, AdminRoutesReachEveryWorker) {
     EXPECT_EQ(post(g.port(), "/start_expert_distribution_record", "").status, 503) << "fanned out, so the dead worker shows";
 }
 
+TEST(GatewayTest, InFlightTokensAreCountedByTheGivenCounter) {
+    Worker w;
+    w.backend.hold_until_active(2);  // the first request stays in flight until a second comes
+    GatewayOptions o = fast_options({w.url()}, PolicyKind::kTotalTokens);
+    o.count_tokens = [](std::string_view text) { return static_cast<std::int64_t>(10 * text.size()); };
+    Gateway g(o);
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 1));
+    std::thread first([&] { post(g.port(), "/v1/completions", R"({"model": "tiny", "prompt": "hello", "max_tokens": 2})"); });
+    std::int64_t seen = 0;
+    for (int i = 0; i < 300 && seen == 0; ++i) {
+        seen = g.workers().at(0).state.in_flight_tokens;
+        std::this_thread::sleep_for(milliseconds(5));
+    }
+    EXPECT_EQ(seen, 50) << "10 x the 5 bytes of \"hello\"";
+    post(g.port(), "/v1/completions", R"({"model": "tiny", "prompt": "hi", "max_tokens": 2})");
+    first.join();
+    // The gateway ends its count right after the client has the answer: wait for it.
+    for (int i = 0; i < 300 && g.workers().at(0).state.in_flight_tokens != 0; ++i)
+        std::this_thread::sleep_for(milliseconds(5));
+    EXPECT_EQ(g.workers().at(0).state.in_flight_tokens, 0);
+}
+
 // A listening socket on 127.0.0.1, any free port.
 int listen_on_loopback(int* port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
