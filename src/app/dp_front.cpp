@@ -31,10 +31,13 @@ StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerA
     o.port = args.port;
     TSR_ASSIGN_OR_RETURN(o.policy, gateway::parse_policy(args.load_balance_method));
     o.replicas = true;
-    // total_tokens compares prompt lengths in tokens, as SGLang's DP controller does.
-    o.count_tokens = [&tokenizer](std::string_view text) {
-        return static_cast<std::int64_t>(tokenizer.encode(text, /*add_special_tokens=*/false).size());
-    };
+    // total_tokens compares prompt lengths in tokens, as SGLang's DP controller does; the
+    // other methods do not need them, so they skip the tokenization.
+    if (o.policy == gateway::PolicyKind::kTotalTokens) {
+        o.count_tokens = [&tokenizer](std::string_view text) {
+            return static_cast<std::int64_t>(tokenizer.encode(text, /*add_special_tokens=*/false).size());
+        };
+    }
     o.api_key = args.effective_api_key();
     o.admin_api_key = args.admin_api_key;
     o.allowed_hosts = args.allowed_host_list();
