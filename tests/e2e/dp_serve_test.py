@@ -6,7 +6,9 @@
                replicas' internal_states and dp_size 2; /get_load one entry per DP rank;
                /metrics labels each replica's samples with dp_rank; data_parallel_rank in a
                request picks its replica.
-  balance      --load-balance-method total_requests: six concurrent streams split 3 / 3.
+  balance      --load-balance-method total_requests: six concurrent streams split 3 / 3;
+               total_tokens sends a request to the replica with fewer prompt tokens in
+               flight even when it has more requests in flight.
   tp2          --dp-size 2 --tp 2 (two replicas of two TP ranks, four processes): the same tokens.
   two nodes    --dp-size 2 --nnodes 2: one replica per "node" (two launches on loopback that
                differ only in --node-rank); the front on node 0 routes to node 1's replica.
@@ -153,6 +155,34 @@ def main():
         log1.close()
 
     port = free_port()
+    tok, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_total_tokens.log"), "--dp-size", "2",
+                      "--load-balance-method", "total_tokens")
+    try:
+        check("total_tokens ready", wait_ready(port, tok))
+        long_prompt = list(range(100, 900))  # 800 tokens
+        held = []
+
+        def hold(prompt):
+            held.append(greedy(port, prompt, {"sampling_params": {
+                "max_new_tokens": 400, "temperature": 0, "ignore_eos": True}}))
+
+        # Replica 0: one request of 800 prompt tokens; replica 1: two of 4.
+        starters = [threading.Thread(target=hold, args=(p,)) for p in (long_prompt, [1, 2, 3, 4], [5, 6, 7, 8])]
+        for t in starters:
+            t.start()
+            time.sleep(0.15)
+        before = replica_requests(port)
+        greedy(port, [9, 9, 9, 9])
+        after = replica_requests(port)
+        for t in starters:
+            t.join(120)
+        check("total_tokens: the holding requests split 1 / 2", before == [1, 2], before)
+        check("total_tokens prefers fewer tokens over fewer requests", after == [1, 3], f"{before} -> {after}")
+    finally:
+        stop_server(tok)
+        log.close()
+
+    port = free_port()
     bal, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_total_requests.log"), "--dp-size", "2",
                       "--load-balance-method", "total_requests")
     try:
@@ -188,7 +218,8 @@ def main():
 
     print(check.summary())
     if check.failures:
-        for name in ("dp2.log", "dp2_tp2.log", "dp2_node0.log", "dp2_node1.log", "dp2_total_requests.log"):
+        for name in ("dp2.log", "dp2_tp2.log", "dp2_node0.log", "dp2_node1.log", "dp2_total_tokens.log",
+                     "dp2_total_requests.log"):
             with open(os.path.join(a.workdir, name)) as f:
                 print(f"--- {name} (tail)\n" + "".join(f.readlines()[-30:]))
     return 1 if check.failures else 0
