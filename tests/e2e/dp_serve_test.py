@@ -56,6 +56,14 @@ def replica_requests(port):
     return [w["requests"] for w in json.loads(data)["gateway"]["workers"]]
 
 
+def check_layout(name, port, proc, expected):
+    """A launch of two replicas: ready, one rank's greedy tokens, round_robin over both replicas."""
+    check(f"{name} ready", wait_ready(port, proc))
+    got = [greedy(port, p) for p in PROMPTS]
+    check(f"{name} greedy equals one rank", got == expected, f"{got} vs {expected}")
+    check(f"{name}: round_robin uses both replicas", replica_requests(port) == [2, 2], replica_requests(port))
+
+
 def rank_pid(launcher_pid, rank):
     """The pid of the launcher's rank process `rank` (its command line ends in --internal-rank R ...)."""
     for pid in os.listdir("/proc"):
@@ -100,10 +108,7 @@ def main():
     port = free_port()
     two, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2.log"), "--dp-size", "2")
     try:
-        check("dp2 ready", wait_ready(port, two))
-        got = [greedy(port, p) for p in PROMPTS]
-        check("dp2 greedy equals one replica", got == expected, f"{got} vs {expected}")
-        check("round_robin uses both replicas", replica_requests(port) == [2, 2], replica_requests(port))
+        check_layout("dp2", port, two, expected)
         status, data = call(port, "GET", "/get_server_info")
         info = json.loads(data)
         check("server info: dp_size 2", info.get("dp_size") == 2, data[:300])
@@ -130,10 +135,7 @@ def main():
     port = free_port()
     tp2, log = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_tp2.log"), "--dp-size", "2", "--tp", "2")
     try:
-        check("dp2 tp2 ready", wait_ready(port, tp2))
-        got = [greedy(port, p) for p in PROMPTS]
-        check("dp2 tp2 greedy equals one rank", got == expected, f"{got} vs {expected}")
-        check("dp2 tp2 uses both replicas", replica_requests(port) == [2, 2], replica_requests(port))
+        check_layout("dp2 tp2", port, tp2, expected)
     finally:
         stop_server(tp2)
         log.close()
@@ -144,10 +146,7 @@ def main():
     node0, log0 = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_node0.log"), *common, "--node-rank", "0")
     node1, log1 = launch(a.tessera, model, port, os.path.join(a.workdir, "dp2_node1.log"), *common, "--node-rank", "1")
     try:
-        check("two-node dp2 ready", wait_ready(port, node0))
-        got = [greedy(port, p) for p in PROMPTS]
-        check("two-node dp2 greedy equals one rank", got == expected, f"{got} vs {expected}")
-        check("two-node dp2 uses both nodes' replicas", replica_requests(port) == [2, 2], replica_requests(port))
+        check_layout("two-node dp2", port, node0, expected)
     finally:
         stop_server(node0)
         stop_server(node1)
