@@ -14,16 +14,17 @@ StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerA
                                                            const std::string& replica_host, int replica_port,
                                                            const tokenizer::Tokenizer& tokenizer) {
     const std::string url = "http://" + replica_host + ":" + std::to_string(replica_port);
-    TSR_RETURN_IF_ERROR(rt.store->set(url_key(rt.coords.replica), std::vector<std::uint8_t>(url.begin(), url.end())));
-    if (rt.coords.replica != 0) return std::unique_ptr<gateway::Gateway>();
+    TSR_RETURN_IF_ERROR(rt.store->set(url_key(rt.scheduler_index()), std::vector<std::uint8_t>(url.begin(), url.end())));
+    if (rt.scheduler_index() != 0) return std::unique_ptr<gateway::Gateway>();
 
     gateway::GatewayOptions o;
     const auto timeout = args.dist_timeout ? std::chrono::milliseconds(*args.dist_timeout * 1000)
                                            : std::chrono::milliseconds(dist::Store::kDefaultTimeout);
-    for (int r = 0; r < rt.layout.n_replicas(); ++r) {
+    const char* unit = rt.layout.attn_dp_size() > 1 ? "DP-attention group " : "DP replica ";
+    for (int r = 0; r < rt.layout.n_schedulers(); ++r) {
         auto got = rt.store->get(url_key(r), timeout);
         if (!got.ok())
-            return Status(got.status().code(), "DP replica " + std::to_string(r) + " did not start its engine: " +
+            return Status(got.status().code(), unit + std::to_string(r) + " did not start its engine: " +
                                                    got.status().message());
         o.worker_urls.emplace_back(got->begin(), got->end());
     }
@@ -49,8 +50,9 @@ StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerA
     o.seed = args.random_seed ? static_cast<std::uint64_t>(*args.random_seed) : 0;
     auto front = std::make_unique<gateway::Gateway>(o);
     TSR_RETURN_IF_ERROR(front->start());
-    TSR_LOG(INFO, "DP front on http://{}:{}: {} replicas, --load-balance-method {}", args.host, front->port(),
-            o.worker_urls.size(), args.load_balance_method);
+    TSR_LOG(INFO, "DP front on http://{}:{}: {} {}, --load-balance-method {}", args.host, front->port(),
+            o.worker_urls.size(), rt.layout.attn_dp_size() > 1 ? "DP-attention groups" : "replicas",
+            args.load_balance_method);
     return front;
 }
 

@@ -15,6 +15,7 @@
 #include "base/process_memory.h"
 #include "base/thread_pool.h"
 #include "executor/generator.h"
+#include "executor/dp_attention_runner.h"
 #include "executor/pipelined_model.h"
 #include "kernels/isa.h"
 #include "models/model.h"
@@ -167,9 +168,11 @@ int run_generate_direct(const GenerateCommandOptions& o, const std::vector<std::
     auto model = models::load_model(*load);
     if (!model.ok()) return fail(model.status());
     ThreadPool pool(runtime->threads);
-    std::unique_ptr<models::Model> pipelined;
-    if (runtime->pp_group) pipelined = std::make_unique<executor::PipelinedModel>(**model, *runtime->pp_group);
-    models::Model& whole = pipelined ? *pipelined : **model;
+    std::unique_ptr<models::Model> wrapped;
+    if (runtime->pp_group) wrapped = std::make_unique<executor::PipelinedModel>(**model, *runtime->pp_group);
+    if (runtime->layout.attn_dp_size() > 1)
+        wrapped = std::make_unique<executor::EveryGroupModel>(**model, runtime->layout.attn_dp_size());
+    models::Model& whole = wrapped ? *wrapped : **model;
     executor::GenerateOptions gen;
     gen.max_new_tokens = o.max_new_tokens;
     gen.sampling = {o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
@@ -177,7 +180,8 @@ int run_generate_direct(const GenerateCommandOptions& o, const std::vector<std::
     gen.capture_logits = true;
     auto result = executor::generate(whole, prompt, gen, &pool);
     if (!result.ok()) return fail(result.status());
-    if (!runtime->is_output_rank()) return 0;  // every rank sampled the same tokens; one reports
+    // Every rank sampled the same tokens (every DP-attention group ran the prompt); one reports.
+    if (runtime->coords.global_rank != 0) return 0;
     const std::int64_t vocab = (*model)->config().vocab_size;
     const auto rows = static_cast<std::int64_t>(result->logits.size()) / vocab;
     if (Status s = write_npy(o.logits_out, result->logits, rows, vocab); !s.ok()) return fail(s);
@@ -207,6 +211,9 @@ class ChunkRecorder final : public executor::BatchRunner {
         return inner_.launch(batch);
     }
     StatusOr<std::vector<executor::SampledToken>> collect() override { return inner_.collect(); }
+    bool lockstep() const override { return inner_.lockstep(); }
+    std::int64_t rounds() const override { return inner_.rounds(); }
+    StatusOr<bool> idle_step() override { return inner_.idle_step(); }
     const std::vector<std::int64_t>& chunks() const { return chunks_; }
 
  private:
@@ -275,6 +282,14 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
     }
     // A bad request still has to release the other ranks, which wait for steps or a stop.
     const Status request_ok = check_request(o, *prompt, rank);
+    if (rank.runtime.scheduler_index() != 0) {
+        // Another DP-attention group's leader: the prompt runs in group 0; this group joins
+        // its steps (idle) until it is done.
+        auto leader = LeaderRunner::create(rank, o.server);
+        if (!leader.ok()) return fail(leader.status());
+        Status s = (*leader)->stop();
+        return s.ok() ? 0 : fail(s);
+    }
     server::ServerArgs args = o.server;
     if (!request_ok.ok()) args.enable_dynamic_chunking = false;  // no profile for a request we refuse
     auto leader = LeaderRunner::create(rank, args);
@@ -317,7 +332,13 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
         (void)(*leader)->stop();
         return fail(s);
     }
-    while (!sched.idle()) sched.step();
+    while (!sched.idle()) {
+        const std::int64_t rounds = recorder.rounds();
+        sched.step();
+        if (recorder.lockstep() && recorder.rounds() == rounds) {
+            if (Status s = recorder.idle_step().status(); !s.ok()) return fail(s);
+        }
+    }
     const auto t_end = std::chrono::steady_clock::now();
     if (Status s = (*leader)->stop(); !s.ok()) TSR_LOG(WARN, "{}", s.message());
     if (report.finish_reason == "abort") return fail(Status::Internal("generation failed: " + error));

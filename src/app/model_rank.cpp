@@ -12,6 +12,7 @@
 #include "base/logging.h"
 #include "base/process_memory.h"
 #include "base/thread_pool.h"
+#include "executor/dp_attention_runner.h"
 #include "executor/model_runner.h"
 #include "executor/pipeline_trace.h"
 #include "executor/pp_runner.h"
@@ -150,6 +151,8 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
 Status run_follower(ModelRank& rank) {
     RankRuntime& rt = rank.runtime;
     const kvcache::KvView kv = rank.kv_pool->view();
+    const layers::DpAttentionParallel dpa = rt.dp_attention(false);
+    if (dpa.enabled()) return executor::follow_dp_attention_leader(*rank.model, kv, rank.threads.get(), dpa);
     Status s = rt.pp_group ? executor::run_pipeline_worker(*rank.model, kv, rank.threads.get(),
                                                           {rt.pp_group.get(), rt.tp_group.get(), rank.trace.get(),
                                                            rank.scheduler.max_in_flight_steps})
@@ -168,6 +171,7 @@ struct LeaderRunner::Parts {
     std::unique_ptr<executor::ModelRunner> local;
     std::unique_ptr<executor::TpLeaderRunner> tp;
     std::unique_ptr<executor::PpFirstStageRunner> pp;
+    std::unique_ptr<executor::DpAttentionLeaderRunner> dp_attention;
 };
 
 namespace {
@@ -256,7 +260,10 @@ StatusOr<std::unique_ptr<LeaderRunner>> LeaderRunner::create(ModelRank& rank, co
     RankRuntime& rt = rank.runtime;
     const kvcache::KvView kv = rank.kv_pool->view();
     Parts& p = *lr->parts_;
-    if (rt.pp_group) {
+    if (const layers::DpAttentionParallel dpa = rt.dp_attention(false); dpa.enabled()) {
+        p.dp_attention = std::make_unique<executor::DpAttentionLeaderRunner>(*rank.model, kv, rank.threads.get(), dpa);
+        lr->runner_ = p.dp_attention.get();
+    } else if (rt.pp_group) {
         p.pp = std::make_unique<executor::PpFirstStageRunner>(
             *rank.model, kv, rank.threads.get(),
             executor::StageLinks{rt.pp_group.get(), rt.tp_group.get(), rank.trace.get(),
@@ -279,6 +286,7 @@ Status LeaderRunner::stop() {
     stopped_ = true;
     Status s = Status::Ok();
     if (parts_->pp) s = parts_->pp->stop();
+    if (parts_->dp_attention) s = parts_->dp_attention->stop();
     if (parts_->tp) s = parts_->tp->stop_followers();
     if (trace_path_.empty() || !rank_.trace) return s;
     std::vector<std::string> events = {rank_.trace->events_json()};

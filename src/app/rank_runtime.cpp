@@ -125,14 +125,14 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     if (rank < 0 || rank >= layout.world_size())
         return Status::InvalidArgument("--internal-rank " + std::to_string(rank) + " is outside the world of " +
                                        std::to_string(layout.world_size()));
-    RankRuntime rt{layout, layout.coords(rank), nullptr, nullptr, nullptr, 1};
+    RankRuntime rt{layout, layout.coords(rank)};
     const int local_ranks = static_cast<int>(layout.ranks_on_node(args.node_rank).size());
     rt.threads = args.threads_per_rank > 0 ? args.threads_per_rank
                                            : std::max(1, default_thread_count() / std::max(1, local_ranks));
     if (layout.world_size() == 1) return rt;
 
     // Every line of this rank names it; INFO only from rank 0 unless --log-all-ranks.
-    logging::set_prefix((layout.plain_dp() ? "dp" + std::to_string(rt.coords.replica) + " " : std::string()) + "tp" +
+    logging::set_prefix((layout.n_schedulers() > 1 ? "dp" + std::to_string(rt.scheduler_index()) + " " : std::string()) + "tp" +
                         std::to_string(rt.coords.tp_rank) +
                         (args.pp_size > 1 ? " pp" + std::to_string(rt.coords.pp_rank) : ""));
     if (!rt.is_output_rank() && !args.log_all_ranks) logging::set_min_level(logging::Level::kWarn);
@@ -162,6 +162,11 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
         auto pp_group = dist::create_group(layout, dist::GroupKind::kPp, rank, *rt.store, pp_options);
         if (!pp_group.ok()) return with_peer_stages(rt, pp_group.status());
         rt.pp_group = std::move(pp_group).value();
+    }
+    if (layout.attn_dp_size() > 1 && layout.attn_tp_size() > 1) {
+        auto attn_tp_group = dist::create_group(layout, dist::GroupKind::kAttnTp, rank, *rt.store, go);
+        if (!attn_tp_group.ok()) return with_peer_stages(rt, attn_tp_group.status());
+        rt.attn_tp_group = std::move(attn_tp_group).value();
     }
     TSR_LOG(INFO, "rank {} of {}: tp_rank {} pp_rank {} on node {}, tp group over {}, {} threads", rank,
             layout.world_size(), rt.coords.tp_rank, rt.coords.pp_rank, rt.coords.node,
@@ -206,6 +211,19 @@ Status with_peer_stages(const RankRuntime& rt, Status s) {
                                         s.message(), ends_sentence ? "" : ".", where));
 }
 
+layers::DpAttentionParallel RankRuntime::dp_attention(bool dp_lm_head) const {
+    layers::DpAttentionParallel dpa;
+    if (layout.attn_dp_size() <= 1) return dpa;
+    dpa.dp_rank = coords.attn_dp_rank;
+    dpa.dp_size = layout.attn_dp_size();
+    dpa.tp_rank = coords.attn_tp_rank;
+    dpa.tp_size = layout.attn_tp_size();
+    dpa.attn_tp_group = attn_tp_group.get();
+    dpa.tp_group = tp_group.get();
+    dpa.dp_lm_head = dp_lm_head;
+    return dpa;
+}
+
 StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args, const RankRuntime& rt) {
     models::LoadOptions load{args.model_path, args.dtype, args.quantization, args.kv_cache_dtype};
     load.tp_rank = rt.coords.tp_rank;
@@ -222,6 +240,8 @@ StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args,
     // all_to_all runs with ep_size == tp_size (ServerArgs::resolve): the EP group is the TP group.
     if (load.moe.backend == layers::MoeA2aBackend::kAllToAll) load.moe.ep_group = rt.tp_group.get();
     TSR_ASSIGN_OR_RETURN(load.eplb, eplb_options(args, rt));
+    load.dp_attention = rt.dp_attention(args.enable_dp_lm_head);
+    load.dense_mlp_replicated = args.moe_dense_tp_size == 1;
     return load;
 }
 

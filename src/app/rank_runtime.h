@@ -12,6 +12,7 @@
 #include "dist/parallel_layout.h"
 #include "dist/process_group.h"
 #include "dist/store.h"
+#include "layers/dp_attention.h"
 #include "models/model.h"
 #include "server/server_args.h"
 
@@ -25,12 +26,20 @@ struct RankRuntime {
     // The ranks with this rank's tp rank on every pipeline stage (group rank = stage); Gloo,
     // because stages hand data on point to point. Null when pp_size == 1.
     std::unique_ptr<dist::ProcessGroup> pp_group;
+    // DP-attention: the ranks of this rank's attention-DP group (null when attn_tp_size == 1
+    // or without DP-attention).
+    std::unique_ptr<dist::ProcessGroup> attn_tp_group;
     int threads = 1;
     // The address other nodes reach this rank at (Gloo binds to it); empty in a single-process run.
     std::string address;
 
-    // The first rank of its replica (of the world without plain DP).
-    bool is_output_rank() const { return coords.global_rank % layout.replica_world_size() == 0; }
+    // The rank that runs a scheduler: the first rank of its replica (plain DP), or of its
+    // attention-DP group (DP-attention), on the first pipeline stage.
+    bool is_output_rank() const { return coords.pp_rank == 0 && coords.attn_tp_rank == 0 && coords.attn_cp_rank == 0; }
+    // Which scheduler this rank belongs to, of layout.n_schedulers().
+    int scheduler_index() const { return coords.replica * layout.attn_dp_size() + coords.attn_dp_rank; }
+    // This rank's place in the attention view of its TP group (disabled without DP-attention).
+    layers::DpAttentionParallel dp_attention(bool dp_lm_head) const;
 };
 
 // `internal_rank` / `internal_store` come from the launcher (--internal-rank, --internal-store);

@@ -99,14 +99,14 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     // Under --dp-size N each replica's engine listens on a port of its own (loopback on node 0,
     // where the front runs; the address the front reaches its node at elsewhere); the front
     // (app/dp_front.h) takes --host / --port.
-    const bool replicas = rank.runtime.layout.plain_dp();
+    const bool replicas = rank.runtime.layout.n_schedulers() > 1;
     server::HttpServerOptions ho;
     ho.host = !replicas ? args.host : rank.runtime.coords.node == 0 ? "127.0.0.1" : rank.runtime.address;
     ho.port = replicas ? 0 : args.port;
     ho.api_key = args.effective_api_key();
     ho.admin_api_key = args.admin_api_key;
     ho.allowed_hosts = args.allowed_host_list();
-    const std::string& public_host = rank.runtime.coords.replica == 0 ? args.host : ho.host;
+    const std::string& public_host = rank.runtime.scheduler_index() == 0 ? args.host : ho.host;
     if (ho.api_key.empty() && !server::is_loopback_host(public_host))
         TSR_LOG(WARN, "listening on {} without an API key: anyone who can reach it can use it; set --api-key "
                 "(or TESSERA_API_KEY)", public_host);
@@ -118,8 +118,9 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         auto started = start_dp_front(args, rank.runtime, ho.host, http.port(), **tok);
         if (!started.ok()) return fail(started.status());
         front = std::move(started).value();
-        TSR_LOG(INFO, "DP replica {} serving {} on http://{}:{}", rank.runtime.coords.replica, args.served_model_name,
-                ho.host, http.port());
+        TSR_LOG(INFO, "{} {} serving {} on http://{}:{}",
+                rank.runtime.layout.attn_dp_size() > 1 ? "DP-attention group" : "DP replica",
+                rank.runtime.scheduler_index(), args.served_model_name, ho.host, http.port());
     } else {
         TSR_LOG(INFO, "serving {} on http://{}:{} (POST /v1/chat/completions, /v1/completions, /generate)",
                 args.served_model_name, args.host, http.port());

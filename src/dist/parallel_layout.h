@@ -57,6 +57,9 @@ class ParallelLayout {
     int replica_world_size() const { return config_.tp_size * config_.pp_size; }
     int n_replicas() const { return plain_dp() ? config_.dp_size : 1; }
     int world_size() const { return replica_world_size() * n_replicas(); }
+    // Schedulers of the launch, each with its own requests and KV pool: one per plain-DP
+    // replica times one per attention-DP group.
+    int n_schedulers() const { return n_replicas() * attn_dp_size(); }
     int attn_dp_size() const { return config_.enable_dp_attention ? config_.dp_size : 1; }
     int attn_tp_size() const { return config_.tp_size / attn_dp_size() / config_.attn_cp_size; }
     int moe_tp_size() const { return config_.tp_size / config_.ep_size / config_.moe_dp_size; }

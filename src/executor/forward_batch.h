@@ -71,6 +71,23 @@ class BatchRunner {
     virtual Status launch(const ForwardBatch& batch);
     virtual StatusOr<std::vector<SampledToken>> collect();
 
+    // Lockstep runners (DP-attention): the attention-DP groups of a TP group run every step
+    // together, so a group with nothing to run must still join each step the others run.
+    // The driver (engine loop, generate) calls idle_step() whenever an iteration of its loop
+    // ran no step (rounds() unchanged): it joins one round, runs an empty batch if another
+    // group had work, and returns whether one did (then call again at once; else wait a
+    // little for requests before the next round).
+    virtual bool lockstep() const { return false; }
+    virtual std::int64_t rounds() const { return 0; }
+    virtual StatusOr<bool> idle_step() { return false; }
+    // Per-group counters for /metrics (lockstep runners only).
+    struct LockstepStats {
+        std::int64_t rounds = 0;      // steps agreed with the other groups
+        std::int64_t idle_steps = 0;  // of them, run with no tokens of this group while others had some
+        std::int64_t tokens = 0;      // this group's tokens through the model
+    };
+    virtual LockstepStats lockstep_stats() const { return {}; }
+
     // Set once a step failed in a way no later step can recover from (a collective between
     // ranks timed out or lost a peer: a stalled or dead rank). The server must then end the
     // job rather than fail every request after it one timeout at a time. Ok otherwise.

@@ -50,8 +50,12 @@ SampledToken sample_row(std::vector<float>& row, const SequenceSampling& s, cons
 ModelRunner::ModelRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool)
     : model_(model), kv_(std::move(kv)), pool_(pool) {}
 
-StatusOr<std::vector<SampledToken>> ModelRunner::run(const ForwardBatch& batch) {
+StatusOr<std::vector<SampledToken>> ModelRunner::run(const ForwardBatch& batch) { return run(batch, nullptr); }
+
+StatusOr<std::vector<SampledToken>> ModelRunner::run(const ForwardBatch& batch,
+                                                     const layers::DpAttentionStep* dp_attention) {
     TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
+    input.dp_attention = dp_attention;
     TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &logits_));
     const std::int64_t vocab = model_.config().vocab_size;
     std::vector<SampledToken> out(batch.seqs.size());

@@ -22,6 +22,8 @@ class ModelRunner final : public BatchRunner {
     ModelRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool);
 
     StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override;
+    // Under DP-attention: with every group's counts for this step (the batch may be empty).
+    StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch, const layers::DpAttentionStep* dp_attention);
 
  private:
     models::Model& model_;

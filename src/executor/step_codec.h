@@ -16,6 +16,7 @@ namespace tessera::executor {
 // Bits of a step's flags.
 inline constexpr std::int64_t kStepWithSampling = 1;  // sampling params and output ids travel too
 inline constexpr std::int64_t kStepLocalOnly = 2;     // run on this stage only (profiling)
+inline constexpr std::int64_t kStepGroupStopping = 4; // DP-attention: the group's leader is stopping
 
 // Tokens, positions, KV slots and need_token of every sequence; with kStepWithSampling also
 // what the last pipeline stage needs to sample (params, penalties, logprobs, output ids).

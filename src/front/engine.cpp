@@ -173,7 +173,14 @@ void Engine::loop() {
         std::deque<Command> commands;
         {
             std::unique_lock<std::mutex> lock(mu_);
-            cv_.wait(lock, [this] { return stop_requested_.load() || !inbox_.empty() || !idle_; });
+            const auto ready = [this] { return stop_requested_.load() || !inbox_.empty() || !idle_; };
+            // A lockstep runner joins the other DP-attention groups' steps even with nothing
+            // to run: at once while they have work, else after a short wait for requests.
+            if (!runner_.lockstep()) {
+                cv_.wait(lock, ready);
+            } else if (!peers_busy_) {
+                cv_.wait_for(lock, kLockstepIdleWait, ready);
+            }
             commands.swap(inbox_);
         }
         for (auto& c : commands) {
@@ -223,7 +230,13 @@ void Engine::loop() {
                 }
             }
         }
+        const std::int64_t rounds = runner_.rounds();
         scheduler_.step();
+        peers_busy_ = false;
+        if (runner_.lockstep() && runner_.rounds() == rounds) {
+            auto busy = runner_.idle_step();
+            peers_busy_ = busy.ok() && *busy;
+        }
         if (!runner_.fatal_error().ok()) {
             fail_everything(runner_.fatal_error());
             return;
@@ -377,6 +390,17 @@ std::string Engine::metrics_text() const {
                        "# TYPE sglang:num_retractions counter\nsglang:num_retractions{} {}\n",
                        label, s.total_retracted_reqs);
     if (config_.balancedness) out += config_.balancedness->prometheus(label.substr(1, label.size() - 2));
+    if (runner_.lockstep()) {
+        const executor::BatchRunner::LockstepStats ls = runner_.lockstep_stats();
+        const auto counter = [&](const char* name, const char* help, std::int64_t value) {
+            out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{} {}\n", name, help, name, name, label, value);
+        };
+        counter("tessera:dp_attention_steps_total", "Steps this DP-attention group ran in lockstep with the others.",
+                ls.rounds);
+        counter("tessera:dp_attention_idle_steps_total",
+                "Of them, forwards with none of this group's tokens because another group had work.", ls.idle_steps);
+        counter("tessera:dp_attention_tokens_total", "This group's tokens through the model.", ls.tokens);
+    }
     return out;
 }
 

@@ -7,6 +7,7 @@
 // output stream and calls the event callbacks.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -104,7 +105,7 @@ class Engine final : public server::Backend {
     const EngineConfig config_;
     const tokenizer::Tokenizer& tokenizer_;
     const std::optional<tokenizer::ChatTemplate> chat_template_;
-    const executor::BatchRunner& runner_;
+    executor::BatchRunner& runner_;  // the scheduler drives it; lockstep runners also get idle steps
     scheduler::Scheduler scheduler_;  // scheduler thread only
 
     std::mutex record_mu_;  // one expert_record() at a time
@@ -116,6 +117,9 @@ class Engine final : public server::Backend {
     std::mt19937_64 seed_rng_;                                            // GUARDED_BY(mu_)
     scheduler::SchedulerStats stats_;                                     // GUARDED_BY(mu_)
     bool idle_ = true;                                                    // GUARDED_BY(mu_)
+    // Lockstep runner only: the last round had another group's work, so join the next at once.
+    bool peers_busy_ = false;  // scheduler thread only
+    static constexpr std::chrono::milliseconds kLockstepIdleWait{2};
     std::optional<bool> flush_result_;                                    // GUARDED_BY(mu_)
     std::optional<Status> record_result_;                                 // GUARDED_BY(mu_)
     Status fatal_;                                                        // GUARDED_BY(mu_)

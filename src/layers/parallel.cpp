@@ -16,7 +16,7 @@ const char* moe_a2a_backend_name(MoeA2aBackend backend) {
 }
 
 Status LayerParallel::all_reduce(std::span<float> data) const {
-    if (tp_group == nullptr) return Status::Ok();
+    if (tp_group == nullptr || defer_reduce) return Status::Ok();
     return tp_group->all_reduce(data);
 }
 

@@ -48,8 +48,11 @@ struct LayerParallel {
     TpShard tp;
     dist::ProcessGroup* tp_group = nullptr;  // nullptr when tp.size == 1
     MoeParallel moe;
+    // Leave row-parallel outputs as this rank's partial sums: the caller reduces them, folded
+    // into a collective it runs anyway (DP-attention's gather and reduce-scatter).
+    bool defer_reduce = false;
 
-    // Sums f32 partial results over the TP group (no-op on one rank).
+    // Sums f32 partial results over the TP group (no-op on one rank, or when deferred).
     Status all_reduce(std::span<float> data) const;
 };
 

@@ -1,5 +1,6 @@
 #include "models/decoder.h"
 
+#include <optional>
 #include <variant>
 
 #include "base/thread_pool.h"
@@ -52,10 +53,24 @@ class Decoder final : public Model {
           compute_dtype_(compute_dtype),
           linear_dtype_(options.quantization == "fp8" ? DType::kF8E4M3 : compute_dtype),
           kv_dtype_(kv_dtype_of(options, compute_dtype)) {
-        output_rank_ = options.tp_rank == 0 && options.pp_rank == 0;
         par_.tp = {options.tp_rank, options.tp_size};
         par_.tp_group = options.tp_group;
         par_.moe = options.moe;
+        dpa_ = options.dp_attention;
+        const layers::LayerParallel replicated{{0, 1}, nullptr, options.moe};
+        attn_par_ = embed_par_ = head_par_ = dense_par_ = par_;
+        if (dpa_.enabled()) {
+            // SGLang's DP-attention models: attention sharded over attention TP, the embedding
+            // replicated (VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())), the
+            // LM head over attention TP under --enable-dp-lm-head.
+            attn_par_.tp = {dpa_.tp_rank, dpa_.tp_size};
+            attn_par_.tp_group = dpa_.attn_tp_group;
+            embed_par_ = replicated;
+            if (dpa_.dp_lm_head) head_par_ = attn_par_;
+        }
+        dense_replicated_ = options.dense_mlp_replicated;
+        if (dense_replicated_) dense_par_ = replicated;
+        output_rank_ = attn_par_.tp.rank == 0 && options.pp_rank == 0;
     }
 
     Status load(const WeightSource& source, const StageInfo& stage, const DecoderSpec& spec, const LoadOptions& options);
@@ -83,6 +98,15 @@ class Decoder final : public Model {
 
  private:
     Status check_batch(const BatchInput& batch, const kvcache::KvView& kv) const;
+    Status check_dp_attention(const BatchInput& batch) const;
+    // One decoder layer on this rank's `n` tokens in x_; under DP-attention with the MLP / MoE
+    // over every group's tokens (`gathered`: the layout of the step's tokens).
+    Status layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, std::size_t l, const layers::LayerBatch& lb,
+                         const layers::DpBufferLayout* gathered, ThreadPool* pool);
+    Status ffn_forward(DecoderLayer& layer, const float* h, std::int64_t rows, float* out, ThreadPool* pool,
+                       const layers::LayerParallel& par);
+    // The logits rows of this rank's group from the hidden states `last_` (n_out rows).
+    Status logits_forward(std::int64_t n_out, const BatchInput& batch, ThreadPool* pool, std::vector<float>* out);
     Status init_eplb(const LoadOptions& options);
     StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> load_attention(const WeightSource& source,
                                                                                     const std::string& prefix,
@@ -95,7 +119,12 @@ class Decoder final : public Model {
     // leaves them unquantized).
     const DType linear_dtype_;
     const DType kv_dtype_;  // --kv-cache-dtype (registry.cpp resolve_kv_cache_dtype checked it)
-    layers::LayerParallel par_;
+    // What each part of a layer splits over: MLP / MoE over the TP group (par_); attention,
+    // embedding, LM head and dense MLPs over the same unless DP-attention or
+    // --moe-dense-tp-size says otherwise.
+    layers::LayerParallel par_, attn_par_, embed_par_, head_par_, dense_par_;
+    layers::DpAttentionParallel dpa_;
+    bool dense_replicated_ = false;  // --moe-dense-tp-size 1
     StageInfo stage_;
     std::int64_t n_heads_ = 0;     // this rank's query heads
     std::int64_t n_kv_heads_ = 0;  // this rank's KV heads
@@ -107,6 +136,7 @@ class Decoder final : public Model {
 
     // Reused across steps.
     std::vector<float> x_, h_, branch_, last_;  // branch_: an attention or FFN output
+    std::vector<float> x_all_, h_all_, out_all_, dp_scratch_;  // DP-attention: every group's rows
     std::vector<float> rope_cos_, rope_sin_;  // f32 [tokens, head_dim/2] of the current pass
     layers::Scratch scratch_;
     std::unique_ptr<EplbManager> eplb_;  // MoE models only
@@ -148,7 +178,7 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
     const std::int64_t hidden = c.hidden_size;
     if (stage_.first) {
         TSR_ASSIGN_OR_RETURN(embedding_, layers::VocabParallelEmbedding::load(source, "model.embed_tokens.weight",
-                                                                            c.vocab_size, hidden, par_));
+                                                                            c.vocab_size, hidden, embed_par_));
         source.drop_resident_pages();
     }
     TSR_RETURN_IF_ERROR(init_eplb(options));
@@ -167,19 +197,20 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
             layers_.push_back({std::move(input_norm), std::move(attention), std::move(post_norm), std::move(moe)});
         } else {
             TSR_ASSIGN_OR_RETURN(auto mlp, layers::GatedMlp::load_dense(source, p + "mlp.", hidden, c.intermediate_size,
-                                                                        linear_dtype_, par_));
+                                                                        linear_dtype_, dense_par_));
             layers_.push_back({std::move(input_norm), std::move(attention), std::move(post_norm), std::move(mlp)});
         }
         source.drop_resident_pages();  // this layer's file bytes are packed now
     }
-    TSR_ASSIGN_OR_RETURN(auto heads, layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, par_.tp));
+    TSR_ASSIGN_OR_RETURN(auto heads,
+                         layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, attn_par_.tp));
     n_heads_ = heads.q_heads.count;
     n_kv_heads_ = heads.kv_heads.count;
     if (stage_.last) {
         TSR_ASSIGN_OR_RETURN(final_norm_, layers::load_f32_vector(source, "model.norm.weight", hidden));
         const bool tied = c.tie_word_embeddings || !source.contains("lm_head.weight");
         TSR_ASSIGN_OR_RETURN(lm_head_, layers::LogitsHead::load(source, tied ? "model.embed_tokens.weight" : "lm_head.weight",
-                                                                c.vocab_size, hidden, compute_dtype_, par_));
+                                                                c.vocab_size, hidden, compute_dtype_, head_par_));
     }
     inv_freq_ = loader::rope_inv_freq(c);
     if (eplb_) {
@@ -199,7 +230,7 @@ StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> Decoder::load
         auto mla = layers::MlaAttention::load(source,
                                               {prefix, c.hidden_size, c.num_attention_heads, c.mla, eps,
                                                c.attention_scale(), c.rope_magnitude(), linear_dtype_},
-                                              par_);
+                                              attn_par_);
         if (!mla.ok()) return mla.status();
         // Built in place: GCC 12 misreports the moved-from temporary's vectors as uninitialized.
         return std::variant<layers::GqaAttention, layers::MlaAttention>(std::in_place_type<layers::MlaAttention>,
@@ -209,7 +240,7 @@ StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> Decoder::load
                                                               {prefix, c.hidden_size, c.num_attention_heads,
                                                                c.num_key_value_heads, c.head_dim, spec.qkv_bias,
                                                                spec.qk_norm, eps, linear_dtype_},
-                                                              par_));
+                                                              attn_par_));
     return std::variant<layers::GqaAttention, layers::MlaAttention>(std::move(gqa));
 }
 
@@ -270,7 +301,8 @@ layers::MoeTraffic Decoder::moe_traffic() const {
 Status Decoder::check_batch(const BatchInput& batch, const kvcache::KvView& kv) const {
     const ModelConfig& c = config_;
     const auto n = static_cast<std::int64_t>(batch.tokens.size());
-    if (n == 0) return Status::InvalidArgument("forward of zero tokens");
+    // Under DP-attention a group with no requests still joins the step (an idle batch).
+    if (n == 0 && !dpa_.enabled()) return Status::InvalidArgument("forward of zero tokens");
     std::int64_t covered = 0;
     for (const auto& seq : batch.seqs) covered += seq.n_tokens;
     if (covered != n)
@@ -299,10 +331,129 @@ Status Decoder::check_batch(const BatchInput& batch, const kvcache::KvView& kv) 
         return Status::InvalidArgument("the KV view holds " + std::to_string(kv.k.size()) + " K and " +
                                        std::to_string(kv.v.size()) + " V layers; this pipeline stage has " +
                                        std::to_string(stage_.num_layers()));
+    return check_dp_attention(batch);
+}
+
+Status Decoder::check_dp_attention(const BatchInput& batch) const {
+    const layers::DpAttentionStep* step = batch.dp_attention;
+    if (!dpa_.enabled()) {
+        if (step != nullptr) return Status::Internal("a DP-attention step for a model loaded without DP-attention");
+        return Status::Ok();
+    }
+    if (step == nullptr) return Status::Internal("DP-attention: the step carries no token counts of the other groups");
+    const auto groups = static_cast<std::size_t>(dpa_.dp_size);
+    if (step->num_tokens.size() != groups || step->num_logit_rows.size() != groups)
+        return Status::Internal("DP-attention: token counts of " + std::to_string(step->num_tokens.size()) +
+                                " groups for " + std::to_string(groups));
+    std::int64_t logit_rows = 0;
+    for (const auto& seq : batch.seqs)
+        logit_rows += seq.logits == LogitsMode::kAll ? seq.n_tokens : seq.logits == LogitsMode::kLast && seq.n_tokens > 0;
+    const auto me = static_cast<std::size_t>(dpa_.dp_rank);
+    if (step->num_tokens[me] != static_cast<std::int64_t>(batch.tokens.size()) ||
+        (stage_.last && step->num_logit_rows[me] != logit_rows))
+        return Status::Internal("DP-attention: group " + std::to_string(me) + " announced " +
+                                std::to_string(step->num_tokens[me]) + " tokens / " +
+                                std::to_string(step->num_logit_rows[me]) + " logits rows but runs " +
+                                std::to_string(batch.tokens.size()) + " / " + std::to_string(logit_rows));
+    return Status::Ok();
+}
+
+Status Decoder::ffn_forward(DecoderLayer& layer, const float* h, std::int64_t rows, float* out, ThreadPool* pool,
+                            const layers::LayerParallel& par) {
+    if (auto* mlp = std::get_if<layers::GatedMlp>(&layer.ffn)) return mlp->forward_reduced(h, rows, out, scratch_, pool, par);
+    return std::get<layers::MoeLayer>(layer.ffn).forward(h, rows, out, scratch_, pool, par);
+}
+
+Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, std::size_t l,
+                              const layers::LayerBatch& lb, const layers::DpBufferLayout* gathered, ThreadPool* pool) {
+    const std::int64_t n = lb.n_tokens;
+    const std::int64_t hidden = config_.hidden_size;
+    const auto eps = static_cast<float>(config_.rms_norm_eps);
+    // Under DP-attention the attention output stays this rank's partial sum: the gather before
+    // the MLP sums it over attention TP (dp_gather_partial), residual included.
+    layers::LayerParallel attn = attn_par_;
+    attn.defer_reduce = gathered != nullptr;
+    if (n > 0) {
+        kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
+        if (auto* mla = std::get_if<layers::MlaAttention>(&layer.attention)) {
+            TSR_RETURN_IF_ERROR(mla->forward(h_.data(), lb, kv.k[l], kv.dtype, branch_.data(), scratch_, attn));
+        } else {
+            TSR_RETURN_IF_ERROR(std::get<layers::GqaAttention>(layer.attention)
+                                    .forward(h_.data(), lb, kv.k[l], kv.v[l], kv.dtype, branch_.data(), scratch_, attn));
+        }
+    }
+    if (gathered == nullptr) {
+        if (n == 0) return Status::Ok();
+        const layers::LayerParallel& ffn_par = std::holds_alternative<layers::GatedMlp>(layer.ffn) ? dense_par_ : par_;
+        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+        kernels::rms_norm(x_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden, eps, pool);
+        TSR_RETURN_IF_ERROR(ffn_forward(layer, h_.data(), n, branch_.data(), pool, ffn_par));
+        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+        return Status::Ok();
+    }
+    // The residual joins once per group: from its attention-TP rank 0.
+    if (n > 0 && dpa_.tp_rank == 0) kernels::add_inplace(branch_.data(), x_.data(), n * hidden);
+    const std::int64_t rows = gathered->rows;
+    TSR_RETURN_IF_ERROR(layers::dp_gather({branch_.data(), static_cast<std::size_t>(n * hidden)}, hidden, *gathered,
+                                          /*partial=*/true, dpa_, x_all_));
+    h_all_.resize(static_cast<std::size_t>(rows * hidden));
+    out_all_.resize(static_cast<std::size_t>(rows * hidden));
+    kernels::rms_norm(x_all_.data(), layer.post_attention_norm.data(), h_all_.data(), rows, hidden, eps, pool);
+    // Under max_len padding the MLP leaves its output unreduced and the reduce-scatter back to
+    // the groups sums it (SGLang's should_use_reduce_scatter); the all_to_all dispatcher
+    // returns complete rows, which only need this group's slice.
+    const auto* moe = std::get_if<layers::MoeLayer>(&layer.ffn);
+    const bool complete_rows = moe != nullptr && par_.moe.backend == layers::MoeA2aBackend::kAllToAll &&
+                               par_.moe.ep_size > 1;
+    layers::LayerParallel ffn = par_;
+    ffn.defer_reduce = gathered->mode == layers::DpPaddingMode::kMaxLen && !complete_rows;
+    TSR_RETURN_IF_ERROR(ffn_forward(layer, h_all_.data(), rows, out_all_.data(), pool, ffn));
+    if (ffn.defer_reduce) {
+        TSR_RETURN_IF_ERROR(layers::dp_reduce_scatter(out_all_, hidden, *gathered, dpa_, dp_scratch_, branch_.data()));
+    } else {
+        layers::dp_scatter(out_all_, hidden, *gathered, dpa_, branch_.data());
+    }
+    if (n == 0) return Status::Ok();
+    layers::dp_scatter(x_all_, hidden, *gathered, dpa_, x_.data());
+    kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+    return Status::Ok();
+}
+
+Status Decoder::logits_forward(std::int64_t n_out, const BatchInput& batch, ThreadPool* pool, std::vector<float>* out) {
+    const std::int64_t hidden = config_.hidden_size;
+    const auto eps = static_cast<float>(config_.rms_norm_eps);
+    out->clear();
+    if (n_out > 0) kernels::rms_norm(last_.data(), final_norm_.data(), last_.data(), n_out, hidden, eps, pool);
+    // Every rank of the head's group runs the same rows, so all of them skip (or issue) its
+    // gather together: the attention-TP group under --enable-dp-lm-head, else the TP group.
+    const layers::DpAttentionStep* step = batch.dp_attention;
+    if (step == nullptr || dpa_.dp_lm_head) {
+        if (n_out == 0) return Status::Ok();
+        return lm_head_->forward(last_.data(), n_out, out, pool, head_par_);
+    }
+    // The head spans the TP group: every group's rows are gathered (replicated across attention
+    // TP), the logits computed for all, and this group's taken back (logits_processor.py).
+    std::int64_t total = 0;
+    for (std::int64_t rows : step->num_logit_rows) total += rows;
+    if (total == 0) return Status::Ok();
+    const layers::DpBufferLayout layout = layers::dp_buffer_layout(
+        layers::dp_padding_mode(step->any_extend, step->num_logit_rows), step->num_logit_rows, dpa_.tp_size);
+    TSR_RETURN_IF_ERROR(layers::dp_gather({last_.data(), static_cast<std::size_t>(n_out * hidden)}, hidden, layout,
+                                          /*partial=*/false, dpa_, x_all_));
+    TSR_RETURN_IF_ERROR(lm_head_->forward(x_all_.data(), layout.rows, &out_all_, pool, head_par_));
+    const std::int64_t vocab = config_.vocab_size;
+    const auto begin = out_all_.begin() + layout.local_offset(dpa_.dp_rank) * vocab;
+    out->assign(begin, begin + n_out * vocab);
     return Status::Ok();
 }
 
 Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool, std::vector<float>* out) {
+    const bool idle_everywhere = [&] {
+        if (batch.dp_attention == nullptr) return batch.tokens.empty();
+        for (std::int64_t n : batch.dp_attention->num_tokens)
+            if (n > 0) return false;
+        return true;
+    }();
     if (batch.expert_record != eplb::ExpertRecordCommand::kNone) {
         // A refused command is the output rank's to report; any other rank goes on, because a
         // failed forward ends a follower (and with it the job).
@@ -310,7 +461,7 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
                          : Status::InvalidArgument("expert distribution recording needs a MoE model; " +
                                                    config_.architecture + " has no routed experts");
         if (!s.ok() && output_rank_) return s;
-        if (batch.tokens.empty() && batch.seqs.empty()) {  // a control step
+        if (batch.tokens.empty() && batch.seqs.empty() && idle_everywhere) {  // a control step
             out->clear();
             return Status::Ok();
         }
@@ -343,37 +494,27 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
         t0 += seq.n_tokens;
     }
 
-    if (stage_.first) {
-        TSR_RETURN_IF_ERROR(embedding_->forward(batch.tokens, x_.data(), par_));
-    } else {
+    if (n > 0 && stage_.first) {
+        TSR_RETURN_IF_ERROR(embedding_->forward(batch.tokens, x_.data(), embed_par_));
+    } else if (n > 0) {
         std::copy(batch.hidden_in.begin(), batch.hidden_in.end(), x_.begin());
     }
-    const float eps = static_cast<float>(c.rms_norm_eps);
     // Rotary angles once per pass; every layer rotates with the same ones.
     const std::int64_t half = c.rope_dim() / 2;
     rope_cos_.resize(static_cast<std::size_t>(n * half));
     rope_sin_.resize(static_cast<std::size_t>(n * half));
     kernels::rope_angles(positions.data(), n, inv_freq_.data(), half, rope_cos_.data(), rope_sin_.data());
     const layers::LayerBatch lb{n, kv_rows.data(), rope_cos_.data(), rope_sin_.data(), seqs, pool};
+    // DP-attention: where every group's tokens sit while the MLP / MoE runs over all of them.
+    std::optional<layers::DpBufferLayout> gathered;
+    if (const layers::DpAttentionStep* step = batch.dp_attention) {
+        gathered = layers::dp_buffer_layout(layers::dp_padding_mode(step->any_extend, step->num_tokens),
+                                            step->num_tokens, dpa_.tp_size);
+    }
     for (std::size_t l = 0; l < layers_.size(); ++l) {
         DecoderLayer& layer = layers_[l];
-        kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
-        if (auto* mla = std::get_if<layers::MlaAttention>(&layer.attention)) {
-            TSR_RETURN_IF_ERROR(mla->forward(h_.data(), lb, kv.k[l], kv.dtype, branch_.data(), scratch_, par_));
-        } else {
-            TSR_RETURN_IF_ERROR(std::get<layers::GqaAttention>(layer.attention)
-                                    .forward(h_.data(), lb, kv.k[l], kv.v[l], kv.dtype, branch_.data(), scratch_, par_));
-        }
-        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
-
-        kernels::rms_norm(x_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden, eps, pool);
-        if (auto* mlp = std::get_if<layers::GatedMlp>(&layer.ffn)) {
-            TSR_RETURN_IF_ERROR(mlp->forward_reduced(h_.data(), n, branch_.data(), scratch_, pool, par_));
-        } else {
-            TSR_RETURN_IF_ERROR(
-                std::get<layers::MoeLayer>(layer.ffn).forward(h_.data(), n, branch_.data(), scratch_, pool, par_));
-        }
-        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+        const bool replicated_dense = dense_replicated_ && std::holds_alternative<layers::GatedMlp>(layer.ffn);
+        TSR_RETURN_IF_ERROR(layer_forward(layer, kv, l, lb, gathered && !replicated_dense ? &*gathered : nullptr, pool));
     }
     if (eplb_) TSR_RETURN_IF_ERROR(eplb_->on_forward_pass_end(scratch_, pool));
     if (!stage_.last) {
@@ -381,17 +522,12 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
         return Status::Ok();
     }
     const auto n_out = static_cast<std::int64_t>(logit_rows.size());
-    out->clear();
-    // Every rank runs the same batch, so all of them skip (or issue) the gather together.
-    if (n_out == 0) return Status::Ok();
     last_.resize(n_out * hidden);
     for (std::int64_t r = 0; r < n_out; ++r)
         std::copy(x_.begin() + logit_rows[r] * hidden, x_.begin() + (logit_rows[r] + 1) * hidden,
                   last_.begin() + r * hidden);
-    kernels::rms_norm(last_.data(), final_norm_.data(), last_.data(), n_out, hidden, eps, pool);
-    return lm_head_->forward(last_.data(), n_out, out, pool, par_);
+    return logits_forward(n_out, batch, pool, out);
 }
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> load_decoder(const ModelConfig& config, const WeightSource& source,

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "kvcache/kv_cache.h"
 #include "eplb/eplb_options.h"
+#include "layers/dp_attention.h"
 #include "layers/parallel.h"
 #include "loader/model_config.h"
 
@@ -44,6 +45,10 @@ struct BatchInput {
     std::span<const float> hidden_in;
     // Applied by the MoE models before the pass; a step with no tokens carries only this.
     eplb::ExpertRecordCommand expert_record = eplb::ExpertRecordCommand::kNone;
+    // DP-attention: what every attention-DP group runs this step (this rank's group's tokens
+    // are the ones above, possibly none). Required when the model was loaded with
+    // LoadOptions::dp_attention enabled; null otherwise.
+    const layers::DpAttentionStep* dp_attention = nullptr;
 };
 
 // The part of the model one pipeline stage runs: decoder layers [layer_begin, layer_end);
@@ -128,6 +133,12 @@ struct LoadOptions {
     // Expert parallelism: this rank's place in the MoE view of its TP group and the
     // dispatcher; the model keeps only its experts (and its moe_tp slice of each).
     layers::MoeParallel moe;
+    // DP-attention (--enable-dp-attention): attention over this rank's attention-TP group on
+    // its group's own requests, MLP / MoE over the whole TP group on every group's tokens.
+    layers::DpAttentionParallel dp_attention;
+    // --moe-dense-tp-size 1: dense MLP layers replicated on every rank (no TP split, no
+    // gather under DP-attention).
+    bool dense_mlp_replicated = false;
     // Expert placement, dispatch, recording and live rebalancing (MoE models).
     eplb::EplbOptions eplb;
 };

@@ -199,6 +199,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "data parallel size: replicas of the tp x pp world behind one HTTP front (attention DP groups with "
           "--enable-dp-attention)",
           kServe);
+    // `generate` runs one request, so replicas would idle; attention-DP groups split the TP group.
+    if (!t.serve) t.not_yet.back().asks_nothing = [&a] { return a.dp_size == 1 || a.enable_dp_attention; };
     value(app, t, "--ep-size,--expert-parallel-size,--ep", a.ep_size, "expert parallel size inside the TP group",
           kYes);
     value(app, t, "--moe-dp-size,--moe-data-parallel-size", a.moe_dp_size, "MoE data parallel size", kNotYet);
@@ -206,12 +208,14 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "attention context parallel size", kNotYet);
     value(app, t, "--dcp-size,--decode-context-parallel-size", a.dcp_size, "decode context parallel size", kNotYet);
     flag(app, t, "--enable-dp-attention", a.enable_dp_attention,
-         "data parallelism for attention and tensor parallelism for FFN", kNotYet);
-    flag(app, t, "--enable-dp-lm-head", a.enable_dp_lm_head, "vocab-parallel LM head across the attention-TP group",
-         kNotYet);
-    optional(app, t, "--moe-dense-tp-size", a.moe_dense_tp_size, "TP width of dense MLPs in MoE models", kNotYet);
-    // tessera's dense MLPs span the whole TP group: the TP size asks for nothing new.
-    t.not_yet.back().asks_nothing = [&a] { return !a.moe_dense_tp_size || *a.moe_dense_tp_size == a.tp_size; };
+         "data parallelism for attention and tensor parallelism for FFN: --dp-size attention groups inside the TP "
+         "group, each with its own requests and KV cache",
+         kYes);
+    flag(app, t, "--enable-dp-lm-head", a.enable_dp_lm_head,
+         "vocab-parallel LM head across the attention-TP group (no gather of logits rows across DP groups)", kYes);
+    optional(app, t, "--moe-dense-tp-size", a.moe_dense_tp_size,
+             "TP width of dense MLPs: 1 replicates them on every rank (no split, no DP-attention gather), or tp_size",
+             kYes);
     value(app, t, "--nnodes", a.nnodes, "number of nodes", kYes);
     value(app, t, "--node-rank", a.node_rank, "this node's rank", kYes);
     value(app, t, "--dist-init-addr,--nccl-init-addr", a.dist_init_addr, "HOST:PORT of the rendezvous (node 0)",

@@ -1,0 +1,118 @@
+#pragma once
+// executor/dp_attention_runner.h — the lockstep of DP-attention groups (SGLang's
+// scheduler.py prepare_mlp_sync_batch). Each attention-DP group's leader (attention-TP rank 0)
+// runs its own scheduler and broadcasts its step inside its attention-TP group; then, before
+// every forward, all ranks of the TP group agree on each group's token and logits-row counts
+// and whether any group runs a prefill, because the MLP / MoE of every layer gathers all
+// groups' tokens. A group with no work joins with an idle (empty) batch, so the collectives
+// never wait on it. Each step carries a round number; ranks that disagree on it, or on their
+// group's counts, fail the step naming the groups. Stopping is agreed too: a group's leader
+// keeps joining rounds until every group is stopping. Each object is owned by its rank's
+// main (or scheduler) thread.
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "executor/forward_batch.h"
+#include "executor/model_runner.h"
+#include "kvcache/kv_cache.h"
+#include "layers/dp_attention.h"
+#include "models/model.h"
+
+namespace tessera {
+class ThreadPool;
+}
+namespace tessera::dist {
+class ProcessGroup;
+}
+
+namespace tessera::executor {
+
+// This rank's part in the per-step agreement over the TP group.
+class DpAttentionSync {
+ public:
+    explicit DpAttentionSync(const layers::DpAttentionParallel& dpa) : dpa_(dpa) {}
+
+    struct GroupStep {
+        std::int64_t tokens = 0;
+        std::int64_t logit_rows = 0;
+        bool extend = false;
+        bool stopping = false;
+    };
+    struct Agreed {
+        layers::DpAttentionStep step;
+        bool any_tokens = false;
+        bool all_stopping = false;
+    };
+    // Every rank of the TP group, once per round, with its group's step (the same on every
+    // attention-TP rank of the group).
+    StatusOr<Agreed> exchange(const GroupStep& mine);
+    std::int64_t rounds() const { return round_; }
+
+ private:
+    // "attn_dp group g (TP ranks a-b)".
+    std::string group_name(int group) const;
+
+    layers::DpAttentionParallel dpa_;
+    std::int64_t round_ = 0;
+};
+
+// The group leader's runner: broadcast the step in the attention-TP group, agree, run.
+class DpAttentionLeaderRunner final : public BatchRunner {
+ public:
+    DpAttentionLeaderRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool,
+                            const layers::DpAttentionParallel& dpa);
+    ~DpAttentionLeaderRunner() override;
+
+    StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override;
+    bool lockstep() const override { return true; }
+    std::int64_t rounds() const override { return sync_.rounds(); }
+    StatusOr<bool> idle_step() override;
+    LockstepStats lockstep_stats() const override;
+
+    // Joins rounds (idle) until every group is stopping; then this group's followers return
+    // from follow_dp_attention_leader(). Idempotent.
+    Status stop();
+
+ private:
+    StatusOr<std::vector<SampledToken>> round(const ForwardBatch& batch, bool stopping, bool* others_busy);
+
+    ModelRunner local_;
+    layers::DpAttentionParallel dpa_;
+    DpAttentionSync sync_;
+    bool stopped_ = false;
+    std::atomic<std::int64_t> idle_steps_{0}, tokens_{0}, rounds_{0};
+};
+
+// Every other rank of the TP group (attention-TP ranks 1..): runs its leader's steps until
+// all groups stop; returns the first error.
+Status follow_dp_attention_leader(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool,
+                                  const layers::DpAttentionParallel& dpa);
+
+// The offline path with every logits row (`tessera generate --logits-out`): every attention-DP
+// group runs the same sequence, so each rank knows every group's counts without a scheduler
+// or an exchange, and every group's rows cross the gather and scatter of each layer.
+class EveryGroupModel final : public models::Model {
+ public:
+    EveryGroupModel(models::Model& model, int attn_dp_size) : model_(model), groups_(attn_dp_size) {}
+
+    const loader::ModelConfig& config() const override { return model_.config(); }
+    kvcache::KvCacheShape kv_cache_shape() const override { return model_.kv_cache_shape(); }
+    models::StageInfo stage() const override { return model_.stage(); }
+    DType compute_dtype() const override { return model_.compute_dtype(); }
+    std::size_t weight_bytes() const override { return model_.weight_bytes(); }
+    std::size_t weight_bytes_per_token() const override { return model_.weight_bytes_per_token(); }
+    double linear_flops_per_token() const override { return model_.linear_flops_per_token(); }
+    double attention_flops_at(std::int64_t pos) const override { return model_.attention_flops_at(pos); }
+    layers::MoeTraffic moe_traffic() const override { return model_.moe_traffic(); }
+    using Model::forward;
+    Status forward(const models::BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
+                   std::vector<float>* out) override;
+
+ private:
+    models::Model& model_;
+    const int groups_;
+};
+
+}  // namespace tessera::executor
