@@ -37,6 +37,10 @@ struct EnvFlags {
     // env: TSR_EPLB_FAULT_FAIL_TRANSFER=1 — fault injection for tests: TP rank 1 reports the
     // transfer of a rebalance as failed; every rank must keep the old placement.
     bool eplb_fail_transfer = false;
+    // env: TSR_DPA_FAULT=skip:G:R or stall:G:R — fault injection for tests: the ranks of
+    // attention-DP group G skip round R of the DP-attention lockstep (the others must name the
+    // group), or stop joining at round R (the others must fail within --dist-timeout).
+    std::string dpa_fault;
     // env: TESSERA_JOB_TOKEN — the secret the rendezvous store admits this job's processes
     // with. The launcher sets it for its ranks; set it yourself (the same on every node) for
     // multi-node jobs on a shared network (app/launcher.h job_token()).

@@ -3,8 +3,10 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
+#include "base/env.h"
 #include "base/logging.h"
 #include "dist/process_group.h"
 #include "executor/step_codec.h"
@@ -40,8 +42,26 @@ std::string DpAttentionSync::group_name(int group) const {
                              : fmt::format("attn_dp group {} (TP ranks {}-{})", group, first, first + dpa_.tp_size - 1);
 }
 
+DpAttentionSync::DpAttentionSync(const layers::DpAttentionParallel& dpa) : dpa_(dpa) {
+    const std::string& fault = env().dpa_fault;
+    int group = -1;
+    long long round = -1;
+    char kind[8] = {};
+    if (!fault.empty() && std::sscanf(fault.c_str(), "%7[a-z]:%d:%lld", kind, &group, &round) == 3 &&
+        group == dpa_.dp_rank) {
+        fault_ = std::string(kind) == "skip" ? Fault::kSkip : std::string(kind) == "stall" ? Fault::kStall : Fault::kNone;
+        fault_round_ = round;
+    }
+}
+
 StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& mine) {
     dist::ProcessGroup& tp = *dpa_.tp_group;
+    if (round_ == fault_round_ && fault_ != Fault::kNone) {
+        TSR_LOG_C(WARN, "executor", "TSR_DPA_FAULT: attn_dp group {} {} round {}", dpa_.dp_rank,
+                  fault_ == Fault::kSkip ? "skips" : "stalls at", round_);
+        while (fault_ == Fault::kStall) std::this_thread::sleep_for(std::chrono::hours(1));
+        ++round_;
+    }
     const int T = tp.size();
     std::vector<std::int64_t> rows(static_cast<std::size_t>(T * kFields), 0);
     std::int64_t* me = rows.data() + tp.rank() * kFields;
@@ -102,11 +122,11 @@ StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::round(const Forward
     const DpAttentionSync::GroupStep mine = group_step(batch, stopping);
     auto agreed = sync_.exchange(mine);
     if (!agreed.ok()) return note_failure(agreed.status());
-    rounds_.fetch_add(1, std::memory_order_relaxed);
     if (others_busy != nullptr) *others_busy = agreed->any_tokens;
     if (agreed->all_stopping) stopped_ = true;
     if (!agreed->any_tokens && batch.expert_record == eplb::ExpertRecordCommand::kNone)
         return std::vector<SampledToken>(batch.seqs.size());
+    if (agreed->any_tokens) forwards_.fetch_add(1, std::memory_order_relaxed);
     if (mine.tokens == 0 && agreed->any_tokens) idle_steps_.fetch_add(1, std::memory_order_relaxed);
     tokens_.fetch_add(mine.tokens, std::memory_order_relaxed);
     auto out = local_.run(batch, &agreed->step);
@@ -138,7 +158,7 @@ Status DpAttentionLeaderRunner::stop() {
 }
 
 BatchRunner::LockstepStats DpAttentionLeaderRunner::lockstep_stats() const {
-    return {rounds_.load(std::memory_order_relaxed), idle_steps_.load(std::memory_order_relaxed),
+    return {forwards_.load(std::memory_order_relaxed), idle_steps_.load(std::memory_order_relaxed),
             tokens_.load(std::memory_order_relaxed)};
 }
 

@@ -32,7 +32,7 @@ namespace tessera::executor {
 // This rank's part in the per-step agreement over the TP group.
 class DpAttentionSync {
  public:
-    explicit DpAttentionSync(const layers::DpAttentionParallel& dpa) : dpa_(dpa) {}
+    explicit DpAttentionSync(const layers::DpAttentionParallel& dpa);
 
     struct GroupStep {
         std::int64_t tokens = 0;
@@ -56,6 +56,9 @@ class DpAttentionSync {
 
     layers::DpAttentionParallel dpa_;
     std::int64_t round_ = 0;
+    // TSR_DPA_FAULT (tests): this group skips (or stalls at) round fault_round_.
+    enum class Fault { kNone, kSkip, kStall } fault_ = Fault::kNone;
+    std::int64_t fault_round_ = -1;
 };
 
 // The group leader's runner: broadcast the step in the attention-TP group, agree, run.
@@ -82,7 +85,7 @@ class DpAttentionLeaderRunner final : public BatchRunner {
     layers::DpAttentionParallel dpa_;
     DpAttentionSync sync_;
     bool stopped_ = false;
-    std::atomic<std::int64_t> idle_steps_{0}, tokens_{0}, rounds_{0};
+    std::atomic<std::int64_t> forwards_{0}, idle_steps_{0}, tokens_{0};
 };
 
 // Every other rank of the TP group (attention-TP ranks 1..): runs its leader's steps until

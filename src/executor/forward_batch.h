@@ -82,7 +82,7 @@ class BatchRunner {
     virtual StatusOr<bool> idle_step() { return false; }
     // Per-group counters for /metrics (lockstep runners only).
     struct LockstepStats {
-        std::int64_t rounds = 0;      // steps agreed with the other groups
+        std::int64_t forwards = 0;    // forward steps of the TP group (some group had tokens)
         std::int64_t idle_steps = 0;  // of them, run with no tokens of this group while others had some
         std::int64_t tokens = 0;      // this group's tokens through the model
     };

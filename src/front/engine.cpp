@@ -179,7 +179,9 @@ void Engine::loop() {
             if (!runner_.lockstep()) {
                 cv_.wait(lock, ready);
             } else if (!peers_busy_) {
-                cv_.wait_for(lock, kLockstepIdleWait, ready);
+                // Idle everywhere: wait 1, 2, 4, then 8 ms between rounds, so an idle launch
+                // costs little CPU and a new request waits at most that long for the others.
+                cv_.wait_for(lock, std::chrono::milliseconds(1 << std::min(idle_rounds_, 3)), ready);
             }
             commands.swap(inbox_);
         }
@@ -236,6 +238,9 @@ void Engine::loop() {
         if (runner_.lockstep() && runner_.rounds() == rounds) {
             auto busy = runner_.idle_step();
             peers_busy_ = busy.ok() && *busy;
+            idle_rounds_ = peers_busy_ ? 0 : idle_rounds_ + 1;
+        } else {
+            idle_rounds_ = 0;
         }
         if (!runner_.fatal_error().ok()) {
             fail_everything(runner_.fatal_error());
@@ -395,8 +400,8 @@ std::string Engine::metrics_text() const {
         const auto counter = [&](const char* name, const char* help, std::int64_t value) {
             out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{} {}\n", name, help, name, name, label, value);
         };
-        counter("tessera:dp_attention_steps_total", "Steps this DP-attention group ran in lockstep with the others.",
-                ls.rounds);
+        counter("tessera:dp_attention_steps_total",
+                "Forward steps this DP-attention group ran in lockstep with the others.", ls.forwards);
         counter("tessera:dp_attention_idle_steps_total",
                 "Of them, forwards with none of this group's tokens because another group had work.", ls.idle_steps);
         counter("tessera:dp_attention_tokens_total", "This group's tokens through the model.", ls.tokens);

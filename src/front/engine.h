@@ -7,7 +7,6 @@
 // output stream and calls the event callbacks.
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -119,7 +118,7 @@ class Engine final : public server::Backend {
     bool idle_ = true;                                                    // GUARDED_BY(mu_)
     // Lockstep runner only: the last round had another group's work, so join the next at once.
     bool peers_busy_ = false;  // scheduler thread only
-    static constexpr std::chrono::milliseconds kLockstepIdleWait{2};
+    int idle_rounds_ = 0;      // consecutive rounds with no work anywhere; scheduler thread only
     std::optional<bool> flush_result_;                                    // GUARDED_BY(mu_)
     std::optional<Status> record_result_;                                 // GUARDED_BY(mu_)
     Status fatal_;                                                        // GUARDED_BY(mu_)

@@ -64,11 +64,13 @@ TEST(FlagTableTest, ValidationRunsBeforeTheUnimplementedCheck) {
         Parsed p = parse(same);
         EXPECT_TRUE(p.status.ok()) << same.front() << ": " << p.status.to_string();
     }
-    Parsed dp = parse({"--tp", "2", "--dp", "2", "--enable-dp-attention"});
-    EXPECT_EQ(dp.status.code(), StatusCode::kUnimplemented);
-    EXPECT_EQ(dp.status.message().rfind("--enable-dp-attention true: tessera does not implement it yet", 0), 0u)
-        << dp.status.message();
-    EXPECT_NE(dp.status.message().find("or give false"), std::string::npos) << dp.status.message();
+    Parsed priority = parse({"--enable-priority-scheduling"});
+    EXPECT_EQ(priority.status.code(), StatusCode::kUnimplemented);
+    EXPECT_EQ(priority.status.message().rfind("--enable-priority-scheduling true: tessera does not implement it yet", 0),
+              0u)
+        << priority.status.message();
+    EXPECT_NE(priority.status.message().find("or give false"), std::string::npos) << priority.status.message();
+    EXPECT_TRUE(parse({"--tp", "2", "--dp", "2", "--enable-dp-attention"}).status.ok()) << "DP-attention runs";
     EXPECT_TRUE(parse({"--dp", "2"}).status.ok()) << "replicas run";
     Parsed bootstrap = parse({"--dp", "2", "--load-balance-method", "follow_bootstrap_room"});
     EXPECT_NE(bootstrap.status.message().find("prefill-decode disaggregated"), std::string::npos)
@@ -257,6 +259,21 @@ TEST(ServerArgsTest, RewritesDefaultsAsSglang) {
     EXPECT_EQ(b.expert_distribution_recorder_mode, "stat");
     EXPECT_EQ(*b.expert_distribution_recorder_buffer_size, 1000);
     EXPECT_EQ(b.ep_dispatch_algorithm, "static") << "SGLang's _handle_eplb_and_dispatch";
+}
+
+TEST(ServerArgsTest, DpAttentionWithPipelineStagesIsRefusedNamingWhatWorks) {
+    ServerArgs a;
+    a.model_path = "/m";
+    a.tp_size = 2;
+    a.dp_size = 2;
+    a.pp_size = 2;
+    a.enable_dp_attention = true;
+    Status s = resolve_and_check(a);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("--enable-dp-attention with --pp-size 2 is not implemented yet"), std::string::npos)
+        << s.message();
+    a.pp_size = 1;
+    EXPECT_TRUE(resolve_and_check(a).ok());
 }
 
 TEST(ServerArgsTest, GpuOnlyMoeBackendsNameWhatThisBuildRuns) {
