@@ -125,7 +125,8 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         TSR_LOG(INFO, "serving {} on http://{}:{} (POST /v1/chat/completions, /v1/completions, /generate)",
                 args.served_model_name, args.host, http.port());
     }
-    while (g_stop_signal.load() == 0 && engine.fatal_error().ok())
+    executor::BatchRunner& runner = (*leader)->runner();
+    while (g_stop_signal.load() == 0 && engine.fatal_error().ok() && !runner.lockstep_stopping())
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (Status fatal = engine.fatal_error(); !fatal.ok()) {
         // The followers are stalled or gone: telling them to stop would wait out another
@@ -136,7 +137,12 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         TSR_LOG(ERROR, "stopping the job: {}", fatal.message());
         return 1;
     }
-    TSR_LOG(INFO, "signal {}: draining in-flight requests", g_stop_signal.load());
+    if (g_stop_signal.load() != 0) {
+        TSR_LOG(INFO, "signal {}: draining in-flight requests", g_stop_signal.load());
+    } else {
+        TSR_LOG(INFO, "another DP-attention group is stopping, and no group runs without the others: draining "
+                "in-flight requests");
+    }
     if (front) front->stop();
     http.stop();
     engine.stop();

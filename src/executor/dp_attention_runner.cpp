@@ -99,6 +99,7 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
         a.step.any_extend = a.step.any_extend || lead[kExtend] != 0;
         a.any_tokens = a.any_tokens || lead[kTokens] > 0;
         a.all_stopping = a.all_stopping && lead[kStopping] != 0;
+        a.any_stopping = a.any_stopping || lead[kStopping] != 0;
     }
     ++round_;
     return a;
@@ -124,6 +125,7 @@ StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::round(const Forward
     if (!agreed.ok()) return note_failure(agreed.status());
     if (others_busy != nullptr) *others_busy = agreed->any_tokens;
     if (agreed->all_stopping) stopped_ = true;
+    if (agreed->any_stopping) peers_stopping_.store(true, std::memory_order_relaxed);
     if (!agreed->any_tokens && batch.expert_record == eplb::ExpertRecordCommand::kNone)
         return std::vector<SampledToken>(batch.seqs.size());
     if (agreed->any_tokens) forwards_.fetch_add(1, std::memory_order_relaxed);

@@ -44,6 +44,7 @@ class DpAttentionSync {
         layers::DpAttentionStep step;
         bool any_tokens = false;
         bool all_stopping = false;
+        bool any_stopping = false;
     };
     // Every rank of the TP group, once per round, with its group's step (the same on every
     // attention-TP rank of the group).
@@ -73,6 +74,7 @@ class DpAttentionLeaderRunner final : public BatchRunner {
     std::int64_t rounds() const override { return sync_.rounds(); }
     StatusOr<bool> idle_step() override;
     LockstepStats lockstep_stats() const override;
+    bool lockstep_stopping() const override { return peers_stopping_.load(std::memory_order_relaxed); }
 
     // Joins rounds (idle) until every group is stopping; then this group's followers return
     // from follow_dp_attention_leader(). Idempotent.
@@ -86,6 +88,7 @@ class DpAttentionLeaderRunner final : public BatchRunner {
     DpAttentionSync sync_;
     bool stopped_ = false;
     std::atomic<std::int64_t> forwards_{0}, idle_steps_{0}, tokens_{0};
+    std::atomic<bool> peers_stopping_{false};
 };
 
 // Every other rank of the TP group (attention-TP ranks 1..): runs its leader's steps until

@@ -87,6 +87,9 @@ class BatchRunner {
         std::int64_t tokens = 0;      // this group's tokens through the model
     };
     virtual LockstepStats lockstep_stats() const { return {}; }
+    // Another group of the lockstep is stopping (its launch got SIGTERM): this one should drain
+    // and stop too, since no group can run a step without the others. Any thread.
+    virtual bool lockstep_stopping() const { return false; }
 
     // Set once a step failed in a way no later step can recover from (a collective between
     // ranks timed out or lost a peer: a stalled or dead rank). The server must then end the

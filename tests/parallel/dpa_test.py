@@ -1,0 +1,302 @@
+#!/usr/bin/python3
+"""DP-attention end to end (--enable-dp-attention), as a user runs it.
+
+  equivalence  `tessera generate --logits-out` (every attention-DP group runs the prompt, so every
+               layer gathers and scatters all groups' rows): one rank's greedy tokens and logits
+               within 1e-4 on tiny f32 models: Qwen3-MoE at TP2/DPA2, TP4/DPA2 (attention TP 2),
+               TP4/DPA4, TP4/DPA4 with EP4, TP4/DPA2 with EP2, with --enable-dp-lm-head and with
+               all_to_all; Qwen2-MoE (one dense layer) with --moe-dense-tp-size 1; DeepSeek-V2 and
+               -V3 (MLA) at TP2/DPA2, TP4/DPA4 with EP4 and --enable-dp-lm-head; dense Qwen3 at
+               TP2/DPA2. And the scheduler path (no --logits-out: the prompt runs in group 0, the
+               other groups join idle) gives the same tokens.
+  serve        `tessera serve`: 8 concurrent greedy requests through the one HTTP front equal a
+               one-rank server's, for Qwen3-MoE at TP4 with DPA2, DPA4, DPA4+EP4, DPA2+dp-lm-head,
+               DPA2+all_to_all and DeepSeek-V3 at TP4/DPA2+EP4 and Qwen2-MoE with
+               --moe-dense-tp-size 1; every group ran some of them
+               (tessera:dp_attention_tokens_total of each dp_rank > 0). One request only under
+               DPA4 completes: one group ran its tokens, the other three only idle steps.
+  faults       a group that skips a round of the lockstep (TSR_DPA_FAULT=skip:1:3) makes the
+               launch fail naming that group; one that stops joining (stall:1:3) makes it fail
+               within --dist-timeout naming the missing rank, never hang.
+  two-node     TP4/DPA2 serve over two "nodes" on loopback (one group per node): the front on
+               node 0 routes to node 1's group; concurrent requests equal one rank's and both
+               groups ran some.
+
+Usage: dpa_test.py --tessera PATH --case {equivalence,serve,faults,two-node} --workdir DIR
+Exit 0 pass, 1 fail.
+"""
+
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+from tp_test import PROMPT, NEW_TOKENS, make_model, run_case  # noqa: E402
+from e2e_support import call, free_port, stop_server, wait_ready  # noqa: E402
+
+LOGIT_TOLERANCE = 1e-4
+DPA = ["--enable-dp-attention"]
+
+LAYOUTS = {
+    "qwen3-moe": [
+        ["--tp", "2", "--dp", "2"] + DPA,
+        ["--tp", "4", "--dp", "2"] + DPA,
+        ["--tp", "4", "--dp", "4"] + DPA,
+        ["--tp", "4", "--dp", "4", "--ep", "4"] + DPA,
+        ["--tp", "4", "--dp", "2", "--ep", "2"] + DPA,
+        ["--tp", "4", "--dp", "2", "--enable-dp-lm-head"] + DPA,
+        ["--tp", "4", "--dp", "2", "--moe-a2a-backend", "all_to_all"] + DPA,
+    ],
+    "qwen2-moe": [
+        ["--tp", "4", "--dp", "2", "--moe-dense-tp-size", "1"] + DPA,
+    ],
+    "deepseek-v2": [
+        ["--tp", "2", "--dp", "2"] + DPA,
+        ["--tp", "4", "--dp", "2", "--ep", "4", "--enable-dp-lm-head"] + DPA,
+    ],
+    "deepseek-v3": [
+        ["--tp", "2", "--dp", "2"] + DPA,
+        ["--tp", "4", "--dp", "4", "--ep", "4"] + DPA,
+    ],
+    "qwen3": [
+        ["--tp", "2", "--dp", "2"] + DPA,
+    ],
+}
+
+
+def generate(tessera, model, extra, logits=None, env=None, timeout=180, report=False):
+    cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens", str(NEW_TOKENS),
+           "--ignore-eos", "--json", "--threads", "1"] + (["--logits-out", logits] if logits else []) + extra
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout) if report else json.loads(p.stdout)["output_ids"]
+
+
+def equivalence(tessera, workdir):
+    ok = True
+    for arch, layouts in LAYOUTS.items():
+        model = make_model(tessera, arch, workdir)
+        base_logits = os.path.join(workdir, f"{arch}_one_rank.npy")
+        base = generate(tessera, model, [], base_logits)
+        for i, layout in enumerate(layouts):
+            logits = os.path.join(workdir, f"{arch}_{i}.npy")
+            ids = generate(tessera, model, layout, logits)
+            diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
+            good = ids == base and diff < LOGIT_TOLERANCE
+            ok &= good
+            print(f"{arch} {' '.join(layout)}: tokens {'same' if ids == base else 'DIFFER'}, "
+                  f"max|logit diff| {diff:.2e} {'ok' if good else 'FAIL'}")
+            if ids != base:
+                print(f"  one rank: {base}\n  layout:   {ids}")
+        if arch == "qwen2-moe":
+            # Its dense layer replicated: every rank holds all of its MLP, not a quarter.
+            split = generate(tessera, model, ["--tp", "4", "--dp", "2"] + DPA, report=True)["weight_mb_per_rank"]
+            whole = generate(tessera, model, LAYOUTS[arch][0], report=True)["weight_mb_per_rank"]
+            good = whole > split
+            ok &= good
+            print(f"qwen2-moe --moe-dense-tp-size 1: {whole:.2f} MB per rank vs {split:.2f} MB with the dense MLP "
+                  f"split {'ok' if good else 'FAIL'}")
+        if arch in ("qwen3-moe", "deepseek-v3"):
+            layout = ["--tp", "4", "--dp", "2"] + DPA
+            ids = generate(tessera, model, layout)
+            good = ids == base
+            ok &= good
+            print(f"{arch} {' '.join(layout)} through the scheduler: tokens {'same' if good else 'DIFFER'} "
+                  f"{'ok' if good else 'FAIL'}")
+    return ok
+
+
+# ---- serving ----------------------------------------------------------------------------------
+
+PROMPTS = [[3, 14, 15, 92, 65, 35], [11, 22, 33, 44], [500, 400, 300, 200, 100, 50], [7, 7, 7, 1],
+           [2, 71, 82, 81, 82, 84, 59, 4], [90, 45, 23], [8, 8, 1, 9, 9, 2, 3], [600, 1, 600, 2, 600]]
+
+SERVE_LAYOUTS = {
+    "qwen3-moe": [
+        ["--tp", "4", "--dp", "2"] + DPA,
+        ["--tp", "4", "--dp", "4"] + DPA,
+        ["--tp", "4", "--dp", "4", "--ep", "4"] + DPA,
+        ["--tp", "4", "--dp", "2", "--enable-dp-lm-head"] + DPA,
+        ["--tp", "4", "--dp", "2", "--moe-a2a-backend", "all_to_all"] + DPA,
+    ],
+    "qwen2-moe": [
+        ["--tp", "4", "--dp", "2", "--moe-dense-tp-size", "1"] + DPA,
+    ],
+    "deepseek-v3": [
+        ["--tp", "4", "--dp", "2", "--ep", "4"] + DPA,
+    ],
+}
+
+
+def launch(tessera, model, port, log_path, flags, extra_env=None):
+    log = open(log_path, "w")
+    env = dict(os.environ, **(extra_env or {}))
+    proc = subprocess.Popen([tessera, "serve", "--model-path", model, "--port", str(port), "--threads-per-rank", "1",
+                             "--random-seed", "1"] + flags, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return proc, log
+
+
+def greedy(port, prompt):
+    body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}}
+    status, data = call(port, "POST", "/generate", body, timeout=120)
+    return json.loads(data)["output_ids"] if status == 200 else f"HTTP {status}: {data}"
+
+
+def concurrently(port, prompts):
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(lambda p: greedy(port, p), prompts))
+
+
+def group_counters(port, groups):
+    """(tokens, idle steps) of each DP-attention group, from the front's /metrics."""
+    _, text = call(port, "GET", "/metrics")
+    samples = [line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")]
+
+    def per_group(name):
+        return [sum(float(v) for k, v in samples if k.startswith(name + "{") and f'dp_rank="{g}"' in k)
+                for g in range(groups)]
+    return per_group("tessera:dp_attention_tokens_total"), per_group("tessera:dp_attention_idle_steps_total")
+
+
+def make_served_model(tessera, arch, workdir):
+    """The tiny f32 model of tp_test.make_model (same seed), with Qwen3's tokenizer for the server."""
+    out = os.path.join(workdir, arch + "_served")
+    subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--dtype", "f32", "--seed", "11",
+                    "--tokenizer", "qwen3", "--out", out], check=True, capture_output=True)
+    return out
+
+
+def serve_expected(tessera, model, workdir, arch):
+    port = free_port()
+    proc, log = launch(tessera, model, port, os.path.join(workdir, f"{arch}_one_rank.log"), [])
+    try:
+        if not wait_ready(port, proc):
+            raise RuntimeError(f"one-rank server of {arch} did not start")
+        return concurrently(port, PROMPTS)
+    finally:
+        stop_server(proc)
+        log.close()
+
+
+def serve_layout(tessera, model, workdir, name, flags, expected):
+    groups = int(flags[flags.index("--dp") + 1])
+    port = free_port()
+    proc, log = launch(tessera, model, port, os.path.join(workdir, re.sub(r"[^a-z0-9]+", "_", name) + ".log"), flags)
+    try:
+        if not wait_ready(port, proc):
+            print(f"{name}: server did not start FAIL")
+            return False
+        got = concurrently(port, PROMPTS)
+        tokens, idle = group_counters(port, groups)
+        good = got == expected and all(t > 0 for t in tokens)
+        print(f"{name}: 8 concurrent requests {'same as' if got == expected else 'DIFFER from'} one rank; tokens per "
+              f"group {tokens}, idle steps {idle} {'ok' if good else 'FAIL'}")
+        if got != expected:
+            print(f"  one rank: {expected}\n  layout:   {got}")
+        return good
+    finally:
+        stop_server(proc)
+        log.close()
+
+
+def serve(tessera, workdir):
+    ok = True
+    for arch, layouts in SERVE_LAYOUTS.items():
+        model = make_served_model(tessera, arch, workdir)
+        expected = serve_expected(tessera, model, workdir, arch)
+        for flags in layouts:
+            ok &= serve_layout(tessera, model, workdir, f"{arch} {' '.join(flags)}", flags, expected)
+        if arch != "qwen3-moe":
+            continue
+        # One request under DPA4: three groups have nothing to do and must not hold it up.
+        port = free_port()
+        proc, log = launch(tessera, model, port, os.path.join(workdir, "one_request.log"),
+                           ["--tp", "4", "--dp", "4"] + DPA)
+        try:
+            ready = wait_ready(port, proc)
+            start = time.time()
+            got = greedy(port, PROMPTS[0]) if ready else None
+            elapsed = time.time() - start
+            tokens, idle = group_counters(port, 4) if ready else ([], [])
+            good = (got == expected[0] and sorted(t > 0 for t in tokens) == [False, False, False, True] and
+                    sum(i > 0 for i in idle) == 3 and elapsed < 30)
+            ok &= good
+            print(f"one request under DPA4: tokens {'same' if got == expected[0] else 'DIFFER'} in {elapsed:.1f} s; "
+                  f"tokens per group {tokens}, idle steps {idle} {'ok' if good else 'FAIL'}")
+        finally:
+            stop_server(proc)
+            log.close()
+    return ok
+
+
+# ---- faults -----------------------------------------------------------------------------------
+
+def faults(tessera, workdir):
+    model = make_model(tessera, "qwen3-moe", workdir)
+    ok = True
+    for fault, wanted in (("skip:1:3", r"DP-attention lockstep broken: .*attn_dp group 1"),
+                          ("stall:1:3", r"DP-attention round 3: the groups did not all join the step: .*not "
+                                        r"arrived: rank 1.*attn_dp group 1 \(TP rank 1\)")):
+        env = dict(os.environ, TSR_DPA_FAULT=fault)
+        cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens",
+               str(NEW_TOKENS), "--ignore-eos", "--json", "--threads", "1", "--tp", "2", "--dp", "2",
+               "--dist-timeout", "5"] + DPA
+        start = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        elapsed = time.time() - start
+        named = re.search(wanted, p.stderr) is not None
+        good = p.returncode != 0 and named and elapsed < 60
+        ok &= good
+        print(f"TSR_DPA_FAULT={fault}: exit {p.returncode} after {elapsed:.1f} s, error names the group: {named} "
+              f"{'ok' if good else 'FAIL'}")
+        print("  said: " + next((l for l in p.stderr.splitlines() if " E]" in l), "(no error line)")[:400])
+    return ok
+
+
+def two_node(tessera, workdir):
+    model = make_served_model(tessera, "qwen3-moe", workdir)
+    expected = serve_expected(tessera, model, workdir, "two_node")
+    addr = f"127.0.0.1:{free_port()}"
+    port = free_port()
+    common = ["--tp", "4", "--dp", "2", "--nnodes", "2", "--dist-init-addr", addr, "--dist-timeout", "30"] + DPA
+    token = {"TESSERA_JOB_TOKEN": f"dpa-two-node-{os.getpid()}"}  # the same on every node of one job
+    node1, log1 = launch(tessera, model, free_port(), os.path.join(workdir, "node1.log"), common + ["--node-rank", "1"],
+                         token)
+    node0, log0 = launch(tessera, model, port, os.path.join(workdir, "node0.log"), common + ["--node-rank", "0"], token)
+    try:
+        if not wait_ready(port, node0):
+            print("two nodes: node 0 did not start FAIL")
+            return False
+        got = concurrently(port, PROMPTS)
+        tokens, idle = group_counters(port, 2)
+        good = got == expected and all(t > 0 for t in tokens)
+        print(f"two nodes x TP2 (TP4/DPA2): 8 concurrent requests {'same as' if got == expected else 'DIFFER from'} "
+              f"one rank; tokens per group {tokens} {'ok' if good else 'FAIL'}")
+        # SIGTERM on node 0 alone: node 1's group cannot run without it, so it drains and stops too.
+        stop_server(node0)
+        try:
+            node1.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        followed = node0.returncode == 0 and node1.returncode == 0
+        print(f"SIGTERM on node 0: node 0 exit {node0.returncode}, node 1 stopped by itself with exit "
+              f"{node1.returncode} {'ok' if followed else 'FAIL'}")
+        return good and followed
+    finally:
+        stop_server(node0)
+        stop_server(node1)
+        log0.close()
+        log1.close()
+
+
+if __name__ == "__main__":
+    sys.exit(run_case({"equivalence": equivalence, "serve": serve, "faults": faults, "two-node": two_node}))
