@@ -168,17 +168,17 @@ int run_generate_direct(const GenerateCommandOptions& o, const std::vector<std::
     auto model = models::load_model(*load);
     if (!model.ok()) return fail(model.status());
     ThreadPool pool(runtime->threads);
-    std::unique_ptr<models::Model> wrapped;
-    if (runtime->pp_group) wrapped = std::make_unique<executor::PipelinedModel>(**model, *runtime->pp_group);
+    std::unique_ptr<models::Model> pipelined, every_group;
+    models::Model* whole = model->get();
+    if (runtime->pp_group) whole = (pipelined = std::make_unique<executor::PipelinedModel>(*whole, *runtime->pp_group)).get();
     if (runtime->layout.attn_dp_size() > 1)
-        wrapped = std::make_unique<executor::EveryGroupModel>(**model, runtime->layout.attn_dp_size());
-    models::Model& whole = wrapped ? *wrapped : **model;
+        whole = (every_group = std::make_unique<executor::EveryGroupModel>(*whole, runtime->layout.attn_dp_size())).get();
     executor::GenerateOptions gen;
     gen.max_new_tokens = o.max_new_tokens;
     gen.sampling = {o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
     gen.ignore_eos = o.ignore_eos;
     gen.capture_logits = true;
-    auto result = executor::generate(whole, prompt, gen, &pool);
+    auto result = executor::generate(*whole, prompt, gen, &pool);
     if (!result.ok()) return fail(result.status());
     // Every rank sampled the same tokens (every DP-attention group ran the prompt); one reports.
     if (runtime->coords.global_rank != 0) return 0;

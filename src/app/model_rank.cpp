@@ -152,11 +152,14 @@ Status run_follower(ModelRank& rank) {
     RankRuntime& rt = rank.runtime;
     const kvcache::KvView kv = rank.kv_pool->view();
     const layers::DpAttentionParallel dpa = rt.dp_attention(false);
-    if (dpa.enabled()) return executor::follow_dp_attention_leader(*rank.model, kv, rank.threads.get(), dpa);
-    Status s = rt.pp_group ? executor::run_pipeline_worker(*rank.model, kv, rank.threads.get(),
-                                                          {rt.pp_group.get(), rt.tp_group.get(), rank.trace.get(),
-                                                           rank.scheduler.max_in_flight_steps})
-                           : executor::follow_leader(*rank.model, kv, rank.threads.get(), *rt.tp_group);
+    std::optional<executor::StageLinks> stages;
+    if (rt.pp_group)
+        stages = executor::StageLinks{rt.pp_group.get(), rt.tp_group.get(), rank.trace.get(),
+                                      rank.scheduler.max_in_flight_steps, dpa.enabled(), dpa.tp_size};
+    Status s = dpa.enabled() && rt.coords.pp_rank == 0
+                   ? executor::follow_dp_attention_leader(*rank.model, kv, rank.threads.get(), dpa, stages)
+               : stages ? executor::run_pipeline_worker(*rank.model, kv, rank.threads.get(), *stages)
+                        : executor::follow_leader(*rank.model, kv, rank.threads.get(), *rt.tp_group);
     if (rank.trace && rt.store) {
         const std::string events = rank.trace->events_json();
         Status put = rt.store->set(trace_key(rt.coords.global_rank), {events.begin(), events.end()});
@@ -261,7 +264,15 @@ StatusOr<std::unique_ptr<LeaderRunner>> LeaderRunner::create(ModelRank& rank, co
     const kvcache::KvView kv = rank.kv_pool->view();
     Parts& p = *lr->parts_;
     if (const layers::DpAttentionParallel dpa = rt.dp_attention(false); dpa.enabled()) {
-        p.dp_attention = std::make_unique<executor::DpAttentionLeaderRunner>(*rank.model, kv, rank.threads.get(), dpa);
+        std::optional<executor::StageLinks> stages;
+        if (rt.pp_group)
+            stages = executor::StageLinks{rt.pp_group.get(), rt.tp_group.get(), rank.trace.get(),
+                                          rank.scheduler.max_in_flight_steps, true, dpa.tp_size};
+        if (args.enable_dynamic_chunking)
+            TSR_LOG(WARN, "--enable-dynamic-chunking is not implemented with DP-attention yet (its profile would need "
+                    "every group); using fixed chunks");
+        p.dp_attention =
+            std::make_unique<executor::DpAttentionLeaderRunner>(*rank.model, kv, rank.threads.get(), dpa, stages);
         lr->runner_ = p.dp_attention.get();
     } else if (rt.pp_group) {
         p.pp = std::make_unique<executor::PpFirstStageRunner>(

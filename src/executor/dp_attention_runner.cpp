@@ -17,7 +17,7 @@ namespace tessera::executor {
 namespace {
 
 // Fields of one rank's row in the exchange.
-enum Field { kRound, kTokens, kLogitRows, kExtend, kStopping, kFields };
+enum Field { kRound, kTokens, kLogitRows, kExtend, kStopping, kRecord, kFields };
 
 // While every group is stopping but some still drain, rounds with no work are spaced out.
 constexpr auto kStopTick = std::chrono::milliseconds(2);
@@ -31,7 +31,13 @@ DpAttentionSync::GroupStep group_step(const ForwardBatch& batch, bool stopping) 
         g.extend = g.extend || seq.tokens.size() > 1;
     }
     g.stopping = stopping;
+    g.record = batch.expert_record != eplb::ExpertRecordCommand::kNone;
     return g;
+}
+
+// This group runs the model in a round that runs: with tokens somewhere, or its own command.
+bool runs_model(const DpAttentionSync::Agreed& agreed, const ForwardBatch& batch) {
+    return agreed.any_tokens || batch.expert_record != eplb::ExpertRecordCommand::kNone;
 }
 
 }  // namespace
@@ -70,6 +76,7 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
     me[kLogitRows] = mine.logit_rows;
     me[kExtend] = mine.extend;
     me[kStopping] = mine.stopping;
+    me[kRecord] = mine.record;
     if (Status s = tp.all_reduce(std::span<std::int64_t>(rows)); !s.ok()) {
         std::string groups;
         for (int g = 0; g < dpa_.dp_size; ++g) groups += (groups.empty() ? "" : ", ") + group_name(g);
@@ -98,6 +105,7 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
         a.step.num_logit_rows[g] = lead[kLogitRows];
         a.step.any_extend = a.step.any_extend || lead[kExtend] != 0;
         a.any_tokens = a.any_tokens || lead[kTokens] > 0;
+        a.any_record = a.any_record || lead[kRecord] != 0;
         a.all_stopping = a.all_stopping && lead[kStopping] != 0;
         a.any_stopping = a.any_stopping || lead[kStopping] != 0;
     }
@@ -106,78 +114,154 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
 }
 
 DpAttentionLeaderRunner::DpAttentionLeaderRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool,
-                                                 const layers::DpAttentionParallel& dpa)
-    : local_(model, std::move(kv), pool), dpa_(dpa), sync_(dpa) {}
+                                                 const layers::DpAttentionParallel& dpa,
+                                                 std::optional<StageLinks> stages)
+    : model_(model), kv_(kv), pool_(pool), local_(model, std::move(kv), pool), dpa_(dpa), sync_(dpa), stages_(stages) {
+    if (stages_) outbox_.emplace(*stages_->pp_group, 1, outbox_depth(stages_->max_in_flight_steps));
+}
 
 DpAttentionLeaderRunner::~DpAttentionLeaderRunner() {
     Status s = stop();
     if (!s.ok()) TSR_LOG_C(WARN, "executor", "stopping DP-attention group {}: {}", dpa_.dp_rank, s.message());
 }
 
-StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::round(const ForwardBatch& batch, bool stopping,
-                                                                   bool* others_busy) {
-    if (dpa_.attn_tp_group != nullptr) {
-        std::vector<std::uint8_t> bytes = encode_step(batch, stopping ? kStepGroupStopping : 0);
-        TSR_RETURN_IF_ERROR(note_failure(broadcast_step(*dpa_.attn_tp_group, bytes)));
+std::size_t DpAttentionLeaderRunner::waiting_rounds() const {
+    std::size_t n = 0;
+    for (const InFlight& f : in_flight_) n += f.result.has_value() ? 0 : 1;
+    return n;
+}
+
+Status DpAttentionLeaderRunner::receive_oldest() {
+    for (InFlight& f : in_flight_) {
+        if (f.result) continue;
+        f.result = receive_tokens(*stages_->pp_group);
+        return f.result->status();
     }
+    return Status::Internal("no DP-attention round is waiting for tokens");
+}
+
+Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, bool stopping, bool internal, bool* others_busy) {
+    // Under PP the stages must not hold more rounds than the scheduler's bound, or the last
+    // stage's answers would back up behind ours.
+    if (stages_ && waiting_rounds() >= static_cast<std::size_t>(std::max(1, stages_->max_in_flight_steps)))
+        TSR_RETURN_IF_ERROR(receive_oldest());
+    // Later stages sample: their step carries the sampling parameters.
+    std::vector<std::uint8_t> bytes =
+        encode_step(batch, (stopping ? kStepGroupStopping : 0) | (stages_ ? kStepWithSampling : 0));
+    if (dpa_.attn_tp_group != nullptr) TSR_RETURN_IF_ERROR(broadcast_step(*dpa_.attn_tp_group, bytes));
     const DpAttentionSync::GroupStep mine = group_step(batch, stopping);
-    auto agreed = sync_.exchange(mine);
-    if (!agreed.ok()) return note_failure(agreed.status());
-    if (others_busy != nullptr) *others_busy = agreed->any_tokens;
-    if (agreed->all_stopping) stopped_ = true;
-    if (agreed->any_stopping) peers_stopping_.store(true, std::memory_order_relaxed);
-    if (!agreed->any_tokens && batch.expert_record == eplb::ExpertRecordCommand::kNone)
-        return std::vector<SampledToken>(batch.seqs.size());
-    if (agreed->any_tokens) forwards_.fetch_add(1, std::memory_order_relaxed);
-    if (mine.tokens == 0 && agreed->any_tokens) idle_steps_.fetch_add(1, std::memory_order_relaxed);
-    tokens_.fetch_add(mine.tokens, std::memory_order_relaxed);
-    auto out = local_.run(batch, &agreed->step);
-    if (!out.ok()) return note_failure(out.status());
-    return out;
+    TSR_ASSIGN_OR_RETURN(DpAttentionSync::Agreed agreed, sync_.exchange(mine));
+    if (others_busy != nullptr) *others_busy = agreed.any_tokens;
+    if (agreed.all_stopping) stopped_ = true;
+    if (agreed.any_stopping) peers_stopping_.store(true, std::memory_order_relaxed);
+    InFlight f{internal, batch.seqs.size(), std::nullopt};
+    if (agreed.any_tokens) {
+        forwards_.fetch_add(1, std::memory_order_relaxed);
+        if (mine.tokens == 0) idle_steps_.fetch_add(1, std::memory_order_relaxed);
+        group_tokens_.fetch_add(mine.tokens, std::memory_order_relaxed);
+    }
+    if (!stages_) {
+        f.result = runs_model(agreed, batch) ? local_.run(batch, &agreed.step)
+                                             : StatusOr<std::vector<SampledToken>>(std::vector<SampledToken>(f.n_seqs));
+        if (!f.result->ok()) return f.result->status();
+    } else if (agreed.runs()) {
+        std::vector<float> hidden;
+        if (runs_model(agreed, batch)) {
+            TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
+            input.dp_attention = &agreed.step;
+            TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &hidden));
+        }
+        TSR_RETURN_IF_ERROR(post_step(*outbox_, encode_dp_step(agreed.step, bytes), std::move(hidden)));
+    } else {
+        f.result = std::vector<SampledToken>(f.n_seqs);
+    }
+    in_flight_.push_back(std::move(f));
+    return Status::Ok();
+}
+
+Status DpAttentionLeaderRunner::launch(const ForwardBatch& batch) {
+    if (stopped_) return Status::Internal("the DP-attention groups were already stopped");
+    return note_failure(round(batch, /*stopping=*/false, /*internal=*/false, nullptr));
+}
+
+StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::collect() {
+    while (true) {
+        if (in_flight_.empty()) return Status::Internal("collect() without a launched step");
+        if (!in_flight_.front().result) {
+            if (Status s = receive_oldest(); !s.ok()) return note_failure(s);
+        }
+        InFlight f = std::move(in_flight_.front());
+        in_flight_.pop_front();
+        if (f.internal) continue;  // an idle round's (empty) tokens
+        if (!f.result->ok()) return note_failure(f.result->status());
+        return std::move(*f.result);
+    }
 }
 
 StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::run(const ForwardBatch& batch) {
-    if (stopped_) return Status::Internal("the DP-attention groups were already stopped");
-    return round(batch, /*stopping=*/false, nullptr);
+    TSR_RETURN_IF_ERROR(launch(batch));
+    return collect();
 }
 
 StatusOr<bool> DpAttentionLeaderRunner::idle_step() {
     if (stopped_) return false;
     bool others_busy = false;
-    TSR_RETURN_IF_ERROR(round(ForwardBatch{}, /*stopping=*/false, &others_busy).status());
+    TSR_RETURN_IF_ERROR(note_failure(round(ForwardBatch{}, /*stopping=*/false, /*internal=*/true, &others_busy)));
+    while (!in_flight_.empty() && in_flight_.front().internal && in_flight_.front().result) in_flight_.pop_front();
     return others_busy;
 }
 
 Status DpAttentionLeaderRunner::stop() {
     // After a fatal error the other groups are stalled or gone; the launcher ends them.
-    while (!stopped_ && fatal_error().ok()) {
+    if (!fatal_error().ok()) return Status::Ok();
+    while (!stopped_) {
         bool others_busy = false;
-        TSR_RETURN_IF_ERROR(round(ForwardBatch{}, /*stopping=*/true, &others_busy).status());
+        TSR_RETURN_IF_ERROR(note_failure(round(ForwardBatch{}, /*stopping=*/true, /*internal=*/true, &others_busy)));
         if (!stopped_ && !others_busy) std::this_thread::sleep_for(kStopTick);
     }
-    stopped_ = true;
-    return Status::Ok();
+    if (!outbox_) {
+        in_flight_.clear();
+        return Status::Ok();
+    }
+    // The last stage answers every round that ran; take the answers so its sends complete.
+    while (waiting_rounds() > 0) TSR_RETURN_IF_ERROR(note_failure(receive_oldest()));
+    in_flight_.clear();
+    Status s = post_stop(*outbox_);
+    outbox_.reset();
+    return s;
 }
 
 BatchRunner::LockstepStats DpAttentionLeaderRunner::lockstep_stats() const {
     return {forwards_.load(std::memory_order_relaxed), idle_steps_.load(std::memory_order_relaxed),
-            tokens_.load(std::memory_order_relaxed)};
+            group_tokens_.load(std::memory_order_relaxed)};
 }
 
 Status follow_dp_attention_leader(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool,
-                                  const layers::DpAttentionParallel& dpa) {
+                                  const layers::DpAttentionParallel& dpa, std::optional<StageLinks> stages) {
     if (dpa.attn_tp_group == nullptr) return Status::Internal("a DP-attention follower needs its attention-TP group");
     ModelRunner local(model, kv, pool);
     DpAttentionSync sync(dpa);
+    std::optional<StageOutbox> next;
+    if (stages) next.emplace(*stages->pp_group, 1, outbox_depth(stages->max_in_flight_steps));
+    std::vector<std::int32_t> tokens;
     while (true) {
         TSR_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, receive_step(*dpa.attn_tp_group));
         std::int64_t flags = 0;
         TSR_ASSIGN_OR_RETURN(ForwardBatch batch, decode_step(bytes, &flags));
         TSR_ASSIGN_OR_RETURN(DpAttentionSync::Agreed agreed,
                              sync.exchange(group_step(batch, (flags & kStepGroupStopping) != 0)));
-        if (agreed.any_tokens || batch.expert_record != eplb::ExpertRecordCommand::kNone)
-            TSR_RETURN_IF_ERROR(local.run(batch, &agreed.step).status());
-        if (agreed.all_stopping) return Status::Ok();
+        if (!next) {
+            if (runs_model(agreed, batch)) TSR_RETURN_IF_ERROR(local.run(batch, &agreed.step).status());
+        } else if (agreed.runs()) {
+            std::vector<float> hidden;
+            if (runs_model(agreed, batch)) {
+                TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
+                input.dp_attention = &agreed.step;
+                TSR_RETURN_IF_ERROR(model.forward(input, kv, pool, &hidden));
+            }
+            TSR_RETURN_IF_ERROR(post_step(*next, encode_dp_step(agreed.step, bytes), std::move(hidden)));
+        }
+        if (agreed.all_stopping) return next ? post_stop(*next) : Status::Ok();
     }
 }
 

@@ -7,15 +7,21 @@
 // groups' tokens. A group with no work joins with an idle (empty) batch, so the collectives
 // never wait on it. Each step carries a round number; ranks that disagree on it, or on their
 // group's counts, fail the step naming the groups. Stopping is agreed too: a group's leader
-// keeps joining rounds until every group is stopping. Each object is owned by its rank's
-// main (or scheduler) thread.
+// keeps joining rounds until every group is stopping. Under PP the agreement happens on stage
+// 0; every rank hands its group's step, with all groups' counts, to its counterpart on the
+// next stage (pp_runner.h), and the last stage's attention-TP rank 0 sends its group's
+// tokens back to the group's leader. Each object is owned by its rank's main (or scheduler)
+// thread.
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <optional>
 #include <vector>
 
 #include "executor/forward_batch.h"
 #include "executor/model_runner.h"
+#include "executor/pp_runner.h"
 #include "kvcache/kv_cache.h"
 #include "layers/dp_attention.h"
 #include "models/model.h"
@@ -39,12 +45,16 @@ class DpAttentionSync {
         std::int64_t logit_rows = 0;
         bool extend = false;
         bool stopping = false;
+        bool record = false;  // carries an expert-distribution recorder command
     };
     struct Agreed {
         layers::DpAttentionStep step;
         bool any_tokens = false;
+        bool any_record = false;
         bool all_stopping = false;
         bool any_stopping = false;
+        // The round runs through the model (and, under PP, down the stages).
+        bool runs() const { return any_tokens || any_record; }
     };
     // Every rank of the TP group, once per round, with its group's step (the same on every
     // attention-TP rank of the group).
@@ -62,14 +72,18 @@ class DpAttentionSync {
     std::int64_t fault_round_ = -1;
 };
 
-// The group leader's runner: broadcast the step in the attention-TP group, agree, run.
+// The group leader's runner: broadcast the step in the attention-TP group, agree, run (under
+// PP: run stage 0 and hand on; the tokens come back from the last stage).
 class DpAttentionLeaderRunner final : public BatchRunner {
  public:
+    // `stages`: set under PP (this rank is on stage 0).
     DpAttentionLeaderRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool,
-                            const layers::DpAttentionParallel& dpa);
+                            const layers::DpAttentionParallel& dpa, std::optional<StageLinks> stages);
     ~DpAttentionLeaderRunner() override;
 
     StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override;
+    Status launch(const ForwardBatch& batch) override;
+    StatusOr<std::vector<SampledToken>> collect() override;
     bool lockstep() const override { return true; }
     std::int64_t rounds() const override { return sync_.rounds(); }
     StatusOr<bool> idle_step() override;
@@ -77,24 +91,40 @@ class DpAttentionLeaderRunner final : public BatchRunner {
     bool lockstep_stopping() const override { return peers_stopping_.load(std::memory_order_relaxed); }
 
     // Joins rounds (idle) until every group is stopping; then this group's followers return
-    // from follow_dp_attention_leader(). Idempotent.
+    // from follow_dp_attention_leader() (and, under PP, the later stages stop). Idempotent.
     Status stop();
 
  private:
-    StatusOr<std::vector<SampledToken>> round(const ForwardBatch& batch, bool stopping, bool* others_busy);
+    // A launched round; `internal` ones (idle steps) are not the scheduler's to collect.
+    struct InFlight {
+        bool internal = false;
+        std::size_t n_seqs = 0;
+        std::optional<StatusOr<std::vector<SampledToken>>> result;  // unset: due from the last stage
+    };
+    Status round(const ForwardBatch& batch, bool stopping, bool internal, bool* others_busy);
+    // Receives the tokens of the oldest round still waiting for them (PP).
+    Status receive_oldest();
+    std::size_t waiting_rounds() const;
 
+    models::Model& model_;
+    const kvcache::KvView kv_;
+    ThreadPool* const pool_;
     ModelRunner local_;
     layers::DpAttentionParallel dpa_;
     DpAttentionSync sync_;
+    std::optional<StageLinks> stages_;
+    std::optional<StageOutbox> outbox_;
+    std::deque<InFlight> in_flight_;
+    std::vector<std::int32_t> tokens_;
     bool stopped_ = false;
-    std::atomic<std::int64_t> forwards_{0}, idle_steps_{0}, tokens_{0};
+    std::atomic<std::int64_t> forwards_{0}, idle_steps_{0}, group_tokens_{0};
     std::atomic<bool> peers_stopping_{false};
 };
 
-// Every other rank of the TP group (attention-TP ranks 1..): runs its leader's steps until
-// all groups stop; returns the first error.
+// Every other rank of the TP group on stage 0 (attention-TP ranks 1..): runs its leader's
+// steps (handing them on under PP) until all groups stop; returns the first error.
 Status follow_dp_attention_leader(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool,
-                                  const layers::DpAttentionParallel& dpa);
+                                  const layers::DpAttentionParallel& dpa, std::optional<StageLinks> stages);
 
 // The offline path with every logits row (`tessera generate --logits-out`): every attention-DP
 // group runs the same sequence, so each rank knows every group's counts without a scheduler

@@ -100,6 +100,28 @@ Status StageOutbox::drain() {
     return Status::Ok();
 }
 
+Status post_step(StageOutbox& next, std::vector<std::uint8_t> bytes, std::vector<float> hidden) {
+    const auto n_bytes = static_cast<std::int64_t>(bytes.size());
+    const auto n_floats = static_cast<std::int64_t>(hidden.size());
+    return next.post(n_bytes, n_floats, std::move(bytes), std::move(hidden), kTagHeader, kTagStep, kTagHidden);
+}
+
+Status post_stop(StageOutbox& next) {
+    TSR_RETURN_IF_ERROR(next.post(0, 0, {}, {}, kTagHeader, kTagStep, kTagHidden));
+    return next.drain();
+}
+
+StatusOr<std::vector<SampledToken>> receive_tokens(dist::ProcessGroup& pp) {
+    std::int64_t n_bytes = 0;
+    std::int64_t unused = 0;
+    TSR_RETURN_IF_ERROR(receive_header(pp, pp.size() - 1, kTagResultHeader, &n_bytes, &unused));
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n_bytes));
+    TSR_RETURN_IF_ERROR(receive(pp, pp.size() - 1, kTagResult, bytes));
+    return decode_results(bytes);
+}
+
+int outbox_depth(int max_in_flight_steps) { return max_in_flight_steps + kSpareMessages; }
+
 // ---- stage 0, TP leader ------------------------------------------------------------------
 
 PpFirstStageRunner::PpFirstStageRunner(models::Model& model, kvcache::KvView kv, ThreadPool* pool, StageLinks links)
@@ -107,7 +129,7 @@ PpFirstStageRunner::PpFirstStageRunner(models::Model& model, kvcache::KvView kv,
       kv_(std::move(kv)),
       pool_(pool),
       links_(links),
-      outbox_(*links.pp_group, 1, links.max_in_flight_steps + kSpareMessages) {}
+      outbox_(*links.pp_group, 1, outbox_depth(links.max_in_flight_steps)) {}
 
 PpFirstStageRunner::~PpFirstStageRunner() {
     Status s = stop();
@@ -140,10 +162,7 @@ Status PpFirstStageRunner::launch_step(const ForwardBatch& batch) {
     }
     {
         PipelineTrace::Scope span(links_.trace, SpanKind::kSend, launched_, batch.total_new_tokens());
-        const auto n_bytes = static_cast<std::int64_t>(bytes.size());
-        const auto n_floats = static_cast<std::int64_t>(hidden.size());
-        TSR_RETURN_IF_ERROR(
-            outbox_.post(n_bytes, n_floats, std::move(bytes), std::move(hidden), kTagHeader, kTagStep, kTagHidden));
+        TSR_RETURN_IF_ERROR(post_step(outbox_, std::move(bytes), std::move(hidden)));
     }
     ++launched_;
     return Status::Ok();
@@ -153,13 +172,9 @@ StatusOr<std::vector<SampledToken>> PpFirstStageRunner::collect_step() {
     if (collected_ == launched_) return Status::Internal("collect() without a launched step");
     dist::ProcessGroup& pp = *links_.pp_group;
     PipelineTrace::Scope span(links_.trace, SpanKind::kRecv, collected_, 0);
-    std::int64_t n_bytes = 0;
-    std::int64_t unused = 0;
-    TSR_RETURN_IF_ERROR(receive_header(pp, pp.size() - 1, kTagResultHeader, &n_bytes, &unused));
-    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n_bytes));
-    TSR_RETURN_IF_ERROR(receive(pp, pp.size() - 1, kTagResult, bytes));
+    auto tokens = receive_tokens(pp);
     ++collected_;
-    return decode_results(bytes);
+    return tokens;
 }
 
 Status PpFirstStageRunner::run_local(const ForwardBatch& batch) {
@@ -187,8 +202,7 @@ Status PpFirstStageRunner::stop() {
     stopped_ = true;
     std::vector<std::uint8_t> stop_step;
     Status tp = links_.tp_group != nullptr ? broadcast_step(*links_.tp_group, stop_step) : Status::Ok();
-    Status pp = outbox_.post(0, 0, {}, {}, kTagHeader, kTagStep, kTagHidden);
-    if (pp.ok()) pp = outbox_.drain();
+    Status pp = post_stop(outbox_);
     return tp.ok() ? pp : tp;
 }
 
@@ -198,8 +212,9 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
     dist::ProcessGroup& pp = *links.pp_group;
     const int stage = pp.rank();
     const bool last = stage == pp.size() - 1;
-    const bool tp_root = links.tp_group == nullptr || links.tp_group->rank() == 0;
-    const int max_pending = links.max_in_flight_steps + kSpareMessages;
+    // The rank that samples on the last stage: TP rank 0, or each attention-DP group's first.
+    const bool tp_root = links.tp_group == nullptr || links.tp_group->rank() % links.attn_tp_size == 0;
+    const int max_pending = outbox_depth(links.max_in_flight_steps);
     std::optional<StageOutbox> next;
     if (!last) next.emplace(pp, stage + 1, max_pending);
     std::optional<StageOutbox> back;
@@ -228,27 +243,35 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
             }
         }
         if (bytes.empty()) {  // stop: pass it on, finish our sends
-            if (next) TSR_RETURN_IF_ERROR(next->post(0, 0, {}, {}, kTagHeader, kTagStep, kTagHidden));
-            if (next) TSR_RETURN_IF_ERROR(next->drain());
+            if (next) TSR_RETURN_IF_ERROR(post_stop(*next));
             if (back) TSR_RETURN_IF_ERROR(back->drain());
             return Status::Ok();
+        }
+        const std::vector<std::uint8_t> message = links.dp_attention ? bytes : std::vector<std::uint8_t>();
+        std::optional<layers::DpAttentionStep> groups;
+        if (links.dp_attention) {
+            TSR_ASSIGN_OR_RETURN(groups, decode_dp_step(message, &bytes));
         }
         std::int64_t flags = 0;
         TSR_ASSIGN_OR_RETURN(ForwardBatch batch, decode_step(bytes, &flags));
         TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
         input.hidden_in = hidden_in;
+        input.dp_attention = groups ? &*groups : nullptr;
         const bool local = (flags & kStepLocalOnly) != 0;
-        {
+        // A DP-attention round with no tokens anywhere carries only a recorder command: the
+        // ranks of the group that sent it apply it, the others pass the round on.
+        const bool runs = !groups || batch.expert_record != eplb::ExpertRecordCommand::kNone ||
+                          std::any_of(groups->num_tokens.begin(), groups->num_tokens.end(),
+                                      [](std::int64_t n) { return n > 0; });
+        out.clear();
+        if (runs) {
             PipelineTrace::Scope span(links.trace, SpanKind::kCompute, local ? -1 : step, batch.total_new_tokens());
             TSR_RETURN_IF_ERROR(model.forward(input, kv, pool, &out));
         }
         if (local) continue;
         PipelineTrace::Scope span(links.trace, SpanKind::kSend, step, batch.total_new_tokens());
         if (next) {
-            const auto n_bytes = static_cast<std::int64_t>(bytes.size());
-            const auto n_floats = static_cast<std::int64_t>(out.size());
-            TSR_RETURN_IF_ERROR(next->post(n_bytes, n_floats, std::move(bytes), std::move(out), kTagHeader, kTagStep,
-                                           kTagHidden));
+            TSR_RETURN_IF_ERROR(post_step(*next, links.dp_attention ? message : std::move(bytes), std::move(out)));
             out = {};
         } else if (back) {
             std::vector<SampledToken> sampled(batch.seqs.size());

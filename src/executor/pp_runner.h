@@ -40,6 +40,10 @@ struct StageLinks {
     dist::ProcessGroup* tp_group = nullptr;
     PipelineTrace* trace = nullptr;
     int max_in_flight_steps = 1;
+    // DP-attention: steps carry every group's counts (step_codec.h encode_dp_step), and on the
+    // last stage each group's attention-TP rank 0 samples and answers its group's leader.
+    bool dp_attention = false;
+    int attn_tp_size = 1;
 };
 
 // Keeps the buffers of posted sends alive until they complete. Gloo reports completion only
@@ -63,6 +67,14 @@ class StageOutbox {
     const std::size_t max_pending_;
     std::deque<std::unique_ptr<Message>> pending_;
 };
+
+// A step (its bytes and this stage's output hidden states) to the next stage, and the stop.
+Status post_step(StageOutbox& next, std::vector<std::uint8_t> bytes, std::vector<float> hidden);
+Status post_stop(StageOutbox& next);
+// On stage 0: the sampled tokens of the oldest step not yet received, from the last stage.
+StatusOr<std::vector<SampledToken>> receive_tokens(dist::ProcessGroup& pp_group);
+// Sends kept per link (StageOutbox) for a pipeline of `max_in_flight_steps`.
+int outbox_depth(int max_in_flight_steps);
 
 class PpFirstStageRunner final : public BatchRunner {
  public:

@@ -177,6 +177,38 @@ StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_
     return out;
 }
 
+std::vector<std::uint8_t> encode_dp_step(const layers::DpAttentionStep& step, const std::vector<std::uint8_t>& bytes) {
+    Writer w;
+    w.i64(static_cast<std::int64_t>(step.num_tokens.size()));
+    for (std::size_t g = 0; g < step.num_tokens.size(); ++g) {
+        w.i64(step.num_tokens[g]);
+        w.i64(step.num_logit_rows[g]);
+    }
+    w.i64(step.any_extend ? 1 : 0);
+    std::vector<std::uint8_t> out = w.take();
+    out.insert(out.end(), bytes.begin(), bytes.end());
+    return out;
+}
+
+StatusOr<layers::DpAttentionStep> decode_dp_step(const std::vector<std::uint8_t>& message,
+                                                 std::vector<std::uint8_t>* bytes) {
+    Reader r(message);
+    std::int64_t groups = 0;
+    if (!r.i64(&groups) || groups < 1 || groups > kMaxCount)
+        return Status::DataLoss("corrupt DP-attention step: bad group count");
+    layers::DpAttentionStep step;
+    step.num_tokens.resize(static_cast<std::size_t>(groups));
+    step.num_logit_rows.resize(static_cast<std::size_t>(groups));
+    for (std::int64_t g = 0; g < groups; ++g) {
+        if (!r.i64(&step.num_tokens[g]) || !r.i64(&step.num_logit_rows[g]) || step.num_tokens[g] < 0 ||
+            step.num_logit_rows[g] < 0)
+            return Status::DataLoss("corrupt DP-attention step: bad counts");
+    }
+    if (!r.flag(&step.any_extend)) return Status::DataLoss("corrupt DP-attention step: bad prefill flag");
+    bytes->assign(message.end() - static_cast<std::ptrdiff_t>(r.remaining()), message.end());
+    return step;
+}
+
 StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<std::int32_t>* tokens) {
     models::BatchInput input;
     tokens->clear();

@@ -27,6 +27,13 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
 std::vector<std::uint8_t> encode_results(const std::vector<SampledToken>& tokens);
 StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_t>& bytes);
 
+// DP-attention under PP: every group's counts travel with each group's step to the next
+// stage, ahead of the step's bytes.
+std::vector<std::uint8_t> encode_dp_step(const layers::DpAttentionStep& step, const std::vector<std::uint8_t>& bytes);
+// DataLoss for a truncated or corrupt message; `bytes` receives the step's own bytes.
+StatusOr<layers::DpAttentionStep> decode_dp_step(const std::vector<std::uint8_t>& message,
+                                                 std::vector<std::uint8_t>* bytes);
+
 // The model's view of a step: one logits row per sequence that needs a token. `tokens`
 // receives the concatenated new tokens and must outlive the result. Internal if a sequence
 // has fewer KV slots than positions.

@@ -343,7 +343,8 @@ nlohmann::json Engine::server_info() const {
     info["served_model_name"] = config_.served_model_name;
     info["context_len"] = config_.context_len;
     info["max_total_num_tokens"] = s.max_total_num_tokens;
-    info["internal_states"] = {{{"num_running_reqs", s.num_running_reqs},
+    info["internal_states"] = {{{"max_total_num_tokens", s.max_total_num_tokens},
+                                {"num_running_reqs", s.num_running_reqs},
                                 {"num_queue_reqs", s.num_queue_reqs},
                                 {"num_used_tokens", s.num_used_tokens},
                                 {"kv_available_tokens", s.available_tokens},

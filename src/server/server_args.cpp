@@ -189,10 +189,6 @@ Status ServerArgs::check_tessera_runs() const {
                        " is not supported: tessera runs fp8 (e4m3 in 128 x 128 blocks, DeepSeek-V3 / Qwen3-FP8 "
                        "checkpoints, or a bf16 checkpoint quantized at load with --quantization fp8) and unquantized "
                        "weights");
-    if (enable_dp_attention && pp_size > 1)
-        return invalid("--enable-dp-attention with --pp-size " + str(pp_size) +
-                       " is not implemented yet: pipeline stages do not carry the attention-DP groups' steps; use "
-                       "--pp-size 1 with DP-attention, or plain --dp-size replicas with PP");
     if (load_balance_method == "follow_bootstrap_room")
         return invalid("--load-balance-method follow_bootstrap_room routes prefill-decode disaggregated requests, which "
                        "tessera does not serve; use round_robin, total_requests or total_tokens");

@@ -261,21 +261,6 @@ TEST(ServerArgsTest, RewritesDefaultsAsSglang) {
     EXPECT_EQ(b.ep_dispatch_algorithm, "static") << "SGLang's _handle_eplb_and_dispatch";
 }
 
-TEST(ServerArgsTest, DpAttentionWithPipelineStagesIsRefusedNamingWhatWorks) {
-    ServerArgs a;
-    a.model_path = "/m";
-    a.tp_size = 2;
-    a.dp_size = 2;
-    a.pp_size = 2;
-    a.enable_dp_attention = true;
-    Status s = resolve_and_check(a);
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("--enable-dp-attention with --pp-size 2 is not implemented yet"), std::string::npos)
-        << s.message();
-    a.pp_size = 1;
-    EXPECT_TRUE(resolve_and_check(a).ok());
-}
-
 TEST(ServerArgsTest, GpuOnlyMoeBackendsNameWhatThisBuildRuns) {
     for (const char* backend : {"deepep", "mooncake", "mori", "megamoe"}) {
         ServerArgs a;

@@ -5,14 +5,15 @@
                layer gathers and scatters all groups' rows): one rank's greedy tokens and logits
                within 1e-4 on tiny f32 models: Qwen3-MoE at TP2/DPA2, TP4/DPA2 (attention TP 2),
                TP4/DPA4, TP4/DPA4 with EP4, TP4/DPA2 with EP2, with --enable-dp-lm-head and with
-               all_to_all; Qwen2-MoE (one dense layer) with --moe-dense-tp-size 1; DeepSeek-V2 and
-               -V3 (MLA) at TP2/DPA2, TP4/DPA4 with EP4 and --enable-dp-lm-head; dense Qwen3 at
-               TP2/DPA2. And the scheduler path (no --logits-out: the prompt runs in group 0, the
-               other groups join idle) gives the same tokens.
+               all_to_all, PP2 x TP2/DPA2 and PP2 x TP4/DPA2 with EP2; Qwen2-MoE (one dense layer)
+               with --moe-dense-tp-size 1 (and its rank then holds more weights); DeepSeek-V2 and
+               -V3 (MLA) at TP2/DPA2, TP4/DPA4 with EP4, --enable-dp-lm-head and PP2 x TP2/DPA2;
+               dense Qwen3 at TP2/DPA2. And the scheduler path (no --logits-out: the prompt runs
+               in group 0, the other groups join idle), also under PP2, gives the same tokens.
   serve        `tessera serve`: 8 concurrent greedy requests through the one HTTP front equal a
                one-rank server's, for Qwen3-MoE at TP4 with DPA2, DPA4, DPA4+EP4, DPA2+dp-lm-head,
-               DPA2+all_to_all and DeepSeek-V3 at TP4/DPA2+EP4 and Qwen2-MoE with
-               --moe-dense-tp-size 1; every group ran some of them
+               DPA2+all_to_all, PP2 x TP2/DPA2, DeepSeek-V3 at TP4/DPA2+EP4 and PP2 x TP2/DPA2, and
+               Qwen2-MoE with --moe-dense-tp-size 1; every group ran some of them
                (tessera:dp_attention_tokens_total of each dp_rank > 0). One request only under
                DPA4 completes: one group ran its tokens, the other three only idle steps.
   faults       a group that skips a round of the lockstep (TSR_DPA_FAULT=skip:1:3) makes the
@@ -54,6 +55,8 @@ LAYOUTS = {
         ["--tp", "4", "--dp", "2", "--ep", "2"] + DPA,
         ["--tp", "4", "--dp", "2", "--enable-dp-lm-head"] + DPA,
         ["--tp", "4", "--dp", "2", "--moe-a2a-backend", "all_to_all"] + DPA,
+        ["--pp-size", "2", "--tp", "2", "--dp", "2"] + DPA,
+        ["--pp-size", "2", "--tp", "4", "--dp", "2", "--ep", "2", "--mem-fraction-static", "0.5"] + DPA,
     ],
     "qwen2-moe": [
         ["--tp", "4", "--dp", "2", "--moe-dense-tp-size", "1"] + DPA,
@@ -65,6 +68,7 @@ LAYOUTS = {
     "deepseek-v3": [
         ["--tp", "2", "--dp", "2"] + DPA,
         ["--tp", "4", "--dp", "4", "--ep", "4"] + DPA,
+        ["--pp-size", "2", "--tp", "2", "--dp", "2"] + DPA,
     ],
     "qwen3": [
         ["--tp", "2", "--dp", "2"] + DPA,
@@ -106,12 +110,12 @@ def equivalence(tessera, workdir):
             print(f"qwen2-moe --moe-dense-tp-size 1: {whole:.2f} MB per rank vs {split:.2f} MB with the dense MLP "
                   f"split {'ok' if good else 'FAIL'}")
         if arch in ("qwen3-moe", "deepseek-v3"):
-            layout = ["--tp", "4", "--dp", "2"] + DPA
-            ids = generate(tessera, model, layout)
-            good = ids == base
-            ok &= good
-            print(f"{arch} {' '.join(layout)} through the scheduler: tokens {'same' if good else 'DIFFER'} "
-                  f"{'ok' if good else 'FAIL'}")
+            for layout in (["--tp", "4", "--dp", "2"] + DPA, ["--pp-size", "2", "--tp", "2", "--dp", "2"] + DPA):
+                ids = generate(tessera, model, layout)
+                good = ids == base
+                ok &= good
+                print(f"{arch} {' '.join(layout)} through the scheduler: tokens {'same' if good else 'DIFFER'} "
+                      f"{'ok' if good else 'FAIL'}")
     return ok
 
 
@@ -127,12 +131,14 @@ SERVE_LAYOUTS = {
         ["--tp", "4", "--dp", "4", "--ep", "4"] + DPA,
         ["--tp", "4", "--dp", "2", "--enable-dp-lm-head"] + DPA,
         ["--tp", "4", "--dp", "2", "--moe-a2a-backend", "all_to_all"] + DPA,
+        ["--pp-size", "2", "--tp", "2", "--dp", "2"] + DPA,
     ],
     "qwen2-moe": [
         ["--tp", "4", "--dp", "2", "--moe-dense-tp-size", "1"] + DPA,
     ],
     "deepseek-v3": [
         ["--tp", "4", "--dp", "2", "--ep", "4"] + DPA,
+        ["--pp-size", "2", "--tp", "2", "--dp", "2"] + DPA,
     ],
 }
 
@@ -217,24 +223,30 @@ def serve(tessera, workdir):
             ok &= serve_layout(tessera, model, workdir, f"{arch} {' '.join(flags)}", flags, expected)
         if arch != "qwen3-moe":
             continue
-        # One request under DPA4: three groups have nothing to do and must not hold it up.
-        port = free_port()
-        proc, log = launch(tessera, model, port, os.path.join(workdir, "one_request.log"),
-                           ["--tp", "4", "--dp", "4"] + DPA)
-        try:
-            ready = wait_ready(port, proc)
-            start = time.time()
-            got = greedy(port, PROMPTS[0]) if ready else None
-            elapsed = time.time() - start
-            tokens, idle = group_counters(port, 4) if ready else ([], [])
-            good = (got == expected[0] and sorted(t > 0 for t in tokens) == [False, False, False, True] and
-                    sum(i > 0 for i in idle) == 3 and elapsed < 30)
+        # One request at a time: the other groups have nothing to do and must not hold it up
+        # (under PP their idle rounds travel down the stages too); SIGTERM then stops every rank.
+        for name, flags in (("DPA4", ["--tp", "4", "--dp", "4"] + DPA),
+                            ("PP2 x TP2/DPA2", ["--pp-size", "2", "--tp", "2", "--dp", "2"] + DPA)):
+            groups = int(flags[flags.index("--dp") + 1])
+            port = free_port()
+            proc, log = launch(tessera, model, port, os.path.join(workdir, f"one_request_{groups}.log"), flags)
+            try:
+                ready = wait_ready(port, proc)
+                start = time.time()
+                got = [greedy(port, PROMPTS[0]), greedy(port, PROMPTS[1])] if ready else None
+                elapsed = time.time() - start
+                tokens, idle = group_counters(port, groups) if ready else ([], [])
+                # round_robin: one request in each of two groups; every group waited on another's.
+                good = (got == expected[:2] and sum(t > 0 for t in tokens) == 2 and len(idle) == groups and
+                        all(i > 0 for i in idle) and elapsed < 30)
+            finally:
+                stop_server(proc)
+                log.close()
+            good &= proc.returncode == 0
             ok &= good
-            print(f"one request under DPA4: tokens {'same' if got == expected[0] else 'DIFFER'} in {elapsed:.1f} s; "
-                  f"tokens per group {tokens}, idle steps {idle} {'ok' if good else 'FAIL'}")
-        finally:
-            stop_server(proc)
-            log.close()
+            print(f"one request at a time under {name}: tokens {'same' if got == expected[:2] else 'DIFFER'} in "
+                  f"{elapsed:.1f} s; tokens per group {tokens}, idle steps {idle}; exit {proc.returncode} after "
+                  f"SIGTERM {'ok' if good else 'FAIL'}")
     return ok
 
 

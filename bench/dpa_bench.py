@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""What DP-attention buys on the same ranks. Two measurements, printed as JSON lines:
+
+  kv       KV capacity of a launch: the sum over its schedulers of max_total_num_tokens (as
+           /get_server_info's internal_states report them), TP4 against TP4 with DPA4 on the
+           same four ranks (--mem-fraction-static 0.8), for the small DeepSeek-V3 preset (MLA: plain TP keeps the whole
+           latent on every rank, so DPA should hold ~attn_dp times the tokens) and the small
+           Qwen3-MoE preset (GQA: plain TP splits the KV heads, so DPA should hold about the
+           same).
+  serve    `tessera bench serve` at concurrency 16 on the small Qwen3-MoE preset (bf16): TP4
+           against TP4 with DPA4 (and DPA2), one thread per rank, alternately, several repeats;
+           output throughput and throughput per core (four ranks share this machine's cores,
+           so absolute speed-up is not the point: what each core delivers is).
+
+Every server listens on 127.0.0.1 on a free port and is always stopped.
+
+Usage: bench/dpa_bench.py --tessera build/tessera --workdir DIR [--repeats 3] [--only kv|serve]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import http.client
+
+from serve_support import free_port, stop_server, wait_healthy
+
+TP4 = ["--tp", "4"]
+DPA4 = ["--tp", "4", "--dp", "4", "--enable-dp-attention"]
+DPA2 = ["--tp", "4", "--dp", "2", "--enable-dp-attention"]
+
+
+def make_model(tessera, workdir, arch):
+    out = os.path.join(workdir, arch + "_small")
+    if not os.path.exists(os.path.join(out, "config.json")):
+        subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "small", "--dtype", "bf16", "--tokenizer",
+                        "qwen3", "--seed", "3", "--out", out], check=True, capture_output=True)
+    return out
+
+
+class Server:
+    def __init__(self, a, model, name, flags):
+        self.port = free_port()
+        self.log = open(os.path.join(a.workdir, name + ".log"), "w")
+        self.proc = subprocess.Popen([a.tessera, "serve", "--model-path", model, "--port", str(self.port),
+                                      "--threads-per-rank", "1", "--random-seed", "1", *flags],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+
+    def __enter__(self):
+        wait_healthy(self.port, self.proc)
+        return self
+
+    def __exit__(self, *exc):
+        stop_server(self.proc)
+        self.log.close()
+
+    def get(self, path):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request("GET", path)
+        body = conn.getresponse().read()
+        conn.close()
+        return json.loads(body)
+
+
+def kv(a):
+    for arch in ("deepseek-v3", "qwen3-moe"):
+        model = make_model(a.tessera, a.workdir, arch)
+        row = {"bench": "dpa_kv_capacity", "model": arch + " small", "mem_fraction_static": a.mem_fraction}
+        for name, flags in (("tp4", TP4), ("tp4_dpa4", DPA4)):
+            # A fixed budget: SGLang's default reserve (sized for large GPUs) leaves a 6 GB rank
+            # so little KV room that the attention weights DPA replicates would dominate it.
+            with Server(a, model, f"kv_{arch}_{name}", flags + ["--mem-fraction-static", str(a.mem_fraction)]) as s:
+                states = s.get("/get_server_info")["internal_states"]
+                row[name + "_schedulers"] = len(states)
+                row[name + "_max_total_num_tokens"] = sum(st["max_total_num_tokens"] for st in states)
+        row["ratio_dpa_over_tp"] = row["tp4_dpa4_max_total_num_tokens"] / row["tp4_max_total_num_tokens"]
+        print(json.dumps(row), flush=True)
+
+
+def bench_serve(a, port, model, name, seed):
+    out = os.path.join(a.workdir, name + ".jsonl")
+    cmd = [a.tessera, "bench", "serve", "--backend", "openai", "--port", str(port), "--model-path", model,
+           "--request-rate", "inf", "--max-concurrency", str(a.concurrency), "--seed", str(seed),
+           "--warmup-requests", "0", "--disable-tqdm", "--output-file", out, "--num-prompts", str(a.num_prompts),
+           "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
+           "--random-range-ratio", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"bench serve failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    with open(out) as f:
+        return json.loads(f.readlines()[-1])
+
+
+def serve(a):
+    model = make_model(a.tessera, a.workdir, "qwen3-moe")
+    cores = os.cpu_count()
+    layouts = (("tp4", TP4), ("tp4_dpa4", DPA4), ("tp4_dpa2", DPA2))
+    runs = {name: [] for name, _ in layouts}
+    for rep in range(a.repeats):
+        for name, flags in (layouts if rep % 2 == 0 else tuple(reversed(layouts))):
+            with Server(a, model, f"serve_{name}_{rep}", flags) as s:
+                r = bench_serve(a, s.port, model, f"serve_{name}_{rep}", seed=rep + 1)
+            row = {"bench": "dpa_serve", "repeat": rep, "layout": name, "output_throughput": r["output_throughput"],
+                   "output_throughput_per_core": r["output_throughput"] / cores,
+                   "median_ttft_ms": r["median_ttft_ms"], "median_tpot_ms": r["median_tpot_ms"]}
+            print(json.dumps(row), flush=True)
+            runs[name].append(r["output_throughput"])
+    summary = {"bench": "dpa_serve", "summary": True, "concurrency": a.concurrency, "cores": cores,
+               "ranks": 4, "threads_per_rank": 1}
+    for name, xs in runs.items():
+        summary[name + "_median_output_throughput"] = statistics.median(xs)
+        summary[name + "_median_per_core"] = statistics.median(xs) / cores
+    summary["dpa4_over_tp4"] = summary["tp4_dpa4_median_output_throughput"] / summary["tp4_median_output_throughput"]
+    summary["dpa2_over_tp4"] = summary["tp4_dpa2_median_output_throughput"] / summary["tp4_median_output_throughput"]
+    print(json.dumps(summary), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tessera", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", choices=["kv", "serve"])
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--mem-fraction", type=float, default=0.8)
+    ap.add_argument("--num-prompts", type=int, default=48)
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=64)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    a.tessera = os.path.abspath(a.tessera)
+    if a.only in (None, "kv"):
+        kv(a)
+    if a.only in (None, "serve"):
+        serve(a)
+
+
+if __name__ == "__main__":
+    main()
