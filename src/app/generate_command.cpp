@@ -282,16 +282,17 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
     }
     // A bad request still has to release the other ranks, which wait for steps or a stop.
     const Status request_ok = check_request(o, *prompt, rank);
+    server::ServerArgs args = o.server;
+    if (!request_ok.ok()) args.enable_dynamic_chunking = false;  // no profile for a request we refuse
     if (rank.runtime.scheduler_index() != 0) {
-        // Another DP-attention group's leader: the prompt runs in group 0; this group joins
-        // its steps (idle) until it is done.
-        auto leader = LeaderRunner::create(rank, o.server);
+        // Another DP-attention group's leader (it sees the same prompt, so it refuses or
+        // profiles as group 0 does): the prompt runs in group 0; this group joins its steps
+        // (idle) until it is done.
+        auto leader = LeaderRunner::create(rank, args);
         if (!leader.ok()) return fail(leader.status());
         Status s = (*leader)->stop();
         return s.ok() ? 0 : fail(s);
     }
-    server::ServerArgs args = o.server;
-    if (!request_ok.ok()) args.enable_dynamic_chunking = false;  // no profile for a request we refuse
     auto leader = LeaderRunner::create(rank, args);
     if (!leader.ok()) return fail(leader.status());
     if (!request_ok.ok()) {

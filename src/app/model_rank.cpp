@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -66,6 +67,9 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     if (!args.pipeline_trace_path.empty() && args.dp_size > 1 && !args.enable_dp_attention)
         return Status::InvalidArgument("--enable-pipeline-trace with --dp-size " + std::to_string(args.dp_size) +
                                        ": every replica would write the same file; trace one replica (--dp-size 1)");
+    if (!args.pipeline_trace_path.empty() && args.enable_dp_attention && args.dp_size > 1)
+        return Status::Unimplemented("--enable-pipeline-trace with --enable-dp-attention is not implemented yet (the "
+                                     "first stage's DP-attention rounds record no spans); trace without DP-attention");
     TSR_ASSIGN_OR_RETURN(RankRuntime runtime, init_rank_runtime(args, internal_rank, internal_store));
     auto rank = std::make_unique<ModelRank>(std::move(runtime));
     const RankRuntime& rt = rank->runtime;
@@ -182,8 +186,10 @@ namespace {
 // Reference §7, measured the cheap way: one request of 1.25 C random tokens prefilled on
 // stage 0 alone in 16 chunks gives the cumulative runtime T(l) at 16 prefix lengths (SGLang
 // times 128 fresh prefills of up to 1.25 C tokens, ~80 C tokens of work: minutes on a CPU).
-std::optional<scheduler::ChunkSizePredictor> profile_dynamic_chunking(executor::PpFirstStageRunner& runner,
-                                                                      const ModelRank& rank) {
+// `run_local` runs one batch on stage 0 alone (PpFirstStageRunner or DpAttentionLeaderRunner
+// run_local).
+std::optional<scheduler::ChunkSizePredictor> profile_dynamic_chunking(
+    const std::function<Status(const executor::ForwardBatch&)>& run_local, const ModelRank& rank) {
     const scheduler::SchedulerConfig& sc = rank.scheduler;
     const auto give_up = [](const std::string& why) {
         TSR_LOG(WARN, "[PP Dynamic Chunk] Failed to profile prefill latency: {} Dynamic chunking will be disabled.", why);
@@ -212,14 +218,14 @@ std::optional<scheduler::ChunkSizePredictor> profile_dynamic_chunking(executor::
         b.seqs.push_back(std::move(seq));
         return b;
     };
-    if (Status s = runner.run_local(chunk(0, std::min<std::int64_t>(piece, 64))); !s.ok()) return give_up(s.message());
+    if (Status s = run_local(chunk(0, std::min<std::int64_t>(piece, 64))); !s.ok()) return give_up(s.message());
     std::vector<scheduler::PrefillSample> samples;
     double cumulative_ms = 0.0;
     for (std::int64_t pos = 0; pos < total; pos += piece) {
         const std::int64_t n = std::min(piece, total - pos);
         const executor::ForwardBatch b = chunk(pos, n);
         const auto t0 = std::chrono::steady_clock::now();
-        if (Status s = runner.run_local(b); !s.ok()) return give_up(s.message());
+        if (Status s = run_local(b); !s.ok()) return give_up(s.message());
         cumulative_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         samples.push_back({pos + n, cumulative_ms});
     }
@@ -268,19 +274,27 @@ StatusOr<std::unique_ptr<LeaderRunner>> LeaderRunner::create(ModelRank& rank, co
         if (rt.pp_group)
             stages = executor::StageLinks{rt.pp_group.get(), rt.tp_group.get(), rank.trace.get(),
                                           rank.scheduler.max_in_flight_steps, true, dpa.tp_size};
-        if (args.enable_dynamic_chunking)
-            TSR_LOG(WARN, "--enable-dynamic-chunking is not implemented with DP-attention yet (its profile would need "
-                    "every group); using fixed chunks");
         p.dp_attention =
             std::make_unique<executor::DpAttentionLeaderRunner>(*rank.model, kv, rank.threads.get(), dpa, stages);
         lr->runner_ = p.dp_attention.get();
+        // Every group's leader profiles stage 0 at once with the same batches (their collectives
+        // span all groups); each fits the same curve.
+        if (rt.pp_group && args.enable_dynamic_chunking) {
+            executor::DpAttentionLeaderRunner& runner = *p.dp_attention;
+            rank.scheduler.dynamic_chunking =
+                profile_dynamic_chunking([&runner](const executor::ForwardBatch& b) { return runner.run_local(b); }, rank);
+        }
     } else if (rt.pp_group) {
         p.pp = std::make_unique<executor::PpFirstStageRunner>(
             *rank.model, kv, rank.threads.get(),
             executor::StageLinks{rt.pp_group.get(), rt.tp_group.get(), rank.trace.get(),
                                  rank.scheduler.max_in_flight_steps});
         lr->runner_ = p.pp.get();
-        if (args.enable_dynamic_chunking) rank.scheduler.dynamic_chunking = profile_dynamic_chunking(*p.pp, rank);
+        if (args.enable_dynamic_chunking) {
+            executor::PpFirstStageRunner& runner = *p.pp;
+            rank.scheduler.dynamic_chunking =
+                profile_dynamic_chunking([&runner](const executor::ForwardBatch& b) { return runner.run_local(b); }, rank);
+        }
     } else {
         p.local = std::make_unique<executor::ModelRunner>(*rank.model, kv, rank.threads.get());
         lr->runner_ = p.local.get();

@@ -168,8 +168,11 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
         if (!attn_tp_group.ok()) return with_peer_stages(rt, attn_tp_group.status());
         rt.attn_tp_group = std::move(attn_tp_group).value();
     }
-    TSR_LOG(INFO, "rank {} of {}: tp_rank {} pp_rank {} on node {}, tp group over {}, {} threads", rank,
-            layout.world_size(), rt.coords.tp_rank, rt.coords.pp_rank, rt.coords.node,
+    const std::string attention = layout.attn_dp_size() > 1 ? fmt::format(" (attn_dp {} attn_tp {})",
+                                                                           rt.coords.attn_dp_rank, rt.coords.attn_tp_rank)
+                                                               : std::string();
+    TSR_LOG(INFO, "rank {} of {}: tp_rank {}{} pp_rank {} on node {}, tp group over {}, {} threads", rank,
+            layout.world_size(), rt.coords.tp_rank, attention, rt.coords.pp_rank, rt.coords.node,
             rt.tp_group ? rt.tp_group->backend_name() : "none", rt.threads);
     return rt;
 }

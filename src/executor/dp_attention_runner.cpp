@@ -40,6 +40,18 @@ bool runs_model(const DpAttentionSync::Agreed& agreed, const ForwardBatch& batch
     return agreed.any_tokens || batch.expert_record != eplb::ExpertRecordCommand::kNone;
 }
 
+// Under PP, on stage 0: this group's part of the round (or nothing, when the model sits it
+// out), and the hidden states it hands to the next stage.
+Status forward_first_stage(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool, const ForwardBatch& batch,
+                           const DpAttentionSync::Agreed& agreed, std::vector<std::int32_t>& tokens,
+                           std::vector<float>* hidden) {
+    hidden->clear();
+    if (!runs_model(agreed, batch)) return Status::Ok();
+    TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
+    input.dp_attention = &agreed.step;
+    return model.forward(input, kv, pool, hidden);
+}
+
 }  // namespace
 
 std::string DpAttentionSync::group_name(int group) const {
@@ -140,21 +152,27 @@ Status DpAttentionLeaderRunner::receive_oldest() {
     return Status::Internal("no DP-attention round is waiting for tokens");
 }
 
-Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, bool stopping, bool internal, bool* others_busy) {
+Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, RoundKind kind, bool* others_busy) {
+    const bool stopping = kind == RoundKind::kStopping;
+    const bool local = kind == RoundKind::kLocal;
     // Under PP the stages must not hold more rounds than the scheduler's bound, or the last
     // stage's answers would back up behind ours.
     if (stages_ && waiting_rounds() >= static_cast<std::size_t>(std::max(1, stages_->max_in_flight_steps)))
         TSR_RETURN_IF_ERROR(receive_oldest());
     // Later stages sample: their step carries the sampling parameters.
-    std::vector<std::uint8_t> bytes =
-        encode_step(batch, (stopping ? kStepGroupStopping : 0) | (stages_ ? kStepWithSampling : 0));
+    std::vector<std::uint8_t> bytes = encode_step(
+        batch, (stopping ? kStepGroupStopping : 0) | (stages_ ? kStepWithSampling : 0) | (local ? kStepLocalOnly : 0));
     if (dpa_.attn_tp_group != nullptr) TSR_RETURN_IF_ERROR(broadcast_step(*dpa_.attn_tp_group, bytes));
     const DpAttentionSync::GroupStep mine = group_step(batch, stopping);
     TSR_ASSIGN_OR_RETURN(DpAttentionSync::Agreed agreed, sync_.exchange(mine));
     if (others_busy != nullptr) *others_busy = agreed.any_tokens;
     if (agreed.all_stopping) stopped_ = true;
     if (agreed.any_stopping) peers_stopping_.store(true, std::memory_order_relaxed);
-    InFlight f{internal, batch.seqs.size(), std::nullopt};
+    InFlight f{kind != RoundKind::kStep, batch.seqs.size(), std::nullopt};
+    if (local) {
+        std::vector<float> hidden;
+        return forward_first_stage(model_, kv_, pool_, batch, agreed, tokens_, &hidden);
+    }
     if (agreed.any_tokens) {
         forwards_.fetch_add(1, std::memory_order_relaxed);
         if (mine.tokens == 0) idle_steps_.fetch_add(1, std::memory_order_relaxed);
@@ -166,11 +184,7 @@ Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, bool stopping, 
         if (!f.result->ok()) return f.result->status();
     } else if (agreed.runs()) {
         std::vector<float> hidden;
-        if (runs_model(agreed, batch)) {
-            TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
-            input.dp_attention = &agreed.step;
-            TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &hidden));
-        }
+        TSR_RETURN_IF_ERROR(forward_first_stage(model_, kv_, pool_, batch, agreed, tokens_, &hidden));
         TSR_RETURN_IF_ERROR(post_step(*outbox_, encode_dp_step(agreed.step, bytes), std::move(hidden)));
     } else {
         f.result = std::vector<SampledToken>(f.n_seqs);
@@ -181,7 +195,7 @@ Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, bool stopping, 
 
 Status DpAttentionLeaderRunner::launch(const ForwardBatch& batch) {
     if (stopped_) return Status::Internal("the DP-attention groups were already stopped");
-    return note_failure(round(batch, /*stopping=*/false, /*internal=*/false, nullptr));
+    return note_failure(round(batch, RoundKind::kStep, nullptr));
 }
 
 StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::collect() {
@@ -203,10 +217,16 @@ StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::run(const ForwardBa
     return collect();
 }
 
+Status DpAttentionLeaderRunner::run_local(const ForwardBatch& batch) {
+    if (!stages_) return Status::Internal("run_local() times a pipeline stage; this launch has one stage");
+    if (!in_flight_.empty()) return Status::Internal("run_local() while steps are in flight");
+    return note_failure(round(batch, RoundKind::kLocal, nullptr));
+}
+
 StatusOr<bool> DpAttentionLeaderRunner::idle_step() {
     if (stopped_) return false;
     bool others_busy = false;
-    TSR_RETURN_IF_ERROR(note_failure(round(ForwardBatch{}, /*stopping=*/false, /*internal=*/true, &others_busy)));
+    TSR_RETURN_IF_ERROR(note_failure(round(ForwardBatch{}, RoundKind::kIdle, &others_busy)));
     while (!in_flight_.empty() && in_flight_.front().internal && in_flight_.front().result) in_flight_.pop_front();
     return others_busy;
 }
@@ -216,7 +236,7 @@ Status DpAttentionLeaderRunner::stop() {
     if (!fatal_error().ok()) return Status::Ok();
     while (!stopped_) {
         bool others_busy = false;
-        TSR_RETURN_IF_ERROR(note_failure(round(ForwardBatch{}, /*stopping=*/true, /*internal=*/true, &others_busy)));
+        TSR_RETURN_IF_ERROR(note_failure(round(ForwardBatch{}, RoundKind::kStopping, &others_busy)));
         if (!stopped_ && !others_busy) std::this_thread::sleep_for(kStopTick);
     }
     if (!outbox_) {
@@ -254,12 +274,10 @@ Status follow_dp_attention_leader(models::Model& model, const kvcache::KvView& k
             if (runs_model(agreed, batch)) TSR_RETURN_IF_ERROR(local.run(batch, &agreed.step).status());
         } else if (agreed.runs()) {
             std::vector<float> hidden;
-            if (runs_model(agreed, batch)) {
-                TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
-                input.dp_attention = &agreed.step;
-                TSR_RETURN_IF_ERROR(model.forward(input, kv, pool, &hidden));
-            }
-            TSR_RETURN_IF_ERROR(post_step(*next, encode_dp_step(agreed.step, bytes), std::move(hidden)));
+            TSR_RETURN_IF_ERROR(forward_first_stage(model, kv, pool, batch, agreed, tokens, &hidden));
+            // A profile step (kStepLocalOnly) times stage 0 alone: nothing is handed on.
+            if ((flags & kStepLocalOnly) == 0)
+                TSR_RETURN_IF_ERROR(post_step(*next, encode_dp_step(agreed.step, bytes), std::move(hidden)));
         }
         if (agreed.all_stopping) return next ? post_stop(*next) : Status::Ok();
     }

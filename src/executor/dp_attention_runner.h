@@ -90,6 +90,9 @@ class DpAttentionLeaderRunner final : public BatchRunner {
     LockstepStats lockstep_stats() const override;
     bool lockstep_stopping() const override { return peers_stopping_.load(std::memory_order_relaxed); }
 
+    // Under PP: runs `batch` on stage 0 only and hands nothing on, for timing the stage
+    // (dynamic chunking). Every group's leader profiles at the same time with the same batches.
+    Status run_local(const ForwardBatch& batch);
     // Joins rounds (idle) until every group is stopping; then this group's followers return
     // from follow_dp_attention_leader() (and, under PP, the later stages stop). Idempotent.
     Status stop();
@@ -101,7 +104,13 @@ class DpAttentionLeaderRunner final : public BatchRunner {
         std::size_t n_seqs = 0;
         std::optional<StatusOr<std::vector<SampledToken>>> result;  // unset: due from the last stage
     };
-    Status round(const ForwardBatch& batch, bool stopping, bool internal, bool* others_busy);
+    enum class RoundKind {
+        kStep,      // the scheduler's, collected by it
+        kIdle,      // this group has nothing; joins the others
+        kStopping,  // idle, and this group is stopping
+        kLocal,     // stage 0 only, handed on to no one (the dynamic-chunking profile)
+    };
+    Status round(const ForwardBatch& batch, RoundKind kind, bool* others_busy);
     // Receives the tokens of the oldest round still waiting for them (PP).
     Status receive_oldest();
     std::size_t waiting_rounds() const;

@@ -213,7 +213,8 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
     const int stage = pp.rank();
     const bool last = stage == pp.size() - 1;
     // The rank that samples on the last stage: TP rank 0, or each attention-DP group's first.
-    const bool tp_root = links.tp_group == nullptr || links.tp_group->rank() % links.attn_tp_size == 0;
+    const int tp_rank = links.tp_group == nullptr ? 0 : links.tp_group->rank();
+    const bool tp_root = links.dp_attention ? tp_rank % links.attn_tp_size == 0 : tp_rank == 0;
     const int max_pending = outbox_depth(links.max_in_flight_steps);
     std::optional<StageOutbox> next;
     if (!last) next.emplace(pp, stage + 1, max_pending);

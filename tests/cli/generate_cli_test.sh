@@ -48,7 +48,7 @@ expect_error "bad prompt id" "'x' is not a token id" generate --model-path "$wor
 expect_error "token outside the vocabulary" "outside the vocabulary" generate --model-path "$work/m" --prompt-ids 5000
 expect_error "text prompt without tokenizer files" "tokenizer.json" generate --model-path "$work/m" --prompt hello
 expect_error "both prompt forms" "either as text" generate --model-path "$work/m" --prompt hi --prompt-ids 1
-expect_error "serve-only flag" '--dp-size 2: `tessera serve` implements it, this command does not' generate --model-path "$work/m" --prompt-ids 1 --tp 2 --dp 2 --enable-dp-attention
+expect_error "serve-only flag" '--dp-size 2: `tessera serve` implements it, this command does not' generate --model-path "$work/m" --prompt-ids 1 --dp 2
 expect_error "SGLang feature tessera lacks" "--speculative-algorithm EAGLE: tessera does not implement speculative decoding" generate --model-path "$work/m" --prompt-ids 1 --speculative-algo EAGLE
 expect_error "ambiguous prefix" "ambiguous option: --pp could match" generate --model-path "$work/m" --prompt-ids 1 --pp 2
 "$tessera" generate --model-path "$work/m" --prompt-ids 1 --max-new-tokens 1 --trust-remote-code --attention-backend fa3 \

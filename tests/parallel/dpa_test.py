@@ -116,6 +116,19 @@ def equivalence(tessera, workdir):
                 ok &= good
                 print(f"{arch} {' '.join(layout)} through the scheduler: tokens {'same' if good else 'DIFFER'} "
                       f"{'ok' if good else 'FAIL'}")
+        if arch == "qwen3-moe":
+            # Dynamic chunking under PP: every group's leader profiles stage 0 at once.
+            layout = ["--pp-size", "2", "--tp", "2", "--dp", "2", "--enable-dynamic-chunking",
+                      "--chunked-prefill-size", "16"] + DPA
+            cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens",
+                   str(NEW_TOKENS), "--ignore-eos", "--json", "--threads", "1"] + layout
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+            ids = json.loads(p.stdout)["output_ids"] if p.returncode == 0 else None
+            profiled = {g for g in (0, 1) if re.search(rf"\[tessera dp{g} tp{g} pp0\] \[PP Dynamic Chunk\]", p.stderr)}
+            good = ids == base and profiled == {0, 1}
+            ok &= good
+            print(f"{arch} {' '.join(layout)}: tokens {'same' if ids == base else 'DIFFER'}, groups that profiled "
+                  f"stage 0: {sorted(profiled)} {'ok' if good else 'FAIL'}")
     return ok
 
 
