@@ -21,11 +21,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import http.client
+import subprocess
 
-from serve_support import free_port, stop_server, wait_healthy
+from serve_support import free_port, run_bench_serve, stop_server, wait_healthy
 
 TP4 = ["--tp", "4"]
 DPA4 = ["--tp", "4", "--dp", "4", "--enable-dp-attention"]
@@ -80,17 +79,10 @@ def kv(a):
 
 
 def bench_serve(a, port, model, name, seed):
-    out = os.path.join(a.workdir, name + ".jsonl")
-    cmd = [a.tessera, "bench", "serve", "--backend", "openai", "--port", str(port), "--model-path", model,
-           "--request-rate", "inf", "--max-concurrency", str(a.concurrency), "--seed", str(seed),
-           "--warmup-requests", "0", "--disable-tqdm", "--output-file", out, "--num-prompts", str(a.num_prompts),
-           "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
-           "--random-range-ratio", "1"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"bench serve failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    with open(out) as f:
-        return json.loads(f.readlines()[-1])
+    workload = ["--num-prompts", str(a.num_prompts), "--random-input-len", str(a.input_len), "--random-output-len",
+                str(a.output_len), "--random-range-ratio", "1"]
+    return run_bench_serve(a.tessera, port, model, os.path.join(a.workdir, name + ".jsonl"), a.concurrency, seed,
+                           workload)
 
 
 def serve(a):

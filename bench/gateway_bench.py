@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from serve_support import free_port, stop_server, wait_healthy
+from serve_support import free_port, run_bench_serve, stop_server, wait_healthy
 
 
 def make_model(tessera, out, *extra):
@@ -122,21 +122,14 @@ def overhead(a):
 
 
 def bench_serve(a, port, model, out_name, seed, dataset=None):
-    out = os.path.join(a.workdir, out_name + ".jsonl")
-    cmd = [a.tessera, "bench", "serve", "--backend", "openai", "--port", str(port), "--model-path", model,
-           "--request-rate", "inf", "--max-concurrency", str(a.concurrency), "--seed", str(seed),
-           "--warmup-requests", "0", "--disable-tqdm", "--output-file", out]
     if dataset:
-        cmd += ["--dataset", "jsonl:" + dataset, "--num-prompts", str(a.prefix_groups * a.prefix_per_group),
-                "--random-output-len", str(a.prefix_output_len)]
+        workload = ["--dataset", "jsonl:" + dataset, "--num-prompts", str(a.prefix_groups * a.prefix_per_group),
+                    "--random-output-len", str(a.prefix_output_len)]
     else:
-        cmd += ["--num-prompts", str(a.num_prompts), "--random-input-len", str(a.input_len), "--random-output-len",
-                str(a.output_len), "--random-range-ratio", "1"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"bench serve failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    with open(out) as f:
-        return json.loads(f.readlines()[-1])
+        workload = ["--num-prompts", str(a.num_prompts), "--random-input-len", str(a.input_len),
+                    "--random-output-len", str(a.output_len), "--random-range-ratio", "1"]
+    return run_bench_serve(a.tessera, port, model, os.path.join(a.workdir, out_name + ".jsonl"), a.concurrency, seed,
+                           workload)
 
 
 def flush(port):

@@ -2,6 +2,7 @@
 `tessera serve` to answer GET /health (exiting with a message when it dies first), and
 stopping it."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -49,3 +50,17 @@ def stop_server(server, timeout_s=60):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def run_bench_serve(tessera, port, model, out, concurrency, seed, workload):
+    """`tessera bench serve` against 127.0.0.1:port at --max-concurrency `concurrency`, all
+    requests at once (--request-rate inf), no warm-up; `workload` are the dataset / length
+    flags. Returns the summary line it wrote to `out` (exits with its output on failure)."""
+    cmd = [tessera, "bench", "serve", "--backend", "openai", "--port", str(port), "--model-path", model,
+           "--request-rate", "inf", "--max-concurrency", str(concurrency), "--seed", str(seed),
+           "--warmup-requests", "0", "--disable-tqdm", "--output-file", out, *workload]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"bench serve failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    with open(out) as f:
+        return json.loads(f.readlines()[-1])

@@ -35,12 +35,10 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
-from tp_test import PROMPT, NEW_TOKENS, make_model, run_case  # noqa: E402
+from tp_test import PROMPT, NEW_TOKENS, make_model, run_case, same_as_one_rank  # noqa: E402
 from e2e_support import call, free_port, stop_server, wait_ready  # noqa: E402
 
 LOGIT_TOLERANCE = 1e-4
@@ -60,6 +58,7 @@ LAYOUTS = {
     ],
     "qwen2-moe": [
         ["--tp", "4", "--dp", "2", "--moe-dense-tp-size", "1"] + DPA,
+        ["--tp", "2", "--moe-dense-tp-size", "1"],  # replicated dense MLP under plain TP too
     ],
     "deepseek-v2": [
         ["--tp", "2", "--dp", "2"] + DPA,
@@ -94,13 +93,7 @@ def equivalence(tessera, workdir):
         for i, layout in enumerate(layouts):
             logits = os.path.join(workdir, f"{arch}_{i}.npy")
             ids = generate(tessera, model, layout, logits)
-            diff = float(np.abs(np.load(logits) - np.load(base_logits)).max())
-            good = ids == base and diff < LOGIT_TOLERANCE
-            ok &= good
-            print(f"{arch} {' '.join(layout)}: tokens {'same' if ids == base else 'DIFFER'}, "
-                  f"max|logit diff| {diff:.2e} {'ok' if good else 'FAIL'}")
-            if ids != base:
-                print(f"  one rank: {base}\n  layout:   {ids}")
+            ok &= same_as_one_rank(f"{arch} {' '.join(layout)}", ids, base, logits, base_logits, LOGIT_TOLERANCE)
         if arch == "qwen2-moe":
             # Its dense layer replicated: every rank holds all of its MLP, not a quarter.
             split = generate(tessera, model, ["--tp", "4", "--dp", "2"] + DPA, report=True)["weight_mb_per_rank"]
