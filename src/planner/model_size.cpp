@@ -136,15 +136,17 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
     out.first_layer = layers.begin;
     out.end_layer = layers.end;
     const TpShard tp{place.tp_rank, place.tp_size};
+    const TpShard whole{0, 1};
     const std::int64_t H = c.hidden_size;
-    const layers::VocabShard vocab = layers::shard_vocab(c.vocab_size, tp);
     std::int64_t bytes = 0;
     const TpShard attn_tp = place.attn_tp_size > 0 ? TpShard{place.attn_tp_rank, place.attn_tp_size} : tp;
     if (dist::owns_embedding(place.pp_rank)) {
+        const layers::VocabShard vocab = layers::shard_vocab(c.vocab_size, place.dp_attention ? whole : tp);
         out.embedding_bytes = vocab.rows.count * H * static_cast<std::int64_t>(dtype_size(t.embedding));
         bytes += out.embedding_bytes;
     }
     if (dist::owns_lm_head(place.pp_rank, place.pp_size)) {
+        const layers::VocabShard vocab = layers::shard_vocab(c.vocab_size, place.dp_lm_head ? attn_tp : tp);
         out.lm_head_bytes = kernels::packed_weight_bytes(t.compute, vocab.rows.count, H);
         bytes += out.lm_head_bytes;
     }
@@ -154,7 +156,8 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
         TSR_ASSIGN_OR_RETURN(std::int64_t attention, attention_bytes(c, p + "self_attn.", attn_tp, t));
         bytes += attention;
         if (!c.is_moe_layer(l)) {
-            TSR_ASSIGN_OR_RETURN(Range dense_cut, layers::even_shard("intermediate_size", c.intermediate_size, tp));
+            TSR_ASSIGN_OR_RETURN(Range dense_cut, layers::even_shard("intermediate_size", c.intermediate_size,
+                                                                     place.dense_mlp_replicated ? whole : tp));
             TSR_ASSIGN_OR_RETURN(std::int64_t mlp, gated_mlp(p + "mlp.", H, dense_cut, c.intermediate_size, t.linear, t));
             bytes += mlp;
             continue;

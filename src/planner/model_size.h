@@ -26,9 +26,14 @@ struct RankPlace {
     int ep_size = 1;
     int moe_tp_rank = 0;
     int moe_tp_size = 1;  // tp / ep
-    // DP-attention: attention (and its KV) split over the attention-TP group only.
+    // DP-attention: attention (and its KV) split over the attention-TP group only, the
+    // embedding whole on every rank, and the LM head over the attention-TP group under
+    // --enable-dp-lm-head (models/decoder.cpp).
     int attn_tp_rank = 0;
     int attn_tp_size = 0;  // 0: the TP group
+    bool dp_attention = false;
+    bool dp_lm_head = false;
+    bool dense_mlp_replicated = false;  // --moe-dense-tp-size 1
     int num_redundant_experts = 0;
 };
 

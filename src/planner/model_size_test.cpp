@@ -29,11 +29,16 @@ class LoadOnlyGroup final : public dist::ProcessGroup {
 struct Layout {
     const char* name;
     int tp_rank, tp_size, pp_rank, pp_size, ep_size;
+    int attn_dp = 1;  // DP-attention groups (1: off)
+    bool dp_lm_head = false;
+    bool dense_replicated = false;  // --moe-dense-tp-size 1
 };
 
 constexpr Layout kLayouts[] = {
     {"tp1", 0, 1, 0, 1, 1}, {"tp2 rank 0", 0, 2, 0, 1, 1}, {"tp2 rank 1", 1, 2, 0, 1, 1},
     {"pp2 stage 0", 0, 1, 0, 2, 1}, {"pp2 stage 1", 0, 1, 1, 2, 1}, {"tp2 ep2 rank 1", 1, 2, 0, 1, 2},
+    {"tp2 dpa2 rank 1", 1, 2, 0, 1, 1, 2}, {"tp4 dpa2 dp-lm-head rank 3", 3, 4, 0, 1, 1, 2, true},
+    {"tp2 dense replicated rank 1", 1, 2, 0, 1, 1, 1, false, true},
 };
 
 class ModelSizeTest : public ::testing::TestWithParam<const char*> {
@@ -75,6 +80,13 @@ class ModelSizeTest : public ::testing::TestWithParam<const char*> {
             o.moe.ep_rank = l.tp_rank % l.ep_size;
             o.moe.moe_tp_size = l.tp_size / l.ep_size;
             o.moe.moe_tp_rank = l.tp_rank / l.ep_size;
+            const int attn_tp = l.tp_size / l.attn_dp;
+            LoadOnlyGroup attn_group(l.tp_rank % attn_tp, attn_tp);
+            if (l.attn_dp > 1) {
+                o.dp_attention = {l.tp_rank / attn_tp, l.attn_dp, l.tp_rank % attn_tp, attn_tp,
+                                  attn_tp > 1 ? &attn_group : nullptr, &group, l.dp_lm_head};
+            }
+            o.dense_mlp_replicated = l.dense_replicated;
             auto model = models::load_model(o);
 
             RankPlace place;
@@ -86,6 +98,13 @@ class ModelSizeTest : public ::testing::TestWithParam<const char*> {
             place.ep_size = l.ep_size;
             place.moe_tp_rank = o.moe.moe_tp_rank;
             place.moe_tp_size = o.moe.moe_tp_size;
+            if (l.attn_dp > 1) {
+                place.attn_tp_rank = l.tp_rank % attn_tp;
+                place.attn_tp_size = attn_tp;
+                place.dp_attention = true;
+                place.dp_lm_head = l.dp_lm_head;
+            }
+            place.dense_mlp_replicated = l.dense_replicated;
             auto size = rank_size(*config, place, *types);
             // Both refuse a split the same way (an fp8 block cut in two), or both agree on the sizes.
             ASSERT_EQ(size.ok(), model.ok()) << (model.ok() ? size.status() : model.status()).to_string();

@@ -40,6 +40,9 @@ RankPlace place_of(const server::ServerArgs& a, const dist::ParallelLayout& layo
     place.num_redundant_experts = a.ep_num_redundant_experts;
     place.attn_tp_rank = c.attn_tp_rank;
     place.attn_tp_size = layout.attn_tp_size();
+    place.dp_attention = layout.attn_dp_size() > 1;
+    place.dp_lm_head = place.dp_attention && a.enable_dp_lm_head;
+    place.dense_mlp_replicated = a.moe_dense_tp_size == 1;
     return place;
 }
 
