@@ -1,5 +1,6 @@
 // libFuzzer target: bytes → the step wire format a TP follower or a pipeline stage decodes.
-// A corrupt message must be DataLoss, and what decodes must encode back to the same bytes.
+// A corrupt message must be DataLoss, and what decodes must encode back to the same bytes
+// (also a DP-attention step with every group's counts ahead of it).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -13,5 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto batch = tessera::executor::decode_step(bytes, &flags);
     if (batch.ok() && tessera::executor::encode_step(*batch, flags) != bytes) std::abort();
     (void)tessera::executor::decode_results(bytes);
+    // DP-attention under PP: every group's counts ahead of the step.
+    std::vector<std::uint8_t> rest;
+    auto groups = tessera::executor::decode_dp_step(bytes, &rest);
+    if (groups.ok() && tessera::executor::encode_dp_step(*groups, rest) != bytes) std::abort();
     return 0;
 }

@@ -75,6 +75,32 @@ TEST(SampleRowTest, SeededStepsRepeat) {
     EXPECT_GT(std::set<std::int32_t>(a.begin(), a.end()).size(), 5u) << "uniform logits must spread";
 }
 
+TEST(StepWireTest, DpAttentionCountsTravelAheadOfTheStep) {
+    ForwardBatch batch;
+    batch.seqs.push_back({"a", {1, 2, 3}, 0, {9, 8, 7}, true, {}, {}});
+    const std::vector<std::uint8_t> step_bytes = encode_step(batch, kStepWithSampling);
+    layers::DpAttentionStep dp{{3, 0, 1}, {1, 0, 1}, true};
+    const std::vector<std::uint8_t> message = encode_dp_step(dp, step_bytes);
+    std::vector<std::uint8_t> rest;
+    auto back = decode_dp_step(message, &rest);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back->num_tokens, dp.num_tokens);
+    EXPECT_EQ(back->num_logit_rows, dp.num_logit_rows);
+    EXPECT_TRUE(back->any_extend);
+    EXPECT_EQ(rest, step_bytes);
+    // Corrupt: a negative count, a prefill flag other than 0 / 1, more groups than bytes.
+    std::vector<std::uint8_t> bad = message;
+    bad[8 + 7] = 0x80;
+    EXPECT_FALSE(decode_dp_step(bad, &rest).ok());
+    bad = message;
+    bad[8 + 6 * 8] = 2;
+    EXPECT_FALSE(decode_dp_step(bad, &rest).ok());
+    bad = message;
+    bad[2] = 0x10;  // 2^20 groups
+    EXPECT_FALSE(decode_dp_step(bad, &rest).ok());
+    EXPECT_FALSE(decode_dp_step({}, &rest).ok());
+}
+
 TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
     ForwardBatch batch;
     batch.seqs.push_back({"a", {1, 2, 3}, 4, {9, 8, 7, 6, 5, 4, 3}, true, {}, {}});

@@ -194,7 +194,9 @@ StatusOr<layers::DpAttentionStep> decode_dp_step(const std::vector<std::uint8_t>
                                                  std::vector<std::uint8_t>* bytes) {
     Reader r(message);
     std::int64_t groups = 0;
-    if (!r.i64(&groups) || groups < 1 || groups > kMaxCount)
+    // Two counts per group follow: a claim the bytes cannot hold is refused before allocating.
+    if (!r.i64(&groups) || groups < 1 || groups > kMaxCount ||
+        static_cast<std::size_t>(groups) > r.remaining() / (2 * sizeof(std::int64_t)))
         return Status::DataLoss("corrupt DP-attention step: bad group count");
     layers::DpAttentionStep step;
     step.num_tokens.resize(static_cast<std::size_t>(groups));
