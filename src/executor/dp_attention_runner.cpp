@@ -103,15 +103,19 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
         const std::int64_t* lead = rows.data() + g * dpa_.tp_size * kFields;
         for (int t = 0; t < dpa_.tp_size; ++t) {
             const std::int64_t* r = lead + t * kFields;
+            // Either way the ranks no longer agree on what runs next: the group is broken
+            // (dist::breaks_group), and the launch ends rather than fail every later step.
             if (r[kRound] != round_)
-                return Status::Internal(fmt::format("DP-attention lockstep broken: this rank is at round {} but TP "
-                                                    "rank {} of {} is at round {} (a group skipped or repeated a step)",
-                                                    round_, g * dpa_.tp_size + t, group_name(g), r[kRound]));
+                return Status(StatusCode::kUnavailable,
+                              fmt::format("DP-attention lockstep broken: this rank is at round {} but TP rank {} of {} "
+                                          "is at round {} (a group skipped or repeated a step)",
+                                          round_, g * dpa_.tp_size + t, group_name(g), r[kRound]));
             for (int f = kTokens; f < kFields; ++f)
                 if (r[f] != lead[f])
-                    return Status::Internal(fmt::format("DP-attention round {}: the ranks of {} disagree on their step "
-                                                        "({} vs {}): the group's leader broadcast was lost",
-                                                        round_, group_name(g), r[f], lead[f]));
+                    return Status(StatusCode::kUnavailable,
+                                  fmt::format("DP-attention round {}: the ranks of {} disagree on their step ({} vs "
+                                              "{}): the group's leader broadcast was lost",
+                                              round_, group_name(g), r[f], lead[f]));
         }
         a.step.num_tokens[g] = lead[kTokens];
         a.step.num_logit_rows[g] = lead[kLogitRows];

@@ -237,6 +237,7 @@ void Engine::loop() {
         peers_busy_ = false;
         if (runner_.lockstep() && runner_.rounds() == rounds) {
             auto busy = runner_.idle_step();
+            if (!busy.ok() && runner_.fatal_error().ok()) TSR_LOG(WARN, "idle DP-attention step: {}", busy.status().message());
             peers_busy_ = busy.ok() && *busy;
             idle_rounds_ = peers_busy_ ? 0 : idle_rounds_ + 1;
         } else {

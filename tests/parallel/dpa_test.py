@@ -18,7 +18,8 @@
                DPA4 completes: one group ran its tokens, the other three only idle steps.
   faults       a group that skips a round of the lockstep (TSR_DPA_FAULT=skip:1:3) makes the
                launch fail naming that group; one that stops joining (stall:1:3) makes it fail
-               within --dist-timeout naming the missing rank, never hang.
+               within --dist-timeout naming the missing rank, never hang; a serving launch whose
+               group skips an idle round stops (non-zero) naming it.
   two-node     TP4/DPA2 serve over two "nodes" on loopback (one group per node): the front on
                node 0 routes to node 1's group; concurrent requests equal one rank's and both
                groups ran some.
@@ -277,6 +278,27 @@ def faults(tessera, workdir):
         print(f"TSR_DPA_FAULT={fault}: exit {p.returncode} after {elapsed:.1f} s, error names the group: {named} "
               f"{'ok' if good else 'FAIL'}")
         print("  said: " + next((l for l in p.stderr.splitlines() if " E]" in l), "(no error line)")[:400])
+    # A serving launch: idle rounds run all the time, so the skipped round comes without a
+    # request; the launch must end (non-zero), not go on out of step.
+    model = make_served_model(tessera, "qwen3-moe", workdir)
+    port = free_port()
+    log_path = os.path.join(workdir, "serve_skip.log")
+    proc, log = launch(tessera, model, port, log_path, ["--tp", "2", "--dp", "2", "--dist-timeout", "5"] + DPA,
+                       {"TSR_DPA_FAULT": "skip:1:200"})
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        stop_server(proc)
+        log.close()
+    with open(log_path) as f:
+        text = f.read()
+    named = re.search(r"stopping the job: DP-attention lockstep broken: .*attn_dp group", text) is not None
+    good = proc.returncode not in (0, None) and named
+    ok &= good
+    print(f"serve with TSR_DPA_FAULT=skip:1:200: exit {proc.returncode}, the job stopped naming the group: {named} "
+          f"{'ok' if good else 'FAIL'}")
     return ok
 
 
