@@ -32,6 +32,7 @@ StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerA
     o.port = args.port;
     TSR_ASSIGN_OR_RETURN(o.policy, gateway::parse_policy(args.load_balance_method));
     o.replicas = true;
+    o.expert_record_first_worker_only = rt.layout.attn_dp_size() > 1;
     // total_tokens compares prompt lengths in tokens, as SGLang's DP controller does; the
     // other methods do not need them, so they skip the tokenization.
     if (o.policy == gateway::PolicyKind::kTotalTokens) {

@@ -31,22 +31,23 @@ DpAttentionSync::GroupStep group_step(const ForwardBatch& batch, bool stopping) 
         g.extend = g.extend || seq.tokens.size() > 1;
     }
     g.stopping = stopping;
-    g.record = batch.expert_record != eplb::ExpertRecordCommand::kNone;
+    g.record = batch.expert_record;
     return g;
 }
 
-// This group runs the model in a round that runs: with tokens somewhere, or its own command.
-bool runs_model(const DpAttentionSync::Agreed& agreed, const ForwardBatch& batch) {
-    return agreed.any_tokens || batch.expert_record != eplb::ExpertRecordCommand::kNone;
+// This group's batch with the round's recorder command, which every group applies.
+ForwardBatch with_record(const ForwardBatch& batch, const DpAttentionSync::Agreed& agreed) {
+    ForwardBatch b = batch;
+    b.expert_record = agreed.record;
+    return b;
 }
 
-// Under PP, on stage 0: this group's part of the round (or nothing, when the model sits it
-// out), and the hidden states it hands to the next stage.
+// Under PP, on stage 0: this group's part of the round, and the hidden states it hands to the
+// next stage.
 Status forward_first_stage(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool, const ForwardBatch& batch,
                            const DpAttentionSync::Agreed& agreed, std::vector<std::int32_t>& tokens,
                            std::vector<float>* hidden) {
     hidden->clear();
-    if (!runs_model(agreed, batch)) return Status::Ok();
     TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
     input.dp_attention = &agreed.step;
     return model.forward(input, kv, pool, hidden);
@@ -88,7 +89,7 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
     me[kLogitRows] = mine.logit_rows;
     me[kExtend] = mine.extend;
     me[kStopping] = mine.stopping;
-    me[kRecord] = mine.record;
+    me[kRecord] = static_cast<std::int64_t>(mine.record);
     if (Status s = tp.all_reduce(std::span<std::int64_t>(rows)); !s.ok()) {
         std::string groups;
         for (int g = 0; g < dpa_.dp_size; ++g) groups += (groups.empty() ? "" : ", ") + group_name(g);
@@ -121,7 +122,7 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
         a.step.num_logit_rows[g] = lead[kLogitRows];
         a.step.any_extend = a.step.any_extend || lead[kExtend] != 0;
         a.any_tokens = a.any_tokens || lead[kTokens] > 0;
-        a.any_record = a.any_record || lead[kRecord] != 0;
+        if (a.record == eplb::ExpertRecordCommand::kNone) a.record = static_cast<eplb::ExpertRecordCommand>(lead[kRecord]);
         a.all_stopping = a.all_stopping && lead[kStopping] != 0;
         a.any_stopping = a.any_stopping || lead[kStopping] != 0;
     }
@@ -177,18 +178,20 @@ Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, RoundKind kind,
         std::vector<float> hidden;
         return forward_first_stage(model_, kv_, pool_, batch, agreed, tokens_, &hidden);
     }
+    const ForwardBatch step = with_record(batch, agreed);
     if (agreed.any_tokens) {
         forwards_.fetch_add(1, std::memory_order_relaxed);
         if (mine.tokens == 0) idle_steps_.fetch_add(1, std::memory_order_relaxed);
         group_tokens_.fetch_add(mine.tokens, std::memory_order_relaxed);
     }
     if (!stages_) {
-        f.result = runs_model(agreed, batch) ? local_.run(batch, &agreed.step)
-                                             : StatusOr<std::vector<SampledToken>>(std::vector<SampledToken>(f.n_seqs));
+        f.result = agreed.runs() ? local_.run(step, &agreed.step)
+                                 : StatusOr<std::vector<SampledToken>>(std::vector<SampledToken>(f.n_seqs));
         if (!f.result->ok()) return f.result->status();
     } else if (agreed.runs()) {
         std::vector<float> hidden;
-        TSR_RETURN_IF_ERROR(forward_first_stage(model_, kv_, pool_, batch, agreed, tokens_, &hidden));
+        TSR_RETURN_IF_ERROR(forward_first_stage(model_, kv_, pool_, step, agreed, tokens_, &hidden));
+        if (step.expert_record != batch.expert_record) bytes = encode_step(step, kStepWithSampling);
         TSR_RETURN_IF_ERROR(post_step(*outbox_, encode_dp_step(agreed.step, bytes), std::move(hidden)));
     } else {
         f.result = std::vector<SampledToken>(f.n_seqs);
@@ -274,11 +277,13 @@ Status follow_dp_attention_leader(models::Model& model, const kvcache::KvView& k
         TSR_ASSIGN_OR_RETURN(ForwardBatch batch, decode_step(bytes, &flags));
         TSR_ASSIGN_OR_RETURN(DpAttentionSync::Agreed agreed,
                              sync.exchange(group_step(batch, (flags & kStepGroupStopping) != 0)));
+        const ForwardBatch step = with_record(batch, agreed);
         if (!next) {
-            if (runs_model(agreed, batch)) TSR_RETURN_IF_ERROR(local.run(batch, &agreed.step).status());
+            if (agreed.runs()) TSR_RETURN_IF_ERROR(local.run(step, &agreed.step).status());
         } else if (agreed.runs()) {
             std::vector<float> hidden;
-            TSR_RETURN_IF_ERROR(forward_first_stage(model, kv, pool, batch, agreed, tokens, &hidden));
+            TSR_RETURN_IF_ERROR(forward_first_stage(model, kv, pool, step, agreed, tokens, &hidden));
+            if (step.expert_record != batch.expert_record) bytes = encode_step(step, flags);
             // A profile step (kStepLocalOnly) times stage 0 alone: nothing is handed on.
             if ((flags & kStepLocalOnly) == 0)
                 TSR_RETURN_IF_ERROR(post_step(*next, encode_dp_step(agreed.step, bytes), std::move(hidden)));

@@ -45,16 +45,18 @@ class DpAttentionSync {
         std::int64_t logit_rows = 0;
         bool extend = false;
         bool stopping = false;
-        bool record = false;  // carries an expert-distribution recorder command
+        eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;
     };
     struct Agreed {
         layers::DpAttentionStep step;
         bool any_tokens = false;
-        bool any_record = false;
+        // A group's expert-distribution recorder command: every rank applies it this round,
+        // because the recorder's collectives span the TP group.
+        eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;
         bool all_stopping = false;
         bool any_stopping = false;
         // The round runs through the model (and, under PP, down the stages).
-        bool runs() const { return any_tokens || any_record; }
+        bool runs() const { return any_tokens || record != eplb::ExpertRecordCommand::kNone; }
     };
     // Every rank of the TP group, once per round, with its group's step (the same on every
     // attention-TP rank of the group).

@@ -259,13 +259,7 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
         input.hidden_in = hidden_in;
         input.dp_attention = groups ? &*groups : nullptr;
         const bool local = (flags & kStepLocalOnly) != 0;
-        // A DP-attention round with no tokens anywhere carries only a recorder command: the
-        // ranks of the group that sent it apply it, the others pass the round on.
-        const bool runs = !groups || batch.expert_record != eplb::ExpertRecordCommand::kNone ||
-                          std::any_of(groups->num_tokens.begin(), groups->num_tokens.end(),
-                                      [](std::int64_t n) { return n > 0; });
-        out.clear();
-        if (runs) {
+        {
             PipelineTrace::Scope span(links.trace, SpanKind::kCompute, local ? -1 : step, batch.total_new_tokens());
             TSR_RETURN_IF_ERROR(model.forward(input, kv, pool, &out));
         }

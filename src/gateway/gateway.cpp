@@ -631,7 +631,9 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         // Every worker's cache, or every worker's expert recorder (a DP launch's replicas).
         if (wrong_method("POST")) return;
         std::string failed;
-        for (const auto& url : s.registry.urls()) {
+        std::vector<std::string> urls = s.registry.urls();
+        if (s.options.expert_record_first_worker_only && path != "/flush_cache" && !urls.empty()) urls.resize(1);
+        for (const auto& url : urls) {
             auto e = net::parse_http_url(url);
             net::HttpRequest r;
             r.method = "POST";

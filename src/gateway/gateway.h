@@ -53,6 +53,9 @@ struct GatewayOptions {
     // The front of one launch's DP replicas: worker i is "DP rank" i (/get_load,
     // /get_server_info and /metrics say so); data_parallel_rank in a request picks one.
     bool replicas = false;
+    // DP-attention groups share every rank's expert recorder: its commands go to the first
+    // worker only, whose lockstep applies them on every rank in one step.
+    bool expert_record_first_worker_only = false;
 
     Status validate() const;
 };

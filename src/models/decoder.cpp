@@ -3,6 +3,7 @@
 #include <optional>
 #include <variant>
 
+#include "base/logging.h"
 #include "base/thread_pool.h"
 #include "dist/pp_partition.h"
 #include "kernels/ops.h"
@@ -456,11 +457,13 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
     }();
     if (batch.expert_record != eplb::ExpertRecordCommand::kNone) {
         // A refused command is the output rank's to report; any other rank goes on, because a
-        // failed forward ends a follower (and with it the job).
+        // failed forward ends a follower (and with it the job). A pass with tokens anywhere
+        // goes on everywhere: its collectives need every rank.
         Status s = eplb_ ? eplb_->on_command(batch.expert_record)
                          : Status::InvalidArgument("expert distribution recording needs a MoE model; " +
                                                    config_.architecture + " has no routed experts");
-        if (!s.ok() && output_rank_) return s;
+        if (!s.ok() && output_rank_ && idle_everywhere) return s;
+        if (!s.ok() && output_rank_) TSR_LOG_C(ERROR, "eplb", "{}", s.message());
         if (batch.tokens.empty() && batch.seqs.empty() && idle_everywhere) {  // a control step
             out->clear();
             return Status::Ok();

@@ -15,7 +15,9 @@
                DPA2+all_to_all, PP2 x TP2/DPA2, DeepSeek-V3 at TP4/DPA2+EP4 and PP2 x TP2/DPA2, and
                Qwen2-MoE with --moe-dense-tp-size 1; every group ran some of them
                (tessera:dp_attention_tokens_total of each dp_rank > 0). One request only under
-               DPA4 completes: one group ran its tokens, the other three only idle steps.
+               DPA4 completes: one group ran its tokens, the other three only idle steps. The
+               expert distribution recorder (start / stop / dump) reaches every rank of every
+               group in one step (DPA2 with all_to_all, per_pass: a file from each rank).
   faults       a group that skips a round of the lockstep (TSR_DPA_FAULT=skip:1:3) makes the
                launch fail naming that group; one that stops joining (stall:1:3) makes it fail
                within --dist-timeout naming the missing rank, never hang; a serving launch whose
@@ -158,8 +160,9 @@ def launch(tessera, model, port, log_path, flags, extra_env=None):
     return proc, log
 
 
-def greedy(port, prompt):
-    body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}}
+def greedy(port, prompt, new_tokens=8):
+    body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0,
+                                                     "ignore_eos": True}}
     status, data = call(port, "POST", "/generate", body, timeout=120)
     return json.loads(data)["output_ids"] if status == 200 else f"HTTP {status}: {data}"
 
@@ -221,6 +224,49 @@ def serve_layout(tessera, model, workdir, name, flags, expected):
         log.close()
 
 
+def recorder_through_groups(tessera, model, workdir, expected):
+    """The expert distribution recorder under DPA2 with all_to_all (whose recording pass sums
+    counts over the EP group): start, 8 concurrent requests, stop, dump. Every rank of both
+    groups must apply each command in the same step, or the collective would hang; per_pass
+    mode has every rank write its own file."""
+    dumps = os.path.join(workdir, "dumps")
+    os.makedirs(dumps, exist_ok=True)
+    port = free_port()
+    flags = ["--tp", "4", "--dp", "2", "--moe-a2a-backend", "all_to_all", "--expert-distribution-recorder-mode",
+             "per_pass", "--dist-timeout", "30"] + DPA
+    proc, log = launch(tessera, model, port, os.path.join(workdir, "recorder.log"), flags,
+                       {"SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR": dumps})
+    try:
+        if not wait_ready(port, proc):
+            print("recorder under DPA2: server did not start FAIL")
+            return False
+        # The commands arrive while both groups run requests, so a group that applied one a
+        # step after the other would sum its counts alone.
+        with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+            running = [pool.submit(greedy, port, p, 96) for p in PROMPTS]
+            time.sleep(0.2)
+            started = call(port, "POST", "/start_expert_distribution_record")[0]
+            time.sleep(0.2)
+            stopped = call(port, "POST", "/stop_expert_distribution_record")[0]
+            got = [r.result()[:8] for r in running]
+        dumped = call(port, "POST", "/dump_expert_distribution_record")[0]
+        # Also between requests.
+        call(port, "POST", "/start_expert_distribution_record")
+        concurrently(port, PROMPTS)
+        call(port, "POST", "/stop_expert_distribution_record")
+        files = sorted(os.listdir(dumps))
+        ranks = sorted(int(re.sub(r".*_(\d+)\.json$", r"\1", f)) for f in files if f.endswith(".json"))
+        alive = greedy(port, PROMPTS[0]) == expected[0]
+    finally:
+        stop_server(proc)
+        log.close()
+    good = (started, stopped, dumped) == (200, 200, 200) and got == expected and ranks == [0, 1, 2, 3] and alive
+    print(f"recorder under DPA2 + all_to_all: start/stop/dump {started}/{stopped}/{dumped}, tokens "
+          f"{'same' if got == expected else 'DIFFER'}, dumps of ranks {ranks}, serving after: {alive} "
+          f"{'ok' if good else 'FAIL'}")
+    return good
+
+
 def serve(tessera, workdir):
     ok = True
     for arch, layouts in SERVE_LAYOUTS.items():
@@ -230,6 +276,7 @@ def serve(tessera, workdir):
             ok &= serve_layout(tessera, model, workdir, f"{arch} {' '.join(flags)}", flags, expected)
         if arch != "qwen3-moe":
             continue
+        ok &= recorder_through_groups(tessera, model, workdir, expected)
         # One request at a time: the other groups have nothing to do and must not hold it up
         # (under PP their idle rounds travel down the stages too); SIGTERM then stops every rank.
         for name, flags in (("DPA4", ["--tp", "4", "--dp", "4"] + DPA),
