@@ -8,7 +8,8 @@
                all_to_all, PP2 x TP2/DPA2 and PP2 x TP4/DPA2 with EP2; Qwen2-MoE (one dense layer)
                with --moe-dense-tp-size 1 (and its rank then holds more weights); DeepSeek-V2 and
                -V3 (MLA) at TP2/DPA2, TP4/DPA4 with EP4, --enable-dp-lm-head and PP2 x TP2/DPA2;
-               dense Qwen3 at TP2/DPA2. And the scheduler path (no --logits-out: the prompt runs
+               dense Qwen3 at TP2/DPA2; live EPLB rebalancing at TP4/DPA2+EP2 and with all_to_all.
+               And the scheduler path (no --logits-out: the prompt runs
                in group 0, the other groups join idle), also under PP2, gives the same tokens.
   serve        `tessera serve`: 8 concurrent greedy requests through the one HTTP front equal a
                one-rank server's, for Qwen3-MoE at TP4 with DPA2, DPA4, DPA4+EP4, DPA2+dp-lm-head,
@@ -113,6 +114,21 @@ def equivalence(tessera, workdir):
                 print(f"{arch} {' '.join(layout)} through the scheduler: tokens {'same' if good else 'DIFFER'} "
                       f"{'ok' if good else 'FAIL'}")
         if arch == "qwen3-moe":
+            # Live EPLB rebalancing: every rank runs the same passes, idle groups included.
+            for layout in (["--tp", "4", "--dp", "2", "--ep", "2"], ["--tp", "2", "--dp", "2", "--moe-a2a-backend",
+                                                                     "all_to_all"]):
+                layout = layout + ["--ep-num-redundant-experts", "2", "--enable-eplb", "--eplb-rebalance-num-iterations",
+                                   "4"] + DPA
+                logits = os.path.join(workdir, "eplb.npy")
+                cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens",
+                       str(NEW_TOKENS), "--ignore-eos", "--json", "--threads", "1", "--logits-out", logits] + layout
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+                ids = json.loads(p.stdout)["output_ids"] if p.returncode == 0 else None
+                moved = p.stderr.count("[EPLBManager] rebalanced layers")
+                good = ids is not None and same_as_one_rank(f"{arch} {' '.join(layout)}", ids, base, logits,
+                                                            base_logits, LOGIT_TOLERANCE) and moved > 0
+                ok &= good
+                print(f"  rebalanced {moved} times {'ok' if good else 'FAIL'}")
             # Dynamic chunking under PP: every group's leader profiles stage 0 at once.
             layout = ["--pp-size", "2", "--tp", "2", "--dp", "2", "--enable-dynamic-chunking",
                       "--chunked-prefill-size", "16"] + DPA
