@@ -9,7 +9,7 @@ TP1 cannot show, is fitted on dense TP2 decode (marked "fitted"):
   bandwidth = reference bandwidth x measured decode tokens/s / planned decode tokens/s
   FLOP/s    = reference FLOP/s x planned TTFT / measured prefill latency
 Then every layout that runs here (dense TP1, TP2, PP2; MoE TP1, TP2 x EP2 with the `none`
-and `all_to_all` dispatchers) is measured warm, one request at a time (`tessera serve` and
+and `all_to_all` dispatchers, TP2 with DP-attention 2) is measured warm, one request at a time (`tessera serve` and
 `tessera bench serve`: median TTFT and time per output token), the median of --repeats
 alternating runs, and planned with the fitted figures.
 
@@ -90,7 +90,8 @@ def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
 
     layouts = [("dense tp1", dense, []), ("dense tp2", dense, ["--tp", "2"]), ("dense pp2", dense, ["--pp-size", "2"]),
                ("moe tp1", moe, []), ("moe tp2 ep2", moe, ["--tp", "2", "--ep", "2"]),
-               ("moe tp2 ep2 all_to_all", moe, ["--tp", "2", "--ep", "2", "--moe-a2a-backend", "all_to_all"])]
+               ("moe tp2 ep2 all_to_all", moe, ["--tp", "2", "--ep", "2", "--moe-a2a-backend", "all_to_all"]),
+               ("moe tp2 dpa2", moe, ["--tp", "2", "--dp", "2", "--enable-dp-attention"])]
     measured = {name: {"ttft_s": [], "decode_tokens_per_s": []} for name, _, _ in layouts}
     # bench one-batch on the dense model with every thread and with one, and on the MoE model.
     bench = {"all": [], "one": [], "moe": []}

@@ -95,7 +95,7 @@ void add_shared(const float* h, const float* shared, const std::vector<float>& g
 }  // namespace
 
 void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, Scratch& scratch,
-                     ThreadPool* pool) {
+                     ThreadPool* pool, std::span<const std::uint8_t> padding) {
     const std::int64_t E = routing_.num_experts, k = routing_.top_k;
     scratch.router_logits.resize(static_cast<std::size_t>(n * E));
     scratch.topk_ids.resize(static_cast<std::size_t>(n * k));
@@ -112,23 +112,41 @@ void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int
         bias = nullptr;
     }
     route_tokens(scratch.router_logits.data(), n, routing_, bias, scratch.topk_ids.data(), scratch.topk_weights.data());
-    for (std::int32_t id : scratch.topk_ids) ++counts_.logical[id];
-    if (keep_topk_) counts_.topk = scratch.topk_ids;
+    const auto pad = [&](std::int64_t t) { return !padding.empty() && padding[row0 + t] != 0; };
+    for (std::int64_t t = 0; t < n; ++t) {
+        if (pad(t)) {
+            --counts_.tokens;
+            continue;
+        }
+        for (std::int64_t j = 0; j < k; ++j) ++counts_.logical[scratch.topk_ids[t * k + j]];
+    }
+    if (keep_topk_) {  // the logical ids of the real rows
+        for (std::int64_t t = 0; t < n; ++t)
+            if (!pad(t))
+                counts_.topk.insert(counts_.topk.end(), scratch.topk_ids.begin() + t * k,
+                                    scratch.topk_ids.begin() + (t + 1) * k);
+    }
     if (dispatch_) dispatch_->to_physical(layer_, scratch.topk_ids.data(), n, k, row0, rows, passes_);
-    for (std::int32_t id : scratch.topk_ids) ++counts_.physical[id];
+    for (std::int64_t t = 0; t < n; ++t)
+        if (pad(t)) std::fill_n(scratch.topk_ids.begin() + t * k, k, -1);
+    for (std::int32_t id : scratch.topk_ids)
+        if (id >= 0) ++counts_.physical[id];
 }
 
 Status MoeLayer::forward(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
-                         const LayerParallel& par) {
+                         const LayerParallel& par, std::span<const std::uint8_t> padding) {
+    if (!padding.empty() && static_cast<std::int64_t>(padding.size()) != n)
+        return Status::Internal("MoE padding mask of " + std::to_string(padding.size()) + " rows for " +
+                                std::to_string(n));
     traffic_.tokens += n;
     ++passes_;
     if (par.moe.backend == MoeA2aBackend::kAllToAll && par.moe.ep_size > 1) {
         if (par.moe.ep_group == nullptr || par.moe.ep_group->size() != par.moe.ep_size)
             return Status::Internal("the all_to_all dispatcher needs an EP group of ep_size ranks");
-        return dispatch_all_to_all(h, n, out, scratch, pool, par);
+        return dispatch_all_to_all(h, n, out, scratch, pool, par, padding);
     }
     const std::int64_t H = hidden_, k = routing_.top_k;
-    route(h, n, 0, n, scratch, pool);
+    route(h, n, 0, n, scratch, pool, padding);
     // Masked EP: this rank's slots by local index, every other id -1.
     scratch.local_ids.resize(scratch.topk_ids.size());
     const std::int64_t first = experts_.first(), count = experts_.count();
@@ -147,7 +165,7 @@ Status MoeLayer::forward(const float* h, std::int64_t n, float* out, Scratch& sc
 }
 
 Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
-                                     const LayerParallel& par) {
+                                     const LayerParallel& par, std::span<const std::uint8_t> padding) {
     dist::ProcessGroup& group = *par.moe.ep_group;
     const int p = group.size(), me = group.rank();
     const std::int64_t H = hidden_, k = routing_.top_k;
@@ -156,7 +174,7 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
     const std::int64_t owned = std::min<std::int64_t>(n, own_begin + per) - own_begin;
 
     // Route the owned tokens only: every other rank routes its own.
-    route(h + own_begin * H, owned, own_begin, n, scratch, pool);
+    route(h + own_begin * H, owned, own_begin, n, scratch, pool, padding);
     // One record per (owned token, EP rank holding one of its experts): the hidden row, then
     // top_k ids local to that rank (-1: not there) and top_k weights.
     const std::int64_t record = H * 4 + k * 8;
@@ -164,7 +182,8 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
     for (std::int64_t t = 0; t < owned; ++t) {
         for (int d = 0; d < p; ++d) {
             for (std::int64_t j = 0; j < k; ++j) {
-                if (scratch.topk_ids[t * k + j] / experts_per_rank_ == d) {
+                const std::int32_t id = scratch.topk_ids[t * k + j];
+                if (id >= 0 && id / experts_per_rank_ == d) {
                     rows_to[d].push_back(static_cast<std::int32_t>(t));
                     break;
                 }
@@ -189,7 +208,8 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
             auto* weights = reinterpret_cast<float*>(w + H * 4 + k * 4);
             for (std::int64_t j = 0; j < k; ++j) {
                 const std::int32_t id = scratch.topk_ids[t * k + j];
-                ids[j] = id / experts_per_rank_ == d ? static_cast<std::int32_t>(id - d * experts_per_rank_) : -1;
+                ids[j] = id >= 0 && id / experts_per_rank_ == d ? static_cast<std::int32_t>(id - d * experts_per_rank_)
+                                                                : -1;
                 weights[j] = scratch.topk_weights[t * k + j];
             }
             w += record;

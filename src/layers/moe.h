@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,9 +68,12 @@ class MoeLayer {
     static StatusOr<MoeLayer> load(const loader::WeightSource& source, const MoeSpec& spec, const LayerParallel& par,
                                    std::shared_ptr<const eplb::ExpertDispatch> dispatch = nullptr);
 
-    // out f32 [n, hidden], complete on every rank, from h f32 [n, hidden].
+    // out f32 [n, hidden], complete on every rank, from h f32 [n, hidden]. `padding` (empty,
+    // or [n]): rows that only pad a DP-attention buffer; they reach no expert and are not
+    // counted (SGLang's SGLANG_OPT_MASK_DP_PAD_MOE), so their output is the shared expert's
+    // of a zero row: zero.
     Status forward(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
-                   const LayerParallel& par);
+                   const LayerParallel& par, std::span<const std::uint8_t> padding = {});
 
     std::size_t weight_bytes() const;
     // What one token streams: router, top_k experts and the shared expert (this rank's slices).
@@ -95,11 +99,12 @@ class MoeLayer {
 
  private:
     Status dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
-                               const LayerParallel& par);
+                               const LayerParallel& par, std::span<const std::uint8_t> padding);
     // Router → top-k logical ids → physical ids (scratch.topk_ids) for token rows
-    // [row0, row0 + n) of a pass of `rows` tokens, counted in counts_.
+    // [row0, row0 + n) of a pass of `rows` tokens, counted in counts_; padding rows (indexed
+    // by pass row) get ids -1.
     void route(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, Scratch& scratch,
-               ThreadPool* pool);
+               ThreadPool* pool, std::span<const std::uint8_t> padding);
 
     std::int64_t hidden_ = 0;
     RouterConfig routing_;

@@ -140,6 +140,35 @@ TEST_F(MoeLayerTest, MatchesThePerTokenComputation) {
     }
 }
 
+// DP-attention's max_len buffers pad slots with zero rows: they reach no expert, are not
+// counted, and the real rows come out as without them.
+TEST_F(MoeLayerTest, PaddingRowsReachNoExpertAndAreNotCounted) {
+    const MoeSpec s = spec(false);
+    const std::vector<float> whole = run(s, {});
+    auto moe = MoeLayer::load(*source_, s, {});
+    ASSERT_TRUE(moe.ok());
+    std::vector<std::uint8_t> padding(kTokens, 0);
+    padding[2] = padding[5] = 1;
+    std::vector<float> padded_in = x_;
+    for (std::int64_t t : {2, 5}) std::fill_n(padded_in.begin() + t * H, H, 0.0f);
+    std::vector<float> out(x_.size());
+    Scratch scratch;
+    ASSERT_TRUE(moe->forward(padded_in.data(), kTokens, out.data(), scratch, nullptr, {}, padding).ok());
+    for (std::int64_t t = 0; t < kTokens; ++t) {
+        for (std::int64_t i = 0; i < H; ++i) {
+            const float want = padding[t] ? 0.0f : whole[t * H + i];
+            ASSERT_NEAR(out[t * H + i], want, 1e-5f) << "row " << t;
+        }
+    }
+    const MoePassCounts& counts = moe->pass_counts();
+    EXPECT_EQ(counts.tokens, kTokens - 2);
+    std::int64_t routed = 0;
+    for (std::int32_t c : counts.logical) routed += c;
+    EXPECT_EQ(routed, (kTokens - 2) * K);
+    EXPECT_FALSE(moe->forward(x_.data(), kTokens, out.data(), scratch, nullptr, {}, std::vector<std::uint8_t>(3)).ok())
+        << "a mask of the wrong length";
+}
+
 TEST_F(MoeLayerTest, RoutingReachesSeveralExperts) {
     RouterConfig routing = spec(false).routing;
     std::vector<float> logits(kTokens * E, 0.0f);

@@ -1,6 +1,7 @@
 #include "models/decoder.h"
 
 #include <optional>
+#include <span>
 #include <variant>
 
 #include "base/logging.h"
@@ -105,7 +106,7 @@ class Decoder final : public Model {
     Status layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, std::size_t l, const layers::LayerBatch& lb,
                          const layers::DpBufferLayout* gathered, ThreadPool* pool);
     Status ffn_forward(DecoderLayer& layer, const float* h, std::int64_t rows, float* out, ThreadPool* pool,
-                       const layers::LayerParallel& par);
+                       const layers::LayerParallel& par, std::span<const std::uint8_t> padding = {});
     // The logits rows of this rank's group from the hidden states `last_` (n_out rows).
     Status logits_forward(std::int64_t n_out, const BatchInput& batch, ThreadPool* pool, std::vector<float>* out);
     Status init_eplb(const LoadOptions& options);
@@ -138,6 +139,7 @@ class Decoder final : public Model {
     // Reused across steps.
     std::vector<float> x_, h_, branch_, last_;  // branch_: an attention or FFN output
     std::vector<float> x_all_, h_all_, out_all_, dp_scratch_;  // DP-attention: every group's rows
+    std::vector<std::uint8_t> pad_rows_;  // DP-attention, max_len: 1 where a gathered row only pads a slot
     std::vector<float> rope_cos_, rope_sin_;  // f32 [tokens, head_dim/2] of the current pass
     layers::Scratch scratch_;
     std::unique_ptr<EplbManager> eplb_;  // MoE models only
@@ -360,9 +362,9 @@ Status Decoder::check_dp_attention(const BatchInput& batch) const {
 }
 
 Status Decoder::ffn_forward(DecoderLayer& layer, const float* h, std::int64_t rows, float* out, ThreadPool* pool,
-                            const layers::LayerParallel& par) {
+                            const layers::LayerParallel& par, std::span<const std::uint8_t> padding) {
     if (auto* mlp = std::get_if<layers::GatedMlp>(&layer.ffn)) return mlp->forward_reduced(h, rows, out, scratch_, pool, par);
-    return std::get<layers::MoeLayer>(layer.ffn).forward(h, rows, out, scratch_, pool, par);
+    return std::get<layers::MoeLayer>(layer.ffn).forward(h, rows, out, scratch_, pool, par, padding);
 }
 
 Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, std::size_t l,
@@ -408,7 +410,7 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
                                par_.moe.ep_size > 1;
     layers::LayerParallel ffn = par_;
     ffn.defer_reduce = gathered->mode == layers::DpPaddingMode::kMaxLen && !complete_rows;
-    TSR_RETURN_IF_ERROR(ffn_forward(layer, h_all_.data(), rows, out_all_.data(), pool, ffn));
+    TSR_RETURN_IF_ERROR(ffn_forward(layer, h_all_.data(), rows, out_all_.data(), pool, ffn, pad_rows_));
     if (ffn.defer_reduce) {
         TSR_RETURN_IF_ERROR(layers::dp_reduce_scatter(out_all_, hidden, *gathered, dpa_, dp_scratch_, branch_.data()));
     } else {
@@ -513,6 +515,9 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
     if (const layers::DpAttentionStep* step = batch.dp_attention) {
         gathered = layers::dp_buffer_layout(layers::dp_padding_mode(step->any_extend, step->num_tokens),
                                             step->num_tokens, dpa_.tp_size);
+        pad_rows_.assign(static_cast<std::size_t>(gathered->rows), 1);
+        for (std::size_t g = 0; g < gathered->counts.size(); ++g)
+            std::fill_n(pad_rows_.begin() + gathered->offsets[g], gathered->counts[g], 0);
     }
     for (std::size_t l = 0; l < layers_.size(); ++l) {
         DecoderLayer& layer = layers_[l];
