@@ -74,11 +74,18 @@ def stream(port, path, body, stop_after=None):
 
 
 
-def pool_is_whole(port):
-    _, info = request(port, "GET", "/get_server_info")
-    info = json.loads(info)
-    s = info["internal_states"][0]
-    return s["num_used_tokens"] == 0 and s["num_running_reqs"] == 0, s
+def pool_is_whole(port, wait_s=5.0):
+    """Whether every KV slot is free again once the requests ended. The engine publishes its
+    gauges after the step that sent the last token, so a client that got its answer may read
+    them a moment early: poll for up to `wait_s`."""
+    deadline = time.time() + wait_s
+    while True:
+        _, info = request(port, "GET", "/get_server_info")
+        s = json.loads(info)["internal_states"][0]
+        whole = s["num_used_tokens"] == 0 and s["num_running_reqs"] == 0
+        if whole or time.time() > deadline:
+            return whole, s
+        time.sleep(0.05)
 
 
 # Flags that change what the model computes (--kv-cache-dtype): given to the server and to
