@@ -35,11 +35,13 @@ DpAttentionSync::GroupStep group_step(const ForwardBatch& batch, bool stopping) 
     return g;
 }
 
-// This group's batch with the round's recorder command, which every group applies.
-ForwardBatch with_record(const ForwardBatch& batch, const DpAttentionSync::Agreed& agreed) {
-    ForwardBatch b = batch;
-    b.expert_record = agreed.record;
-    return b;
+// This group's batch with the round's recorder command, which every group applies. Only a
+// round that carries another group's command copies the batch (into `copy`).
+const ForwardBatch& with_record(const ForwardBatch& batch, const DpAttentionSync::Agreed& agreed, ForwardBatch& copy) {
+    if (agreed.record == batch.expert_record) return batch;
+    copy = batch;
+    copy.expert_record = agreed.record;
+    return copy;
 }
 
 // Under PP, on stage 0: this group's part of the round, and the hidden states it hands to the
@@ -178,7 +180,8 @@ Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, RoundKind kind,
         std::vector<float> hidden;
         return forward_first_stage(model_, kv_, pool_, batch, agreed, tokens_, &hidden);
     }
-    const ForwardBatch step = with_record(batch, agreed);
+    ForwardBatch recorded;
+    const ForwardBatch& step = with_record(batch, agreed, recorded);
     if (agreed.any_tokens) {
         forwards_.fetch_add(1, std::memory_order_relaxed);
         if (mine.tokens == 0) idle_steps_.fetch_add(1, std::memory_order_relaxed);
@@ -277,7 +280,8 @@ Status follow_dp_attention_leader(models::Model& model, const kvcache::KvView& k
         TSR_ASSIGN_OR_RETURN(ForwardBatch batch, decode_step(bytes, &flags));
         TSR_ASSIGN_OR_RETURN(DpAttentionSync::Agreed agreed,
                              sync.exchange(group_step(batch, (flags & kStepGroupStopping) != 0)));
-        const ForwardBatch step = with_record(batch, agreed);
+        ForwardBatch recorded;
+        const ForwardBatch& step = with_record(batch, agreed, recorded);
         if (!next) {
             if (agreed.runs()) TSR_RETURN_IF_ERROR(local.run(step, &agreed.step).status());
         } else if (agreed.runs()) {

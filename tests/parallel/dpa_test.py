@@ -35,6 +35,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -246,7 +247,8 @@ def recorder_through_groups(tessera, model, workdir, expected):
     groups must apply each command in the same step, or the collective would hang; per_pass
     mode has every rank write its own file."""
     dumps = os.path.join(workdir, "dumps")
-    os.makedirs(dumps, exist_ok=True)
+    shutil.rmtree(dumps, ignore_errors=True)  # a rerun in the same workdir counts only its own
+    os.makedirs(dumps)
     port = free_port()
     flags = ["--tp", "4", "--dp", "2", "--moe-a2a-backend", "all_to_all", "--expert-distribution-recorder-mode",
              "per_pass", "--dist-timeout", "30"] + DPA
