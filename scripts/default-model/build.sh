@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Rebuilds the trained default models from Debian's public-domain text, reproducibly (fixed
-# seeds; the same machine gives the same weights): corpus -> BPE tokenizer -> id streams ->
+# Rebuilds the trained default models from Debian's public-domain text with fixed seeds and
+# step counts: corpus -> BPE tokenizer -> id streams ->
 # training -> held-out perplexity and floor -> chat samples through tessera.
 # Usage: bash scripts/default-model/build.sh [data|dense|moe|all]   (default: all; ~1 hour per
 #        model on 2 cores; `data` stops after the id streams). Needs `bash scripts/setup.sh`
