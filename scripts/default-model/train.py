@@ -67,8 +67,8 @@ def main():
     parser.add_argument("--arch", choices=sorted(CONFIGS), required=True)
     parser.add_argument("--data", required=True, help="folder with train.bin and heldout.bin")
     parser.add_argument("--out", required=True, help="model folder (tokenizer files already there)")
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
@@ -78,7 +78,7 @@ def main():
     torch.set_num_threads(args.threads)
     config = CONFIGS[args.arch]
     model = CausalLM(config)
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         if p.dim() == 2:
             torch.nn.init.normal_(p, std=0.02)
     params = sum(p.numel() for p in model.parameters())
