@@ -141,6 +141,13 @@ class CausalLM(nn.Module):
             x = layer(x, cos.to(x.dtype), sin.to(x.dtype))
         return F.linear(self.model.norm(x), self.model.embed_tokens.weight)
 
+    def initialize(self):
+        """The training's initialisation: every matrix from N(0, 0.02), norms at one."""
+        for p in self.parameters():
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, std=0.02)
+        return self
+
     def aux_loss(self):
         losses = [l.mlp.aux_loss for l in self.model.layers if isinstance(l.mlp, SparseMoe)]
         return sum(losses) / len(losses) if losses else 0.0

@@ -77,10 +77,7 @@ def main():
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     config = CONFIGS[args.arch]
-    model = CausalLM(config)
-    for p in model.parameters():
-        if p.dim() == 2:
-            torch.nn.init.normal_(p, std=0.02)
+    model = CausalLM(config).initialize()
     params = sum(p.numel() for p in model.parameters())
     train = np.fromfile(f"{args.data}/train.bin", dtype=np.uint16)
     heldout = np.fromfile(f"{args.data}/heldout.bin", dtype=np.uint16)

@@ -37,9 +37,8 @@ QUESTIONS = ["What does apple mean?", "Tell me a fortune.", "What is a compiler 
 ANSWER_TOKENS = 32
 
 
-def run_json(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return out.stdout
+def run_stdout(cmd):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
 def chat_prompt_ids(tessera, model_dir, question):
@@ -55,7 +54,7 @@ def chat_prompt_ids(tessera, model_dir, question):
 def generate(tessera, model_dir, workdir, prompt_ids, max_new, dtype, name):
     """tessera's greedy tokens and every logits row (prompt and decode) for PROMPT_IDS."""
     logits_path = os.path.join(workdir, f"{name}.npy")
-    out = run_json([tessera, "generate", "--model-path", model_dir, "--prompt-ids",
+    out = run_stdout([tessera, "generate", "--model-path", model_dir, "--prompt-ids",
                     ",".join(map(str, prompt_ids)), "--max-new-tokens", str(max_new), "--dtype", dtype,
                     "--threads", "1", "--json", "--logits-out", logits_path])
     return json.loads(out)["output_ids"], np.load(logits_path)
@@ -122,16 +121,13 @@ def random_copy(model_dir, workdir):
         with open(os.path.join(model_dir, name)) as src, open(os.path.join(out, name), "w") as dst:
             dst.write(src.read())
     torch.manual_seed(1)
-    model = default_model.CausalLM(json.load(open(os.path.join(model_dir, "config.json"))))
-    for p in model.parameters():
-        if p.dim() == 2:
-            torch.nn.init.normal_(p, std=0.02)
+    model = default_model.CausalLM(json.load(open(os.path.join(model_dir, "config.json")))).initialize()
     default_model.save_safetensors(model, os.path.join(out, "model.safetensors"))
     return out
 
 
 def answer(tessera, model_dir, question, max_new=48, layout=()):
-    out = run_json([tessera, "generate", "--model-path", model_dir, "--chat", "--prompt", question,
+    out = run_stdout([tessera, "generate", "--model-path", model_dir, "--chat", "--prompt", question,
                     "--max-new-tokens", str(max_new), "--threads", "1", "--json", *layout])
     return json.loads(out)["text"]
 
