@@ -76,6 +76,8 @@ int main(int argc, char** argv) {
         {"kv_bytes_read_per_step", kv_read},
         {"bandwidth_limit_with_kv_tokens_per_s", limit_with_kv},
         {"ratio_to_triad_limit_with_kv", tok_s / limit_with_kv},
+        // Bytes a step must read (weights and KV) per second, against the read bandwidth.
+        {"ratio_to_read_limit_with_kv", tok_s * (bytes + kv_read) / (read * 1e9)},
     };
     const loader::ModelConfig& c = m.config();
     if (c.is_mla()) {

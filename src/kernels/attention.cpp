@@ -313,13 +313,27 @@ std::int64_t kv_heads_per_decode_task(std::int64_t n_decode_seqs, std::int64_t n
 
 }  // namespace
 
+// A few sequences with long caches split their keys between tasks instead (flash decoding):
+// a task then still reads whole cache rows in address order, where a head range would read a
+// slice of every row (measured at a quarter of the memory speed). Parts shorter than this
+// cost more in the combine than they save.
+constexpr std::int64_t kMinKeysPerDecodePart = 128;
+
+std::int64_t attention_detail::decode_key_parts(std::int64_t n_decode_seqs, std::int64_t n_keys, int n_workers) {
+    const std::int64_t wanted_tasks = 4 * static_cast<std::int64_t>(n_workers);
+    if (n_decode_seqs == 0 || n_decode_seqs >= wanted_tasks) return 1;
+    const std::int64_t parts = (wanted_tasks + n_decode_seqs - 1) / n_decode_seqs;
+    return std::max<std::int64_t>(1, std::min(parts, n_keys / kMinKeysPerDecodePart));
+}
+
 void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape& shape, ThreadPool* pool) {
     check_shape(shape);
     enum class Kind { kDecode, kDirect, kBlock };
     struct Task {
         std::size_t seq;
         Kind kind;
-        std::int64_t kv_head_begin, kv_head_end, q_begin, q_end;
+        attention_detail::DecodeRange range;
+        std::int64_t part = -1;  // index into `parts` when the sequence's keys are split
     };
     const std::int64_t group = shape.n_heads / shape.n_kv_heads;
     const bool decode_supported = decode_rows_supported(shape);
@@ -333,11 +347,34 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
     const int n_workers = pool == nullptr ? 1 : pool->size();
     const std::int64_t decode_heads = kv_heads_per_decode_task(n_decode, shape.n_kv_heads, n_workers);
     std::vector<Task> tasks;
+    // Key-split sequences: which parts each combines (first part, count).
+    struct SplitSeq {
+        std::size_t seq;
+        std::size_t first_part, n_parts;
+    };
+    std::vector<SplitSeq> split_seqs;
+    std::vector<DecodePartial> parts;
+    std::int64_t part_floats = 0;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const AttentionArgs& a = args[i];
         if (is_decode(a)) {
+            const std::int64_t n_keys = a.start_pos + a.n_q;
+            const std::int64_t n_parts = pool == nullptr ? 1 : decode_key_parts(n_decode, n_keys, n_workers);
+            if (n_parts > 1) {
+                const std::int64_t per_part = (n_keys + n_parts - 1) / n_parts;
+                const std::int64_t step = (per_part + 31) / 32 * 32;  // whole online-softmax blocks
+                split_seqs.push_back({i, parts.size(), 0});
+                for (std::int64_t k = 0; k < n_keys; k += step) {
+                    tasks.push_back({i, Kind::kDecode, {0, shape.n_kv_heads, 0, a.n_q, k, k + step},
+                                     static_cast<std::int64_t>(parts.size())});
+                    parts.push_back({});
+                    part_floats += a.n_q * shape.n_heads * (shape.head_dim + 2);
+                    ++split_seqs.back().n_parts;
+                }
+                continue;
+            }
             for (std::int64_t h = 0; h < shape.n_kv_heads; h += decode_heads)
-                tasks.push_back({i, Kind::kDecode, h, h + decode_heads, 0, a.n_q});
+                tasks.push_back({i, Kind::kDecode, {h, h + decode_heads, 0, a.n_q}});
             continue;
         }
         // Query blocks interleaved over KV heads so that early (cheap) and late (expensive)
@@ -345,7 +382,22 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
         for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += kQueryBlock) {
             const std::int64_t q_end = std::min(a.n_q, q_begin + kQueryBlock);
             const Kind kind = (q_end - q_begin) * group <= kDirectRowLimit ? Kind::kDirect : Kind::kBlock;
-            for (std::int64_t h = 0; h < shape.n_kv_heads; ++h) tasks.push_back({i, kind, h, h + 1, q_begin, q_end});
+            for (std::int64_t h = 0; h < shape.n_kv_heads; ++h) tasks.push_back({i, kind, {h, h + 1, q_begin, q_end}});
+        }
+    }
+    thread_local AlignedBuffer part_storage;
+    if (part_storage.size() < static_cast<std::size_t>(part_floats) * sizeof(float))
+        part_storage = AlignedBuffer(static_cast<std::size_t>(part_floats) * sizeof(float));
+    {
+        float* next_floats = part_storage.as<float>();
+        for (const Task& t : tasks) {
+            if (t.part < 0) continue;
+            const std::int64_t rows = args[t.seq].n_q * shape.n_heads;
+            DecodePartial& p = parts[static_cast<std::size_t>(t.part)];
+            p.acc = next_floats;
+            p.max = p.acc + rows * shape.head_dim;
+            p.sum = p.max + rows;
+            next_floats = p.sum + rows;
         }
     }
     // Prefill blocks over a bf16 cache take the BF16 dot-product kernel where the CPU has it.
@@ -355,35 +407,43 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
         const AttentionArgs& a = args[t.seq];
         switch (t.kind) {
             case Kind::kDecode:
-                attend_decode_rows(a, shape, t.kv_head_begin, t.kv_head_end, t.q_begin, t.q_end);
+                attend_decode_rows(a, shape, t.range, t.part < 0 ? nullptr : &parts[static_cast<std::size_t>(t.part)]);
                 break;
             case Kind::kDirect:
                 with_kv_type(a.kv_dtype, [&](auto kv) {
-                    attend_rows_direct<decltype(kv)::value>(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
+                    attend_rows_direct<decltype(kv)::value>(a, shape, t.range.kv_head_begin, t.range.q_begin,
+                                                             t.range.q_end);
                 });
                 break;
             case Kind::kBlock:
                 if (a.kv_dtype == DType::kBF16 && bf16_blocks) {
                     thread_local AlignedBuffer scratch;
-                    const std::size_t bytes = cpu::attend_block_bf16_scratch_bytes(shape, t.q_end - t.q_begin);
+                    const std::size_t bytes =
+                        cpu::attend_block_bf16_scratch_bytes(shape, t.range.q_end - t.range.q_begin);
                     if (scratch.size() < bytes) scratch = AlignedBuffer(bytes);
-                    cpu::attend_block_bf16_avx512(a, shape, t.kv_head_begin, t.q_begin, t.q_end, scratch.data());
+                    cpu::attend_block_bf16_avx512(a, shape, t.range.kv_head_begin, t.range.q_begin, t.range.q_end,
+                                                  scratch.data());
                 } else {
-                    attend_block(a, shape, t.kv_head_begin, t.q_begin, t.q_end);
+                    attend_block(a, shape, t.range.kv_head_begin, t.range.q_begin, t.range.q_end);
                 }
                 break;
         }
     };
     if (pool == nullptr || tasks.size() == 1) {
         for (const Task& t : tasks) run_task(t);
-        return;
+    } else {
+        // Tasks differ in cost (sequence lengths, causal blocks): workers take the next one as
+        // they finish. Every task writes its own outputs, so results do not depend on who ran it.
+        std::atomic<std::size_t> next{0};
+        pool->run([&](int, int) {
+            for (std::size_t t = next.fetch_add(1); t < tasks.size(); t = next.fetch_add(1)) run_task(tasks[t]);
+        });
     }
-    // Tasks differ in cost (sequence lengths, causal blocks): workers take the next one as
-    // they finish. Every task writes its own outputs, so results do not depend on who ran it.
-    std::atomic<std::size_t> next{0};
-    pool->run([&](int, int) {
-        for (std::size_t t = next.fetch_add(1); t < tasks.size(); t = next.fetch_add(1)) run_task(tasks[t]);
-    });
+    for (const SplitSeq& s : split_seqs) {
+        const AttentionArgs& a = args[s.seq];
+        combine_decode_partials(std::span<const DecodePartial>(parts).subspan(s.first_part, s.n_parts),
+                                a.n_q * shape.n_heads, shape.head_dim, a.out);
+    }
 }
 
 void attention(const AttentionArgs& args, const AttentionShape& shape, ThreadPool* pool) {

@@ -17,6 +17,8 @@
 #include "base/aligned_buffer.h"
 #include "base/check.h"
 #include "kernels/attention_simd.h"
+#include "kernels/cpu/attention_avx512.h"
+#include "kernels/isa.h"
 
 namespace tessera::kernels::attention_detail {
 namespace {
@@ -91,8 +93,8 @@ inline void accumulate_2(float* acc0, float* acc1, float p0, float p1, const voi
 }
 
 template <DType kKv>
-void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t head_begin, std::int64_t head_end,
-                 std::int64_t q_begin, std::int64_t q_end) {
+void decode_rows(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& r, const DecodePartial* part) {
+    const std::int64_t head_begin = r.kv_head_begin, head_end = r.kv_head_end;
     const std::int64_t group = s.n_heads / s.n_kv_heads;
     const std::int64_t dim = s.head_dim;
     const std::int64_t n_heads = head_end - head_begin;
@@ -112,7 +114,7 @@ void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t h
     float* row_sum = row_max + n_slots;           // [slot]
     float* scores = row_sum + n_slots;            // [slot][kScoreStride]
 
-    for (std::int64_t qi = q_begin; qi < q_end; ++qi) {
+    for (std::int64_t qi = r.q_begin; qi < r.q_end; ++qi) {
         for (std::int64_t slot = 0; slot < n_slots; ++slot) {
             const std::int64_t h = head_begin + slot / (pairs * 2);
             const std::int64_t g = std::min(slot % (pairs * 2), group - 1);  // the scratch slot copies its partner
@@ -123,12 +125,12 @@ void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t h
         std::fill(row_max, row_max + n_slots, -std::numeric_limits<float>::infinity());
         std::fill(row_sum, row_sum + n_slots, 0.0f);
 
-        const std::int64_t n_keys = a.start_pos + qi + 1;
+        const std::int64_t key_end = std::min(r.key_end, a.start_pos + qi + 1);
         // Cache rows are consumed one at a time, front to back (this task's heads of a
         // position sit side by side): the hardware prefetcher streams such a walk at full
         // memory speed, and measured at half that when several rows are read in step.
-        for (std::int64_t kb = 0; kb < n_keys; kb += kKeys) {
-            const std::int64_t n = std::min(kKeys, n_keys - kb);
+        for (std::int64_t kb = r.key_begin; kb < key_end; kb += kKeys) {
+            const std::int64_t n = std::min(kKeys, key_end - kb);
             for (std::int64_t j = 0; j < n; ++j) {
                 const auto* k = static_cast<const char*>(
                     kv_row(a.k, key_row(a, kb + j), a.kv_stride, head_begin, dim, kKv));
@@ -170,9 +172,17 @@ void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t h
             const std::int64_t h = head_begin + slot / (pairs * 2);
             const std::int64_t g = slot % (pairs * 2);
             if (g >= group) continue;  // scratch partner
-            float* out = a.out + (qi * s.n_heads + h * group + g) * dim;
-            const float inv = 1.0f / row_sum[slot];
-            for (std::int64_t d = 0; d < dim; ++d) out[d] = acc[slot * dim + unpack_order(d)] * inv;
+            const std::int64_t row = qi * s.n_heads + h * group + g;
+            if (part == nullptr) {
+                float* out = a.out + row * dim;
+                const float inv = 1.0f / row_sum[slot];
+                for (std::int64_t d = 0; d < dim; ++d) out[d] = acc[slot * dim + unpack_order(d)] * inv;
+            } else {
+                float* out = part->acc + row * dim;
+                for (std::int64_t d = 0; d < dim; ++d) out[d] = acc[slot * dim + unpack_order(d)];
+                part->max[row] = row_max[slot];
+                part->sum[row] = row_sum[slot];
+            }
         }
     }
 }
@@ -181,11 +191,34 @@ void decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t h
 
 bool decode_rows_supported(const AttentionShape& s) { return s.head_dim % 16 == 0; }
 
-void attend_decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head_begin,
-                        std::int64_t kv_head_end, std::int64_t q_begin, std::int64_t q_end) {
+void attend_decode_rows(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& range,
+                        const DecodePartial* partial) {
     TSR_CHECK(decode_rows_supported(s)) << "head_dim " << s.head_dim;
-    with_kv_type(a.kv_dtype,
-                 [&](auto kv) { decode_rows<decltype(kv)::value>(a, s, kv_head_begin, kv_head_end, q_begin, q_end); });
+    if (a.kv_dtype == DType::kBF16 && active_isa() == Isa::kAvx512Bf16 && cpu::attend_decode_bf16_supported(s)) {
+        cpu::attend_decode_bf16_avx512(a, s, range, partial);
+        return;
+    }
+    with_kv_type(a.kv_dtype, [&](auto kv) { decode_rows<decltype(kv)::value>(a, s, range, partial); });
+}
+
+void combine_decode_partials(std::span<const DecodePartial> parts, std::int64_t n_rows, std::int64_t dim,
+                             float* out) {
+    for (std::int64_t row = 0; row < n_rows; ++row) {
+        float m = -std::numeric_limits<float>::infinity();
+        for (const DecodePartial& p : parts) m = std::max(m, p.max[row]);
+        float total = 0.0f;
+        float* o = out + row * dim;
+        std::fill(o, o + dim, 0.0f);
+        for (const DecodePartial& p : parts) {
+            if (p.sum[row] == 0.0f) continue;  // a part whose key range lies past this query
+            const float w = std::exp(p.max[row] - m);
+            total += p.sum[row] * w;
+            const float* acc = p.acc + row * dim;
+            for (std::int64_t d = 0; d < dim; ++d) o[d] += acc[d] * w;
+        }
+        const float inv = 1.0f / total;
+        for (std::int64_t d = 0; d < dim; ++d) o[d] *= inv;
+    }
 }
 
 }  // namespace tessera::kernels::attention_detail

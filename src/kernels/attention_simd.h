@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/attention_decode.h"
 #include "kernels/simd_exp.h"
 #include "tensor/dtype.h"
 
@@ -113,12 +115,16 @@ inline void with_kv_type(DType t, F&& f) {
     }
 }
 
-// Decode: the query tokens of one sequence against its cache for the KV heads
-// [kv_head_begin, kv_head_end), every query head of their groups at once, so that each K/V
-// row of the cache is read from memory once per token. Needs head_dim % 16 == 0
-// (decode_rows_supported).
+// Decode: the query tokens of one sequence against its cache for one DecodeRange, every query
+// head of a KV group at once, so that each K/V row of the cache is read from memory once per
+// token. Writes normalised rows to a.out, or the unnormalised part when `partial` is given.
+// Needs head_dim % 16 == 0 (decode_rows_supported).
 bool decode_rows_supported(const AttentionShape& s);
-void attend_decode_rows(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head_begin,
-                        std::int64_t kv_head_end, std::int64_t q_begin, std::int64_t q_end);
+void attend_decode_rows(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& range,
+                        const DecodePartial* partial);
+
+// out[row] = the softmax-weighted value rows over every part's keys, rows [0, n_rows).
+void combine_decode_partials(std::span<const DecodePartial> parts, std::int64_t n_rows, std::int64_t dim,
+                             float* out);
 
 }  // namespace tessera::kernels::attention_detail

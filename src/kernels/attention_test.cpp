@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/attention_decode.h"
 #include "kernels/isa.h"
 #include "tensor/dtype.h"
 
@@ -252,6 +253,67 @@ TEST(AttentionTest, DecodeBatchMatchesReference) {
                     << " seq " << s << " at " << i;
                 ASSERT_EQ(outputs[s][i], serial.back()[i]) << "seq " << s << " at " << i;
             }
+        }
+    }
+}
+
+TEST(AttentionTest, FewLongSequencesSplitTheirKeys) {
+    using attention_detail::decode_key_parts;
+    EXPECT_EQ(decode_key_parts(1, 4096, 2), 8);   // 8 tasks wanted for 2 workers
+    EXPECT_EQ(decode_key_parts(3, 4096, 2), 3);
+    EXPECT_EQ(decode_key_parts(1, 300, 2), 2);    // parts of at least 128 keys
+    EXPECT_EQ(decode_key_parts(1, 100, 2), 1);
+    EXPECT_EQ(decode_key_parts(8, 4096, 2), 1);   // the batch keeps the workers busy
+}
+
+// One or two decoding sequences with long caches: their keys are split between tasks and the
+// parts combined (flash decoding). Odd groups (a query head without a partner), head dims
+// from 16 to 128, one and two new tokens, parts that the second token's extra key reaches.
+TEST(AttentionTest, KeySplitDecodeMatchesReference) {
+    struct SplitCase {
+        std::int64_t n_heads, n_kv_heads, head_dim;
+        DType kv;
+        std::vector<std::int64_t> lengths;
+    };
+    const SplitCase cases[] = {{16, 8, 128, DType::kBF16, {4097}},      {9, 3, 64, DType::kBF16, {300, 1000}},
+                               {6, 2, 48, DType::kBF16, {257}},         {4, 4, 16, DType::kBF16, {1200}},
+                               {3, 1, 32, DType::kBF16, {640, 129}},    {16, 8, 128, DType::kF32, {777}},
+                               {8, 2, 32, DType::kF8E4M3, {515}},       {2, 2, 144, DType::kBF16, {400}}};
+    ThreadPool pool(2);
+    std::mt19937 gen(23);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (const SplitCase& c : cases) {
+        const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+        const std::int64_t row = c.n_kv_heads * c.head_dim;
+        std::vector<AttentionArgs> batch;
+        std::vector<StoredKv> keys, values;
+        std::vector<std::vector<float>> queries, outputs;
+        for (std::size_t s = 0; s < c.lengths.size(); ++s) {
+            const std::int64_t n_q = s == 0 ? 2 : 1;
+            keys.push_back(store_kv(c.lengths[s] * row, c.kv, gen));
+            values.push_back(store_kv(c.lengths[s] * row, c.kv, gen));
+            queries.emplace_back(n_q * c.n_heads * c.head_dim);
+            for (auto& x : queries.back()) x = 2.0f * dist(gen);
+            outputs.emplace_back(queries.back().size(), NAN);
+        }
+        for (std::size_t s = 0; s < c.lengths.size(); ++s) {
+            const auto n_q = static_cast<std::int64_t>(queries[s].size()) / (c.n_heads * c.head_dim);
+            AttentionArgs a{queries[s].data(), keys[s].bytes.data(), values[s].bytes.data(), outputs[s].data(), n_q,
+                            c.lengths[s] - n_q};
+            a.kv_dtype = c.kv;
+            batch.push_back(a);
+        }
+        ASSERT_GT(attention_detail::decode_key_parts(static_cast<std::int64_t>(batch.size()), c.lengths.front(), 2), 1);
+        attention_batch(batch, shape, &pool);
+        for (std::size_t s = 0; s < batch.size(); ++s) {
+            std::vector<float> expected(queries[s].size());
+            AttentionArgs a = batch[s];
+            a.out = expected.data();
+            attention_reference(a, shape);
+            for (std::size_t i = 0; i < expected.size(); ++i)
+                ASSERT_NEAR(outputs[s][i], expected[i], 2e-5)
+                    << "heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim << " "
+                    << dtype_name(c.kv) << " seq " << s << " at " << i;
         }
     }
 }

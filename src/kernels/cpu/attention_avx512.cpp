@@ -1,7 +1,9 @@
-// kernels/cpu/attention_avx512.cpp — prefill attention with _mm512_dpbf16_ps: per block of
-// 32 keys, S = Q·Kᵀ and O += P·V run on the matmul micro-kernel (gemm_bf16_panels_avx512),
-// with the key block packed as two 16-key panels of k pairs and the value block as
-// head_dim/16 panels of key pairs. Compiled with TSR_AVX512_FLAGS.
+// kernels/cpu/attention_avx512.cpp — attention over a bf16 cache with AVX-512. Compiled with
+// TSR_AVX512_FLAGS.
+// - Prefill with _mm512_dpbf16_ps: per block of 32 keys, S = Q·Kᵀ and O += P·V run on the
+//   matmul micro-kernel (gemm_bf16_panels_avx512), with the key block packed as two 16-key
+//   panels of k pairs and the value block as head_dim/16 panels of key pairs.
+// - Decode: f32 dot products of widened cache rows, the value accumulators in registers.
 //
 // Keep this file free of header-inline helpers that a baseline file could also
 // instantiate: the linker may pick this file's AVX-512 copy (see cpu/matmul_avx512.cpp).
@@ -15,6 +17,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <cstring>
+#include <limits>
+
+#include "base/aligned_buffer.h"
 
 #include "kernels/cpu/matmul_impl.h"
 #include "kernels/exp_poly.h"
@@ -194,6 +199,191 @@ void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, s
         const __m512 inv = _mm512_set1_ps(1.0f / row_sum[r]);
         for (std::int64_t d = 0; d < dim; d += 16)
             _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_loadu_ps(out + r * dim + d), inv));
+    }
+}
+
+namespace {
+
+using attention_detail::DecodePartial;
+using attention_detail::DecodeRange;
+
+inline __m512 widen_bf16x16(const std::uint16_t* p) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+}
+
+// r[i] = the sum of v[i]'s lanes, i < 16: a transposing tree of 128-bit and lane shuffles,
+// 3 operations per sum instead of a full reduction each.
+inline __m512 sum_lanes16(const __m512* v) {
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; ++i)  // chunks: v[i] 0+2, 1+3 | v[i+8] 0+2, 1+3
+        a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], 0x44), _mm512_shuffle_f32x4(v[i], v[i + 8], 0xEE));
+    for (int i = 0; i < 4; ++i)  // chunks: v[i], v[i+8], v[i+4], v[i+12], 4 lanes each
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 4], 0x88), _mm512_shuffle_f32x4(a[i], a[i + 4], 0xDD));
+    for (int i = 0; i < 2; ++i)
+        c[i] = _mm512_add_ps(_mm512_unpacklo_ps(b[i], b[i + 2]), _mm512_unpackhi_ps(b[i], b[i + 2]));
+    const __m512 d = _mm512_add_ps(_mm512_unpacklo_ps(c[0], c[1]), _mm512_unpackhi_ps(c[0], c[1]));
+    return _mm512_shuffle_f32x4(d, d, 0xD8);  // chunks held v0-3, v8-11, v4-7, v12-15
+}
+
+constexpr std::int64_t kDecodeKeys = 32;  // keys per online-softmax step
+
+// Value rows of one block into the accumulators of one or two query rows (kTwo) of a KV head:
+// acc_w = acc_w · correction_w + Σ_j p_w[j] · v_j, in registers across the block.
+template <int C, bool kTwo>
+void accumulate_values(const std::uint16_t* const* v_rows, std::int64_t n, const float* p0, const float* p1,
+                       float c0, float c1, float* acc0, float* acc1) {
+    __m512 x[C], y[C];
+    for (int c = 0; c < C; ++c) {
+        x[c] = _mm512_mul_ps(_mm512_load_ps(acc0 + 16 * c), _mm512_set1_ps(c0));
+        if constexpr (kTwo) y[c] = _mm512_mul_ps(_mm512_load_ps(acc1 + 16 * c), _mm512_set1_ps(c1));
+    }
+    for (std::int64_t j = 0; j < n; ++j) {
+        const __m512 w0 = _mm512_set1_ps(p0[j]);
+        const __m512 w1 = kTwo ? _mm512_set1_ps(p1[j]) : w0;
+        for (int c = 0; c < C; ++c) {
+            const __m512 v = widen_bf16x16(v_rows[j] + 16 * c);
+            x[c] = _mm512_fmadd_ps(w0, v, x[c]);
+            if constexpr (kTwo) y[c] = _mm512_fmadd_ps(w1, v, y[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) {
+        _mm512_store_ps(acc0 + 16 * c, x[c]);
+        if constexpr (kTwo) _mm512_store_ps(acc1 + 16 * c, y[c]);
+    }
+}
+
+// C = head_dim / 16. Slot = local KV head · group + query head of the group.
+template <int C>
+void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& r, const DecodePartial* part) {
+    constexpr std::int64_t dim = 16 * C;
+    const std::int64_t group = s.n_heads / s.n_kv_heads;
+    const std::int64_t n_kv = r.kv_head_end - r.kv_head_begin;
+    const std::int64_t n_slots = n_kv * group;
+    const std::int64_t row_bytes = n_kv * dim * static_cast<std::int64_t>(sizeof(std::uint16_t));
+    thread_local AlignedBuffer storage;
+    const auto floats = static_cast<std::size_t>(n_slots * (2 * dim + 16 * 16 + kDecodeKeys + 3) + 16);
+    if (storage.size() < floats * sizeof(float)) storage = AlignedBuffer(floats * sizeof(float));
+    float* q_rows = storage.as<float>();           // [slot][dim], scaled
+    float* acc = q_rows + n_slots * dim;           // [slot][dim]
+    float* lanes = acc + n_slots * dim;            // [slot][16 keys][16 lanes] partial dot products
+    float* probs = lanes + n_slots * 16 * 16;      // [slot][kDecodeKeys]
+    float* row_max = probs + n_slots * kDecodeKeys;  // [slot]
+    float* row_sum = row_max + n_slots;
+    float* correction = row_sum + n_slots;
+    const std::uint16_t* k_rows[kDecodeKeys];
+    const std::uint16_t* v_rows[kDecodeKeys];
+
+    for (std::int64_t qi = r.q_begin; qi < r.q_end; ++qi) {
+        for (std::int64_t slot = 0; slot < n_slots; ++slot) {
+            const float* q = a.q + qi * a.q_stride + (r.kv_head_begin * group + slot) * dim;
+            for (std::int64_t d = 0; d < dim; ++d) q_rows[slot * dim + d] = q[d] * s.scale;
+        }
+        std::fill(acc, acc + n_slots * dim, 0.0f);
+        std::fill(row_max, row_max + n_slots, -std::numeric_limits<float>::infinity());
+        std::fill(row_sum, row_sum + n_slots, 0.0f);
+        const std::int64_t key_end = std::min(r.key_end, a.start_pos + qi + 1);
+        for (std::int64_t kb = r.key_begin; kb < key_end; kb += kDecodeKeys) {
+            const std::int64_t n = std::min(kDecodeKeys, key_end - kb);
+            for (std::int64_t j = 0; j < n; ++j) {
+                k_rows[j] = cache_row(a, kb + j, r.kv_head_begin, dim, a.k);
+                v_rows[j] = cache_row(a, kb + j, r.kv_head_begin, dim, a.v);
+            }
+            // Scores, position by position so the cache is read in address order. The value rows
+            // of the block are requested meanwhile (into L2: into L1 the requests queue behind
+            // each other and stall the key loads), since the value pass reads them head by head.
+            for (std::int64_t half = 0; half < n; half += 16) {
+                const std::int64_t nh = std::min<std::int64_t>(16, n - half);
+                for (std::int64_t j = 0; j < nh; ++j) {
+                    const auto* v_bytes = reinterpret_cast<const char*>(v_rows[half + j]);
+                    for (std::int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(v_bytes + off, _MM_HINT_T2);
+                    for (std::int64_t h = 0; h < n_kv; ++h) {
+                        __m512 k[C];
+                        for (int c = 0; c < C; ++c) k[c] = widen_bf16x16(k_rows[half + j] + h * dim + 16 * c);
+                        for (std::int64_t g = 0; g < group; ++g) {
+                            const float* q = q_rows + (h * group + g) * dim;
+                            __m512 s0 = _mm512_mul_ps(_mm512_load_ps(q), k[0]);
+                            __m512 s1 = _mm512_setzero_ps();
+                            for (int c = 1; c < C; ++c) {
+                                if (c % 2 == 1) s1 = _mm512_fmadd_ps(_mm512_load_ps(q + 16 * c), k[c], s1);
+                                else s0 = _mm512_fmadd_ps(_mm512_load_ps(q + 16 * c), k[c], s0);
+                            }
+                            _mm512_store_ps(lanes + ((h * group + g) * 16 + j) * 16, _mm512_add_ps(s0, s1));
+                        }
+                    }
+                }
+                for (std::int64_t slot = 0; slot < n_slots; ++slot) {
+                    __m512 v[16];
+                    for (int j = 0; j < 16; ++j)
+                        v[j] = j < nh ? _mm512_load_ps(lanes + (slot * 16 + j) * 16) : _mm512_setzero_ps();
+                    _mm512_store_ps(probs + slot * kDecodeKeys + half, sum_lanes16(v));
+                }
+            }
+            const __mmask16 m0 = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+            const __mmask16 m1 = n >= 32 ? __mmask16(0xFFFF) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
+            const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+            for (std::int64_t slot = 0; slot < n_slots; ++slot) {
+                float* p = probs + slot * kDecodeKeys;
+                const __m512 s0 = _mm512_mask_mov_ps(minus_inf, m0, _mm512_load_ps(p));
+                const __m512 s1 = _mm512_mask_mov_ps(minus_inf, m1, _mm512_load_ps(p + 16));
+                const float block_max = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+                const float new_max = std::max(row_max[slot], block_max);
+                const __m512 vmax = _mm512_set1_ps(new_max);
+                const __m512 e0 = _mm512_maskz_mov_ps(m0, exp_nonpositive512(_mm512_sub_ps(s0, vmax)));
+                const __m512 e1 = _mm512_maskz_mov_ps(m1, exp_nonpositive512(_mm512_sub_ps(s1, vmax)));
+                _mm512_store_ps(p, e0);
+                _mm512_store_ps(p + 16, e1);
+                correction[slot] = _mm512_cvtss_f32(exp_nonpositive512(_mm512_set1_ps(row_max[slot] - new_max)));
+                row_sum[slot] = row_sum[slot] * correction[slot] + _mm512_reduce_add_ps(_mm512_add_ps(e0, e1));
+                row_max[slot] = new_max;
+            }
+            for (std::int64_t h = 0; h < n_kv; ++h) {
+                const std::uint16_t* head_rows[kDecodeKeys];
+                for (std::int64_t j = 0; j < n; ++j) head_rows[j] = v_rows[j] + h * dim;
+                for (std::int64_t g = 0; g < group; g += 2) {
+                    const std::int64_t s0 = h * group + g;
+                    if (g + 1 < group) {
+                        accumulate_values<C, true>(head_rows, n, probs + s0 * kDecodeKeys, probs + (s0 + 1) * kDecodeKeys,
+                                                   correction[s0], correction[s0 + 1], acc + s0 * dim,
+                                                   acc + (s0 + 1) * dim);
+                    } else {
+                        accumulate_values<C, false>(head_rows, n, probs + s0 * kDecodeKeys, nullptr, correction[s0],
+                                                    0.0f, acc + s0 * dim, nullptr);
+                    }
+                }
+            }
+        }
+        for (std::int64_t slot = 0; slot < n_slots; ++slot) {
+            const std::int64_t row = qi * s.n_heads + r.kv_head_begin * group + slot;
+            const float* from = acc + slot * dim;
+            if (part == nullptr) {
+                const __m512 inv = _mm512_set1_ps(1.0f / row_sum[slot]);
+                for (std::int64_t d = 0; d < dim; d += 16)
+                    _mm512_storeu_ps(a.out + row * dim + d, _mm512_mul_ps(_mm512_load_ps(from + d), inv));
+            } else {
+                std::memcpy(part->acc + row * dim, from, dim * sizeof(float));
+                part->max[row] = row_max[slot];
+                part->sum[row] = row_sum[slot];
+            }
+        }
+    }
+}
+
+}  // namespace
+
+bool attend_decode_bf16_supported(const AttentionShape& s) { return s.head_dim % 16 == 0 && s.head_dim <= 128; }
+
+void attend_decode_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& range,
+                               const DecodePartial* partial) {
+    switch (s.head_dim / 16) {
+        case 1: decode_bf16<1>(a, s, range, partial); return;
+        case 2: decode_bf16<2>(a, s, range, partial); return;
+        case 3: decode_bf16<3>(a, s, range, partial); return;
+        case 4: decode_bf16<4>(a, s, range, partial); return;
+        case 5: decode_bf16<5>(a, s, range, partial); return;
+        case 6: decode_bf16<6>(a, s, range, partial); return;
+        case 7: decode_bf16<7>(a, s, range, partial); return;
+        default: decode_bf16<8>(a, s, range, partial); return;
     }
 }
 

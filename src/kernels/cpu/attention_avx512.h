@@ -1,13 +1,14 @@
 #pragma once
-// kernels/cpu/attention_avx512.h — prefill attention over a bf16 cache with the AVX-512
-// BF16 dot-product instructions (cpu/attention_avx512.cpp, compiled with the AVX-512
-// flags; call only after kernels::isa_supported(kAvx512Bf16)). No intrinsics here.
-// Reentrant: each call works in the caller's scratch.
+// kernels/cpu/attention_avx512.h — attention over a bf16 cache with AVX-512: prefill blocks on
+// the BF16 dot-product instructions, and decode rows (cpu/attention_avx512.cpp, compiled with
+// the AVX-512 flags; call only after kernels::isa_supported(kAvx512Bf16)). No intrinsics here.
+// Reentrant.
 
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/attention.h"
+#include "kernels/attention_decode.h"
 
 namespace tessera::kernels::cpu {
 
@@ -24,5 +25,13 @@ std::size_t attend_block_bf16_scratch_bytes(const AttentionShape& s, std::int64_
 // flash kernels do; max, sums and outputs stay f32. `scratch` is 64-byte aligned.
 void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head,
                               std::int64_t q_begin, std::int64_t q_end, void* scratch);
+
+// Decode over a bf16 cache: what attention_detail::attend_decode_rows computes, with each
+// query row's value accumulator held in registers across a block of keys. Shapes: head_dim a
+// multiple of 16, at most 128.
+bool attend_decode_bf16_supported(const AttentionShape& s);
+void attend_decode_bf16_avx512(const AttentionArgs& a, const AttentionShape& s,
+                               const attention_detail::DecodeRange& range,
+                               const attention_detail::DecodePartial* partial);
 
 }  // namespace tessera::kernels::cpu
