@@ -44,9 +44,11 @@ struct TileArgs {
     std::int64_t y_stride;     // floats
     std::int64_t n_valid;      // valid output columns from the group's first column
     bool accumulate;           // add to y (later K blocks) instead of overwriting it
-    // The weight block the next call will stream (same layout as b), or nullptr: fetched
-    // into L2 while this call computes from a block already there.
+    // Part of the weight block the next calls will stream (same layout as b), or nullptr:
+    // fetched into L2 while this call computes from a block already there. One step of it
+    // (a 64-byte line per panel) every `prefetch_every` steps, starting at `prefetch`.
     const std::byte* prefetch = nullptr;
+    std::int64_t prefetch_every = 1;
 };
 
 inline __mmask16 column_mask(std::int64_t valid) {
@@ -83,16 +85,19 @@ void micro_kernel(const TileArgs& t) {
     const std::byte* a = t.a;
     const std::byte* b = t.b;
     const std::int64_t pb = t.panel_bytes;
+    const std::byte* next = t.prefetch;
+    std::int64_t until_prefetch = 1;
     for (std::int64_t s = 0; s < t.steps; ++s) {
         __m512 w[kPanels];
 #pragma GCC unroll 4
         for (int p = 0; p < kPanels; ++p) {
             w[p] = _mm512_load_ps(reinterpret_cast<const float*>(b + p * pb));
         }
-        if (t.prefetch != nullptr) {
-            const std::byte* next = t.prefetch + s * kBlockBytes;
+        if (next != nullptr && --until_prefetch == 0) {
+            until_prefetch = t.prefetch_every;
 #pragma GCC unroll 4
             for (int p = 0; p < kPanels; ++p) _mm_prefetch(reinterpret_cast<const char*>(next + p * pb), _MM_HINT_T1);
+            next += kBlockBytes;
         }
 #pragma GCC unroll 8
         for (int i = 0; i < kRows; ++i) {
@@ -172,22 +177,31 @@ void run_tile(const MatmulOperands& op, const OutputTile& tile) {
             t.y_stride = op.y_stride;
             t.n_valid = n_valid;
             t.accumulate = s0 > 0;
-            // With several row tiles the first one waits for the block from memory and the
-            // others run from L2; they fetch the next block meanwhile, so that memory and
-            // multiply-adds overlap (m = 16 decode batches, prefill).
+            // With several row tiles every tile computes from the block in L2 while fetching
+            // its share of the next block, so that memory and multiply-adds overlap (m = 16
+            // decode batches, prefill): tile i of T fetches every T-th step of the next
+            // block's first steps / T · i onwards.
             const std::byte* next_block = nullptr;
+            std::int64_t next_steps = 0;
             if (n_row_tiles > 1) {
                 if (s0 + kc < steps) {
                     next_block = t.b + kc * kBlockBytes;
+                    next_steps = std::min(kc, steps - s0 - kc);
                 } else if (p0 + kGroup < tile.panel_end) {
                     next_block = b_base + (p0 + kGroup) * panel_bytes;
+                    next_steps = std::min(kc, steps);
                 }
             }
-            for (std::int64_t r = tile.row_begin; r < tile.row_end; r += rows_per_tile) {
+            const std::int64_t share = (next_steps + n_row_tiles - 1) / n_row_tiles;
+            t.prefetch_every = std::max<std::int64_t>(1, t.steps / std::max<std::int64_t>(1, share));
+            std::int64_t tile_index = 0;
+            for (std::int64_t r = tile.row_begin; r < tile.row_end; r += rows_per_tile, ++tile_index) {
                 const int rows = static_cast<int>(std::min(rows_per_tile, tile.row_end - r));
                 t.a = a_base + r * a_row_bytes + s0 * 4;
                 t.y = op.y + r * op.y_stride + p0 * kPanelWidth;
-                t.prefetch = r == tile.row_begin ? nullptr : next_block;
+                t.prefetch = next_block != nullptr && tile_index * share < next_steps
+                                 ? next_block + tile_index * share * kBlockBytes
+                                 : nullptr;
                 kKernels<kBf16>.k[rows - 1][panels - 1](t);
             }
         }
