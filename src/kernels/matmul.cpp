@@ -187,21 +187,27 @@ std::int64_t packed_weight_bytes(DType type, std::int64_t n, std::int64_t k, std
     return bytes;
 }
 
-PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int64_t k,
-                         DType dst_type) {
+PackedWeight empty_packed_weight(DType dst_type, std::int64_t n, std::int64_t k) {
     TSR_CHECK(dst_type == DType::kF32 || dst_type == DType::kBF16)
         << "pack_weight: the compute type must be f32 or bf16, got " << dtype_name(dst_type);
     TSR_CHECK(n >= 0 && k >= 0) << "pack_weight: bad shape [" << n << ", " << k << "]";
-    PackedWeight out = empty_packed(dst_type, n, k);
+    return empty_packed(dst_type, n, k);
+}
 
-    const auto* src = static_cast<const std::byte*>(w);
+void pack_weight_rows(const void* rows_src, DType src_type, std::int64_t row_begin, std::int64_t rows,
+                      PackedWeight& out) {
+    TSR_CHECK(row_begin >= 0 && rows >= 0 && row_begin + rows <= out.n)
+        << "pack_weight_rows: rows [" << row_begin << ", " << row_begin + rows << ") of " << out.n;
+    const std::int64_t k = out.k;
+    const auto* src = static_cast<const std::byte*>(rows_src);
     const std::size_t src_row_bytes = static_cast<std::size_t>(k) * dtype_size(src_type);
     std::vector<float> row(static_cast<std::size_t>(k));
-    for (std::int64_t j = 0; j < n && k > 0; ++j) {
-        convert_to_f32(src + j * src_row_bytes, src_type, row.data(), row.size());
+    for (std::int64_t i = 0; i < rows && k > 0; ++i) {
+        const std::int64_t j = row_begin + i;
+        convert_to_f32(src + i * src_row_bytes, src_type, row.data(), row.size());
         const std::int64_t panel = j / kPanelWidth;
         const std::int64_t lane = j % kPanelWidth;
-        if (dst_type == DType::kBF16) {
+        if (out.dtype == DType::kBF16) {
             // [panel][k / 2][lane][k % 2]
             std::uint16_t* base =
                 out.data.as<std::uint16_t>() + panel * out.k_padded * kPanelWidth + lane * 2;
@@ -214,6 +220,12 @@ PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int
             for (std::int64_t c = 0; c < k; ++c) base[c * kPanelWidth] = row[c];
         }
     }
+}
+
+PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int64_t k,
+                         DType dst_type) {
+    PackedWeight out = empty_packed_weight(dst_type, n, k);
+    pack_weight_rows(w, src_type, 0, n, out);
     return out;
 }
 

@@ -57,6 +57,14 @@ std::int64_t packed_weight_bytes(DType type, std::int64_t n, std::int64_t k,
 PackedWeight pack_weight(const void* w, DType src_type, std::int64_t n, std::int64_t k,
                          DType dst_type);
 
+// The same in pieces, so a caller can release each piece's source as it goes: an all-zero
+// [n, k] weight of `dst_type` (kF32 or kBF16), then rows [row_begin, row_begin + rows) of
+// it packed from `rows_src` (row-major [rows, k] of `src_type`). Writes only those rows'
+// bytes, so disjoint row ranges may be packed concurrently.
+PackedWeight empty_packed_weight(DType dst_type, std::int64_t n, std::int64_t k);
+void pack_weight_rows(const void* rows_src, DType src_type, std::int64_t row_begin, std::int64_t rows,
+                      PackedWeight& out);
+
 // Packs row-major [n, k] fp8 codes of `type` with `row_scales` f32 [n][ceil(k/B)], the
 // multiplier of row j over columns [B·b, B·b + B), B = `scale_block` (a multiple of 4).
 PackedWeight pack_fp8_weight(const std::uint8_t* codes, DType type, std::int64_t n, std::int64_t k,

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -226,6 +228,23 @@ TEST(MatmulPack, PacksBf16SourceExactly) {
         std::vector<float> back(w.size());
         unpack_weight(packed, back.data());
         for (std::size_t i = 0; i < w.size(); ++i) ASSERT_EQ(back[i], bf16_to_f32(w_bf16[i]));
+    }
+}
+
+// Packing in row blocks (as the loader does, releasing each block's file pages) gives the
+// bytes packing the whole matrix gives, padding included, for blocks that end inside a panel.
+TEST(MatmulPack, RowBlocksEqualTheWholeMatrix) {
+    const std::int64_t n = 53, k = 9;
+    const std::vector<float> w = random_values(n * k, 12);
+    for (DType wtype : {DType::kF32, DType::kBF16}) {
+        const PackedWeight whole = pack_weight(w.data(), DType::kF32, n, k, wtype);
+        PackedWeight blocks = empty_packed_weight(wtype, n, k);
+        for (std::int64_t r : {std::int64_t{0}, std::int64_t{20}, std::int64_t{37}}) {
+            const std::int64_t rows = std::min<std::int64_t>(r == 0 ? 20 : r == 20 ? 17 : 16, n - r);
+            pack_weight_rows(w.data() + r * k, DType::kF32, r, rows, blocks);
+        }
+        ASSERT_EQ(whole.data.size(), blocks.data.size());
+        ASSERT_EQ(0, std::memcmp(whole.data.data(), blocks.data.data(), whole.data.size())) << dtype_name(wtype);
     }
 }
 

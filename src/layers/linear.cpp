@@ -134,9 +134,17 @@ StatusOr<Linear> Linear::load(const loader::WeightSource& source, const LinearSp
         if (t->dtype != gather_type) gather_type = DType::kF32;
     const std::size_t elem = dtype_size(gather_type);
     if (tensors.size() == 1 && cols == spec.in_features) {
-        const auto* base = reinterpret_cast<const unsigned char*>(tensors.front()->data);
-        linear.weight_ = kernels::pack_weight(base + static_cast<std::size_t>(spec.parts.front().row_begin) * cols * elem,
-                                              gather_type, total_rows, cols, spec.compute_dtype);
+        // Packed in row blocks, each block's file pages released once packed.
+        constexpr std::int64_t kRowsPerBlock = 2048;
+        const auto* rows = reinterpret_cast<const unsigned char*>(tensors.front()->data) +
+                           static_cast<std::size_t>(spec.parts.front().row_begin) * cols * elem;
+        linear.weight_ = kernels::empty_packed_weight(spec.compute_dtype, total_rows, cols);
+        for (std::int64_t r = 0; r < total_rows; r += kRowsPerBlock) {
+            const std::int64_t n = std::min(kRowsPerBlock, total_rows - r);
+            const unsigned char* block = rows + static_cast<std::size_t>(r * cols) * elem;
+            kernels::pack_weight_rows(block, gather_type, r, n, linear.weight_);
+            loader::WeightSource::drop_resident_pages(block, static_cast<std::size_t>(n * cols) * elem);
+        }
     } else {
         std::vector<unsigned char> kept(static_cast<std::size_t>(total_rows * cols) * elem);
         std::int64_t out_row = 0;

@@ -60,6 +60,13 @@ void SafetensorsFile::drop_resident_pages() const {
     if (map_ != nullptr) madvise(map_, map_size_, MADV_DONTNEED);
 }
 
+void SafetensorsFile::drop_resident_pages(const void* data, std::size_t bytes) {
+    const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<std::uintptr_t>(data) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) / page * page;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 const TensorView* SafetensorsFile::find(const std::string& name) const {
     auto it = tensors_.find(name);
     return it == tensors_.end() ? nullptr : &it->second;

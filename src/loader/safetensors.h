@@ -46,6 +46,8 @@ class SafetensorsFile {
     // than packed weights + the whole file. Tensor views stay valid: reading one again
     // faults its pages back in.
     void drop_resident_pages() const;
+    // The same for the whole pages inside [data, data + bytes) of any file's mapping.
+    static void drop_resident_pages(const void* data, std::size_t bytes);
 
  private:
     SafetensorsFile() = default;

@@ -59,6 +59,10 @@ void WeightSource::drop_resident_pages() const {
     for (const auto& f : files_) f->drop_resident_pages();
 }
 
+void WeightSource::drop_resident_pages(const void* data, std::size_t bytes) {
+    SafetensorsFile::drop_resident_pages(data, bytes);
+}
+
 const TensorView* WeightSource::find(const std::string& name) const {
     for (const auto& f : files_)
         if (const TensorView* t = f->find(name)) return t;

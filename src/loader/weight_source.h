@@ -48,6 +48,10 @@ class WeightSource {
     DType dominant_dtype() const;
     // SafetensorsFile::drop_resident_pages on every file.
     void drop_resident_pages() const;
+    // The same for the whole pages inside [data, data + bytes) of a tensor's mapping: bytes
+    // already packed, so that a large tensor's file pages and its packed copy are not both
+    // resident at the start-up peak.
+    static void drop_resident_pages(const void* data, std::size_t bytes);
 
  private:
     std::string model_dir_;

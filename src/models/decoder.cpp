@@ -214,6 +214,7 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
         const bool tied = c.tie_word_embeddings || !source.contains("lm_head.weight");
         TSR_ASSIGN_OR_RETURN(lm_head_, layers::LogitsHead::load(source, tied ? "model.embed_tokens.weight" : "lm_head.weight",
                                                                 c.vocab_size, hidden, compute_dtype_, head_par_));
+        source.drop_resident_pages();
     }
     inv_freq_ = loader::rope_inv_freq(c);
     if (eplb_) {
