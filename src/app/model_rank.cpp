@@ -137,6 +137,10 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
         scheduler::default_max_cached_tokens(capacity, request.kv_bytes_per_token));
     sc.new_token_ratio.schedule_conservativeness = args.schedule_conservativeness;
     sc.decode_log_interval = args.decode_log_interval;
+    // scheduler.py init_chunked_prefill: is_mixed_chunk needs chunked prefill.
+    sc.enable_mixed_chunk = args.enable_mixed_chunk && chunked > 0;
+    if (args.enable_mixed_chunk && chunked <= 0)
+        TSR_LOG(WARN, "--enable-mixed-chunk has no effect without chunked prefill (--chunked-prefill-size -1)");
     sc.random_seed = static_cast<std::uint64_t>(args.random_seed.value_or(static_cast<std::int64_t>(time(nullptr))));
     if (args.pp_size > 1) {
         // Reference §6.3: pp_size + async depth micro-batches in flight, each of at most

@@ -8,8 +8,8 @@ namespace tessera::scheduler {
 
 PrefillAdder::PrefillAdder(const PrefillBudget& budget, std::span<const RunningReqView> running,
                            KvBudgetView& kv)
-    : budget_(budget), kv_(kv), rem_input_tokens_(budget.max_prefill_tokens) {
-    if (budget.chunked_prefill_size > 0) rem_chunk_tokens_ = budget.chunked_prefill_size;
+    : budget_(budget), kv_(kv), rem_input_tokens_(budget.max_prefill_tokens - budget.mixed_decode_tokens) {
+    if (budget.chunked_prefill_size > 0) rem_chunk_tokens_ = budget.chunked_prefill_size - budget.mixed_decode_tokens;
     // Running requests will keep decoding: reserve the part of their remaining budget the
     // current ratio expects them to use (clipped, the stop condition itself is not).
     for (const auto& r : running) {

@@ -41,6 +41,9 @@ struct PrefillBudget {
     std::int64_t max_new_reqs = 0;           // max_running_requests − running requests
     std::int64_t prefill_max_requests = -1;  // -1: no cap
     std::int64_t clip_max_new_tokens = kClipMaxNewTokens;
+    // --enable-mixed-chunk: the running requests' decode tokens share this forward, one each,
+    // so both token budgets start that much lower (SGLang's num_mixed_decode_tokens).
+    std::int64_t mixed_decode_tokens = 0;
 };
 
 struct RunningReqView {

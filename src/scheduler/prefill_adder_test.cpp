@@ -44,6 +44,20 @@ TEST(PrefillAdderTest, ChargesExtendPlusClippedReserveUntilNoToken) {
     EXPECT_DOUBLE_EQ(adder.rem_total_tokens(), 100.0);
 }
 
+// Mixed chunks: the running batch's decode tokens come off both token budgets first.
+TEST(PrefillAdderTest, MixedDecodeTokensLowerTheChunkAndInputBudgets) {
+    FakeKv kv;
+    kv.free = 100000;
+    PrefillAdder chunked({.chunked_prefill_size = 64, .max_new_reqs = 10, .mixed_decode_tokens = 10}, {}, kv);
+    EXPECT_EQ(chunked.add_one_req(cand(0, 100, 10)), AddReqResult::kOther);
+    ASSERT_EQ(chunked.can_run().size(), 1u);
+    EXPECT_EQ(chunked.can_run()[0].extend_len, 54);
+    EXPECT_TRUE(chunked.can_run()[0].truncated);
+    PrefillAdder input({.max_prefill_tokens = 100, .max_new_reqs = 10, .mixed_decode_tokens = 30}, {}, kv);
+    EXPECT_EQ(input.add_one_req(cand(0, 60, 10)), AddReqResult::kContinue);
+    EXPECT_EQ(input.add_one_req(cand(1, 20, 10)), AddReqResult::kOther);  // 70 − 60 = 10 left
+}
+
 TEST(PrefillAdderTest, RunningRequestsReserveTheirExpectedRemainder) {
     FakeKv kv;
     kv.free = 1000;

@@ -69,6 +69,10 @@ Status SchedulerConfig::validate() const {
         return Status::InvalidArgument(fmt::format("max_in_flight_steps ({}) must be >= 1", max_in_flight_steps));
     if (max_micro_batch_size < 0)
         return Status::InvalidArgument(fmt::format("max_micro_batch_size ({}) must be >= 0", max_micro_batch_size));
+    if (enable_mixed_chunk && max_in_flight_steps > 1) {
+        return Status::InvalidArgument("mixed chunks need one step in flight (no pipeline parallelism), got " +
+                                       std::to_string(max_in_flight_steps));
+    }
     if (dynamic_chunking && chunked_prefill_size <= 0) {
         return Status::InvalidArgument(fmt::format(
             "dynamic chunking needs chunked prefill: chunked_prefill_size ({}) must be > 0",
@@ -351,7 +355,7 @@ void Scheduler::merge_last_prefill() {
 bool Scheduler::launch_next_batch() {
     std::vector<PrefillItem> items = get_new_batch_prefill();
     if (!items.empty()) {
-        launch_prefill(items);
+        launch_prefill(items, mixed_decode_batch());
         return true;
     }
     const std::vector<Req*> decode = update_running_batch();
@@ -409,6 +413,10 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
             running_views.push_back({.max_new_tokens = r->max_new_tokens,
                                      .output_len = static_cast<std::int64_t>(r->output_ids.size())});
     const std::int64_t chunk_size = prefill_chunk_budget();
+    // Mixed only while the decode tokens leave room for a chunk (SGLang would go on with a
+    // budget of nothing); the decoding requests are never part of another step in flight.
+    mix_this_round_ = config_.enable_mixed_chunk && chunk_size > 0 && !running_.empty() &&
+                      static_cast<std::int64_t>(running_.size()) + config_.page_size <= chunk_size;
     PoolBudgetView view(*allocator_, *cache_);
     PrefillAdder adder({.page_size = config_.page_size,
                         .max_prefill_tokens = config_.max_prefill_tokens,
@@ -416,7 +424,8 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
                         .new_token_ratio = ratio_.value(),
                         .max_new_reqs = allocatable,
                         .prefill_max_requests = config_.prefill_max_requests,
-                        .clip_max_new_tokens = config_.clip_max_new_tokens},
+                        .clip_max_new_tokens = config_.clip_max_new_tokens,
+                        .mixed_decode_tokens = mix_this_round_ ? static_cast<std::int64_t>(running_.size()) : 0},
                        running_views, view);
 
     Req* const old_chunked = chunked_req_;
@@ -518,11 +527,11 @@ bool Scheduler::alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_ch
     return true;
 }
 
-void Scheduler::launch_prefill(const std::vector<PrefillItem>& items) {
+void Scheduler::launch_prefill(const std::vector<PrefillItem>& items, const std::vector<Req*>& decode) {
     executor::ForwardBatch batch;
     InFlightStep step{.kind = StepKind::kPrefill};
-    batch.seqs.reserve(items.size());
-    step.seqs.reserve(items.size());
+    batch.seqs.reserve(items.size() + decode.size());
+    step.seqs.reserve(items.size() + decode.size());
     for (const PrefillItem& it : items) {
         Req& r = *it.req;
         const std::int64_t start = r.kv_len() - it.extend_len;
@@ -541,7 +550,17 @@ void Scheduler::launch_prefill(const std::vector<PrefillItem>& items) {
             prefilling_.push_back(&r);
         }
     }
+    for (Req* r : decode) add_decode_seq(*r, batch, step);
     launch(batch, std::move(step));
+}
+
+std::vector<Req*> Scheduler::mixed_decode_batch() {
+    if (!mix_this_round_) return {};
+    mix_this_round_ = false;
+    // Every running request, if the pool has their next slots; otherwise they decode alone
+    // next round, where update_running_batch retracts as it must.
+    if (!check_decode_mem(running_)) return {};
+    return running_;
 }
 
 bool Scheduler::check_decode_mem(const std::vector<Req*>& reqs) {
@@ -657,21 +676,23 @@ void Scheduler::launch_decode(const std::vector<Req*>& reqs) {
     InFlightStep step{.kind = StepKind::kDecode};
     batch.seqs.reserve(reqs.size());
     step.seqs.reserve(reqs.size());
-    for (Req* r : reqs) {
-        const std::int64_t pos = r->kv_len();
-        TSR_CHECK(alloc_slots(*r, 1)) << "decode slot allocation failed after check_decode_mem";
-        batch.seqs.push_back({.rid = r->rid,
-                              .tokens = {r->fill_id(pos)},
-                              .start_pos = pos,
-                              .slots = r->slots,
-                              .need_token = true,
-                              .sampling = r->sampling,
-                              .output_ids = r->output_ids});
-        step.seqs.push_back({.rid = r->rid, .arrival = r->arrival, .need_token = true});
-        ++r->in_flight_steps;
-        r->awaiting_token = true;
-    }
+    for (Req* r : reqs) add_decode_seq(*r, batch, step);
     launch(batch, std::move(step));
+}
+
+void Scheduler::add_decode_seq(Req& r, executor::ForwardBatch& batch, InFlightStep& step) {
+    const std::int64_t pos = r.kv_len();
+    TSR_CHECK(alloc_slots(r, 1)) << "decode slot allocation failed after check_decode_mem";
+    batch.seqs.push_back({.rid = r.rid,
+                          .tokens = {r.fill_id(pos)},
+                          .start_pos = pos,
+                          .slots = r.slots,
+                          .need_token = true,
+                          .sampling = r.sampling,
+                          .output_ids = r.output_ids});
+    step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = true, .decode = true});
+    ++r.in_flight_steps;
+    r.awaiting_token = true;
 }
 
 void Scheduler::launch(const executor::ForwardBatch& batch, InFlightStep step) {
@@ -722,9 +743,15 @@ StepKind Scheduler::collect_oldest() {
 
 void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vector<Req*>& reqs,
                                       const std::vector<executor::SampledToken>& tokens) {
+    bool any_decode = false, any_finished = false;
     for (std::size_t i = 0; i < reqs.size(); ++i) {
         if (reqs[i] == nullptr) continue;
         Req& r = *reqs[i];
+        if (step.seqs[i].decode) {
+            any_decode = true;
+            any_finished = apply_decode_token(r, tokens[i]) || any_finished;
+            continue;
+        }
         if (step.seqs[i].truncated) {
             // Share the finished chunks through the tree; the next chunk starts from them.
             // Not while a later chunk is in flight: kv_len already covers its positions, so
@@ -747,30 +774,33 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
         }
         emit(r, &tok);
     }
+    if (any_finished) batch_is_full_ = false;
     drop_finished();
+    if (any_decode && ++forward_ct_decode_ % config_.decode_log_interval == 0) log_decode();
 }
 
 void Scheduler::apply_decode_results(const std::vector<Req*>& reqs,
                                      const std::vector<executor::SampledToken>& tokens) {
     bool any_finished = false;
-    for (std::size_t i = 0; i < reqs.size(); ++i) {
-        if (reqs[i] == nullptr) continue;
-        Req& r = *reqs[i];
-        const executor::SampledToken& tok = tokens[i];
-        r.output_ids.push_back(tok.token);
-        ++generation_tokens_total_;
-        ++num_generated_since_log_;
-        r.check_finished();
-        if (r.finished()) {
-            cache_finished_req(r);
-            r.state = ReqState::kFinished;
-            any_finished = true;
-        }
-        emit(r, &tok);
-    }
+    for (std::size_t i = 0; i < reqs.size(); ++i)
+        if (reqs[i] != nullptr) any_finished = apply_decode_token(*reqs[i], tokens[i]) || any_finished;
     if (any_finished) batch_is_full_ = false;
     drop_finished();
     if (++forward_ct_decode_ % config_.decode_log_interval == 0) log_decode();
+}
+
+bool Scheduler::apply_decode_token(Req& r, const executor::SampledToken& tok) {
+    r.output_ids.push_back(tok.token);
+    ++generation_tokens_total_;
+    ++num_generated_since_log_;
+    r.check_finished();
+    const bool finished = r.finished();
+    if (finished) {
+        cache_finished_req(r);
+        r.state = ReqState::kFinished;
+    }
+    emit(r, &tok);
+    return finished;
 }
 
 void Scheduler::abort_batch(const std::vector<Req*>& reqs, const Status& status) {

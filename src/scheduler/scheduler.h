@@ -59,6 +59,11 @@ struct SchedulerConfig {
     // one decode micro-batch (--pp-max-micro-batch-size; 0 = no cap).
     int max_in_flight_steps = 1;
     std::int64_t max_micro_batch_size = 0;
+    // --enable-mixed-chunk (SGLang scheduler.py get_new_batch_prefill, mix_with_running): a
+    // prefill round also carries one decode token of every running request, so decoding does
+    // not pause while prompts are computed and its weight reads ride on the prefill's. Only
+    // with chunked prefill and one step in flight.
+    bool enable_mixed_chunk = false;
     // --enable-dynamic-chunking (reference §7): sizes each prefill chunk instead of the fixed
     // chunked_prefill_size. Unset: fixed chunks.
     std::optional<ChunkSizePredictor> dynamic_chunking;
@@ -141,6 +146,7 @@ class Scheduler {
         std::uint64_t arrival = 0;
         bool need_token = false;
         bool truncated = false;  // prefill chunk with more chunks to follow
+        bool decode = false;     // a running request's decode token in a mixed prefill step
     };
     struct InFlightStep {
         StepKind kind = StepKind::kIdle;
@@ -153,7 +159,11 @@ class Scheduler {
     std::int64_t prefill_chunk_budget() const;
     std::vector<PrefillItem> get_new_batch_prefill();
     bool alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_chunked);
-    void launch_prefill(const std::vector<PrefillItem>& items);
+    void launch_prefill(const std::vector<PrefillItem>& items, const std::vector<Req*>& decode);
+    std::vector<Req*> mixed_decode_batch();
+    void add_decode_seq(Req& r, executor::ForwardBatch& batch, InFlightStep& step);
+    // A decode token's result; true when it finished the request.
+    bool apply_decode_token(Req& r, const executor::SampledToken& tok);
     std::vector<Req*> update_running_batch();
     std::vector<Req*> decode_micro_batch(const std::vector<Req*>& reqs) const;
     bool check_decode_mem(const std::vector<Req*>& reqs);
@@ -203,6 +213,7 @@ class Scheduler {
     bool batch_is_full_ = false;      // skip prefill until the running batch shrinks
     std::deque<InFlightStep> in_flight_;  // launched, not yet collected; oldest first
     std::int64_t last_prefill_chunk_size_ = -1;
+    bool mix_this_round_ = false;  // the prefill round being formed carries the running batch
     std::uint64_t next_arrival_ = 0;
 
     std::int64_t forward_ct_decode_ = 0;

@@ -799,6 +799,66 @@ TEST(SchedulerValidationTest, RejectsBadRequestsAndConfigs) {
     EXPECT_TRUE(bad.validate().ok());
 }
 
+// --enable-mixed-chunk: a prompt arriving while another request decodes is prefilled in steps
+// that also carry the running request's decode token, with the chunk budget lowered by one
+// token per running request; every output still equals the reference chain. Without the flag
+// the same prompt's chunks run alone and the decoding request waits.
+TEST_P(SchedulerTest, MixedChunkCarriesTheRunningBatch) {
+    for (const bool mixed : {true, false}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.chunked_prefill_size = 64;
+        cfg.enable_mixed_chunk = mixed;
+        Harness h(cfg);
+        const Req a = make_req("a", prompt(3, 20), 30);
+        const Req b = make_req("b", prompt(4, 150), 6);
+        h.add(a);
+        EXPECT_EQ(h.sched_.step(), StepKind::kPrefill);
+        EXPECT_EQ(h.sched_.step(), StepKind::kDecode);
+        h.add(b);
+        EXPECT_EQ(h.sched_.step(), StepKind::kPrefill);
+        const ForwardBatch& first_chunk = h.runner_.launched.back();
+        if (mixed) {
+            ASSERT_EQ(first_chunk.seqs.size(), 2u);
+            EXPECT_EQ(first_chunk.seqs[0].rid, "b");
+            // 64 − 1 decode token, in whole pages.
+            EXPECT_EQ(static_cast<std::int64_t>(first_chunk.seqs[0].tokens.size()), (63 / page()) * page());
+            EXPECT_EQ(first_chunk.seqs[1].rid, "a");
+            EXPECT_EQ(first_chunk.seqs[1].tokens.size(), 1u);
+            EXPECT_TRUE(first_chunk.seqs[1].need_token);
+            EXPECT_EQ(h.results_["a"].tokens.size(), 3u);  // prefill, decode, the mixed step
+        } else {
+            ASSERT_EQ(first_chunk.seqs.size(), 1u);
+            EXPECT_EQ(static_cast<std::int64_t>(first_chunk.seqs[0].tokens.size()), 64);
+            EXPECT_EQ(h.results_["a"].tokens.size(), 2u);
+        }
+        h.run();
+        EXPECT_EQ(h.results_["a"].tokens, expected(a)) << "mixed " << mixed;
+        EXPECT_EQ(h.results_["b"].tokens, expected(b)) << "mixed " << mixed;
+        // While b's prompt was computed, a decoded in every step (mixed) or in none.
+        int b_prefill_steps = 0, a_steps_during_b_prefill = 0;
+        for (const ForwardBatch& batch : h.runner_.launched) {
+            bool b_prefill = false, has_a = false;
+            for (const auto& q : batch.seqs) {
+                b_prefill = b_prefill || (q.rid == "b" && q.tokens.size() > 1);
+                has_a = has_a || q.rid == "a";
+            }
+            b_prefill_steps += b_prefill ? 1 : 0;
+            if (b_prefill && has_a) ++a_steps_during_b_prefill;
+        }
+        EXPECT_EQ(b_prefill_steps, 3);  // 150 tokens in chunks of at most 63 (mixed) or 64
+        EXPECT_EQ(a_steps_during_b_prefill, mixed ? b_prefill_steps : 0);
+    }
+}
+
+TEST(SchedulerConfigTest, MixedChunkNeedsOneStepInFlight) {
+    SchedulerConfig cfg = roomy(1);
+    cfg.chunked_prefill_size = 64;
+    cfg.enable_mixed_chunk = true;
+    EXPECT_TRUE(cfg.validate().ok());
+    cfg.max_in_flight_steps = 3;
+    EXPECT_FALSE(cfg.validate().ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(PageSizes, SchedulerTest, ::testing::Values(1, 16));
 
 }  // namespace

@@ -107,6 +107,9 @@ Status ServerArgs::resolve() {
     // Scheduling and memory (§1.2, §1.5).
     if (pp_max_micro_batch_size && *pp_max_micro_batch_size < 1)
         return invalid("--pp-max-micro-batch-size must be at least 1, got " + str(*pp_max_micro_batch_size));
+    if (pp_size > 1 && enable_mixed_chunk)  // scheduler.py: PP keeps one running batch per micro-batch
+        return invalid("Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed "
+                       "chunked prefill: drop --enable-mixed-chunk or use --pp-size 1");
     if (pp_async_batch_depth < 0)
         return invalid("--pp-async-batch-depth must be >= 0, got " + str(pp_async_batch_depth));
     if (*page_size < 1) return invalid("--page-size must be at least 1, got " + str(*page_size));

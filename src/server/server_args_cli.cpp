@@ -269,7 +269,9 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     value(app, t, "--num-continuous-decode-steps", a.num_continuous_decode_steps, "decode steps per schedule",
           kNotYet);
     value(app, t, "--scheduler-recv-interval", a.scheduler_recv_interval, "steps between request polls", kNotYet);
-    flag(app, t, "--enable-mixed-chunk", a.enable_mixed_chunk, "mix a prefill chunk into the decode batch", kNotYet);
+    flag(app, t, "--enable-mixed-chunk", a.enable_mixed_chunk,
+         "run the running requests' decode tokens in the same forward as a prefill chunk (needs chunked prefill)",
+         kYes);
     value(app, t, "--decode-log-interval", a.decode_log_interval, "decode steps between log lines", kYes);
     value(app, t, "--stream-interval", a.stream_interval, "tokens between stream chunks", kNotYet);
     flag(app, t, "--enable-metrics", a.enable_metrics, "Prometheus metrics", kServe);

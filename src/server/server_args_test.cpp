@@ -170,6 +170,8 @@ TEST(ServerArgsTest, EveryValidationRule) {
          "moe_dense_tp_size only supports None, 1, or tp_size"},
         {"moe dp with pp", [](ServerArgs& a) { a.tp_size = 4; a.pp_size = 2; a.moe_dp_size = 2; },
          "PP is not supported with context parallelism"},
+        {"mixed chunk with pp", [](ServerArgs& a) { a.pp_size = 2; a.enable_mixed_chunk = true; },
+         "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill"},
         {"micro batch size", [](ServerArgs& a) { a.pp_max_micro_batch_size = 0; },
          "--pp-max-micro-batch-size must be at least 1"},
         {"chunk vs page", [](ServerArgs& a) { a.chunked_prefill_size = 100; a.page_size = 64; },

@@ -105,6 +105,7 @@ def main():
     ap.add_argument("--api-key", default="", help="start the server with this --api-key")
     ap.add_argument("--fp8-block", type=int, default=0, help="serve an FP8 checkpoint with N x N scale blocks")
     ap.add_argument("--kv-cache-dtype", default="auto")
+    ap.add_argument("--serve-arg", action="append", default=[], help="extra flag for tessera serve (repeatable)")
     a = ap.parse_args()
     if a.api_key:
         AUTH["Authorization"] = f"Bearer {a.api_key}"
@@ -119,13 +120,15 @@ def main():
                                "--ep", str(a.ep), "--moe-a2a-backend", a.moe_a2a_backend, *MODEL_FLAGS,
                                *(["--api-key", a.api_key] if a.api_key else []),
                                "--max-total-tokens", "16384", "--chunked-prefill-size", "64",
-                               "--random-seed", "1"], stdout=log, stderr=subprocess.STDOUT)
+                               "--random-seed", "1", *a.serve_arg], stdout=log, stderr=subprocess.STDOUT)
     try:
         if not wait_ready(port, server):
             print(open(os.path.join(a.workdir, "server.log")).read()[-3000:])
             print("server did not become ready")
             return 1
         run_checks(tessera, model, port, a.tp)
+        if "--enable-mixed-chunk" in a.serve_arg:
+            check_prefill_while_decoding(tessera, model, port, a.tp)
         if a.tp == 1 and a.pp == 1:
             check_memory_pressure(tessera, model, port, a.workdir)
             check_cache_cap(tessera, model, a.workdir)
@@ -159,6 +162,31 @@ def generate_ids(port, prompt_ids, max_tokens):
     status, body = post(port, "/generate", {"input_ids": prompt_ids, "sampling_params": {
         "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}})
     return body["output_ids"] if status == 200 else (status, body)
+
+
+def check_prefill_while_decoding(tessera, model, port, tp):
+    """A long prompt arrives while another request decodes (with --enable-mixed-chunk its
+    chunks carry that request's decode tokens): both answers equal `tessera generate` alone."""
+    decoding = [11 + i for i in range(20)]
+    arriving = [(i * 37 + 3) % 900 + 5 for i in range(300)]  # five 64-token chunks
+
+    def alone(ids, n):
+        gen = subprocess.run([tessera, "generate", "--model-path", model, "--prompt-ids", ",".join(map(str, ids)),
+                              "--max-new-tokens", str(n), "--ignore-eos", "--json", "--threads", "1", "--tp", str(tp),
+                              *MODEL_FLAGS], capture_output=True, text=True)
+        return json.loads(gen.stdout)["output_ids"] if gen.returncode == 0 else gen.stderr[-500:]
+
+    want_decoding, want_arriving = alone(decoding, 120), alone(arriving, 8)
+    got = {}
+    first = threading.Thread(target=lambda: got.update(decoding=generate_ids(port, decoding, 120)))
+    first.start()
+    time.sleep(0.2)  # the first request is decoding by now
+    got["arriving"] = generate_ids(port, arriving, 8)
+    first.join(120)
+    check("mixed chunks: the decoding request's tokens equal tessera generate",
+          got.get("decoding") == want_decoding, f"{got.get('decoding')} vs {want_decoding}")
+    check("mixed chunks: the arriving prompt's tokens equal tessera generate",
+          got.get("arriving") == want_arriving, f"{got.get('arriving')} vs {want_arriving}")
 
 
 def check_memory_pressure(tessera, model, port, workdir):
