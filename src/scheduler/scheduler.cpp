@@ -373,6 +373,7 @@ std::int64_t Scheduler::prefill_chunk_budget() const {
 }
 
 std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
+    mix_this_round_ = false;
     if ((batch_is_full_ || waiting_.empty()) && chunked_req_ == nullptr) return {};
     // Requests whose final chunk is in flight join the running batch when it is collected;
     // admission counts them already, as their KV reservation is already real.
