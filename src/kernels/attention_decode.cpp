@@ -195,7 +195,10 @@ void attend_decode_rows(const AttentionArgs& a, const AttentionShape& s, const D
                         const DecodePartial* partial) {
     TSR_CHECK(decode_rows_supported(s)) << "head_dim " << s.head_dim;
     if (a.kv_dtype == DType::kBF16 && active_isa() == Isa::kAvx512Bf16 && cpu::attend_decode_bf16_supported(s)) {
-        cpu::attend_decode_bf16_avx512(a, s, range, partial);
+        thread_local AlignedBuffer scratch;
+        const std::size_t bytes = cpu::attend_decode_bf16_scratch_bytes(s, range);
+        if (scratch.size() < bytes) scratch = AlignedBuffer(bytes);
+        cpu::attend_decode_bf16_avx512(a, s, range, partial, scratch.data());
         return;
     }
     with_kv_type(a.kv_dtype, [&](auto kv) { decode_rows<decltype(kv)::value>(a, s, range, partial); });

@@ -19,8 +19,6 @@
 #include <cstring>
 #include <limits>
 
-#include "base/aligned_buffer.h"
-
 #include "kernels/cpu/matmul_impl.h"
 #include "kernels/exp_poly.h"
 
@@ -253,18 +251,25 @@ void accumulate_values(const std::uint16_t* const* v_rows, std::int64_t n, const
     }
 }
 
+inline std::int64_t smaller(std::int64_t x, std::int64_t y) { return x < y ? x : y; }
+inline float larger(float x, float y) { return x > y ? x : y; }
+
+// Scratch floats of one decode call: q rows, accumulators, lane sums, weights, max / sum /
+// correction per slot.
+std::int64_t decode_scratch_floats(std::int64_t n_slots, std::int64_t dim) {
+    return n_slots * (2 * dim + 16 * 16 + kDecodeKeys + 3) + 16;
+}
+
 // C = head_dim / 16. Slot = local KV head · group + query head of the group.
 template <int C>
-void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& r, const DecodePartial* part) {
+void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& r, const DecodePartial* part,
+                 void* scratch) {
     constexpr std::int64_t dim = 16 * C;
     const std::int64_t group = s.n_heads / s.n_kv_heads;
     const std::int64_t n_kv = r.kv_head_end - r.kv_head_begin;
     const std::int64_t n_slots = n_kv * group;
     const std::int64_t row_bytes = n_kv * dim * static_cast<std::int64_t>(sizeof(std::uint16_t));
-    thread_local AlignedBuffer storage;
-    const auto floats = static_cast<std::size_t>(n_slots * (2 * dim + 16 * 16 + kDecodeKeys + 3) + 16);
-    if (storage.size() < floats * sizeof(float)) storage = AlignedBuffer(floats * sizeof(float));
-    float* q_rows = storage.as<float>();           // [slot][dim], scaled
+    float* q_rows = static_cast<float*>(scratch);  // [slot][dim], scaled
     float* acc = q_rows + n_slots * dim;           // [slot][dim]
     float* lanes = acc + n_slots * dim;            // [slot][16 keys][16 lanes] partial dot products
     float* probs = lanes + n_slots * 16 * 16;      // [slot][kDecodeKeys]
@@ -279,12 +284,14 @@ void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRa
             const float* q = a.q + qi * a.q_stride + (r.kv_head_begin * group + slot) * dim;
             for (std::int64_t d = 0; d < dim; ++d) q_rows[slot * dim + d] = q[d] * s.scale;
         }
-        std::fill(acc, acc + n_slots * dim, 0.0f);
-        std::fill(row_max, row_max + n_slots, -std::numeric_limits<float>::infinity());
-        std::fill(row_sum, row_sum + n_slots, 0.0f);
-        const std::int64_t key_end = std::min(r.key_end, a.start_pos + qi + 1);
+        for (std::int64_t i = 0; i < n_slots * dim; ++i) acc[i] = 0.0f;
+        for (std::int64_t slot = 0; slot < n_slots; ++slot) {
+            row_max[slot] = -std::numeric_limits<float>::infinity();
+            row_sum[slot] = 0.0f;
+        }
+        const std::int64_t key_end = smaller(r.key_end, a.start_pos + qi + 1);
         for (std::int64_t kb = r.key_begin; kb < key_end; kb += kDecodeKeys) {
-            const std::int64_t n = std::min(kDecodeKeys, key_end - kb);
+            const std::int64_t n = smaller(kDecodeKeys, key_end - kb);
             for (std::int64_t j = 0; j < n; ++j) {
                 k_rows[j] = cache_row(a, kb + j, r.kv_head_begin, dim, a.k);
                 v_rows[j] = cache_row(a, kb + j, r.kv_head_begin, dim, a.v);
@@ -293,7 +300,7 @@ void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRa
             // of the block are requested meanwhile (into L2: into L1 the requests queue behind
             // each other and stall the key loads), since the value pass reads them head by head.
             for (std::int64_t half = 0; half < n; half += 16) {
-                const std::int64_t nh = std::min<std::int64_t>(16, n - half);
+                const std::int64_t nh = smaller(16, n - half);
                 for (std::int64_t j = 0; j < nh; ++j) {
                     const auto* v_bytes = reinterpret_cast<const char*>(v_rows[half + j]);
                     for (std::int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(v_bytes + off, _MM_HINT_T2);
@@ -327,7 +334,7 @@ void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRa
                 const __m512 s0 = _mm512_mask_mov_ps(minus_inf, m0, _mm512_load_ps(p));
                 const __m512 s1 = _mm512_mask_mov_ps(minus_inf, m1, _mm512_load_ps(p + 16));
                 const float block_max = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
-                const float new_max = std::max(row_max[slot], block_max);
+                const float new_max = larger(row_max[slot], block_max);
                 const __m512 vmax = _mm512_set1_ps(new_max);
                 const __m512 e0 = _mm512_maskz_mov_ps(m0, exp_nonpositive512(_mm512_sub_ps(s0, vmax)));
                 const __m512 e1 = _mm512_maskz_mov_ps(m1, exp_nonpositive512(_mm512_sub_ps(s1, vmax)));
@@ -373,17 +380,22 @@ void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRa
 
 bool attend_decode_bf16_supported(const AttentionShape& s) { return s.head_dim % 16 == 0 && s.head_dim <= 128; }
 
+std::size_t attend_decode_bf16_scratch_bytes(const AttentionShape& s, const DecodeRange& range) {
+    const std::int64_t n_slots = (range.kv_head_end - range.kv_head_begin) * (s.n_heads / s.n_kv_heads);
+    return static_cast<std::size_t>(decode_scratch_floats(n_slots, s.head_dim)) * sizeof(float);
+}
+
 void attend_decode_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& range,
-                               const DecodePartial* partial) {
+                               const DecodePartial* partial, void* scratch) {
     switch (s.head_dim / 16) {
-        case 1: decode_bf16<1>(a, s, range, partial); return;
-        case 2: decode_bf16<2>(a, s, range, partial); return;
-        case 3: decode_bf16<3>(a, s, range, partial); return;
-        case 4: decode_bf16<4>(a, s, range, partial); return;
-        case 5: decode_bf16<5>(a, s, range, partial); return;
-        case 6: decode_bf16<6>(a, s, range, partial); return;
-        case 7: decode_bf16<7>(a, s, range, partial); return;
-        default: decode_bf16<8>(a, s, range, partial); return;
+        case 1: decode_bf16<1>(a, s, range, partial, scratch); return;
+        case 2: decode_bf16<2>(a, s, range, partial, scratch); return;
+        case 3: decode_bf16<3>(a, s, range, partial, scratch); return;
+        case 4: decode_bf16<4>(a, s, range, partial, scratch); return;
+        case 5: decode_bf16<5>(a, s, range, partial, scratch); return;
+        case 6: decode_bf16<6>(a, s, range, partial, scratch); return;
+        case 7: decode_bf16<7>(a, s, range, partial, scratch); return;
+        default: decode_bf16<8>(a, s, range, partial, scratch); return;
     }
 }
 

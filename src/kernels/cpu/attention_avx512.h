@@ -28,10 +28,12 @@ void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, s
 
 // Decode over a bf16 cache: what attention_detail::attend_decode_rows computes, with each
 // query row's value accumulator held in registers across a block of keys. Shapes: head_dim a
-// multiple of 16, at most 128.
+// multiple of 16, at most 128. `scratch` (64-byte aligned) holds
+// attend_decode_bf16_scratch_bytes for the range.
 bool attend_decode_bf16_supported(const AttentionShape& s);
+std::size_t attend_decode_bf16_scratch_bytes(const AttentionShape& s, const attention_detail::DecodeRange& range);
 void attend_decode_bf16_avx512(const AttentionArgs& a, const AttentionShape& s,
                                const attention_detail::DecodeRange& range,
-                               const attention_detail::DecodePartial* partial);
+                               const attention_detail::DecodePartial* partial, void* scratch);
 
 }  // namespace tessera::kernels::cpu
