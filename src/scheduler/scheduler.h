@@ -146,7 +146,7 @@ class Scheduler {
         std::uint64_t arrival = 0;
         bool need_token = false;
         bool truncated = false;  // prefill chunk with more chunks to follow
-        bool decode = false;     // a running request's decode token in a mixed prefill step
+        bool decode = false;     // a decode token (a decode step, or mixed into a prefill step)
     };
     struct InFlightStep {
         StepKind kind = StepKind::kIdle;
