@@ -23,17 +23,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import urllib.request
 
-from serve_support import free_port, wait_healthy
-
-
-def flush_cache(port):
-    """Each run starts from an empty prefix cache: prompts of earlier runs must not be hits."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/flush_cache", method="POST")
-    with urllib.request.urlopen(req, timeout=60) as r:
-        if r.status != 200:
-            sys.exit(f"/flush_cache answered {r.status}")
+from serve_support import flush_cache, free_port, wait_healthy
 
 
 def bench(a, port, concurrency, prompts, out_file, seed):

@@ -31,9 +31,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import urllib.request
 
-from serve_support import free_port, run_bench_serve, stop_server, wait_healthy
+from serve_support import flush_cache, free_port, run_bench_serve, stop_server, wait_healthy
 
 
 def model_costs(config_path):
@@ -98,8 +97,7 @@ def main():
 
         def run(w, seed):
             concurrency, prompt, output, n = w
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/flush_cache", method="POST")
-            urllib.request.urlopen(req, timeout=60).close()
+            flush_cache(port)
             return run_bench_serve(a.tessera, port, a.model_path, out_file, concurrency, seed,
                                    ["--num-prompts", str(n), "--random-input-len", str(prompt),
                                     "--random-output-len", str(output), "--random-range-ratio", "1"])

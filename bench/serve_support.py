@@ -31,6 +31,14 @@ def wait_healthy(port, server, timeout_s=300):
     sys.exit("tessera serve did not become healthy in time")
 
 
+def flush_cache(port):
+    """Empties the server's prefix cache, so that a run's prompts are not hits of an earlier run's."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/flush_cache", method="POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        if r.status != 200:
+            sys.exit(f"/flush_cache answered {r.status}")
+
+
 def prometheus_values(text):
     """Sample name (labels dropped) -> value, from the Prometheus text of /metrics."""
     values = {}
