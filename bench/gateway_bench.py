@@ -18,7 +18,7 @@
 Every server listens on 127.0.0.1 on a free port and is always stopped.
 
 Usage: bench/gateway_bench.py --tessera build/tessera --workdir DIR [--repeats 3]
-       [--only overhead|scale_out|prefix]
+       [--only overhead|scale_out|prefix] [--scale-model-path models/tessera-tiny-chat]
 """
 
 import argparse
@@ -142,8 +142,12 @@ def flush(port):
 
 
 def scale_out(a):
-    model = make_model(a.tessera, os.path.join(a.workdir, "small"), "--preset", "small", "--num-layers",
-                       str(a.small_layers), "--dtype", "bf16")
+    if a.scale_model_path:
+        model, model_name = a.scale_model_path, os.path.basename(os.path.normpath(a.scale_model_path))
+    else:
+        model = make_model(a.tessera, os.path.join(a.workdir, "small"), "--preset", "small", "--num-layers",
+                           str(a.small_layers), "--dtype", "bf16")
+        model_name = f"qwen3 small preset, {a.small_layers} layers, bf16"
     runs = []
     for rep in range(a.repeats):
         run = {"bench": "gateway_scale_out", "repeat": rep, "concurrency": a.concurrency}
@@ -173,7 +177,7 @@ def scale_out(a):
     print(json.dumps({"bench": "gateway_scale_out", "summary": True,
                       "median_ratio": statistics.median(r["ratio"] for r in runs), "target": 0.9,
                       "median_gateway_ratio": statistics.median(r["gateway_ratio"] for r in runs),
-                      "model": f"qwen3 small preset, {a.small_layers} layers, bf16",
+                      "model": model_name,
                       "workload": f"{a.num_prompts} prompts x {a.input_len} in / {a.output_len} out"}), flush=True)
 
 
@@ -231,6 +235,8 @@ def main():
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--small-layers", type=int, default=8)
+    ap.add_argument("--scale-model-path", help="scale_out on this model folder instead of the small preset "
+                    "(e.g. the default model, whose weights stay in the caches)")
     ap.add_argument("--prefix-groups", type=int, default=8)
     ap.add_argument("--prefix-per-group", type=int, default=8)
     ap.add_argument("--prefix-words", type=int, default=600)

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/mla_attention_avx512.h"
 #include "kernels/simd_exp.h"
@@ -136,46 +137,47 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
     const std::int64_t state = 2 + s.latent;
     std::vector<float> partial(splits.size() * static_cast<std::size_t>(s.n_heads * state));
     const auto work = [&](std::int64_t begin, std::int64_t end) {
+        if (avx512) {
+            thread_local AlignedBuffer scratch;  // kept: this runs once per layer and step
+            if (const std::size_t bytes = cpu::mla_split_bf16_scratch_bytes(s.latent); scratch.size() < bytes)
+                scratch = AlignedBuffer(bytes);
+            for (std::int64_t i = begin; i < end; ++i) {
+                const Split& sp = splits[i];
+                const MlaAbsorbedArgs& a = runs[sp.run];
+                for (std::int64_t h = 0; h < s.n_heads; h += 16) {
+                    cpu::MlaSplitBf16 args;
+                    args.q = a.q + (sp.token * s.n_heads + h) * width;
+                    args.n_heads = static_cast<int>(std::min<std::int64_t>(16, s.n_heads - h));
+                    args.cache = static_cast<const std::uint16_t*>(a.cache);
+                    args.slots = a.slots;
+                    args.key_begin = sp.key_begin;
+                    args.key_end = sp.key_end;
+                    args.state = partial.data() + (i * s.n_heads + h) * state;
+                    args.state_stride = state;
+                    cpu::mla_split_bf16(args, s.latent, s.rope, s.scale, scratch.data());
+                }
+            }
+            return;
+        }
         std::vector<float> rows(static_cast<std::size_t>(kKeyBlock * width));
         std::vector<float> probs(static_cast<std::size_t>(s.n_heads * kKeyBlock)), keeps(static_cast<std::size_t>(s.n_heads));
         std::vector<Online> online(static_cast<std::size_t>(s.n_heads));
         std::vector<float> acc(static_cast<std::size_t>(s.n_heads * s.latent));
-        std::vector<std::uint16_t> q_bf16(avx512 ? static_cast<std::size_t>(s.n_heads * width) : 0);
-        std::vector<const std::uint16_t*> row_ptrs(static_cast<std::size_t>(kKeyBlock));
-        std::vector<std::uint16_t> value_pairs(avx512 ? static_cast<std::size_t>(s.latent * (kKeyBlock + 1)) : 0);
         for (std::int64_t i = begin; i < end; ++i) {
             const Split& sp = splits[i];
             const MlaAbsorbedArgs& a = runs[sp.run];
             const float* q = a.q + sp.token * s.n_heads * width;
             std::fill(online.begin(), online.end(), Online{});
             std::fill(acc.begin(), acc.end(), 0.0f);
-            if (avx512) {
-                for (std::int64_t h = 0; h < s.n_heads; ++h)
-                    cpu::mla_round_query_bf16(q + h * width, width, q_bf16.data() + h * width);
-            }
             for (std::int64_t block = sp.key_begin; block < sp.key_end; block += kKeyBlock) {
                 const std::int64_t nb = std::min(kKeyBlock, sp.key_end - block);
-                if (avx512) {
-                    // Scores straight from the bf16 rows; only the latent part is widened.
-                    for (std::int64_t b = 0; b < nb; ++b) {
-                        const std::int64_t pos = block + b;
-                        row_ptrs[b] = static_cast<const std::uint16_t*>(a.cache) +
-                                      (a.slots != nullptr ? a.slots[pos] : pos) * width;
-                    }
-                    cpu::mla_pack_value_pairs(row_ptrs.data(), nb, s.latent, value_pairs.data());
-                } else {
-                    load_rows(a, block, nb, width, rows.data());
-                }
+                load_rows(a, block, nb, width, rows.data());
                 // Scores and softmax weights of every head for this block, then the weighted
-                // latent sums (on AVX-512 four heads share each row load).
+                // latent sums.
                 for (std::int64_t h = 0; h < s.n_heads; ++h) {
                     const float* qh = q + h * width;
                     float* p = probs.data() + h * kKeyBlock;
                     std::int64_t b = 0;
-                    if (avx512) {
-                        cpu::mla_scores_bf16(q_bf16.data() + h * width, row_ptrs.data(), nb, width, p);
-                        b = nb;
-                    }
                     for (; b + 4 <= nb; b += 4) dot4(qh, rows.data() + b * width, width, width, p + b);
                     for (; b < nb; ++b) p[b] = dot(qh, rows.data() + b * width, width);
                     float block_max = -std::numeric_limits<float>::infinity();
@@ -193,16 +195,9 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
                     o.sum = o.sum * keeps[h] + block_sum;
                     o.max = new_max;
                 }
-                for (std::int64_t h = 0; h < s.n_heads; h += avx512 ? 4 : 1) {
-                    if (avx512) {
-                        cpu::mla_weighted_pairs(acc.data() + h * s.latent, static_cast<int>(std::min<std::int64_t>(4, s.n_heads - h)),
-                                                keeps.data() + h, probs.data() + h * kKeyBlock, kKeyBlock,
-                                                value_pairs.data(), nb, s.latent);
-                    } else {
-                        weighted_rows(acc.data() + h * s.latent, keeps[h], probs.data() + h * kKeyBlock, rows.data(),
-                                      width, nb, s.latent);
-                    }
-                }
+                for (std::int64_t h = 0; h < s.n_heads; ++h)
+                    weighted_rows(acc.data() + h * s.latent, keeps[h], probs.data() + h * kKeyBlock, rows.data(),
+                                  width, nb, s.latent);
             }
             float* dst = partial.data() + i * s.n_heads * state;
             for (std::int64_t h = 0; h < s.n_heads; ++h) {

@@ -5,7 +5,7 @@
 // every head's query is [W_UK^T q_nope ; q_pe] of width latent + rope, every key the cached
 // row [c_kv ; k_pe] (one row per token, shared by all heads), every value the row's latent
 // part c_kv; the output per head is the weighted latent sum, which the caller maps through
-// W_UV. Each cached row is read once per query token for all heads, in blocks of 32 keys;
+// W_UV. Each cached row is read once per query token and group of 16 heads, in blocks of 32 keys;
 // long contexts are split over the threads and merged (flash-decoding).
 // Causal: query i of a run starting at start_pos sees positions 0..start_pos+i. f32 math.
 // Stateless and thread-safe; work is split over `pool` (nullptr: the calling thread).
@@ -39,9 +39,10 @@ struct MlaShape {
     float scale = 1.0f;       // softmax scale ((nope + rope)^-1/2, yarn-adjusted)
 };
 
-// With Isa::kAvx512Bf16, a bf16 cache and widths that are multiples of 32, the scores come
-// from _mm512_dpbf16_ps on the cached rows as they are, the query rounded to bf16 (as the
-// GEMV rounds activations); otherwise f32 on AVX2.
+// With Isa::kAvx512Bf16, a bf16 cache, latent and latent + rope multiples of 32 and rows of
+// at most 576 values, the heads run 16 at a time across the vector lanes on the BF16
+// dot-product instructions (cpu/mla_attention_avx512.h), the query and the softmax weights
+// rounded to bf16 (as the GEMV rounds activations); otherwise f32 on AVX2.
 void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& shape, ThreadPool* pool,
                             Isa isa = active_isa());
 

@@ -18,10 +18,15 @@
 namespace tessera::kernels {
 namespace {
 
-// Six heads: a group of four and two more on the AVX-512 path.
-constexpr std::int64_t kHeads = 6, kLatent = 64, kRope = 32, kWidth = kLatent + kRope;
+struct Shape {
+    std::int64_t heads, latent, rope;
+    std::int64_t width() const { return latent + rope; }
+};
+// Six heads: fewer than the 16 lanes of the AVX-512 path, and not a multiple of its 8-head tile.
+constexpr Shape kSmall{6, 64, 32};
 
 struct Case {
+    Shape shape;
     std::vector<float> q;             // [n_q, heads, width]
     std::vector<float> cache;         // [rows, width] f32 (bf16-exact values)
     std::vector<std::uint16_t> cache_bf16;
@@ -29,16 +34,19 @@ struct Case {
     std::int64_t n_q = 0, start = 0;
 };
 
-Case make_case(std::int64_t start, std::int64_t n_q) {
+// Positions sit on shuffled cache rows, or (in_order) position p on row p.
+Case make_case(std::int64_t start, std::int64_t n_q, Shape shape = kSmall, bool in_order = false) {
+    const std::int64_t heads = shape.heads, width = shape.width();
     std::mt19937 rng(5);
     std::normal_distribution<float> normal;
     Case c;
+    c.shape = shape;
     c.n_q = n_q;
     c.start = start;
     const std::int64_t keys = start + n_q;
-    c.q.resize(n_q * kHeads * kWidth);
+    c.q.resize(n_q * heads * width);
     for (auto& v : c.q) v = normal(rng) * 0.3f;
-    c.cache.resize(keys * kWidth);
+    c.cache.resize(keys * width);
     c.cache_bf16.resize(c.cache.size());
     for (std::size_t i = 0; i < c.cache.size(); ++i) {
         c.cache_bf16[i] = f32_to_bf16(normal(rng));
@@ -46,29 +54,30 @@ Case make_case(std::int64_t start, std::int64_t n_q) {
     }
     c.slots.resize(keys);
     std::iota(c.slots.begin(), c.slots.end(), 0);
-    std::shuffle(c.slots.begin(), c.slots.end(), rng);
+    if (!in_order) std::shuffle(c.slots.begin(), c.slots.end(), rng);
     return c;
 }
 
 std::vector<double> reference(const Case& c, float scale) {
-    std::vector<double> out(c.n_q * kHeads * kLatent, 0.0);
+    const std::int64_t heads = c.shape.heads, latent = c.shape.latent, width = c.shape.width();
+    std::vector<double> out(c.n_q * heads * latent, 0.0);
     for (std::int64_t t = 0; t < c.n_q; ++t) {
-        for (std::int64_t h = 0; h < kHeads; ++h) {
-            const float* q = c.q.data() + (t * kHeads + h) * kWidth;
+        for (std::int64_t h = 0; h < heads; ++h) {
+            const float* q = c.q.data() + (t * heads + h) * width;
             std::vector<double> s(c.start + t + 1);
             for (std::int64_t p = 0; p <= c.start + t; ++p) {
-                const float* row = c.cache.data() + c.slots[p] * kWidth;
+                const float* row = c.cache.data() + c.slots[p] * width;
                 double d = 0;
-                for (std::int64_t i = 0; i < kWidth; ++i) d += double(q[i]) * row[i];
+                for (std::int64_t i = 0; i < width; ++i) d += double(q[i]) * row[i];
                 s[p] = d * scale;
             }
             const double max = *std::max_element(s.begin(), s.end());
             double sum = 0;
             for (auto& v : s) sum += v = std::exp(v - max);
-            double* o = out.data() + (t * kHeads + h) * kLatent;
+            double* o = out.data() + (t * heads + h) * latent;
             for (std::int64_t p = 0; p <= c.start + t; ++p) {
-                const float* row = c.cache.data() + c.slots[p] * kWidth;
-                for (std::int64_t i = 0; i < kLatent; ++i) o[i] += s[p] / sum * row[i];
+                const float* row = c.cache.data() + c.slots[p] * width;
+                for (std::int64_t i = 0; i < latent; ++i) o[i] += s[p] / sum * row[i];
             }
         }
     }
@@ -76,10 +85,10 @@ std::vector<double> reference(const Case& c, float scale) {
 }
 
 double max_error(const Case& c, bool bf16, Isa isa, ThreadPool* pool, float scale) {
-    std::vector<float> out(c.n_q * kHeads * kLatent);
+    std::vector<float> out(c.n_q * c.shape.heads * c.shape.latent);
     const MlaAbsorbedArgs args{c.q.data(), bf16 ? static_cast<const void*>(c.cache_bf16.data()) : c.cache.data(),
                                bf16 ? DType::kBF16 : DType::kF32, c.slots.data(), c.n_q, c.start, out.data()};
-    mla_attention_absorbed({&args, 1}, {kHeads, kLatent, kRope, scale}, pool, isa);
+    mla_attention_absorbed({&args, 1}, {c.shape.heads, c.shape.latent, c.shape.rope, scale}, pool, isa);
     const std::vector<double> want = reference(c, scale);
     double err = 0;
     for (std::size_t i = 0; i < out.size(); ++i) err = std::max(err, std::abs(out[i] - want[i]));
@@ -95,9 +104,9 @@ TEST(MlaAttentionKernelTest, Fp8CacheMatchesItsDecodedValues) {
         std::vector<std::uint8_t> codes(c.cache.size());
         store_kv_row(c.cache.data(), codes.data(), 0, static_cast<std::int64_t>(codes.size()), type);
         convert_to_f32(codes.data(), type, c.cache.data(), c.cache.size());  // the reference reads these
-        std::vector<float> out(c.n_q * kHeads * kLatent);
+        std::vector<float> out(c.n_q * kSmall.heads * kSmall.latent);
         const MlaAbsorbedArgs args{c.q.data(), codes.data(), type, c.slots.data(), c.n_q, c.start, out.data()};
-        mla_attention_absorbed({&args, 1}, {kHeads, kLatent, kRope, scale}, &pool);
+        mla_attention_absorbed({&args, 1}, {kSmall.heads, kSmall.latent, kSmall.rope, scale}, &pool);
         const std::vector<double> want = reference(c, scale);
         for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << dtype_name(type) << " " << i;
     }
@@ -115,6 +124,28 @@ TEST(MlaAttentionKernelTest, AbsorbedMatchesReference) {
             const double err = max_error(c, true, Isa::kAvx512Bf16, &pool, scale);
             EXPECT_LT(err, 1e-2);
             EXPECT_GT(err, 0.0) << "the bf16 path was not taken";
+        }
+    }
+}
+
+// The AVX-512 path at DeepSeek's row width (16 heads fill the lanes) and with 20 heads (a
+// second, partial group of heads), with block ends of odd length and contexts split over threads; rows
+// in order are read in place, shuffled ones through the block buffer.
+TEST(MlaAttentionKernelTest, Avx512HeadGroupsAtDeepSeekWidth) {
+    if (!isa_supported(Isa::kAvx512Bf16)) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+    ThreadPool pool(2);
+    const float scale = 0.06f;
+    using Context = std::pair<std::int64_t, std::int64_t>;  // start, n_q
+    for (const Shape shape : {Shape{16, 512, 64}, Shape{20, 128, 64}}) {
+        for (const auto& [start, n_q] : std::vector<Context>{{16, 1}, {600, 1}, {44, 3}}) {
+            for (const bool in_order : {false, true}) {
+                SCOPED_TRACE("heads " + std::to_string(shape.heads) + " start " + std::to_string(start) + " n_q " +
+                             std::to_string(n_q) + (in_order ? " rows in order" : " rows shuffled"));
+                const Case c = make_case(start, n_q, shape, in_order);
+                const double err = max_error(c, true, Isa::kAvx512Bf16, &pool, scale);
+                EXPECT_LT(err, 1e-2);
+                EXPECT_GT(err, 0.0);
+            }
         }
     }
 }

@@ -20,7 +20,7 @@
 #include <limits>
 
 #include "kernels/cpu/matmul_impl.h"
-#include "kernels/exp_poly.h"
+#include "kernels/cpu/exp_avx512.h"
 
 namespace tessera::kernels::cpu {
 
@@ -56,17 +56,6 @@ Layout layout_for(const AttentionShape& s, std::int64_t n_tokens) {
     l.row_sum = take(l.rows * 4);
     l.total = at;
     return l;
-}
-
-// exp(x) for x <= 0, 16 lanes, with the polynomial of kernels/exp_poly.h.
-inline __m512 exp_nonpositive512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(exp_poly::kMinArgument));
-    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(exp_poly::kLog2e));
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(t, n);
-    __m512 p = _mm512_set1_ps(exp_poly::kCoefficients[0]);
-    for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(exp_poly::kCoefficients[i]));
-    return _mm512_scalef_ps(p, n);
 }
 
 inline const std::uint16_t* cache_row(const AttentionArgs& a, std::int64_t position, std::int64_t kv_head,

@@ -1,33 +1,43 @@
 #pragma once
-// kernels/cpu/mla_attention_avx512.h — the inner loops of MLA's absorbed attention over a
-// bf16 latent cache with AVX-512 (cpu/mla_attention_avx512.cpp, compiled with the AVX-512
-// flags; call only after kernels::isa_supported(kAvx512Bf16)). No intrinsics here.
+// kernels/cpu/mla_attention_avx512.h — MLA's absorbed attention over a bf16 latent cache with
+// AVX-512 BF16 (cpu/mla_attention_avx512.cpp, compiled with the AVX-512 flags; call only after
+// kernels::isa_supported(kAvx512Bf16)). No intrinsics here.
 
+#include <cstddef>
 #include <cstdint>
 
 namespace tessera::kernels::cpu {
 
-// Widths the kernels take: multiples of 32.
+// Cached rows are copied into a block buffer of this many bf16 per row, so that the score loop
+// addresses every key of a block from one register with constant offsets.
+inline constexpr std::int64_t kMlaMaxWidth = 576;  // DeepSeek-V2/V3: latent 512 + rope 64
+
+// Widths the kernel takes: latent and latent + rope multiples of 32, the row at most
+// kMlaMaxWidth.
 inline bool mla_avx512_supported(std::int64_t width, std::int64_t latent) {
-    return width % 32 == 0 && latent % 32 == 0;
+    return width % 32 == 0 && latent % 32 == 0 && width <= kMlaMaxWidth;
 }
 
-// q f32 [width] → bf16 pairs for the dot products (round to nearest even).
-void mla_round_query_bf16(const float* q, std::int64_t width, std::uint16_t* out);
+struct MlaSplitBf16 {
+    const float* q = nullptr;             // f32 [n_heads][latent + rope]: this head group's queries
+    int n_heads = 0;                      // 1..16
+    const std::uint16_t* cache = nullptr; // bf16 rows of latent + rope
+    const std::int32_t* slots = nullptr;  // cache row of every position (nullptr: position p is row p)
+    std::int64_t key_begin = 0, key_end = 0;
+    // Online-softmax state per head h at state + h · state_stride: max score, sum of
+    // exp(score - max), then the latent sum weighted by those exps.
+    float* state = nullptr;
+    std::int64_t state_stride = 0;
+};
 
-// scores[b] = q · rows[b] over bf16 rows (the cache's, unconverted) with _mm512_dpbf16_ps.
-void mla_scores_bf16(const std::uint16_t* q, const std::uint16_t* const* rows, std::int64_t nb, std::int64_t width,
-                     float* scores);
+// Scratch bytes for mla_split_bf16 (64-byte aligned, per thread).
+std::size_t mla_split_bf16_scratch_bytes(std::int64_t latent);
 
-// The latent parts of nb rows as key pairs for _mm512_dpbf16_ps: vp[c][j] holds the 32 bf16
-// (rows[2j][16c + i], rows[2j+1][16c + i]) for i < 16 (an odd last row is paired with
-// zeros). vp: (latent / 16) · ceil(nb / 2) · 32 values.
-void mla_pack_value_pairs(const std::uint16_t* const* rows, std::int64_t nb, std::int64_t latent, std::uint16_t* vp);
-
-// For heads h < n_heads (1..4): y[h] (latent floats apart) = y[h] · keep[h] +
-// Σ_b w[h · w_stride + b] · rows[b][0:latent], with the weights rounded to bf16 pairs; each
-// pair vector is loaded once for all the heads.
-void mla_weighted_pairs(float* y, int n_heads, const float* keep, const float* w, std::int64_t w_stride,
-                        const std::uint16_t* vp, std::int64_t nb, std::int64_t latent);
+// Keys [key_begin, key_end) of one query token for up to 16 heads, in blocks of 32 keys. The
+// heads ride the 16 lanes: scores come from _mm512_dpbf16_ps of the query pairs (rounded to
+// bf16, as the GEMV rounds activations) against each key's pairs broadcast from the row, and
+// the softmax runs across heads at once; the weighted latent sum is a bf16 GEMM tile of
+// 8 heads × 48 latent dims over key pairs.
+void mla_split_bf16(const MlaSplitBf16& s, std::int64_t latent, std::int64_t rope, float scale, void* scratch);
 
 }  // namespace tessera::kernels::cpu
