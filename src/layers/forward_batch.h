@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/mla_attention.h"
+
 namespace tessera {
 class ThreadPool;
 }
@@ -44,9 +46,10 @@ struct Scratch {
     std::vector<std::uint8_t> send, recv;
     // MLA: the fused input projection, queries, the absorbed form's wide queries and latent
     // outputs, the context's latents and rope keys, kv_b_proj over them, and the naive
-    // form's per-head K and V (f32 or bf16).
+    // form's per-head K and V (f32 or bf16); the absorbed form's attention runs.
     std::vector<float> mla_proj, mla_q, mla_head_in, mla_head_out, mla_latent, mla_k_pe, mla_kv, mla_k, mla_v;
     std::vector<std::uint16_t> mla_k16, mla_v16;
+    std::vector<kernels::MlaAbsorbedArgs> mla_runs;
 };
 
 }  // namespace tessera::layers

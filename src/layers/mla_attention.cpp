@@ -121,32 +121,42 @@ Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cach
             for (std::int64_t i = 0; i < dr; ++i) q_pe[i] *= rope_magnitude_;
         }
     }
-    // Attention per sequence, into [n, heads · v].
+    // Attention into [n, heads · v]: runs of consecutive single-token sequences together in the
+    // absorbed form, prompts one by one in the naive form.
     scratch.attn.resize(static_cast<std::size_t>(n * heads_ * dv));
+    const auto is_absorbed = [&](const SeqSpan& seq) {
+        return form == MlaForm::kAbsorbed || (form == MlaForm::kAuto && seq.n_tokens == 1);
+    };
     std::int64_t first = 0;
-    for (const SeqSpan& seq : batch.seqs) {
-        const bool use_absorbed = form == MlaForm::kAbsorbed || (form == MlaForm::kAuto && seq.n_tokens == 1);
-        if (seq.n_tokens > 0) {
-            if (use_absorbed) {
-                absorbed(scratch.mla_q.data(), seq, first, cache, cache_dtype, scratch.attn.data(), scratch, batch.pool);
-            } else {
-                naive(scratch.mla_q.data(), seq, first, cache, cache_dtype, scratch.attn.data(), scratch, batch.pool);
-            }
+    for (std::size_t i = 0; i < batch.seqs.size();) {
+        std::size_t end = i + 1;
+        std::int64_t tokens = batch.seqs[i].n_tokens;
+        if (is_absorbed(batch.seqs[i])) {
+            while (end < batch.seqs.size() && is_absorbed(batch.seqs[end])) tokens += batch.seqs[end++].n_tokens;
+            if (tokens > 0)
+                absorbed(scratch.mla_q.data(), batch.seqs.subspan(i, end - i), first, cache, cache_dtype,
+                         scratch.attn.data(), scratch, batch.pool);
+        } else if (tokens > 0) {
+            naive(scratch.mla_q.data(), batch.seqs[i], first, cache, cache_dtype, scratch.attn.data(), scratch,
+                  batch.pool);
         }
-        first += seq.n_tokens;
+        first += tokens;
+        i = end;
     }
     o_proj_.forward(scratch.attn.data(), n, out, batch.pool);
     return par.all_reduce({out, static_cast<std::size_t>(n * o_proj_.out_features())});
 }
 
-void MlaAttention::absorbed(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache,
+void MlaAttention::absorbed(const float* q, std::span<const SeqSpan> seqs, std::int64_t first, const void* cache,
                             DType cache_dtype, float* attn, Scratch& scratch, ThreadPool* pool) const {
     const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
-    const std::int64_t qk = dn + dr, dv = mla_.v_head_dim, width = r + dr, n = seq.n_tokens;
+    const std::int64_t qk = dn + dr, dv = mla_.v_head_dim, width = r + dr;
+    std::int64_t n = 0;
+    for (const SeqSpan& seq : seqs) n += seq.n_tokens;
     // Q [n, heads, r + dr] = [W_UK^T q_nope ; q_pe] per head.
     scratch.mla_head_in.resize(static_cast<std::size_t>(n * heads_ * width));
     float* wide = scratch.mla_head_in.data();
-    const float* q_seq = q + first * heads_ * qk;
+    const float* q_run = q + first * heads_ * qk;
     // One task per head range, each head's small GEMMs on one thread: a pool dispatch per
     // head and layer would cost more than the GEMV of its 2·r·nope weights.
     const auto for_heads = [&](auto&& fn) {
@@ -159,15 +169,20 @@ void MlaAttention::absorbed(const float* q, const SeqSpan& seq, std::int64_t fir
         }
     };
     for_heads([&](std::int64_t hd) {
-        w_uk_t_[hd].forward(q_seq + hd * qk, n, wide + hd * width, nullptr, heads_ * qk, heads_ * width);
+        w_uk_t_[hd].forward(q_run + hd * qk, n, wide + hd * width, nullptr, heads_ * qk, heads_ * width);
         for (std::int64_t t = 0; t < n; ++t)
-            std::copy(q_seq + (t * heads_ + hd) * qk + dn, q_seq + (t * heads_ + hd) * qk + qk,
+            std::copy(q_run + (t * heads_ + hd) * qk + dn, q_run + (t * heads_ + hd) * qk + qk,
                       wide + (t * heads_ + hd) * width + r);
     });
     scratch.mla_head_out.resize(static_cast<std::size_t>(n * heads_ * r));
-    const kernels::MlaAbsorbedArgs args{wide, cache, cache_dtype, seq.slots, n, seq.start_pos,
-                                        scratch.mla_head_out.data()};
-    kernels::mla_attention_absorbed({&args, 1}, {heads_, r, dr, scale_}, pool);
+    scratch.mla_runs.clear();
+    std::int64_t t = 0;
+    for (const SeqSpan& seq : seqs) {
+        scratch.mla_runs.push_back({wide + t * heads_ * width, cache, cache_dtype, seq.slots, seq.n_tokens,
+                                    seq.start_pos, scratch.mla_head_out.data() + t * heads_ * r});
+        t += seq.n_tokens;
+    }
+    kernels::mla_attention_absorbed(scratch.mla_runs, {heads_, r, dr, scale_}, pool);
     // Each head's weighted latent through its W_UV, into attn [n, heads · v].
     for_heads([&](std::int64_t hd) {
         w_uv_[hd].forward(scratch.mla_head_out.data() + hd * r, n, attn + first * heads_ * dv + hd * dv, nullptr,

@@ -54,8 +54,10 @@ class MlaAttention {
     double flops_per_token() const;
 
  private:
-    void absorbed(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache, DType cache_dtype,
-                  float* attn, Scratch& scratch, ThreadPool* pool) const;
+    // Consecutive sequences of the batch (their tokens from row `first` on) in one pass: the
+    // absorbed products over all their tokens and one attention call, split over the threads.
+    void absorbed(const float* q, std::span<const SeqSpan> seqs, std::int64_t first, const void* cache,
+                  DType cache_dtype, float* attn, Scratch& scratch, ThreadPool* pool) const;
     void naive(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache, DType cache_dtype,
                float* attn, Scratch& scratch, ThreadPool* pool) const;
 
