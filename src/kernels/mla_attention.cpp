@@ -1,6 +1,7 @@
 #include "kernels/mla_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -24,6 +25,8 @@ struct Online {
 // Keys per split of one query's context in the absorbed form: enough work per task that
 // merging stays cheap.
 constexpr std::int64_t kMinKeysPerSplit = 256;
+// Splits per thread for one long context, so that the threads finish together.
+constexpr std::int64_t kSplitsPerThread = 4;
 // Keys scored together: their f32 rows (32 x 576 floats = 72 KiB at DeepSeek's sizes) stay
 // in L2 while every head reads them twice (scores, then the weighted latent sum).
 constexpr std::int64_t kKeyBlock = 32;
@@ -128,7 +131,7 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
     for (std::size_t r = 0; r < runs.size(); ++r) {
         for (std::int64_t t = 0; t < runs[r].n_q; ++t) {
             const std::int64_t keys = runs[r].start_pos + t + 1;
-            const std::int64_t parts = std::clamp<std::int64_t>(keys / kMinKeysPerSplit, 1, threads);
+            const std::int64_t parts = std::clamp<std::int64_t>(keys / kMinKeysPerSplit, 1, kSplitsPerThread * threads);
             for (std::int64_t p = 0; p < parts; ++p)
                 splits.push_back({static_cast<std::int64_t>(r), t, keys * p / parts, keys * (p + 1) / parts});
         }
@@ -209,7 +212,12 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
     };
     const auto n_splits = static_cast<std::int64_t>(splits.size());
     if (pool != nullptr && n_splits > 1) {
-        pool->parallel_for(n_splits, work);
+        // Handed out one at a time: a worker that starts late or reads slower memory takes
+        // fewer.
+        std::atomic<std::int64_t> next{0};
+        pool->run([&](int, int) {
+            for (std::int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_splits;) work(i, i + 1);
+        });
     } else {
         work(0, n_splits);
     }
