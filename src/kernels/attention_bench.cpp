@@ -13,7 +13,6 @@
 // sequence in turn.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +23,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
+#include "bench/kernel_bench_support.h"
 #include "bench/machine_peaks.h"
 #include "kernels/attention.h"
 #include "tensor/dtype.h"
@@ -41,9 +41,7 @@ Options parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
         const auto number = [&](std::string_view key, std::int64_t* out) {
-            if (arg.substr(0, key.size()) != key) return false;
-            *out = std::stoll(std::string(arg.substr(key.size())));
-            return true;
+            return tessera::bench::number_flag(arg, key, out);
         };
         if (number("--batch=", &o.batch) || number("--context=", &o.context) || number("--layers=", &o.layers) ||
             number("--heads=", &o.heads) || number("--kv-heads=", &o.kv_heads) ||
@@ -57,10 +55,6 @@ Options parse(int argc, char** argv) {
         }
     }
     return o;
-}
-
-double now_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -99,10 +93,7 @@ int main(int argc, char** argv) {
 
     for (int threads : {1, 2}) {
         ThreadPool pool(threads);
-        std::vector<double> steps;
-        const double start = now_seconds();
-        while (steps.size() < 5 || (now_seconds() - start < 2.0 && steps.size() < 50)) {
-            const double t0 = now_seconds();
+        const double median = bench::median_step_seconds([&] {
             for (std::int64_t l = 0; l < o.layers; ++l) {
                 std::vector<kernels::AttentionArgs> batch;
                 for (std::int64_t s = 0; s < o.batch; ++s) {
@@ -119,10 +110,7 @@ int main(int argc, char** argv) {
                 }
                 kernels::attention_batch(batch, shape, &pool);
             }
-            steps.push_back(now_seconds() - t0);
-        }
-        std::sort(steps.begin(), steps.end());
-        const double median = steps[steps.size() / 2];
+        });
         std::printf(
             "{\"bench\":\"decode_attention\",\"threads\":%d,\"batch\":%lld,\"context\":%lld,\"layers\":%lld,"
             "\"layout\":\"%s\",\"step_ms\":%.2f,\"kv_mb\":%.1f,\"kv_gbs\":%.2f,\"machine_read_gbs\":%.2f}\n",

@@ -8,8 +8,6 @@
 // Usage: mla_attention_bench [--batch=1] [--context=4096] [--layers=8] [--heads=16]
 //                            [--latent=512] [--rope=64]
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +18,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
+#include "bench/kernel_bench_support.h"
 #include "bench/machine_peaks.h"
 #include "kernels/isa.h"
 #include "kernels/mla_attention.h"
@@ -36,9 +35,7 @@ Options parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
         const auto number = [&](std::string_view key, std::int64_t* out) {
-            if (arg.substr(0, key.size()) != key) return false;
-            *out = std::stoll(std::string(arg.substr(key.size())));
-            return true;
+            return tessera::bench::number_flag(arg, key, out);
         };
         if (number("--batch=", &o.batch) || number("--context=", &o.context) || number("--layers=", &o.layers) ||
             number("--heads=", &o.heads) || number("--latent=", &o.latent) || number("--rope=", &o.rope))
@@ -47,10 +44,6 @@ Options parse(int argc, char** argv) {
         std::exit(2);
     }
     return o;
-}
-
-double now_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -79,10 +72,7 @@ int main(int argc, char** argv) {
     for (const kernels::Isa isa : paths) {
         for (int threads : {1, 2}) {
             ThreadPool pool(threads);
-            std::vector<double> steps;
-            const double start = now_seconds();
-            while (steps.size() < 5 || (now_seconds() - start < 2.0 && steps.size() < 50)) {
-                const double t0 = now_seconds();
+            const double median = bench::median_step_seconds([&] {
                 for (std::int64_t l = 0; l < o.layers; ++l) {
                     std::vector<kernels::MlaAbsorbedArgs> batch;
                     for (std::int64_t s = 0; s < o.batch; ++s)
@@ -91,10 +81,7 @@ int main(int argc, char** argv) {
                                          out.data() + s * o.heads * o.latent});
                     kernels::mla_attention_absorbed(batch, shape, &pool, isa);
                 }
-                steps.push_back(now_seconds() - t0);
-            }
-            std::sort(steps.begin(), steps.end());
-            const double median = steps[steps.size() / 2];
+            });
             std::printf(
                 "{\"bench\":\"mla_decode_attention\",\"kernels\":\"%s\",\"threads\":%d,\"batch\":%lld,\"context\":%lld,"
                 "\"layers\":%lld,\"heads\":%lld,\"step_ms\":%.3f,\"gflop_per_s\":%.1f,\"cache_mb\":%.1f,"

@@ -72,7 +72,8 @@ inline __m512 dpbf16_broadcast(__m512 acc, __m512bh x, const void* p) {
 // computation. Neither a burst of requests at the block start nor leaving it to the hardware
 // prefetcher hides the memory: the copy of each block then waits on DRAM (2.9 → 2.5 ms per
 // step at context 4096, mla_attention_bench).
-void score16(const std::uint32_t* qt, const std::uint16_t* rows, std::int64_t pairs, const char* const* lines, __m512* out) {
+void score16(const std::uint32_t* qt, const std::uint16_t* rows, std::int64_t pairs, const char* const* lines,
+             __m512* out) {
     __m512 a[16];
     for (int k = 0; k < 16; ++k) a[k] = _mm512_setzero_ps();
     for (std::int64_t p = 0; p < pairs; ++p) {
@@ -153,7 +154,8 @@ void mla_split_bf16(const MlaSplitBf16& s, std::int64_t latent, std::int64_t rop
         for (std::int64_t g = 0; g < filled / 16; ++g) {
             const std::int64_t first = block + 16 * g, n = std::min<std::int64_t>(16, nb - 16 * g);
             bool consecutive = width == kStride && n == 16;
-            for (std::int64_t b = 1; consecutive && b < 16; ++b) consecutive = row_of(first + b) == row_of(first) + b * width;
+            for (std::int64_t b = 1; consecutive && b < 16; ++b)
+                consecutive = row_of(first + b) == row_of(first) + b * width;
             if (consecutive) {
                 group[g] = row_of(first);
                 continue;
@@ -183,11 +185,17 @@ void mla_split_bf16(const MlaSplitBf16& s, std::int64_t latent, std::int64_t rop
         if (nb > 16) score16(qt, group[1], dim_pairs, lines + dim_pairs, sc + 16);
         const __m512 vscale = _mm512_set1_ps(scale);
         __m512 block_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-        for (std::int64_t k = 0; k < nb; ++k) block_max = _mm512_max_ps(block_max, sc[k] = _mm512_mul_ps(sc[k], vscale));
+        for (std::int64_t k = 0; k < nb; ++k) {
+            sc[k] = _mm512_mul_ps(sc[k], vscale);
+            block_max = _mm512_max_ps(block_max, sc[k]);
+        }
         const __m512 new_max = _mm512_max_ps(run_max, block_max);
         const __m512 keep = exp_nonpositive512(_mm512_sub_ps(run_max, new_max));  // ~0 before the first block
         __m512 block_sum = _mm512_setzero_ps();
-        for (std::int64_t k = 0; k < nb; ++k) block_sum = _mm512_add_ps(block_sum, sc[k] = exp_nonpositive512(_mm512_sub_ps(sc[k], new_max)));
+        for (std::int64_t k = 0; k < nb; ++k) {
+            sc[k] = exp_nonpositive512(_mm512_sub_ps(sc[k], new_max));
+            block_sum = _mm512_add_ps(block_sum, sc[k]);
+        }
         for (std::int64_t k = nb; k < filled; ++k) sc[k] = _mm512_setzero_ps();
         run_sum = _mm512_fmadd_ps(run_sum, keep, block_sum);
         run_max = new_max;
