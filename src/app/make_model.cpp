@@ -51,6 +51,9 @@ Dims dims_for(const std::string& arch, const std::string& preset) {
         d.first_dense = 1;
         d.kv_lora_rank = 64, d.qk_nope_head_dim = 32, d.qk_rope_head_dim = 16, d.v_head_dim = 32;
         if (arch == "deepseek-v3") d.q_lora_rank = 48, d.n_group = 4, d.topk_group = 2;
+        // V2's latent row 64 + 32 is a multiple of 32, so its bf16 decode takes the AVX-512
+        // absorbed-attention kernel (V3's 64 + 16 keeps the f32 one).
+        if (arch == "deepseek-v2") d.qk_rope_head_dim = 32;
     } else {
         d = {.hidden = 1024, .intermediate = 3072, .layers = 28, .heads = 16, .kv_heads = 8,
              .head_dim = 128, .vocab = 151936, .max_positions = 40960};
