@@ -123,9 +123,8 @@ struct Split {
 
 void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& s, ThreadPool* pool, Isa isa) {
     const std::int64_t width = s.latent + s.rope;
-    bool bf16_cache = !runs.empty();
-    for (const auto& r : runs) bf16_cache = bf16_cache && r.cache_dtype == DType::kBF16;
-    const bool avx512 = isa == Isa::kAvx512Bf16 && bf16_cache && cpu::mla_avx512_supported(width, s.latent);
+    bool avx512 = isa == Isa::kAvx512Bf16 && !runs.empty();
+    for (const auto& r : runs) avx512 = avx512 && cpu::mla_avx512_supported(r.cache_dtype, width, s.latent);
     const int threads = pool != nullptr ? pool->size() : 1;
     std::vector<Split> splits;
     for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -151,7 +150,8 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
                     cpu::MlaSplitBf16 args;
                     args.q = a.q + (sp.token * s.n_heads + h) * width;
                     args.n_heads = static_cast<int>(std::min<std::int64_t>(16, s.n_heads - h));
-                    args.cache = static_cast<const std::uint16_t*>(a.cache);
+                    args.cache = a.cache;
+                    args.cache_dtype = a.cache_dtype;
                     args.slots = a.slots;
                     args.key_begin = sp.key_begin;
                     args.key_end = sp.key_end;

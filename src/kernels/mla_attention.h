@@ -39,8 +39,8 @@ struct MlaShape {
     float scale = 1.0f;       // softmax scale ((nope + rope)^-1/2, yarn-adjusted)
 };
 
-// With Isa::kAvx512Bf16, a bf16 cache, latent and latent + rope multiples of 32 and rows of
-// at most 576 values, the heads run 16 at a time across the vector lanes on the BF16
+// With Isa::kAvx512Bf16, a bf16 or fp8 cache, latent and latent + rope multiples of 32 and
+// rows of at most 576 values, the heads run 16 at a time across the vector lanes on the BF16
 // dot-product instructions (cpu/mla_attention_avx512.h), the query and the softmax weights
 // rounded to bf16 (as the GEMV rounds activations); otherwise f32 on AVX2.
 void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& shape, ThreadPool* pool,

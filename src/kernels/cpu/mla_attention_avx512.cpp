@@ -1,9 +1,10 @@
-// kernels/cpu/mla_attention_avx512.cpp — MLA's absorbed attention over a bf16 latent cache
-// with AVX-512 BF16, one query token and up to 16 heads per call, the heads across the lanes.
+// kernels/cpu/mla_attention_avx512.cpp — MLA's absorbed attention over a bf16 or fp8 latent
+// cache with AVX-512 BF16, one query token and up to 16 heads per call, the heads across the lanes.
 // Compiled with TSR_AVX512_FLAGS.
 //
 // Per block of 32 keys:
-// - the rows are copied into a buffer of fixed row stride (they sit at any slots of the pool);
+// - the rows are copied into a buffer of fixed row stride (they sit at any slots of the pool),
+//   fp8 rows widened to bf16 on the way (exactly: their values have at most 3 mantissa bits);
 // - scores: for each pair of row dimensions, one register of the 16 heads' query pairs meets
 //   each of 16 keys' pairs, broadcast from the buffer: 16 independent accumulators, one
 //   multiply-add per broadcast load and no horizontal sums;
@@ -107,6 +108,29 @@ void weighted_tile(float* acc, std::int64_t latent, const float* keep, const std
         for (int c = 0; c < C; ++c) _mm512_store_ps(acc + h * latent + 16 * c, y[h][c]);
 }
 
+// One cache row of `width` values as bf16 into dst. fp8 codes go through binary16: an e4m3
+// code without its sign, shifted left by 7, is its value × 2⁻⁸ as binary16 (subnormals
+// included); an e5m2 code is binary16's top byte.
+void copy_row_bf16(const std::byte* src, DType type, std::int64_t width, std::uint16_t* dst) {
+    if (type == DType::kBF16) {
+        for (std::int64_t i = 0; i < width; i += 32)
+            _mm512_store_si512(dst + i, _mm512_loadu_si512(src + 2 * i));
+        return;
+    }
+    const bool e4m3 = type == DType::kF8E4M3;
+    const __m512 unscale = _mm512_set1_ps(e4m3 ? 256.0f : 1.0f);
+    for (std::int64_t i = 0; i < width; i += 32) {
+        const __m512i codes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+        const __m512i half =
+            e4m3 ? _mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(codes, _mm512_set1_epi16(0x80)), 8),
+                                   _mm512_slli_epi16(_mm512_and_si512(codes, _mm512_set1_epi16(0x7F)), 7))
+                 : _mm512_slli_epi16(codes, 8);
+        const __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(half)), unscale);
+        const __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1)), unscale);
+        _mm512_store_si512(dst + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
 }  // namespace
 
 std::size_t mla_split_bf16_scratch_bytes(std::int64_t latent) {
@@ -140,43 +164,40 @@ void mla_split_bf16(const MlaSplitBf16& s, std::int64_t latent, std::int64_t rop
     alignas(64) static const std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                              8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i interleave = _mm512_load_si512(kInterleave);
+    const std::int64_t row_bytes = width * dtype_size(s.cache_dtype);
     const auto row_of = [&](std::int64_t pos) {
-        return s.cache + (s.slots != nullptr ? s.slots[pos] : pos) * width;
+        return static_cast<const std::byte*>(s.cache) + (s.slots != nullptr ? s.slots[pos] : pos) * row_bytes;
     };
     __m512 run_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     __m512 run_sum = _mm512_setzero_ps();
     for (std::int64_t block = s.key_begin; block < s.key_end; block += kBlock) {
         const std::int64_t nb = std::min(kBlock, s.key_end - block);
         const std::int64_t filled = nb > 16 ? 32 : 16;  // rows the score loop reads
-        // Each group of 16 keys is read where it is when its rows are consecutive cache rows
-        // of the buffer's stride, else copied into the buffer (zeros past the block's end).
+        // Each group of 16 keys is read where it is when its rows are consecutive bf16 cache
+        // rows of the buffer's stride, else copied into the buffer (zeros past the block's end).
         const std::uint16_t* group[2];
         for (std::int64_t g = 0; g < filled / 16; ++g) {
             const std::int64_t first = block + 16 * g, n = std::min<std::int64_t>(16, nb - 16 * g);
-            bool consecutive = width == kStride && n == 16;
+            bool consecutive = s.cache_dtype == DType::kBF16 && width == kStride && n == 16;
             for (std::int64_t b = 1; consecutive && b < 16; ++b)
-                consecutive = row_of(first + b) == row_of(first) + b * width;
+                consecutive = row_of(first + b) == row_of(first) + b * row_bytes;
             if (consecutive) {
-                group[g] = row_of(first);
+                group[g] = reinterpret_cast<const std::uint16_t*>(row_of(first));
                 continue;
             }
             std::uint16_t* dst = rows + 16 * g * kStride;
             group[g] = dst;
-            for (std::int64_t b = 0; b < n; ++b) {
-                const std::uint16_t* src = row_of(first + b);
-                for (std::int64_t i = 0; i < width; i += 32)
-                    _mm512_store_si512(dst + b * kStride + i, _mm512_loadu_si512(src + i));
-            }
+            for (std::int64_t b = 0; b < n; ++b) copy_row_bf16(row_of(first + b), s.cache_dtype, width, dst + b * kStride);
             for (std::int64_t b = n; b < 16; ++b) std::memset(dst + b * kStride, 0, static_cast<std::size_t>(width) * 2);
         }
         // The cache lines of the next block's rows (a row of w bf16 is w / 32 lines, so 32 rows
-        // give one per dimension pair of the two score loops), requested while this block's
-        // scores are computed; the last block repeats a line of its own buffer.
+        // give one per dimension pair of the two score loops; fp8 rows half as many), requested
+        // while this block's scores are computed; the rest repeat a line of the block buffer.
         const char* lines[kMlaMaxWidth];
         std::int64_t n_lines = 0;
         for (std::int64_t b = 0; b < std::min(kBlock, s.key_end - block - nb); ++b) {
             const char* r = reinterpret_cast<const char*>(row_of(block + nb + b));
-            for (std::int64_t off = 0; off < width * 2; off += 64) lines[n_lines++] = r + off;
+            for (std::int64_t off = 0; off < row_bytes; off += 64) lines[n_lines++] = r + off;
         }
         const char* last = n_lines > 0 ? lines[n_lines - 1] : reinterpret_cast<const char*>(rows);
         for (; n_lines < width; ++n_lines) lines[n_lines] = last;
