@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -138,7 +140,9 @@ TEST_F(ModelFolderTest, UnsupportedArchitectureListsTheSupportedOnes) {
 // DeepSeek keeps one latent row per token and layer (kv_lora_rank + qk_rope_head_dim) and no
 // V: SGLang's MLA cell size.
 TEST_F(ModelFolderTest, DeepseekCachesOneLatentRowPerToken) {
-    for (const std::string arch : {"deepseek-v2", "deepseek-v3"}) {
+    // make-model's tiny presets: kv_lora_rank 64, qk_rope_head_dim 32 (V2) or 16 (V3).
+    for (const auto& [arch, rope] : std::vector<std::pair<std::string, std::int64_t>>{{"deepseek-v2", 32},
+                                                                                      {"deepseek-v3", 16}}) {
         const std::string m = make(arch, "bf16");
         models::LoadOptions o;
         o.model_path = m;
@@ -147,8 +151,8 @@ TEST_F(ModelFolderTest, DeepseekCachesOneLatentRowPerToken) {
         const kvcache::KvCacheShape shape = (*model)->kv_cache_shape();
         EXPECT_EQ(shape.kind, kvcache::KvKind::kLatent) << arch;
         EXPECT_FALSE(shape.has_v());
-        EXPECT_EQ(shape.row_floats(), 64 + 16) << "tiny: kv_lora_rank 64 + qk_rope_head_dim 16";
-        EXPECT_EQ(shape.bytes_per_token(), 3 * (64 + 16) * 2) << "3 layers of bf16 latents";
+        EXPECT_EQ(shape.row_floats(), 64 + rope) << arch;
+        EXPECT_EQ(shape.bytes_per_token(), 3 * (64 + rope) * 2) << arch << ": 3 layers of bf16 latents";
     }
 }
 
