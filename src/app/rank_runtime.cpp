@@ -163,6 +163,13 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
         if (!pp_group.ok()) return with_peer_stages(rt, pp_group.status());
         rt.pp_group = std::move(pp_group).value();
     }
+    if (args.enable_eplb && rt.tp_group && !env().eplb_transfer_between_passes) {
+        dist::GroupFactoryOptions transfer_options = go;
+        transfer_options.name_prefix = "eplb_";
+        auto transfer_group = dist::create_group(layout, dist::GroupKind::kTp, rank, *rt.store, transfer_options);
+        if (!transfer_group.ok()) return with_peer_stages(rt, transfer_group.status());
+        rt.eplb_transfer_group = std::move(transfer_group).value();
+    }
     if (layout.attn_dp_size() > 1 && layout.attn_tp_size() > 1) {
         auto attn_tp_group = dist::create_group(layout, dist::GroupKind::kAttnTp, rank, *rt.store, go);
         if (!attn_tp_group.ok()) return with_peer_stages(rt, attn_tp_group.status());
@@ -266,6 +273,7 @@ StatusOr<eplb::EplbOptions> eplb_options(const server::ServerArgs& args, const R
     o.num_nodes = args.nnodes;
     o.dump_dir = env().expert_distribution_recorder_dir;
     o.global_rank = rt.coords.global_rank;
+    o.transfer_group = rt.eplb_transfer_group.get();
     if (o.report != eplb::ReportMode::kOff && rt.is_output_rank()) o.metrics = std::make_shared<eplb::BalancednessReport>();
     return o;
 }

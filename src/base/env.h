@@ -37,6 +37,10 @@ struct EnvFlags {
     // env: TSR_EPLB_FAULT_FAIL_TRANSFER=1 — fault injection for tests: TP rank 1 reports the
     // transfer of a rebalance as failed; every rank must keep the old placement.
     bool eplb_fail_transfer = false;
+    // env: TSR_EPLB_TRANSFER_BETWEEN_PASSES=1 — benchmarks: move a rebalance's experts on the
+    // forward thread between two passes, as before transfers ran beside a pass (the A/B of
+    // bench/eplb_balance.py --transfer-ab).
+    bool eplb_transfer_between_passes = false;
     // env: TSR_DPA_FAULT=skip:G:R or stall:G:R — fault injection for tests: the ranks of
     // attention-DP group G skip round R of the DP-attention lockstep (the others must name the
     // group), or stop joining at round R (the others must fail within --dist-timeout).

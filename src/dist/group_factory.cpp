@@ -11,7 +11,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> create_group(const ParallelLayout& layou
     if (members.empty())
         return Status::Internal("rank " + std::to_string(global_rank) + " is in no " + group_kind_name(kind) + " group");
     // Groups of one kind are told apart by their first member.
-    const std::string name = group_kind_name(kind) + std::to_string(members.front());
+    const std::string name = options.name_prefix + group_kind_name(kind) + std::to_string(members.front());
     if (members.size() == 1) return make_single_group(name);
     const int node = layout.coords(members.front()).node;
     const bool one_node = std::all_of(members.begin(), members.end(),

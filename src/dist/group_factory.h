@@ -19,6 +19,9 @@ struct GroupFactoryOptions {
     std::chrono::milliseconds timeout{300'000};
     std::string hostname = "127.0.0.1";  // the address peers reach this rank's Gloo device at
     bool force_gloo = false;             // tests and benchmarks: skip the shared-memory path
+    // A second group over the same ranks (its own rendezvous and buffers) is told apart by
+    // this prefix, e.g. "eplb_" for the expert transfer beside the TP group.
+    std::string name_prefix;
 };
 
 StatusOr<std::unique_ptr<ProcessGroup>> create_group(const ParallelLayout& layout, GroupKind kind,

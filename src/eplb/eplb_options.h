@@ -13,6 +13,10 @@
 #include "eplb/expert_dispatch.h"
 #include "eplb/expert_distribution.h"
 
+namespace tessera::dist {
+class ProcessGroup;
+}
+
 namespace tessera::eplb {
 
 class BalancednessReport;
@@ -38,6 +42,9 @@ struct EplbOptions {
     std::int64_t num_nodes = 1;
     std::string dump_dir = "/tmp";  // SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR
     int global_rank = 0;
+    // The TP group's ranks again, a process group only the expert transfer of live rebalancing
+    // uses, so that it runs beside a forward pass (nullptr: it runs between passes).
+    dist::ProcessGroup* transfer_group = nullptr;
     // Where the output rank publishes balancedness for /metrics (nullptr elsewhere).
     std::shared_ptr<BalancednessReport> metrics;
 };

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "base/env.h"
 #include "base/logging.h"
@@ -215,29 +216,18 @@ Status EplbManager::on_forward_pass_end(layers::Scratch& scratch, ThreadPool* po
     ++pass_id_;
     if (recorder_.recording() || options_.report != eplb::ReportMode::kOff) TSR_RETURN_IF_ERROR(record_pass());
     if (!options_.enable) return Status::Ok();
+    if (in_flight_) {
+        // Its experts crossed over during the pass that just ended.
+        TSR_RETURN_IF_ERROR(end_chunk(scratch, pool));
+        return pending_.empty() ? Status::Ok() : begin_chunk(scratch, pool);
+    }
     if (pending_.empty()) {
         if (++since_rebalance_ < options_.rebalance_num_iterations) return Status::Ok();
         since_rebalance_ = 0;
         TSR_RETURN_IF_ERROR(start_rebalance());
         if (pending_.empty()) return Status::Ok();
     }
-    std::vector<layers::MoeLayer*> chunk = std::move(pending_.front());
-    pending_.erase(pending_.begin());
-    const Status applied = apply_chunk(chunk, scratch, pool);
-    if (!applied.ok()) {
-        pending_.clear();  // the rest of this placement is dropped with the failed chunk
-        return applied;
-    }
-    if (rolled_back_) {
-        rolled_back_ = false;
-        if (logs()) TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance end: rolled back, the old placement stays");
-    } else if (pending_.empty()) {
-        ++rebalances_;
-        if (logs())
-            TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance end time={:.3f}s",
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - rebalance_start_).count());
-    }
-    return Status::Ok();
+    return begin_chunk(scratch, pool);
 }
 
 Status EplbManager::start_rebalance() {
@@ -291,28 +281,52 @@ Status EplbManager::start_rebalance() {
     return Status::Ok();
 }
 
-Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, layers::Scratch& scratch,
-                                ThreadPool* pool) {
-    const auto t0 = std::chrono::steady_clock::now();
+// One chunk of a rebalance: its layers, where each of their new slots' experts comes from,
+// and its transfer.
+struct EplbManager::Chunk {
+    struct Move {
+        std::size_t layer;  // index in `layers`
+        I64 slot;           // new slot (global)
+        int from;           // EP rank with the expert
+        I64 from_local;     // its local slot there (old placement)
+    };
+    std::vector<layers::MoeLayer*> layers;
+    std::vector<Move> remote;                                     // transfers between ranks
+    std::vector<std::vector<std::pair<I64, I64>>> local;          // my new local slot <- my old local slot
+    std::vector<std::vector<I64>> changed;                        // my local slots that change, per layer
+    std::vector<std::int64_t> send_counts, recv_counts;           // bytes, per rank of the TP group
+    std::size_t send_bytes = 0, recv_bytes = 0, staged_bytes = 0;
+    std::thread worker;
+    Status transferred;
+    double transfer_ms = 0.0;
+    std::chrono::steady_clock::time_point begun;
+};
+
+EplbManager::~EplbManager() {
+    // A transfer in flight reads the experts and writes the buffers; it ends (or times out on
+    // its group) before they go.
+    if (in_flight_ && in_flight_->worker.joinable()) in_flight_->worker.join();
+}
+
+Status EplbManager::begin_chunk(layers::Scratch& scratch, ThreadPool* pool) {
+    auto chunk = std::make_unique<Chunk>();
+    chunk->begun = std::chrono::steady_clock::now();
+    chunk->layers = std::move(pending_.front());
+    pending_.erase(pending_.begin());
+    const std::vector<layers::MoeLayer*>& layers = chunk->layers;
     const eplb::ExpertLocation& next = pending_dispatch_->location();
-    const int ep = shape_.ep_size, me = par_.moe.ep_rank, moe_tp = par_.moe.moe_tp_size;
+    const int me = par_.moe.ep_rank, moe_tp = par_.moe.moe_tp_size;
     const I64 Lp = next.local_physical();
     const int group_size = par_.tp_group != nullptr ? par_.tp_group->size() : 1;
     auto group_rank = [&](int ep_rank) { return ep_rank * moe_tp + par_.moe.moe_tp_rank; };
 
     // Where each new slot's expert comes from: unchanged, a local copy, or the EP rank that
     // holds its lowest old copy. Every rank computes the whole plan.
-    struct Move {
-        std::size_t layer;  // index in chunk
-        I64 slot;           // new slot (global)
-        int from;           // EP rank with the expert
-        I64 from_local;     // its local slot there (old placement)
-    };
-    std::vector<Move> remote;                                    // transfers between ranks
-    std::vector<std::vector<std::pair<I64, I64>>> local(chunk.size());  // my new local slot <- my old local slot
-    for (std::size_t c = 0; c < chunk.size(); ++c) {
-        const I64 l = chunk[c]->layer();
-        const eplb::ExpertLocation& old = chunk[c]->dispatch()->location();
+    chunk->local.resize(layers.size());
+    chunk->changed.resize(layers.size());
+    for (std::size_t c = 0; c < layers.size(); ++c) {
+        const I64 l = layers[c]->layer();
+        const eplb::ExpertLocation& old = layers[c]->dispatch()->location();
         for (I64 s = 0; s < next.num_physical(); ++s) {
             const std::int32_t e = next.phy2log(l)[s];
             const int owner = static_cast<int>(s / Lp);
@@ -320,132 +334,165 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
             for (I64 i = owner * Lp; i < (owner + 1) * Lp && source < 0; ++i)
                 if (old.phy2log(l)[i] == e) source = i;
             if (source >= 0) {
-                if (owner == me) local[c].emplace_back(s - me * Lp, source - me * Lp);
+                if (owner != me) continue;
+                chunk->local[c].emplace_back(s - me * Lp, source - me * Lp);
+                if (s != source) chunk->changed[c].push_back(s - me * Lp);
                 continue;
             }
             I64 lowest = 0;
             while (old.phy2log(l)[lowest] != e) ++lowest;
-            remote.push_back({c, s, static_cast<int>(lowest / Lp), lowest % Lp});
+            chunk->remote.push_back({c, s, static_cast<int>(lowest / Lp), lowest % Lp});
+            if (owner == me) chunk->changed[c].push_back(s - me * Lp);
         }
     }
-    // One all_to_all_v: the packed bytes of every expert a peer needs from this rank.
-    std::vector<std::int64_t> send_counts(static_cast<std::size_t>(group_size), 0), recv_counts(send_counts);
-    // Every expert of a layer packs to the same size; sizes first, so the buffer grows once.
-    const auto expert_bytes = [&](std::size_t c) { return chunk[c]->experts().slot(0).packed_bytes(); };
-    std::size_t send_total = 0;
-    for (const Move& m : remote)
-        if (m.from == me) send_total += expert_bytes(m.layer);
-    grow(send_, send_total);
+    // Every expert of a layer packs to the same size.
+    chunk->send_counts.assign(static_cast<std::size_t>(group_size), 0);
+    chunk->recv_counts.assign(static_cast<std::size_t>(group_size), 0);
+    for (const Chunk::Move& m : chunk->remote) {
+        const auto bytes = static_cast<std::int64_t>(layers[m.layer]->experts().slot(0).packed_bytes());
+        if (m.from == me) chunk->send_counts[group_rank(static_cast<int>(m.slot / Lp))] += bytes;
+        if (m.slot / Lp == me) chunk->recv_counts[group_rank(m.from)] += bytes;
+    }
+    for (int r = 0; r < group_size; ++r) {
+        chunk->send_bytes += static_cast<std::size_t>(chunk->send_counts[r]);
+        chunk->recv_bytes += static_cast<std::size_t>(chunk->recv_counts[r]);
+    }
+    for (std::size_t c = 0; c < layers.size(); ++c)
+        chunk->staged_bytes += chunk->changed[c].size() * layers[c]->experts().slot(0).packed_bytes();
+
+    in_flight_ = std::move(chunk);
+    if (options_.transfer_group != nullptr) {
+        Chunk& flying = *in_flight_;
+        flying.worker = std::thread([this, &flying] { flying.transferred = transfer(flying, options_.transfer_group); });
+        return Status::Ok();
+    }
+    in_flight_->transferred = transfer(*in_flight_, par_.tp_group);
+    return end_chunk(scratch, pool);
+}
+
+Status EplbManager::transfer(Chunk& chunk, dist::ProcessGroup* group) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const eplb::ExpertLocation& next = pending_dispatch_->location();
+    const int ep = shape_.ep_size, me = par_.moe.ep_rank;
+    const I64 Lp = next.local_physical();
+    // Grown here, not on the forward thread: fresh pages fault in slowly.
+    grow(send_, chunk.send_bytes);
+    grow(recv_, chunk.recv_bytes);
+    grow(staging_, chunk.staged_bytes);
+    // In the order of the destination ranks: the experts each peer needs from this rank.
     std::size_t at = 0;
     for (int d = 0; d < ep; ++d) {
-        for (const Move& m : remote) {
+        for (const Chunk::Move& m : chunk.remote) {
             if (m.from != me || m.slot / Lp != d) continue;
-            chunk[m.layer]->experts().slot(m.from_local).copy_packed_to(send_.data() + at);
-            at += expert_bytes(m.layer);
-            send_counts[group_rank(d)] += static_cast<std::int64_t>(expert_bytes(m.layer));
+            const layers::GatedMlp& expert = chunk.layers[m.layer]->experts().slot(m.from_local);
+            expert.copy_packed_to(send_.data() + at);
+            at += expert.packed_bytes();
         }
     }
-    for (const Move& m : remote) {
-        if (m.slot / Lp != me) continue;
-        recv_counts[group_rank(m.from)] += static_cast<std::int64_t>(expert_bytes(m.layer));
-    }
-    I64 recv_total = 0;
-    for (std::int64_t v : recv_counts) recv_total += v;
-    grow(recv_, static_cast<std::size_t>(recv_total));
-    const auto moved_bytes = static_cast<I64>(send_total);
+    Status sent = Status::Ok();
+    if (group != nullptr)
+        sent = group->all_to_all_v({send_.as<std::uint8_t>(), chunk.send_bytes}, chunk.send_counts,
+                                   {recv_.as<std::uint8_t>(), chunk.recv_bytes}, chunk.recv_counts);
+    if (sent.ok() && env().eplb_fail_transfer && par_.tp.rank == 1)  // fault injection for tests
+        sent = Status(StatusCode::kUnavailable, "transfer failed (TSR_EPLB_FAULT_FAIL_TRANSFER)");
+    chunk.transfer_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return sent;
+}
+
+Status EplbManager::end_chunk(layers::Scratch& scratch, ThreadPool* pool) {
+    if (in_flight_->worker.joinable()) in_flight_->worker.join();
+    const std::unique_ptr<Chunk> chunk = std::move(in_flight_);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<layers::MoeLayer*>& layers = chunk->layers;
+    const int me = par_.moe.ep_rank, moe_tp = par_.moe.moe_tp_size;
+    const I64 Lp = pending_dispatch_->location().local_physical();
+    const int group_size = par_.tp_group != nullptr ? par_.tp_group->size() : 1;
+    auto group_rank = [&](int ep_rank) { return ep_rank * moe_tp + par_.moe.moe_tp_rank; };
+    auto fail = [&] {
+        pending_.clear();  // the rest of this placement goes with the failed chunk
+        if (logs()) TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance end: rolled back, the old placement stays");
+    };
     if (par_.tp_group != nullptr) {
-        // Peers send to themselves nothing; a rank's own copies are "local".
-        Status sent = par_.tp_group->all_to_all_v({send_.as<std::uint8_t>(), send_total}, send_counts,
-                                                   {recv_.as<std::uint8_t>(), static_cast<std::size_t>(recv_total)},
-                                                   recv_counts);
-        if (sent.ok() && env().eplb_fail_transfer && par_.tp.rank == 1)  // fault injection for tests
-            sent = Status(StatusCode::kUnavailable, "transfer failed (TSR_EPLB_FAULT_FAIL_TRANSFER)");
         // Nothing is installed yet: every rank keeps the old placement if any rank's transfer
         // failed. Only when the ranks cannot even agree on that is the group gone.
-        std::int32_t failed = sent.ok() ? 0 : 1;
-        TSR_RETURN_IF_ERROR(par_.tp_group->all_reduce(std::span<std::int32_t>(&failed, 1), dist::ReduceOp::kMax));
+        std::int32_t failed = chunk->transferred.ok() ? 0 : 1;
+        const Status agreed = par_.tp_group->all_reduce(std::span<std::int32_t>(&failed, 1), dist::ReduceOp::kMax);
+        if (!agreed.ok()) {
+            pending_.clear();
+            return agreed;
+        }
         if (failed != 0) {
             TSR_LOG_C(WARN, "eplb", "[EPLBManager] moving the experts of layers {}..{} failed ({}); every rank keeps "
                                     "the old placement",
-                      chunk.front()->layer(), chunk.back()->layer(), sent.ok() ? "on another rank" : sent.message());
-            pending_.clear();
-            rolled_back_ = true;
+                      layers.front()->layer(), layers.back()->layer(),
+                      chunk->transferred.ok() ? "on another rank" : chunk->transferred.message());
+            fail();
             return Status::Ok();
         }
     }
     if (env().eplb_corrupt_transfer)  // fault injection for tests: the probe must catch it
-        std::memset(recv_.data(), 0x7f, static_cast<std::size_t>(recv_total));
+        std::memset(recv_.data(), 0x7f, chunk->recv_bytes);
 
     // Probe each moved layer before and after, on every rank (the MoE forward is collective).
     const I64 probe_tokens = std::max<I64>(64, 2 * shape_.num_physical);
-    std::vector<std::vector<float>> before(chunk.size());
+    std::vector<std::vector<float>> before(layers.size());
     std::vector<float> x;
-    for (std::size_t c = 0; c < chunk.size(); ++c) {
-        const I64 H = chunk[c]->hidden_size();
+    for (std::size_t c = 0; c < layers.size(); ++c) {
+        const I64 H = layers[c]->hidden_size();
         x.resize(static_cast<std::size_t>(probe_tokens * H));
         probe_rows(x.data(), probe_tokens * H);
         before[c].resize(x.size());
-        TSR_RETURN_IF_ERROR(chunk[c]->forward(x.data(), probe_tokens, before[c].data(), scratch, pool, par_));
+        TSR_RETURN_IF_ERROR(layers[c]->forward(x.data(), probe_tokens, before[c].data(), scratch, pool, par_));
     }
-    // Install in place: the old weights of every slot that changes are copied to a staging
+    // Install in place: the old weights of every slot that changes are copied to the staging
     // buffer first (to roll back with, and as the source of a local copy from a slot that is
-    // itself replaced), then the slot's own memory is overwritten. Nothing is allocated once
-    // the buffers have grown: fresh memory costs more to fault in than the copy itself.
-    std::vector<std::vector<I64>> changed(chunk.size());  // local slots that change, per layer
-    for (std::size_t c = 0; c < chunk.size(); ++c) {
-        for (const auto& [to, from] : local[c])
-            if (to != from) changed[c].push_back(to);
-        for (const Move& m : remote)
-            if (m.layer == c && m.slot / Lp == me) changed[c].push_back(m.slot % Lp);
-    }
-    std::size_t staged = 0;
-    for (std::size_t c = 0; c < chunk.size(); ++c) staged += changed[c].size() * expert_bytes(c);
-    grow(staging_, staged);
-    std::vector<std::map<I64, std::size_t>> backup(chunk.size());  // local slot -> offset in staging_
+    // itself replaced), then the slot's own memory is overwritten. Nothing is allocated here:
+    // the transfer grew the buffers.
+    std::vector<std::map<I64, std::size_t>> backup(layers.size());  // local slot -> offset in staging_
     {
         std::size_t off = 0;
-        for (std::size_t c = 0; c < chunk.size(); ++c) {
-            for (I64 slot : changed[c]) {
-                chunk[c]->experts().slot(slot).copy_packed_to(staging_.data() + off);
+        for (std::size_t c = 0; c < layers.size(); ++c) {
+            for (I64 slot : chunk->changed[c]) {
+                layers[c]->experts().slot(slot).copy_packed_to(staging_.data() + off);
                 backup[c][slot] = off;
-                off += expert_bytes(c);
+                off += layers[c]->experts().slot(0).packed_bytes();
             }
         }
     }
     std::vector<std::size_t> recv_offset(static_cast<std::size_t>(group_size), 0);
     {
         std::size_t off = 0;
-        for (int r = 0; r < group_size; ++r) recv_offset[r] = off, off += static_cast<std::size_t>(recv_counts[r]);
+        for (int r = 0; r < group_size; ++r) recv_offset[r] = off, off += static_cast<std::size_t>(chunk->recv_counts[r]);
     }
-    std::vector<std::shared_ptr<const eplb::ExpertDispatch>> old_dispatch(chunk.size());
-    for (std::size_t c = 0; c < chunk.size(); ++c) {
-        for (const auto& [to, from] : local[c]) {
+    std::vector<std::shared_ptr<const eplb::ExpertDispatch>> old_dispatch(layers.size());
+    for (std::size_t c = 0; c < layers.size(); ++c) {
+        for (const auto& [to, from] : chunk->local[c]) {
             if (to == from) continue;
             const auto old = backup[c].find(from);
             if (old != backup[c].end()) {
-                chunk[c]->write_slot(to, staging_.data() + old->second);
+                layers[c]->write_slot(to, staging_.data() + old->second);
             } else {
-                chunk[c]->copy_slot(to, from);
+                layers[c]->copy_slot(to, from);
             }
         }
-        for (const Move& m : remote) {
+        for (const Chunk::Move& m : chunk->remote) {
             if (m.layer != c || m.slot / Lp != me) continue;
-            chunk[c]->write_slot(m.slot % Lp, recv_.data() + recv_offset[group_rank(m.from)]);
-            recv_offset[group_rank(m.from)] += expert_bytes(c);
+            layers[c]->write_slot(m.slot % Lp, recv_.data() + recv_offset[group_rank(m.from)]);
+            recv_offset[group_rank(m.from)] += layers[c]->experts().slot(0).packed_bytes();
         }
-        old_dispatch[c] = chunk[c]->shared_dispatch();
-        chunk[c]->set_dispatch(pending_dispatch_);
+        old_dispatch[c] = layers[c]->shared_dispatch();
+        layers[c]->set_dispatch(pending_dispatch_);
     }
     // The probe again: the same tokens must come out the same (up to summation order).
     std::int32_t mismatch = 0;
     double worst = 0.0;
     std::vector<float> after;
-    for (std::size_t c = 0; c < chunk.size(); ++c) {
-        const I64 H = chunk[c]->hidden_size();
+    for (std::size_t c = 0; c < layers.size(); ++c) {
+        const I64 H = layers[c]->hidden_size();
         x.resize(static_cast<std::size_t>(probe_tokens * H));
         probe_rows(x.data(), probe_tokens * H);
         after.resize(x.size());
-        TSR_RETURN_IF_ERROR(chunk[c]->forward(x.data(), probe_tokens, after.data(), scratch, pool, par_));
+        TSR_RETURN_IF_ERROR(layers[c]->forward(x.data(), probe_tokens, after.data(), scratch, pool, par_));
         double scale = 0.0, diff = 0.0;
         for (std::size_t i = 0; i < after.size(); ++i) {
             scale = std::max(scale, static_cast<double>(std::abs(before[c][i])));
@@ -455,24 +502,37 @@ Status EplbManager::apply_chunk(const std::vector<layers::MoeLayer*>& chunk, lay
         if (!(diff <= 1e-3 * scale + 1e-5)) mismatch = 1;
     }
     if (par_.tp_group != nullptr) TSR_RETURN_IF_ERROR(par_.tp_group->all_reduce(std::span<std::int32_t>(&mismatch, 1), dist::ReduceOp::kMax));
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const auto now = std::chrono::steady_clock::now();
+    const double install_ms = std::chrono::duration<double, std::milli>(now - t0).count();
     if (mismatch != 0) {
-        for (std::size_t c = 0; c < chunk.size(); ++c) {
-            for (const auto& [slot, off] : backup[c]) chunk[c]->write_slot(slot, staging_.data() + off);
-            chunk[c]->set_dispatch(old_dispatch[c]);
+        for (std::size_t c = 0; c < layers.size(); ++c) {
+            for (const auto& [slot, off] : backup[c]) layers[c]->write_slot(slot, staging_.data() + off);
+            layers[c]->set_dispatch(old_dispatch[c]);
         }
-        pending_.clear();
-        rolled_back_ = true;
         TSR_LOG_C(WARN, "eplb",
                   "[EPLBManager] rebalance of layers {}..{} rolled back: the probe batch's output changed by {:.3g} "
                   "(relative) after moving the experts",
-                  chunk.front()->layer(), chunk.back()->layer(), worst);
+                  layers.front()->layer(), layers.back()->layer(), worst);
+        fail();
         return Status::Ok();
     }
-    if (logs())
+    if (logs()) {
+        // The step pays the install; the transfer ran beside a pass when it had its own group.
+        const std::string transfer =
+            options_.transfer_group != nullptr
+                ? fmt::format("transfer {:.1f} ms beside the pass", chunk->transfer_ms)
+                : fmt::format("transfer {:.1f} ms", chunk->transfer_ms);
         TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalanced layers {}..{}: {} experts moved between ranks ({:.2f} MB "
-                                "sent by this rank) in {:.1f} ms, probe difference {:.2g}",
-                  chunk.front()->layer(), chunk.back()->layer(), remote.size(), moved_bytes / 1e6, ms, worst);
+                                "sent by this rank, {}) in {:.1f} ms on the step, probe difference {:.2g}",
+                  layers.front()->layer(), layers.back()->layer(), chunk->remote.size(), chunk->send_bytes / 1e6,
+                  transfer, install_ms + (options_.transfer_group != nullptr ? 0.0 : chunk->transfer_ms), worst);
+    }
+    if (pending_.empty()) {
+        ++rebalances_;
+        if (logs())
+            TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalance end time={:.3f}s",
+                      std::chrono::duration<double>(now - rebalance_start_).count());
+    }
     return Status::Ok();
 }
 

@@ -8,10 +8,13 @@
 //   - --enable-eplb: every --eplb-rebalance-num-iterations passes, the balancer places the
 //     recorded load; --eplb-rebalance-layers-per-chunk layers are moved per pass. A layer's
 //     new slots come from a local copy or from the EP rank that holds the expert (one
-//     all_to_all_v over the TP group per chunk, peers with the same moe_tp rank); a probe
-//     batch through each moved layer must give the same output as before, else every rank
-//     puts the old slots back. A layer is only moved when the new placement lowers its
-//     busiest rank's load on the recorded counts by 5% or more.
+//     all_to_all_v per chunk between the ranks of the TP group, peers with the same moe_tp
+//     rank); a probe batch through each moved layer must give the same output as before,
+//     else every rank puts the old slots back. A layer is only moved when the new placement
+//     lowers its busiest rank's load on the recorded counts by 5% or more.
+//   - With a transfer group (EplbOptions::transfer_group), a chunk's experts are packed and
+//     sent on a thread of their own while the next pass runs, and installed (probe, roll
+//     back) when that pass ends. Without one, a chunk moves and installs at one pass boundary.
 // Every rank of a TP group runs the same passes, so all of them rebalance at the same pass
 // with the same (integer) counts and compute the same placement. Owned by the model; called
 // by its forward thread.
@@ -39,6 +42,7 @@ class EplbManager {
 
     // The placement and dispatch the MoE layers load with.
     std::shared_ptr<const eplb::ExpertDispatch> initial_dispatch() const { return dispatch_; }
+    ~EplbManager();
     // This stage's MoE layers, once loaded.
     void attach(std::vector<layers::MoeLayer*> moe_layers, const layers::LayerParallel& par);
 
@@ -51,8 +55,15 @@ class EplbManager {
     EplbManager(const eplb::EplbOptions& options, const eplb::ExpertLocationShape& shape);
 
     Status record_pass();
+    struct Chunk;
     Status start_rebalance();
-    Status apply_chunk(const std::vector<layers::MoeLayer*>& chunk, layers::Scratch& scratch, ThreadPool* pool);
+    // Plans the next pending chunk and starts its transfer (on the transfer thread when there
+    // is a transfer group, else here and installs it at once).
+    Status begin_chunk(layers::Scratch& scratch, ThreadPool* pool);
+    // Packs the experts this rank sends and exchanges them; the transfer thread's work.
+    Status transfer(Chunk& chunk, dist::ProcessGroup* group);
+    // Waits for the chunk in flight, installs it, probes it and rolls it back on a mismatch.
+    Status end_chunk(layers::Scratch& scratch, ThreadPool* pool);
     Status dump();
     bool logs() const;  // this rank writes the stage's log lines and dumps
 
@@ -65,13 +76,13 @@ class EplbManager {
     std::int64_t pass_id_ = 0;
     std::int64_t since_rebalance_ = 0;
     std::int64_t rebalances_ = 0;
-    bool rolled_back_ = false;  // the last chunk's probe failed
     // A rebalance in progress: the layers still to move, one chunk per pass.
     std::vector<std::vector<layers::MoeLayer*>> pending_;
     std::shared_ptr<const eplb::ExpertDispatch> pending_dispatch_;
     std::chrono::steady_clock::time_point rebalance_start_;
+    std::unique_ptr<Chunk> in_flight_;  // begun, not yet installed
     // Reused across rebalances: the transfer buffers and the old weights of the slots a chunk
-    // overwrites (its roll-back copy).
+    // overwrites (its roll-back copy). While a chunk is in flight only its transfer touches them.
     AlignedBuffer send_, recv_, staging_;
 };
 

@@ -155,6 +155,8 @@ def eplb(tessera, workdir):
             good = ids == base and diff < LOGIT_TOLERANCE
             if kind == "rebalance":
                 good &= bool(moved) and not rolled and " 0 experts moved" not in "\n".join(moved)
+                # Each chunk's transfer ran on its own group beside a forward pass.
+                good &= all("beside the pass" in line for line in moved)
             if kind in ("rollback", "failed-transfer"):
                 good &= bool(rolled) and not moved
             if kind == "skip":
