@@ -24,7 +24,7 @@ balancedness turns into time; at 16 decoding sequences a step reads each expert 
 touches once, so a copy of a hot expert on each rank balances tokens more than bytes. Balancedness is the mean of the server log's
 current_pass_balancedness over the timed run's passes; the decode step time is bench
 serve's median inter-token latency. Rebalance cost: the "[EPLBManager] rebalanced layers
-... (... transfer T ms ...) in X ms on the step" lines (per layer chunk) and "rebalance end time=".
+... (... transfer T ms ...) in X ms on the forward thread" lines (per layer chunk) and "rebalance end time=".
 
 Prints one JSON line per run and a summary with medians over repeats.
 
@@ -59,7 +59,7 @@ def bench(a, port, prompts, seed, out_file, input_len=64, output_len=32):
 
 
 BALANCED = re.compile(r"current_pass_balancedness=([0-9.]+)")
-CHUNK = re.compile(r"rebalanced layers (\d+)\.\.(\d+): (\d+) experts moved .*transfer ([0-9.]+) ms.* in ([0-9.]+) ms on the step")
+CHUNK = re.compile(r"rebalanced layers (\d+)\.\.(\d+): (\d+) experts moved .*transfer ([0-9.]+) ms.* in ([0-9.]+) ms on the forward thread")
 END = re.compile(r"rebalance end time=([0-9.]+)s")
 
 
@@ -194,8 +194,8 @@ def main():
             "p99_tpot_churn_over_planned": ratio("churn", "planned", "p99_tpot_ms"),
             "p99_itl_churn_between_over_planned": ratio("churn_between", "planned", "p99_itl_ms"),
             "p99_itl_churn_between_over_churn": ratio("churn_between", "churn", "p99_itl_ms"),
-            "median_chunk_ms_on_step": step_ms[0],
-            "max_chunk_ms_on_step": step_ms[1],
+            "median_chunk_ms_forward_thread": step_ms[0],
+            "max_chunk_ms_forward_thread": step_ms[1],
             "median_transfer_ms_beside_pass": beside_ms[0],
             "median_chunk_ms_between_passes": between_ms[0],
         }

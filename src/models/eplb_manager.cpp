@@ -46,8 +46,11 @@ double max_rank_load(const eplb::ExpertLocation& loc, I64 layer, const float* co
 
 // A transfer or staging buffer of at least `bytes`, kept across rebalances: an AlignedBuffer,
 // because large ones are huge-page backed, and 4 KiB page faults cost more than the copy.
+// A new buffer is touched at once, so that whoever grows it pays its page faults.
 void grow(AlignedBuffer& buffer, std::size_t bytes) {
-    if (buffer.size() < bytes) buffer = AlignedBuffer(std::max(bytes, buffer.size() * 3 / 2));
+    if (buffer.size() >= bytes) return;
+    buffer = AlignedBuffer(std::max(bytes, buffer.size() * 3 / 2));
+    std::memset(buffer.data(), 0, buffer.size());
 }
 
 // Deterministic probe rows in [-1, 1): the same on every rank.
@@ -97,10 +100,7 @@ void EplbManager::attach(std::vector<layers::MoeLayer*> moe_layers, const layers
                                       layers_.front()->experts().slot(0).packed_bytes();
         const std::size_t bytes =
             per_layer * static_cast<std::size_t>(std::min<I64>(*options_.layers_per_chunk, static_cast<I64>(layers_.size())));
-        for (AlignedBuffer* b : {&send_, &recv_, &staging_}) {
-            grow(*b, bytes);
-            std::memset(b->data(), 0, b->size());
-        }
+        for (AlignedBuffer* b : {&send_, &recv_, &staging_}) grow(*b, bytes);
     }
 }
 
@@ -296,6 +296,9 @@ struct EplbManager::Chunk {
     std::vector<std::vector<I64>> changed;                        // my local slots that change, per layer
     std::vector<std::int64_t> send_counts, recv_counts;           // bytes, per rank of the TP group
     std::size_t send_bytes = 0, recv_bytes = 0, staged_bytes = 0;
+    std::vector<float> probe_in;                   // [probe tokens, hidden], the same on every rank
+    std::vector<std::vector<float>> probe_before;  // per layer: its output on the old placement
+    double begin_ms = 0.0;  // the forward thread's part of begin_chunk
     std::thread worker;
     Status transferred;
     double transfer_ms = 0.0;
@@ -360,6 +363,18 @@ Status EplbManager::begin_chunk(layers::Scratch& scratch, ThreadPool* pool) {
     for (std::size_t c = 0; c < layers.size(); ++c)
         chunk->staged_bytes += chunk->changed[c].size() * layers[c]->experts().slot(0).packed_bytes();
 
+    // The probe batch through each layer as it is now, on every rank (the MoE forward is
+    // collective); end_chunk runs it again on the new placement.
+    chunk->probe_in.resize(static_cast<std::size_t>(probe_tokens() * layers.front()->hidden_size()));
+    probe_rows(chunk->probe_in.data(), static_cast<I64>(chunk->probe_in.size()));
+    chunk->probe_before.resize(layers.size());
+    for (std::size_t c = 0; c < layers.size(); ++c) {
+        chunk->probe_before[c].resize(chunk->probe_in.size());
+        TSR_RETURN_IF_ERROR(layers[c]->forward(chunk->probe_in.data(), probe_tokens(), chunk->probe_before[c].data(),
+                                               scratch, pool, par_));
+    }
+
+    chunk->begin_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - chunk->begun).count();
     in_flight_ = std::move(chunk);
     if (options_.transfer_group != nullptr) {
         Chunk& flying = *in_flight_;
@@ -375,7 +390,7 @@ Status EplbManager::transfer(Chunk& chunk, dist::ProcessGroup* group) {
     const eplb::ExpertLocation& next = pending_dispatch_->location();
     const int ep = shape_.ep_size, me = par_.moe.ep_rank;
     const I64 Lp = next.local_physical();
-    // Grown here, not on the forward thread: fresh pages fault in slowly.
+    // Grown (and faulted in) here, not on the forward thread: fresh pages fault in slowly.
     grow(send_, chunk.send_bytes);
     grow(recv_, chunk.recv_bytes);
     grow(staging_, chunk.staged_bytes);
@@ -433,17 +448,6 @@ Status EplbManager::end_chunk(layers::Scratch& scratch, ThreadPool* pool) {
     if (env().eplb_corrupt_transfer)  // fault injection for tests: the probe must catch it
         std::memset(recv_.data(), 0x7f, chunk->recv_bytes);
 
-    // Probe each moved layer before and after, on every rank (the MoE forward is collective).
-    const I64 probe_tokens = std::max<I64>(64, 2 * shape_.num_physical);
-    std::vector<std::vector<float>> before(layers.size());
-    std::vector<float> x;
-    for (std::size_t c = 0; c < layers.size(); ++c) {
-        const I64 H = layers[c]->hidden_size();
-        x.resize(static_cast<std::size_t>(probe_tokens * H));
-        probe_rows(x.data(), probe_tokens * H);
-        before[c].resize(x.size());
-        TSR_RETURN_IF_ERROR(layers[c]->forward(x.data(), probe_tokens, before[c].data(), scratch, pool, par_));
-    }
     // Install in place: the old weights of every slot that changes are copied to the staging
     // buffer first (to roll back with, and as the source of a local copy from a slot that is
     // itself replaced), then the slot's own memory is overwritten. Nothing is allocated here:
@@ -486,17 +490,14 @@ Status EplbManager::end_chunk(layers::Scratch& scratch, ThreadPool* pool) {
     // The probe again: the same tokens must come out the same (up to summation order).
     std::int32_t mismatch = 0;
     double worst = 0.0;
-    std::vector<float> after;
+    std::vector<float> after(chunk->probe_in.size());
     for (std::size_t c = 0; c < layers.size(); ++c) {
-        const I64 H = layers[c]->hidden_size();
-        x.resize(static_cast<std::size_t>(probe_tokens * H));
-        probe_rows(x.data(), probe_tokens * H);
-        after.resize(x.size());
-        TSR_RETURN_IF_ERROR(layers[c]->forward(x.data(), probe_tokens, after.data(), scratch, pool, par_));
+        const std::vector<float>& before = chunk->probe_before[c];
+        TSR_RETURN_IF_ERROR(layers[c]->forward(chunk->probe_in.data(), probe_tokens(), after.data(), scratch, pool, par_));
         double scale = 0.0, diff = 0.0;
         for (std::size_t i = 0; i < after.size(); ++i) {
-            scale = std::max(scale, static_cast<double>(std::abs(before[c][i])));
-            diff = std::max(diff, static_cast<double>(std::abs(after[i] - before[c][i])));
+            scale = std::max(scale, static_cast<double>(std::abs(before[i])));
+            diff = std::max(diff, static_cast<double>(std::abs(after[i] - before[i])));
         }
         worst = std::max(worst, diff / (scale + 1e-12));
         if (!(diff <= 1e-3 * scale + 1e-5)) mismatch = 1;
@@ -517,15 +518,15 @@ Status EplbManager::end_chunk(layers::Scratch& scratch, ThreadPool* pool) {
         return Status::Ok();
     }
     if (logs()) {
-        // The step pays the install; the transfer ran beside a pass when it had its own group.
-        const std::string transfer =
-            options_.transfer_group != nullptr
-                ? fmt::format("transfer {:.1f} ms beside the pass", chunk->transfer_ms)
-                : fmt::format("transfer {:.1f} ms", chunk->transfer_ms);
+        // The forward thread pays the planning, the probes and the install; the transfer too
+        // unless it ran beside a pass on its own group.
+        const bool beside = options_.transfer_group != nullptr;
         TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalanced layers {}..{}: {} experts moved between ranks ({:.2f} MB "
-                                "sent by this rank, {}) in {:.1f} ms on the step, probe difference {:.2g}",
+                                "sent by this rank, transfer {:.1f} ms{}) in {:.1f} ms on the forward thread, probe "
+                                "difference {:.2g}",
                   layers.front()->layer(), layers.back()->layer(), chunk->remote.size(), chunk->send_bytes / 1e6,
-                  transfer, install_ms + (options_.transfer_group != nullptr ? 0.0 : chunk->transfer_ms), worst);
+                  chunk->transfer_ms, beside ? " beside the pass" : "",
+                  chunk->begin_ms + install_ms + (beside ? 0.0 : chunk->transfer_ms), worst);
     }
     if (pending_.empty()) {
         ++rebalances_;

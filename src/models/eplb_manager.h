@@ -66,6 +66,8 @@ class EplbManager {
     Status end_chunk(layers::Scratch& scratch, ThreadPool* pool);
     Status dump();
     bool logs() const;  // this rank writes the stage's log lines and dumps
+    // Rows of the probe batch a moved layer must map to the same output before and after.
+    std::int64_t probe_tokens() const { return std::max<std::int64_t>(64, 2 * shape_.num_physical); }
 
     const eplb::EplbOptions options_;
     const eplb::ExpertLocationShape shape_;
