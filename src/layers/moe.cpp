@@ -133,6 +133,17 @@ void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int
         if (id >= 0) ++counts_.physical[id];
 }
 
+Status MoeLayer::probe(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
+                       const LayerParallel& par) {
+    const std::int64_t passes = passes_;
+    const MoeTraffic traffic = traffic_;
+    passes_ = -2;  // forward() routes it as pass -1, which no serving pass is
+    const Status s = forward(h, n, out, scratch, pool, par);
+    passes_ = passes;
+    traffic_ = traffic;
+    return s;
+}
+
 Status MoeLayer::forward(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                          const LayerParallel& par, std::span<const std::uint8_t> padding) {
     if (!padding.empty() && static_cast<std::int64_t>(padding.size()) != n)

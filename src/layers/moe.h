@@ -75,6 +75,12 @@ class MoeLayer {
     Status forward(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                    const LayerParallel& par, std::span<const std::uint8_t> padding = {});
 
+    // EPLB's probe batch: forward() on a pass of its own, leaving the layer's pass stream and
+    // traffic as they were, so that the same rows route the same way on every call (under the
+    // fake router too) and serving passes route as if no probe had run.
+    Status probe(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
+                 const LayerParallel& par);
+
     std::size_t weight_bytes() const;
     // What one token streams: router, top_k experts and the shared expert (this rank's slices).
     std::size_t weight_bytes_per_token() const;

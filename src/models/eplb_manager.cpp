@@ -370,7 +370,7 @@ Status EplbManager::begin_chunk(layers::Scratch& scratch, ThreadPool* pool) {
     chunk->probe_before.resize(layers.size());
     for (std::size_t c = 0; c < layers.size(); ++c) {
         chunk->probe_before[c].resize(chunk->probe_in.size());
-        TSR_RETURN_IF_ERROR(layers[c]->forward(chunk->probe_in.data(), probe_tokens(), chunk->probe_before[c].data(),
+        TSR_RETURN_IF_ERROR(layers[c]->probe(chunk->probe_in.data(), probe_tokens(), chunk->probe_before[c].data(),
                                                scratch, pool, par_));
     }
 
@@ -493,7 +493,7 @@ Status EplbManager::end_chunk(layers::Scratch& scratch, ThreadPool* pool) {
     std::vector<float> after(chunk->probe_in.size());
     for (std::size_t c = 0; c < layers.size(); ++c) {
         const std::vector<float>& before = chunk->probe_before[c];
-        TSR_RETURN_IF_ERROR(layers[c]->forward(chunk->probe_in.data(), probe_tokens(), after.data(), scratch, pool, par_));
+        TSR_RETURN_IF_ERROR(layers[c]->probe(chunk->probe_in.data(), probe_tokens(), after.data(), scratch, pool, par_));
         double scale = 0.0, diff = 0.0;
         for (std::size_t i = 0; i < after.size(); ++i) {
             scale = std::max(scale, static_cast<double>(std::abs(before[i])));

@@ -10,14 +10,15 @@
                compression, noaux_tc routing) at TP2, EP4, PP2 x EP2 and all_to_all. An EP2
                rank holds about half of the one-rank weights (only its experts).
   eplb         redundant experts and every dispatch algorithm (static, dynamic, and fake
-               against fake on one rank), an --init-expert-location placement, and live
-               rebalancing in the middle of a generation (EP2 masked and all_to_all, layer by
-               layer, PP2 x EP2, DeepSeek-V3's hierarchical balancer at EP4): one rank's greedy
-               tokens and logits within 1e-4, and the logs show experts moved with the probe
-               batch unchanged; with the transfer corrupted on purpose, every rebalance is
-               rolled back and the tokens stay the same; with one rank's transfer failing, every
-               rank keeps the old placement; above --eplb-min-rebalancing-utilization-threshold
-               the rebalance is skipped.
+               against fake on one rank, also with live rebalancing), an
+               --init-expert-location placement, and live rebalancing in the middle of a
+               generation (EP2 masked and all_to_all, layer by layer, PP2 x EP2, DeepSeek-V3's
+               hierarchical balancer at EP4): one rank's greedy tokens and logits within 1e-4,
+               and the logs show experts moved (each chunk's transfer beside a forward pass)
+               with the probe batch unchanged; with the transfer corrupted on purpose, every
+               rebalance is rolled back and the tokens stay the same; with one rank's transfer
+               failing, every rank keeps the old placement; above
+               --eplb-min-rebalancing-utilization-threshold the rebalance is skipped.
   kill         two nodes on loopback running EP2 with all_to_all; killing node 1's rank
                mid-generation makes node 0 exit non-zero, naming the lost rank, and leaves no
                process behind.
@@ -173,10 +174,18 @@ def eplb(tessera, workdir):
             one = generate(tessera, model, fake, os.path.join(workdir, "fake_one.npy"))["output_ids"]
             two = generate(tessera, model, ["--tp", "2", "--ep", "2"] + EPLB + fake,
                            os.path.join(workdir, "fake_two.npy"))["output_ids"]
-            good = one == two and one != base
+            # With live rebalancing too: the probe batch routes the same noise before and after
+            # (no roll-back), and leaves the serving passes' noise stream alone (same tokens).
+            report, log = generate(tessera, model, ["--tp", "2", "--ep", "2", "--log-all-ranks"] + EPLB + fake +
+                                   REBALANCE, os.path.join(workdir, "fake_rebalance.npy"), with_log=True)
+            moved = sum("[EPLBManager] rebalanced layers" in line for line in log.splitlines())
+            rolled = sum("rolled back" in line for line in log.splitlines())
+            rebalanced = report["output_ids"] == one and moved > 0 and rolled == 0
+            good = one == two and one != base and rebalanced
             ok &= good
             print(f"qwen3-moe fake dispatch: one rank and EP2 agree ({one == two}), differ from the real router "
-                  f"({one != base}) {'ok' if good else 'FAIL'}")
+                  f"({one != base}); with live rebalancing: tokens {'same' if report['output_ids'] == one else 'DIFFER'}, "
+                  f"{moved} layer chunks moved, {rolled} rolled back {'ok' if good else 'FAIL'}")
     return ok
 
 
