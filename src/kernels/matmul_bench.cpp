@@ -4,7 +4,7 @@
 // to defeat the L3 cache, as a real decode step does, and so does a 16-row decode batch;
 // prefill (m = 512, and 4096: a batch of 16 prompts of 256 tokens) reuses one copy.
 //
-// Usage: matmul_bench [--isa=avx512|avx2|reference] [--m=N] [--n=N] [--dtype=bf16|f32|fp8_e4m3]
+// Usage: matmul_bench [--isa=avx512|avx2|reference] [--m=N (any)] [--n=N] [--dtype=bf16|f32|fp8_e4m3]
 //                     [--threads=N] [--no-peaks]
 
 #include <algorithm>
@@ -99,8 +99,10 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
     }
     const std::size_t bytes = copies[0].bytes();
 
-    for (std::int64_t m : {1, 16, 512, 4096}) {
-        if (opt.only_m != 0 && m != opt.only_m) continue;
+    // The decode and prefill sizes, or only --m (any m: decode batches of 2-15 rows too).
+    const std::vector<std::int64_t> ms =
+        opt.only_m != 0 ? std::vector<std::int64_t>{opt.only_m} : std::vector<std::int64_t>{1, 16, 512, 4096};
+    for (std::int64_t m : ms) {
         if (m <= kDecodeRows) {
             // Copies share the data pattern; only the addresses matter for caching.
             const std::size_t want =
