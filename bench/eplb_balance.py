@@ -21,10 +21,13 @@ Each server gets an untimed warm-up (16 requests) and a timed run (32 requests, 
 64 prompt / 32 output tokens), then a prefill-heavy run (16 requests of 512 prompt tokens at
 once, 2 output tokens: median TTFT), where the expert GEMMs are compute-bound and
 balancedness turns into time; at 16 decoding sequences a step reads each expert a rank
-touches once, so a copy of a hot expert on each rank balances tokens more than bytes. Balancedness is the mean of the server log's
+touches once, so a copy of a hot expert on each rank balances tokens more than bytes.
+--concurrency C (a multiple of 16) scales every count by C / 16: more tokens per pass, less
+multinomial noise in a pass's balancedness. Balancedness is the mean of the server log's
 current_pass_balancedness over the timed run's passes; the decode step time is bench
 serve's median inter-token latency. Rebalance cost: the "[EPLBManager] rebalanced layers
-... (... transfer T ms ...) in X ms on the forward thread" lines (per layer chunk) and "rebalance end time=".
+... (... transfer T ms ...) in X ms on the forward thread (start S, install I)" lines (per layer
+chunk: X = S + I, each paid at one pass boundary) and "rebalance end time=".
 
 Prints one JSON line per run and a summary with medians over repeats.
 
@@ -59,7 +62,8 @@ def bench(a, port, prompts, seed, out_file, input_len=64, output_len=32):
 
 
 BALANCED = re.compile(r"current_pass_balancedness=([0-9.]+)")
-CHUNK = re.compile(r"rebalanced layers (\d+)\.\.(\d+): (\d+) experts moved .*transfer ([0-9.]+) ms.* in ([0-9.]+) ms on the forward thread")
+CHUNK = re.compile(r"rebalanced layers (\d+)\.\.(\d+): (\d+) experts moved .*transfer ([0-9.]+) ms.* in ([0-9.]+) ms "
+                   r"on the forward thread \(start ([0-9.]+), install ([0-9.]+)\)")
 END = re.compile(r"rebalance end time=([0-9.]+)s")
 
 
@@ -105,7 +109,8 @@ def serve_run(a, ep, name, extra, seed, workdir, placement_out=None, extra_env=N
             stop_server(server)
     timed = text[len(before):]
     values = [float(v) for v in BALANCED.findall(timed)]
-    chunks = [(int(m[0]), int(m[1]), int(m[2]), float(m[3]), float(m[4])) for m in CHUNK.findall(text)]
+    chunks = [(int(m[0]), int(m[1]), int(m[2]), float(m[3]), float(m[4]), max(float(m[5]), float(m[6])))
+              for m in CHUNK.findall(text)]
     prefill_values = [float(v) for v in BALANCED.findall(prefill_text)]
     return {"balancedness": statistics.mean(values) if values else None, "passes": len(values),
             "prefill_balancedness": statistics.mean(prefill_values) if prefill_values else None,
@@ -114,6 +119,7 @@ def serve_run(a, ep, name, extra, seed, workdir, placement_out=None, extra_env=N
             "median_tpot_ms": run["median_tpot_ms"], "p99_tpot_ms": run["p99_tpot_ms"],
             "output_throughput": run["output_throughput"],
             "chunks_moved": len(chunks), "chunk_ms": [c[4] for c in chunks], "transfer_ms": [c[3] for c in chunks],
+            "boundary_ms": [c[5] for c in chunks],
             "experts_moved": sum(c[2] for c in chunks),
             "rebalance_s": [float(v) for v in END.findall(text)]}
 
@@ -174,6 +180,7 @@ def main():
             return (round(statistics.median(ms), 1), round(max(ms), 1)) if ms else (None, None)
 
         step_ms = chunk_stats(["eplb", "churn"], "chunk_ms")
+        boundary_ms = chunk_stats(["churn"], "boundary_ms")
         beside_ms = chunk_stats(["churn"], "transfer_ms")
         between_ms = chunk_stats(["churn_between"], "chunk_ms")
         summary[f"ep{ep}"] = {
@@ -197,6 +204,7 @@ def main():
             "median_chunk_ms_forward_thread": step_ms[0],
             "max_chunk_ms_forward_thread": step_ms[1],
             "median_transfer_ms_beside_pass": beside_ms[0],
+            "median_chunk_ms_per_pass_boundary": boundary_ms[0],
             "median_chunk_ms_between_passes": between_ms[0],
         }
     print(json.dumps({"summary": summary}), flush=True)

@@ -9,6 +9,9 @@
 #include <fstream>
 #include <thread>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "base/env.h"
 #include "base/logging.h"
 #include "dist/process_group.h"
@@ -378,7 +381,14 @@ Status EplbManager::begin_chunk(layers::Scratch& scratch, ThreadPool* pool) {
     in_flight_ = std::move(chunk);
     if (options_.transfer_group != nullptr) {
         Chunk& flying = *in_flight_;
-        flying.worker = std::thread([this, &flying] { flying.transferred = transfer(flying, options_.transfer_group); });
+        flying.worker = std::thread([this, &flying] {
+            // The lowest priority: the transfer takes what the forward threads leave (their
+            // waits in collectives), not their cores; if it is not done by the next pass
+            // boundary, the forward thread sleeps in join() and it runs then.
+            if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19) != 0)
+                TSR_LOG_C(DEBUG, "eplb", "could not lower the expert transfer thread's priority");
+            flying.transferred = transfer(flying, options_.transfer_group);
+        });
         return Status::Ok();
     }
     in_flight_->transferred = transfer(*in_flight_, par_.tp_group);
@@ -522,11 +532,12 @@ Status EplbManager::end_chunk(layers::Scratch& scratch, ThreadPool* pool) {
         // unless it ran beside a pass on its own group.
         const bool beside = options_.transfer_group != nullptr;
         TSR_LOG_C(INFO, "eplb", "[EPLBManager] rebalanced layers {}..{}: {} experts moved between ranks ({:.2f} MB "
-                                "sent by this rank, transfer {:.1f} ms{}) in {:.1f} ms on the forward thread, probe "
-                                "difference {:.2g}",
+                                "sent by this rank, transfer {:.1f} ms{}) in {:.1f} ms on the forward thread (start "
+                                "{:.1f}, install {:.1f}), probe difference {:.2g}",
                   layers.front()->layer(), layers.back()->layer(), chunk->remote.size(), chunk->send_bytes / 1e6,
                   chunk->transfer_ms, beside ? " beside the pass" : "",
-                  chunk->begin_ms + install_ms + (beside ? 0.0 : chunk->transfer_ms), worst);
+                  chunk->begin_ms + install_ms + (beside ? 0.0 : chunk->transfer_ms), chunk->begin_ms,
+                  install_ms + (beside ? 0.0 : chunk->transfer_ms), worst);
     }
     if (pending_.empty()) {
         ++rebalances_;
