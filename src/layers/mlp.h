@@ -39,6 +39,7 @@ class GatedMlp {
 
     std::int64_t slice_width() const { return down_.in_features(); }
     std::size_t weight_bytes() const { return gate_up_.weight_bytes() + down_.weight_bytes(); }
+    DType weight_dtype() const { return down_.weight_dtype(); }
     double flops_per_token() const;
 
     // EPLB: the packed weights as one byte run (gate/up, then down).

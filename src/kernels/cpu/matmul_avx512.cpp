@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <utility>
 
-#include "kernels/cpu/dpbf16_broadcast_avx512.h"
 #include "kernels/cpu/matmul_impl.h"
 
 namespace tessera::kernels::cpu {
@@ -302,47 +301,9 @@ TSR_FP8_TARGET void fp8_micro_kernel(const Fp8TileArgs& t, const Fp8Tables& tabl
 }
 
 using Fp8MicroKernel = void (*)(const Fp8TileArgs&, const Fp8Tables&);
-constexpr int kFp8GroupRows = 2;  // up to here, one tile of rows over kGroup panels
-constexpr Fp8MicroKernel kFp8Kernels[kFp8GroupRows][kGroup] = {
+constexpr Fp8MicroKernel kFp8Kernels[kFp8DirectRows][kGroup] = {
     {&fp8_micro_kernel<1, 1>, &fp8_micro_kernel<1, 2>, &fp8_micro_kernel<1, 3>, &fp8_micro_kernel<1, 4>},
     {&fp8_micro_kernel<2, 1>, &fp8_micro_kernel<2, 2>, &fp8_micro_kernel<2, 3>, &fp8_micro_kernel<2, 4>},
-};
-
-// Decode batches taller than kFp8GroupRows: one panel, up to kFp8TileRows rows. Each code
-// line is widened once for all the rows, and each row's bf16 pair is broadcast straight from
-// memory, so the accumulators (two per row: the scale block's sums and the scaled total) are
-// all the registers the rows need.
-constexpr int kFp8TileRows = 8;
-
-template <int kRows>
-TSR_FP8_TARGET void fp8_rows_kernel(const Fp8TileArgs& t, const Fp8Tables& tables) {
-    __m512 acc[kRows];
-    for (int i = 0; i < kRows; ++i) acc[i] = _mm512_setzero_ps();
-    const std::int64_t steps_per_block = t.scale_block / 2;
-    for (std::int64_t s0 = 0, block = 0; s0 < t.steps; s0 += steps_per_block, ++block) {
-        __m512 part[kRows];
-        for (int i = 0; i < kRows; ++i) part[i] = _mm512_setzero_ps();
-        const std::int64_t s_end = std::min(t.steps, s0 + steps_per_block);
-        for (std::int64_t s = s0; s < s_end; s += 2) {
-            const std::uint8_t* line = t.codes + 32 * s;
-            _mm_prefetch(reinterpret_cast<const char*>(line + kFp8PrefetchBytes), _MM_HINT_T0);
-            __m512i w0, w1;
-            widen_fp8(tables, _mm512_load_si512(line), w0, w1);
-            const std::byte* x = t.a + 4 * s;
-            for (int i = 0; i < kRows; ++i) {
-                part[i] = dpbf16_broadcast(part[i], (__m512bh)w0, x + i * t.a_row_bytes);
-                part[i] = dpbf16_broadcast(part[i], (__m512bh)w1, x + i * t.a_row_bytes + 4);
-            }
-        }
-        const __m512 scale = _mm512_loadu_ps(t.scales + 16 * block);
-        for (int i = 0; i < kRows; ++i) acc[i] = _mm512_fmadd_ps(part[i], scale, acc[i]);
-    }
-    for (int i = 0; i < kRows; ++i) _mm512_mask_storeu_ps(t.y + i * t.y_stride, column_mask(t.n_valid), acc[i]);
-}
-
-constexpr Fp8MicroKernel kFp8RowKernels[kFp8TileRows] = {
-    &fp8_rows_kernel<1>, &fp8_rows_kernel<2>, &fp8_rows_kernel<3>, &fp8_rows_kernel<4>,
-    &fp8_rows_kernel<5>, &fp8_rows_kernel<6>, &fp8_rows_kernel<7>, &fp8_rows_kernel<8>,
 };
 
 }  // namespace
@@ -359,21 +320,6 @@ TSR_FP8_TARGET void matmul_tile_fp8_avx512(const MatmulOperands& op, const Fp8Pa
     t.scale_block = w.scale_block;
     t.steps = w.steps;
     t.y_stride = op.y_stride;
-    if (m > kFp8GroupRows) {
-        // Panel by panel, every row tile of a panel while its codes are still in L1 / L2.
-        for (std::int64_t p = tile.panel_begin; p < tile.panel_end; ++p) {
-            t.codes = w.codes + p * w.panel_bytes;
-            t.scales = w.scales + p * t.scale_panel_floats;
-            t.n_valid = op.w->n - p * kPanelWidth;
-            for (std::int64_t r0 = 0; r0 < m; r0 += kFp8TileRows) {
-                const std::int64_t rows = std::min<std::int64_t>(kFp8TileRows, m - r0);
-                t.a = static_cast<const std::byte*>(op.a) + (tile.row_begin + r0) * op.a_stride * 2;
-                t.y = op.y + (tile.row_begin + r0) * op.y_stride + p * kPanelWidth;
-                kFp8RowKernels[rows - 1](t, tables);
-            }
-        }
-        return;
-    }
     for (std::int64_t p0 = tile.panel_begin; p0 < tile.panel_end; p0 += kGroup) {
         const int panels = static_cast<int>(std::min<std::int64_t>(kGroup, tile.panel_end - p0));
         t.codes = w.codes + p0 * w.panel_bytes;
