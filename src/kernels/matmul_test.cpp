@@ -162,7 +162,7 @@ TEST(MatmulFp8, NarrowScaleBlocksMatchReference) {
     for (std::int64_t block : {4, 32}) {
         g_fp8_block = block;
         for (Shape s : {Shape{1, 40, 130}, Shape{2, 33, 64}, Shape{9, 70, 300}, Shape{16, 48, 32},
-                        Shape{16, 96, 64}, Shape{12, 40, 20}, Shape{7, 344, 172}, Shape{7, 128, 64}, Shape{7, 688, 128}, Shape{7, 128, 344}, Shape{7, 256, 128}}) {
+                        Shape{12, 40, 20}, Shape{7, 344, 172}, Shape{7, 128, 344}}) {
             check_paths(s, DType::kF8E4M3, &pool, 0, 0, static_cast<std::uint32_t>(500 + block + s.m));
             check_paths(s, DType::kF8E4M3, nullptr, 3, 5, static_cast<std::uint32_t>(600 + block + s.m));
         }

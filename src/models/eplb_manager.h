@@ -40,9 +40,10 @@ class EplbManager {
     static StatusOr<std::unique_ptr<EplbManager>> create(const eplb::EplbOptions& options,
                                                          const eplb::ExpertLocationShape& shape);
 
+    ~EplbManager();
+
     // The placement and dispatch the MoE layers load with.
     std::shared_ptr<const eplb::ExpertDispatch> initial_dispatch() const { return dispatch_; }
-    ~EplbManager();
     // This stage's MoE layers, once loaded.
     void attach(std::vector<layers::MoeLayer*> moe_layers, const layers::LayerParallel& par);
 
@@ -54,8 +55,9 @@ class EplbManager {
  private:
     EplbManager(const eplb::EplbOptions& options, const eplb::ExpertLocationShape& shape);
 
+    struct Chunk;  // a chunk of a rebalance in flight (eplb_manager.cpp)
+
     Status record_pass();
-    struct Chunk;
     Status start_rebalance();
     // Plans the next pending chunk and starts its transfer (on the transfer thread when there
     // is a transfer group, else here and installs it at once).
