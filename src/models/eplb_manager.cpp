@@ -511,7 +511,7 @@ Status EplbManager::end_chunk(layers::Scratch& scratch, ThreadPool* pool) {
         }
         worst = std::max(worst, diff / (scale + 1e-12));
         // Only the summation order may differ, and for FP8 experts the GEMM path: a copy
-        // given one or two tokens multiplies by the exact scales, a busier one by a
+        // given up to 16 tokens multiplies by the exact scales, a busier one by a
         // bf16-rounded copy of the dequantized weight (kernels/matmul.cpp matmul_fp8), and
         // moving tokens between copies changes which (~2e-3). A wrong or corrupted expert
         // moves the output far more.

@@ -5,7 +5,7 @@ Usage: fp8_test.py --tessera PATH --case {equivalence,misaligned,kv,eplb} --work
 
 equivalence: tiny FP8 models (e4m3, 4 x 4 scale tiles, so every TP2 shard holds whole
   blocks) greedily decode the same tokens with TP2, PP2 and (MoE) EP2 as on one rank, with
-  logits within LOGIT_TOLERANCE: every rank dequantizes its shard with its own scales.
+  logits within the bf16 bound: every rank dequantizes its shard with its own scales.
 eplb: EP2 with live rebalancing moves FP8 experts (codes and scales) and keeps one rank's tokens.
 misaligned: 32 x 32 tiles with TP2 split the tiny model's 344-wide MLP into 172-row shards;
   the launch must fail with SGLang's message naming the size and block_n, and no rank may hang.
@@ -27,10 +27,13 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tp_test import PROMPT, generate, run_case, same_as_one_rank  # noqa: E402
 
-# FP8 layers round their inputs to bf16; a different summation order across shards can move
-# one rounding, which grows to ~1e-3 of the logits here. A shard with the wrong scales moves
-# them by whole units.
-LOGIT_TOLERANCE = 2e-2
+# FP8 layers round their inputs to bf16, so a layout is held to the bf16 bound of the
+# reference check (tests/reference/check_numerics.py): 5 % of the logits' std. A shard's
+# partial sums differ from one rank's in the last bits (each scale block is a rounded
+# multiply-add), and now and then that moves one bf16 rounding of an activation; the flip
+# reaches every later row through attention (0.04-0.11 on these models, std ~5). A shard with
+# the wrong scales moves the logits by whole units.
+BF16_RELATIVE_TOLERANCE = 0.05
 # An fp8 KV value carries 16x (e4m3) or 32x (e5m2) the rounding error of a bf16 one; the
 # logit error measured against f32 K/V grows a little less than that (12.8x / 23.7x on the
 # tiny Qwen3, 6.8x / 12.9x on the tiny DeepSeek-V3, whose routing already flips under bf16).
@@ -55,11 +58,13 @@ def equivalence(tessera, workdir):
         model = make_fp8_model(tessera, arch, workdir, 4)
         base_logits = os.path.join(workdir, f"{arch}_one.npy")
         base = generate(tessera, model, [], base_logits)
+        tolerance = BF16_RELATIVE_TOLERANCE * max(1.0, float(np.load(base_logits).std()))
+        print(f"{arch} fp8: logits within {tolerance:.3f} of one rank's ({BF16_RELATIVE_TOLERANCE:g} x their std)")
         for extra in extras:
             name = "".join(extra).replace("--", "_")
             logits = os.path.join(workdir, f"{arch}{name}.npy")
             ids = generate(tessera, model, extra, logits)
-            ok &= same_as_one_rank(f"{arch} fp8 {' '.join(extra)}", ids, base, logits, base_logits, LOGIT_TOLERANCE)
+            ok &= same_as_one_rank(f"{arch} fp8 {' '.join(extra)}", ids, base, logits, base_logits, tolerance)
     return ok
 
 

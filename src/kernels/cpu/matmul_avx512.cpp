@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/cpu/dpbf16_broadcast_avx512.h"
 #include "kernels/cpu/matmul_impl.h"
 
 namespace tessera::kernels::cpu {
@@ -301,10 +302,68 @@ TSR_FP8_TARGET void fp8_micro_kernel(const Fp8TileArgs& t, const Fp8Tables& tabl
 }
 
 using Fp8MicroKernel = void (*)(const Fp8TileArgs&, const Fp8Tables&);
-constexpr Fp8MicroKernel kFp8Kernels[kFp8DirectRows][kGroup] = {
+constexpr int kFp8GroupRows = 2;  // up to here, one tile of rows over kGroup panels
+constexpr Fp8MicroKernel kFp8Kernels[kFp8GroupRows][kGroup] = {
     {&fp8_micro_kernel<1, 1>, &fp8_micro_kernel<1, 2>, &fp8_micro_kernel<1, 3>, &fp8_micro_kernel<1, 4>},
     {&fp8_micro_kernel<2, 1>, &fp8_micro_kernel<2, 2>, &fp8_micro_kernel<2, 3>, &fp8_micro_kernel<2, 4>},
 };
+
+// Decode batches taller than kFp8GroupRows: one panel, up to kFp8TileRows rows. Each code
+// line is widened once for all the rows, and each row's bf16 pair is broadcast straight from
+// memory. A scale block's sums stay in registers (one per row); the scaled total too up to 8
+// rows, and beyond that in y, so that 16 rows fit the 32 registers and the panel is widened
+// once per batch (measured: 10-20 % faster at 16 rows than two tiles of 8, ~8 % slower at 8
+// rows than totals in registers).
+constexpr int kFp8TileRows = 16;
+
+template <int kRows>
+TSR_FP8_TARGET void fp8_rows_kernel(const Fp8TileArgs& t, const Fp8Tables& tables) {
+    constexpr bool kTotalsInRegisters = kRows <= 8;
+    const __mmask16 valid = column_mask(t.n_valid);
+    __m512 total[kTotalsInRegisters ? kRows : 1];
+    for (__m512& v : total) v = _mm512_setzero_ps();
+    const std::int64_t steps_per_block = t.scale_block / 2;
+    for (std::int64_t s0 = 0, block = 0; s0 < t.steps; s0 += steps_per_block, ++block) {
+        __m512 part[kRows];
+        for (int i = 0; i < kRows; ++i) part[i] = _mm512_setzero_ps();
+        const std::int64_t s_end = std::min(t.steps, s0 + steps_per_block);
+        for (std::int64_t s = s0; s < s_end; s += 2) {
+            const std::uint8_t* line = t.codes + 32 * s;
+            _mm_prefetch(reinterpret_cast<const char*>(line + kFp8PrefetchBytes), _MM_HINT_T0);
+            __m512i w0, w1;
+            widen_fp8(tables, _mm512_load_si512(line), w0, w1);
+            const std::byte* x = t.a + 4 * s;
+            for (int i = 0; i < kRows; ++i) {
+                part[i] = dpbf16_broadcast(part[i], (__m512bh)w0, x + i * t.a_row_bytes);
+                part[i] = dpbf16_broadcast(part[i], (__m512bh)w1, x + i * t.a_row_bytes + 4);
+            }
+        }
+        const __m512 scale = _mm512_loadu_ps(t.scales + 16 * block);
+        for (int i = 0; i < kRows; ++i) {
+            if constexpr (kTotalsInRegisters) {
+                total[i] = _mm512_fmadd_ps(part[i], scale, total[i]);
+            } else {  // the same sums in the same order as in registers
+                float* y = t.y + i * t.y_stride;
+                const __m512 sum = block == 0 ? _mm512_mul_ps(part[i], scale)
+                                              : _mm512_fmadd_ps(part[i], scale, _mm512_maskz_loadu_ps(valid, y));
+                _mm512_mask_storeu_ps(y, valid, sum);
+            }
+        }
+    }
+    if constexpr (kTotalsInRegisters) {
+        for (int i = 0; i < kRows; ++i) _mm512_mask_storeu_ps(t.y + i * t.y_stride, valid, total[i]);
+    }
+}
+
+struct Fp8RowTable {
+    Fp8MicroKernel k[kFp8TileRows];  // k[rows - 1]
+};
+
+template <int... kRowsMinus1>
+constexpr Fp8RowTable make_fp8_row_table(std::integer_sequence<int, kRowsMinus1...>) {
+    return {{&fp8_rows_kernel<kRowsMinus1 + 1>...}};
+}
+constexpr Fp8RowTable kFp8RowKernels = make_fp8_row_table(std::make_integer_sequence<int, kFp8TileRows>());
 
 }  // namespace
 
@@ -320,6 +379,21 @@ TSR_FP8_TARGET void matmul_tile_fp8_avx512(const MatmulOperands& op, const Fp8Pa
     t.scale_block = w.scale_block;
     t.steps = w.steps;
     t.y_stride = op.y_stride;
+    if (m > kFp8GroupRows) {
+        // Panel by panel, every row tile of a panel while its codes are still in L1 / L2.
+        for (std::int64_t p = tile.panel_begin; p < tile.panel_end; ++p) {
+            t.codes = w.codes + p * w.panel_bytes;
+            t.scales = w.scales + p * t.scale_panel_floats;
+            t.n_valid = op.w->n - p * kPanelWidth;
+            for (std::int64_t r0 = 0; r0 < m; r0 += kFp8TileRows) {
+                const std::int64_t rows = std::min<std::int64_t>(kFp8TileRows, m - r0);
+                t.a = static_cast<const std::byte*>(op.a) + (tile.row_begin + r0) * op.a_stride * 2;
+                t.y = op.y + (tile.row_begin + r0) * op.y_stride + p * kPanelWidth;
+                kFp8RowKernels.k[rows - 1](t, tables);
+            }
+        }
+        return;
+    }
     for (std::int64_t p0 = tile.panel_begin; p0 < tile.panel_end; p0 += kGroup) {
         const int panels = static_cast<int>(std::min<std::int64_t>(kGroup, tile.panel_end - p0));
         t.codes = w.codes + p0 * w.panel_bytes;

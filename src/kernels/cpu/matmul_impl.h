@@ -71,9 +71,10 @@ struct OutputTile {
 };
 
 // Rows up to which the AVX-512 fp8 kernel widens the codes in registers (the weight is read
-// once, as decode needs); taller inputs dequantize a block of panels to bf16 once and run
-// the bf16 kernel on it (gemm_bf16_panels_*), which costs little next to their work.
-inline constexpr std::int64_t kFp8DirectRows = 2;
+// from memory once, as decode batches need); taller inputs dequantize a block of panels to
+// bf16 once and run the bf16 kernel on it (gemm_bf16_panels_*), which costs little next to
+// their work.
+inline constexpr std::int64_t kFp8DirectRows = 16;
 
 // AVX-512 VBMI (see fp8_vbmi_supported) as well as the BF16 path.
 // y[tile] = a · dequantized(W)ᵀ for tile.row_end - tile.row_begin ≤ kFp8DirectRows; `a` is x

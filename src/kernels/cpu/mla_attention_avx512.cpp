@@ -28,6 +28,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/dpbf16_broadcast_avx512.h"
 #include "kernels/cpu/exp_avx512.h"
 
 namespace tessera::kernels::cpu {
@@ -58,13 +59,6 @@ Layout layout_for(std::int64_t latent) {
     l.acc = take(16 * latent * 4);                     // f32 [16 heads][latent], dims permuted
     l.total = at;
     return l;
-}
-
-// _mm512_dpbf16_ps(acc, x, the 32-bit pair at p in every lane), the broadcast folded into the
-// instruction's memory operand: GCC 12 emits a separate vpbroadcastd for the intrinsics.
-inline __m512 dpbf16_broadcast(__m512 acc, __m512bh x, const void* p) {
-    asm("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*static_cast<const std::uint32_t*>(p)));
-    return acc;
 }
 
 // out[k] = the 16 heads' scores against key k of the 16 rows at `rows` (kStride apart), over
