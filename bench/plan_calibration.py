@@ -9,9 +9,10 @@ TP1 cannot show, is fitted on dense TP2 decode (marked "fitted"):
   bandwidth = reference bandwidth x measured decode tokens/s / planned decode tokens/s
   FLOP/s    = reference FLOP/s x planned TTFT / measured prefill latency
 Then every layout that runs here (dense TP1, TP2, PP2; MoE TP1, TP2 x EP2 with the `none`
-and `all_to_all` dispatchers, TP2 with DP-attention 2) is measured warm, one request at a time (`tessera serve` and
-`tessera bench serve`: median TTFT and time per output token), the median of --repeats
-alternating runs, and planned with the fitted figures.
+and `all_to_all` dispatchers, TP2 with DP-attention 2) is measured warm, one request at a time
+(`tessera serve` and `tessera bench serve`: median TTFT and time per output token), and planned
+with the figures fitted in the same round. Each case reports the medians of --repeats rounds:
+predicted, measured, and the error (the median of the per-round errors, listed too).
 
 H20 clusters (seed 003's published figures): flops_efficiency is fitted on one case,
 DeepSeek-V3.1 TP8 TTFT at 128K tokens (48.5 s on 141 GB H20s); the other cases are
@@ -51,10 +52,15 @@ def plan(tessera, flags):
     return json.loads(run([tessera, "plan", "--json"] + flags))
 
 
-def emit(case, metric, predicted, measured, fitted=False):
-    error = predicted / measured - 1.0
+def emit(case, metric, predicted, measured, fitted=False, error=None, round_errors=None):
+    """One case. `error` defaults to predicted / measured - 1; with rounds, it is the median of
+    the per-round errors (listed in round_errors)."""
+    if error is None:
+        error = predicted / measured - 1.0
     line = {"case": case, "metric": metric, "predicted": round(predicted, 4), "measured": round(measured, 4),
             "error": round(error, 4)}
+    if round_errors is not None:
+        line["round_errors"] = [round(e, 4) for e in round_errors]
     if fitted:
         line["fitted"] = True
     print(json.dumps(line), flush=True)
@@ -81,46 +87,22 @@ def serve_and_measure(t, model, flags, prompt_len, new_tokens, workdir, prompts=
     return {"ttft_s": j["median_ttft_ms"] / 1000.0, "decode_tokens_per_s": 1000.0 / j["median_tpot_ms"]}
 
 
-def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
-    dense = os.path.join(workdir, "dense")
-    moe = os.path.join(workdir, "moe")
-    for arch, out in (("qwen3", dense), ("qwen3-moe", moe)):
-        if not os.path.exists(os.path.join(out, "model.safetensors")):
-            run([t, "make-model", "--arch", arch, "--preset", "small", "--out", out])
-
-    layouts = [("dense tp1", dense, []), ("dense tp2", dense, ["--tp", "2"]), ("dense pp2", dense, ["--pp-size", "2"]),
-               ("moe tp1", moe, []), ("moe tp2 ep2", moe, ["--tp", "2", "--ep", "2"]),
-               ("moe tp2 ep2 all_to_all", moe, ["--tp", "2", "--ep", "2", "--moe-a2a-backend", "all_to_all"]),
-               ("moe tp2 dpa2", moe, ["--tp", "2", "--dp", "2", "--enable-dp-attention"])]
-    measured = {name: {"ttft_s": [], "decode_tokens_per_s": []} for name, _, _ in layouts}
-    # bench one-batch on the dense model with every thread and with one, and on the MoE model.
-    bench = {"all": [], "one": [], "moe": []}
-    for _ in range(repeats):  # alternate everything, so a slow moment of the machine hits all of it
-        for key, model, threads in (("all", dense, []), ("one", dense, ["--threads-per-rank", "1"]), ("moe", moe, [])):
-            bench[key].append(last_json(run([t, "bench", "one-batch", "--model-path", model, "--batch-size", "1",
-                                             "--input-len", str(prompt_len), "--output-len", str(new_tokens)]
-                                            + threads)))
-        for name, model, flags in layouts:
-            j = serve_and_measure(t, model, flags, prompt_len, new_tokens, workdir)
-            for k in measured[name]:
-                measured[name][k].append(j[k])
-
-    # This host's figures from bench one-batch, TP1 (no traffic): the reference figures below
-    # scaled by measured / planned.
+def fit_cpu(t, dense, moe, bench, dense_tp2_decode, prompt_len):
+    """This host's figures from one round of bench one-batch, TP1 (no traffic): the reference
+    figures below scaled by measured / planned; the collective latency from dense TP2 decode."""
     ref = {"bandwidth": 45.0, "core": 31.5, "tflops": 0.64}
     ref_flags = ["--device-bandwidth-gbs", str(ref["bandwidth"]), "--core-bandwidth-gbs", str(ref["core"]),
                  "--device-tflops", str(ref["tflops"]), "--bandwidth-efficiency", "1", "--flops-efficiency", "1"]
-    median = lambda runs, k: statistics.median(r[k] for r in runs)
     raw_all = plan(t, ["--model-path", dense, "--prompt-len", str(prompt_len)] + ref_flags)["estimate"]
     raw_one = plan(t, ["--model-path", dense, "--prompt-len", str(prompt_len), "--threads-per-rank", "1"]
                    + ref_flags)["estimate"]
-    bandwidth_gbs = ref["bandwidth"] * median(bench["all"], "decode_throughput_tok_s") / raw_all["decode_tokens_per_s"]
-    core_gbs = ref["core"] * median(bench["one"], "decode_throughput_tok_s") / raw_one["decode_tokens_per_s"]
-    tflops = ref["tflops"] * raw_all["ttft_s"] / median(bench["all"], "prefill_latency_s")
+    bandwidth_gbs = ref["bandwidth"] * bench["all"]["decode_throughput_tok_s"] / raw_all["decode_tokens_per_s"]
+    core_gbs = ref["core"] * bench["one"]["decode_throughput_tok_s"] / raw_one["decode_tokens_per_s"]
+    tflops = ref["tflops"] * raw_all["ttft_s"] / bench["all"]["prefill_latency_s"]
     device = ["--device-bandwidth-gbs", f"{bandwidth_gbs:.3f}", "--core-bandwidth-gbs", f"{core_gbs:.3f}",
               "--device-tflops", f"{tflops:.5f}", "--bandwidth-efficiency", "1", "--flops-efficiency", "1"]
     # The routed experts' efficiency: the MoE model's TP1 prefill, the dense part at the fitted rate.
-    moe_ttft = median(bench["moe"], "prefill_latency_s")
+    moe_ttft = bench["moe"]["prefill_latency_s"]
     at_one = plan(t, ["--model-path", moe, "--prompt-len", str(prompt_len)] + device)["estimate"]["ttft_s"]
     at_tenth = plan(t, ["--model-path", moe, "--prompt-len", str(prompt_len), "--expert-efficiency", "0.1"]
                     + device)["estimate"]["ttft_s"]
@@ -143,27 +125,60 @@ def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
 
     # The experts' streaming rate in decode: the MoE model's TP1 decode.
     expert_bw = fit_linear(["--model-path", moe, "--prompt-len", str(prompt_len)] + device,
-                           "--expert-bandwidth-efficiency", median(bench["moe"], "decode_throughput_tok_s"),
+                           "--expert-bandwidth-efficiency", bench["moe"]["decode_throughput_tok_s"],
                            "decode_tokens_per_s", invert=True)
     device += ["--expert-bandwidth-efficiency", f"{expert_bw:.4f}"]
     # A collective's fixed cost cannot be seen at TP1: it is fitted on dense TP2 decode, which
     # is then not a prediction.
     latency_us = fit_linear(["--model-path", dense, "--prompt-len", str(prompt_len), "--tp", "2"] + device,
-                            "--collective-latency-us", statistics.median(measured["dense tp2"]["decode_tokens_per_s"]),
-                            "decode_tokens_per_s", invert=False)
+                            "--collective-latency-us", dense_tp2_decode, "decode_tokens_per_s", invert=False)
     device += ["--collective-latency-us", f"{latency_us:.2f}"]
-    print(json.dumps({"calibration": "cpu", "bandwidth_gbs": round(bandwidth_gbs, 2),
-                      "core_bandwidth_gbs": round(core_gbs, 2), "tflops": round(tflops, 4),
-                      "expert_efficiency": round(expert_eff, 4), "expert_bandwidth_efficiency": round(expert_bw, 4),
-                      "collective_latency_us": round(latency_us, 1),
-                      "from": f"bench one-batch, small qwen3, TP1, median of {repeats}"}), flush=True)
+    figures = {"bandwidth_gbs": round(bandwidth_gbs, 2), "core_bandwidth_gbs": round(core_gbs, 2),
+               "tflops": round(tflops, 4), "expert_efficiency": round(expert_eff, 4),
+               "expert_bandwidth_efficiency": round(expert_bw, 4), "collective_latency_us": round(latency_us, 1)}
+    return device, figures
+
+
+def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
+    dense = os.path.join(workdir, "dense")
+    moe = os.path.join(workdir, "moe")
+    for arch, out in (("qwen3", dense), ("qwen3-moe", moe)):
+        if not os.path.exists(os.path.join(out, "model.safetensors")):
+            run([t, "make-model", "--arch", arch, "--preset", "small", "--out", out])
+
+    layouts = [("dense tp1", dense, []), ("dense tp2", dense, ["--tp", "2"]), ("dense pp2", dense, ["--pp-size", "2"]),
+               ("moe tp1", moe, []), ("moe tp2 ep2", moe, ["--tp", "2", "--ep", "2"]),
+               ("moe tp2 ep2 all_to_all", moe, ["--tp", "2", "--ep", "2", "--moe-a2a-backend", "all_to_all"]),
+               ("moe tp2 dpa2", moe, ["--tp", "2", "--dp", "2", "--enable-dp-attention"])]
+    metrics = ("ttft_s", "decode_tokens_per_s")
+    rounds = {(name, k): [] for name, _, _ in layouts for k in metrics}  # (predicted, measured) per round
+    # Each round measures the figures (bench one-batch on the dense model with every thread and
+    # with one, and on the MoE model) and then every layout, and predicts that round's layouts
+    # from that round's figures: this machine's bandwidth drifts by tens of percent over minutes,
+    # so only a prediction and a measurement taken close together compare.
+    for r in range(repeats):
+        bench = {}
+        for key, model, threads in (("all", dense, []), ("one", dense, ["--threads-per-rank", "1"]), ("moe", moe, [])):
+            bench[key] = last_json(run([t, "bench", "one-batch", "--model-path", model, "--batch-size", "1",
+                                        "--input-len", str(prompt_len), "--output-len", str(new_tokens)] + threads))
+        measured = {name: serve_and_measure(t, model, flags, prompt_len, new_tokens, workdir)
+                    for name, model, flags in layouts}
+        device, figures = fit_cpu(t, dense, moe, bench, measured["dense tp2"]["decode_tokens_per_s"], prompt_len)
+        print(json.dumps({"calibration": "cpu", "round": r + 1, **figures,
+                          "from": "bench one-batch, small qwen3 and qwen3-moe, TP1, this round"}), flush=True)
+        for name, model, flags in layouts:
+            est = plan(t, ["--model-path", model, "--prompt-len", str(prompt_len)] + device + flags)["estimate"]
+            for k in metrics:
+                rounds[(name, k)].append((est[k], measured[name][k]))
 
     lines = []
-    for name, model, flags in layouts:
-        est = plan(t, ["--model-path", model, "--prompt-len", str(prompt_len)] + device + flags)["estimate"]
-        lines.append(emit("cpu " + name, "ttft_s", est["ttft_s"], statistics.median(measured[name]["ttft_s"])))
-        lines.append(emit("cpu " + name, "decode_tokens_per_s", est["decode_tokens_per_s"],
-                          statistics.median(measured[name]["decode_tokens_per_s"]), fitted=name == "dense tp2"))
+    for name, _, _ in layouts:
+        for k in metrics:
+            pairs = rounds[(name, k)]
+            errors = [p / m - 1.0 for p, m in pairs]
+            lines.append(emit("cpu " + name, k, statistics.median(p for p, _ in pairs),
+                              statistics.median(m for _, m in pairs), fitted=name == "dense tp2" and k != "ttft_s",
+                              error=statistics.median(errors), round_errors=errors))
     return lines
 
 

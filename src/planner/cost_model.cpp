@@ -69,7 +69,7 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         const double bandwidth = t.inter_node ? d.inter_node_bandwidth : d.intra_node_bandwidth;
         const bool send = t.kind == "pp send";
         const double stage_bytes = static_cast<double>(t.bytes_per_token_per_layer) * (send ? 1.0 : t.layers);
-        const double collectives = send ? 1.0 : static_cast<double>(t.layers);
+        const double collectives = t.syncs * (send ? 1.0 : static_cast<double>(t.layers));
         stage_comm_per_token += stage_bytes / bandwidth;
         stage_latency += collectives * d.collective_latency_s;
         decode_comm += (send ? static_cast<double>(t.layers) : a.pp_size) *

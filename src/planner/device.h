@@ -27,7 +27,7 @@ struct DeviceSpec {
     double flops = 0;               // dense bf16 FLOP/s per device
     double intra_node_bandwidth = 0;  // bytes/s per device, one direction (NVLink, shared memory)
     double inter_node_bandwidth = 0;  // bytes/s per device, one direction (the NIC's share)
-    double collective_latency_s = 0;  // fixed cost of one collective step
+    double collective_latency_s = 0;  // fixed cost of one collective that waits for compute (Traffic::syncs)
     // Measured fractions of the peaks that kernels reach (the cost model's knobs).
     double bandwidth_efficiency = 0.8;
     double flops_efficiency = 0.6;

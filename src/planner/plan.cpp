@@ -167,31 +167,39 @@ std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayo
     const int attn_tp = layout.attn_tp_size();
     const int tp = a.tp_size;
     auto ring = [](int n, double bytes) { return static_cast<std::int64_t>(2.0 * (n - 1) / n * bytes); };
+    const bool all_to_all = c.is_moe() && a.ep_size > 1 && a.moe_a2a_backend != "none";
     if (!a.enable_dp_attention && tp > 1) {
-        out.push_back({"tp all-reduce", 2 * ring(tp, static_cast<double>(H * act_bytes)), layers_per_stage,
-                       crosses_nodes(layout, dist::GroupKind::kTp),
-                       "2 all-reduces (after attention, after the MLP) x 2(T-1)/T x H x bytes"});
+        // With an all-to-all dispatcher a MoE layer's output returns through the combine
+        // (layers/moe.cpp dispatch_all_to_all); only shared experts still all-reduce.
+        const bool mlp_reduce = !all_to_all || c.moe.shared_expert_intermediate_size > 0;
+        const int reduces = mlp_reduce ? 2 : 1;
+        out.push_back({"tp all-reduce", reduces * ring(tp, static_cast<double>(H * act_bytes)), layers_per_stage,
+                       reduces, crosses_nodes(layout, dist::GroupKind::kTp),
+                       mlp_reduce ? "2 all-reduces (after attention, after the MLP) x 2(T-1)/T x H x bytes"
+                                  : "1 all-reduce (after attention) x 2(T-1)/T x H x bytes"});
     }
     if (a.enable_dp_attention) {
         if (attn_tp > 1)
             out.push_back({"attention-tp all-reduce", ring(attn_tp, static_cast<double>(H * act_bytes)),
-                           layers_per_stage, crosses_nodes(layout, dist::GroupKind::kAttnTp),
+                           layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kAttnTp),
                            "1 all-reduce after attention x 2(A-1)/A x H x bytes"});
         out.push_back({"dp-attention gather + scatter",
                        static_cast<std::int64_t>(2.0 * (tp - 1) / tp * static_cast<double>(H * act_bytes)),
-                       layers_per_stage, crosses_nodes(layout, dist::GroupKind::kTp),
+                       layers_per_stage, 2, crosses_nodes(layout, dist::GroupKind::kTp),
                        "all-gather before the MLP/MoE + reduce-scatter after: 2 x (T-1)/T x H x bytes"});
     }
-    if (c.is_moe() && a.ep_size > 1 && a.moe_a2a_backend != "none") {
+    if (all_to_all) {
         const double share = static_cast<double>(a.ep_size - 1) / a.ep_size;
+        // The dispatch follows the router and the all-gather the combine: only the combine
+        // waits for compute (the experts).
         out.push_back({"ep dispatch + combine",
                        static_cast<std::int64_t>(2.0 * static_cast<double>(c.moe.num_experts_per_tok) * share *
                                                  static_cast<double>(H * act_bytes)),
-                       layers_per_stage, crosses_nodes(layout, dist::GroupKind::kMoeEp),
+                       layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kMoeEp),
                        "top_k x (E-1)/E of the rows sent out and back: 2 x top_k x (ep-1)/ep x H x bytes"});
     }
     if (a.pp_size > 1) {
-        out.push_back({"pp send", 2 * H * act_bytes, a.pp_size - 1, crosses_nodes(layout, dist::GroupKind::kPp),
+        out.push_back({"pp send", 2 * H * act_bytes, a.pp_size - 1, 1, crosses_nodes(layout, dist::GroupKind::kPp),
                        "hidden states and residual at each of the P-1 stage boundaries: 2 x H x bytes"});
     }
     return out;

@@ -42,6 +42,10 @@ struct Traffic {
     std::string kind;   // "tp all-reduce", "pp send", "ep dispatch+combine", "dp-attention gather+scatter"
     std::int64_t bytes_per_token_per_layer = 0;
     std::int64_t layers = 0;  // layers (or boundaries) it happens at
+    // Collectives per layer (or boundary) that wait for every rank's compute to finish: each
+    // costs DeviceSpec::collective_latency_s, the skew between ranks plus the hand-off. One
+    // that follows another, or only work every rank does alike (the router), costs its bytes.
+    int syncs = 1;
     bool inter_node = false;
     std::string formula;
 };

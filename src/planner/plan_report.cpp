@@ -111,6 +111,7 @@ std::string plan_json(const Plan& p, const PlanRequest& req) {
         traffic.push_back({{"kind", t.kind},
                            {"bytes_per_token_per_layer", t.bytes_per_token_per_layer},
                            {"layers", t.layers},
+                           {"syncs", t.syncs},
                            {"bytes_per_token", t.bytes_per_token_per_layer * t.layers},
                            {"inter_node", t.inter_node},
                            {"formula", t.formula}});

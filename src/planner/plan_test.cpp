@@ -105,6 +105,30 @@ TEST(PlanTest, TrafficAndBubbleFollowSeedFormulas) {
     EXPECT_TRUE(p.fits());
 }
 
+// An all-to-all dispatcher returns a MoE layer's output through its combine: Qwen3-MoE (no
+// shared experts) keeps only attention's all-reduce, and the combine is the one collective of
+// the dispatch that waits for compute. DeepSeek's shared experts keep the second all-reduce.
+TEST(PlanTest, AllToAllDispatchReplacesTheMoeAllReduce) {
+    auto traffic = [](const std::string& model, const std::string& backend) {
+        return plan_of(request(model, "h20", [&](server::ServerArgs& a) {
+                   a.tp_size = 8;
+                   a.ep_size = 8;
+                   a.moe_a2a_backend = backend;
+               })).traffic;
+    };
+    const std::vector<Traffic> none = traffic("qwen3-235b-a22b-fp8", "none");
+    ASSERT_EQ(none.size(), 1u);
+    EXPECT_EQ(none[0].syncs, 2);
+    const std::vector<Traffic> a2a = traffic("qwen3-235b-a22b-fp8", "all_to_all");
+    ASSERT_EQ(a2a.size(), 2u);
+    EXPECT_EQ(a2a[0].kind, "tp all-reduce");
+    EXPECT_EQ(a2a[0].syncs, 1);
+    EXPECT_EQ(a2a[0].bytes_per_token_per_layer * 2, none[0].bytes_per_token_per_layer);
+    EXPECT_EQ(a2a[1].kind, "ep dispatch + combine");
+    EXPECT_EQ(a2a[1].syncs, 1);
+    EXPECT_EQ(traffic("deepseek-v3", "all_to_all")[0].syncs, 2) << "shared experts still all-reduce";
+}
+
 TEST(PlanTest, WhatDoesNotFitGetsOneFixThatWorks) {
     // DeepSeek-V3 in fp8 on 8 H20s: 88 GB of weights per rank. More memory cannot help; a
     // second stage (and node) does.
