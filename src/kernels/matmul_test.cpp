@@ -84,8 +84,8 @@ void check_paths(const Shape& s, DType wtype, ThreadPool* pool, std::int64_t x_p
 
     for (Isa isa : paths_to_test()) {
         // FP8 inputs taller than the register-widening kernel (and every FP8 input on the
-        // AVX2 path, or without VBMI) run on bf16 copies of the scaled weights: each product carries bf16's
-        // rounding (2^-9 relative). The widening kernel applies the exact scales.
+        // AVX2 path, or without VBMI) run on bf16 copies of the scaled weights: each product
+        // carries bf16's rounding (2^-9 relative). The widening kernel applies the exact scales.
         const bool rounded_weights = is_fp8(wtype) && isa != Isa::kReference &&
                                      !(isa == Isa::kAvx512Bf16 && cpu_features().avx512_vbmi &&
                                        s.m <= cpu::kFp8DirectRows);

@@ -27,8 +27,8 @@ row may choose another token, and the check goes on along tessera's tokens.
 
 With --fp8-block N the model is an FP8 checkpoint (e4m3 codes, N x N weight_scale_inv
 tiles) and the reference dequantizes it exactly; tessera multiplies bf16-rounded inputs by
-the exact fp8 values (decode) or by bf16 copies of the scaled weights (prefill), so it is
-judged with the bf16 tolerances. Then the same seed's bf16 model is run through both, and
+the exact fp8 values (up to 16 rows: decode, small batches) or by bf16 copies of the
+scaled weights (prefill), so it is judged with the bf16 tolerances. Then the same seed's bf16 model is run through both, and
 tessera's fp8-vs-bf16 logit difference over the prompt rows must stay within the
 reference's own (the quantization error) plus twice the bf16 tolerance: FP8 kernels may
 not add error of their own beyond rounding.
