@@ -50,8 +50,14 @@ StatusOr<MoeLayer> MoeLayer::load(const loader::WeightSource& source, const MoeS
     TSR_ASSIGN_OR_RETURN(moe.experts_, LocalExperts::load(source, experts, mp.ep_rank * moe.experts_per_rank_,
                                                           logical, slice));
     if (spec.shared_intermediate > 0) {
+        LayerParallel shared_par = par;
+        if (mp.shared_experts_replicated()) {
+            shared_par.tp = TpShard{};
+            shared_par.tp_group = nullptr;
+        }
         TSR_ASSIGN_OR_RETURN(auto shared, GatedMlp::load_dense(source, spec.prefix + spec.shared + ".", H,
-                                                               spec.shared_intermediate, spec.compute_dtype, par));
+                                                               spec.shared_intermediate, spec.compute_dtype,
+                                                               shared_par));
         moe.shared_ = std::move(shared);
         if (spec.shared_gate) {
             TSR_ASSIGN_OR_RETURN(auto gate, source.get(spec.prefix + "shared_expert_gate.weight", {1, H}));
@@ -260,6 +266,11 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
         {reinterpret_cast<const std::uint8_t*>(scratch.routed.data()), static_cast<std::size_t>(m * H * 4)}, send_bytes,
         {reinterpret_cast<std::uint8_t*>(returned.data()), returned.size() * 4}, recv_bytes));
     std::vector<float> own_out(static_cast<std::size_t>(per * H), 0.0f);
+    if (shared_ && owned > 0) {  // whole on every rank: the owner runs it on its rows
+        scratch.shared.resize(static_cast<std::size_t>(owned * H));
+        shared_->forward(h + own_begin * H, owned, scratch.shared.data(), scratch, pool);
+        add_shared(h + own_begin * H, scratch.shared.data(), shared_gate_, owned, H, own_out.data());
+    }
     const float* src = returned.data();
     for (int d = 0; d < p; ++d) {
         for (std::int32_t t : rows_to[d]) {
@@ -273,15 +284,6 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
     TSR_RETURN_IF_ERROR(group.all_gather(own_out, gathered));
     traffic_.gather_bytes += per * H * 4 * (p - 1);
     std::copy(gathered.begin(), gathered.begin() + n * H, out);
-    if (shared_) {
-        scratch.shared.assign(static_cast<std::size_t>(n * H), 0.0f);
-        std::vector<float> partial(static_cast<std::size_t>(n * H));
-        shared_->forward(h, n, partial.data(), scratch, pool);
-        add_shared(h, partial.data(), shared_gate_, n, H, scratch.shared.data());
-        TSR_RETURN_IF_ERROR(par.all_reduce(scratch.shared));
-        traffic_.reduce_bytes += n * H * 4;
-        for (std::int64_t i = 0; i < n * H; ++i) out[i] += scratch.shared[i];
-    }
     return Status::Ok();
 }
 

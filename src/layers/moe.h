@@ -9,7 +9,7 @@
 // features; which logical expert a slot holds, and which copy serves a token, come from the
 // EPLB placement (eplb/expert_dispatch.h; without one, slot = expert). Every path from the
 // router to the experts goes through that one map. The shared expert is split over the whole
-// TP group like a dense MLP.
+// TP group like a dense MLP under `none`, and whole on every rank under `all_to_all`.
 //
 // Dispatchers (--moe-a2a-backend):
 //   none: SGLang's token_dispatcher/standard.py — every rank runs its experts on every token
@@ -20,7 +20,8 @@
 //     EP rank holding one of its experts, all_to_all_v; the ranks run their experts on what
 //     they received and send one result row per record back (combine); the owner sums them
 //     and the owned rows are all-gathered, because attention under TP needs every row on
-//     every rank. The shared expert's partial sums are all-reduced on their own.
+//     every rank. The shared expert is whole on every rank (MoeParallel::
+//     shared_experts_replicated); the owner adds it to its rows before the gather.
 // Immutable after load except the traffic counters; forward() by one thread.
 
 #include <cstdint>

@@ -42,6 +42,11 @@ struct MoeParallel {
     MoeA2aBackend backend = MoeA2aBackend::kNone;
     // The EP group (all_to_all only; with it ep_size == tp_size, so this is the TP group).
     dist::ProcessGroup* ep_group = nullptr;
+
+    // When a dispatcher moves tokens, every rank holds the shared experts whole and runs them
+    // on the tokens it owns, so the MoE output needs no all-reduce (SGLang's
+    // models/deepseek_v2.py DeepseekV2MoE gives them tp_size 1 under DeepEP).
+    bool shared_experts_replicated() const { return backend == MoeA2aBackend::kAllToAll && ep_size > 1; }
 };
 
 struct LayerParallel {

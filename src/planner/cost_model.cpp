@@ -112,7 +112,8 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                                                       bw);
             const double layers = static_cast<double>(s.end_layer - s.first_layer);
             // Routed experts run as many small GEMMs (a few rows each): their own efficiency.
-            const double dense_weights = weights_read - static_cast<double>(s.lm_head_bytes) - expert_read;
+            const double dense_weights = weights_read - static_cast<double>(s.lm_head_bytes) - expert_read -
+                                         static_cast<double>(s.replicated_shared_bytes) * (a.ep_size - 1) / a.ep_size;
             cost.per_token_s = std::max(cost.per_token_s, 2.0 * (dense_weights + expert_read / d.expert_efficiency) /
                                                               elem / flops);
             cost.attention_s = std::max(cost.attention_s, attn.heads * (attn.qk + attn.v) * layers / flops);

@@ -6,6 +6,7 @@
 #include "kernels/matmul.h"
 #include "kvcache/kv_cache.h"
 #include "layers/linear.h"
+#include "layers/parallel.h"
 #include "layers/tensor_parallel.h"
 #include "models/model.h"
 
@@ -163,7 +164,10 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
             continue;
         }
         // layers/moe.cpp MoeLayer: an f32 router, this rank's physical experts (each a
-        // moe_tp slice), and the shared experts split over the TP group.
+        // moe_tp slice), and the shared experts split over the TP group or whole.
+        const layers::MoeParallel moe{place.ep_rank, place.ep_size, place.moe_tp_rank, place.moe_tp_size,
+                                      place.moe_all_to_all ? layers::MoeA2aBackend::kAllToAll
+                                                           : layers::MoeA2aBackend::kNone};
         const std::int64_t physical = c.moe.num_experts + place.num_redundant_experts;
         if (physical % place.ep_size != 0)
             return Status::InvalidArgument("--ep-size " + std::to_string(place.ep_size) + " must divide the model's " +
@@ -181,11 +185,14 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
         out.experts_per_rank = physical / place.ep_size;
         ++out.moe_layers;
         if (c.moe.shared_expert_intermediate_size > 0) {
+            const bool replicated = moe.shared_experts_replicated();
             TSR_ASSIGN_OR_RETURN(Range shared_cut, layers::even_shard("intermediate_size",
-                                                                      c.moe.shared_expert_intermediate_size, tp));
+                                                                      c.moe.shared_expert_intermediate_size,
+                                                                      replicated ? whole : tp));
             TSR_ASSIGN_OR_RETURN(std::int64_t shared, gated_mlp(p + "mlp.shared_experts.", H, shared_cut,
                                                                 c.moe.shared_expert_intermediate_size, t.linear, t));
             bytes += shared;
+            if (replicated) out.replicated_shared_bytes += shared;
         }
     }
     out.weight_bytes = bytes;

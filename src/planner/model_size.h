@@ -34,6 +34,7 @@ struct RankPlace {
     bool dp_attention = false;
     bool dp_lm_head = false;
     bool dense_mlp_replicated = false;  // --moe-dense-tp-size 1
+    bool moe_all_to_all = false;        // --moe-a2a-backend all_to_all
     int num_redundant_experts = 0;
 };
 
@@ -62,6 +63,9 @@ struct RankSize {
     std::int64_t expert_bytes = 0;      // one local expert's slice
     std::int64_t moe_layers = 0;        // of the stage
     std::int64_t experts_per_rank = 0;  // physical experts per MoE layer on this rank
+    // Shared experts held whole on every rank (all_to_all): all of it is read per step, but
+    // each token runs them on one rank of the EP group.
+    std::int64_t replicated_shared_bytes = 0;
     int first_layer = 0;
     int end_layer = 0;
 };

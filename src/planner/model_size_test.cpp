@@ -32,6 +32,7 @@ struct Layout {
     int attn_dp = 1;  // DP-attention groups (1: off)
     bool dp_lm_head = false;
     bool dense_replicated = false;  // --moe-dense-tp-size 1
+    bool all_to_all = false;        // --moe-a2a-backend all_to_all: shared experts whole
 };
 
 constexpr Layout kLayouts[] = {
@@ -39,6 +40,7 @@ constexpr Layout kLayouts[] = {
     {"pp2 stage 0", 0, 1, 0, 2, 1}, {"pp2 stage 1", 0, 1, 1, 2, 1}, {"tp2 ep2 rank 1", 1, 2, 0, 1, 2},
     {"tp2 dpa2 rank 1", 1, 2, 0, 1, 1, 2}, {"tp4 dpa2 dp-lm-head rank 3", 3, 4, 0, 1, 1, 2, true},
     {"tp2 dense replicated rank 1", 1, 2, 0, 1, 1, 1, false, true},
+    {"tp2 ep2 all_to_all rank 1", 1, 2, 0, 1, 2, 1, false, false, true},
 };
 
 class ModelSizeTest : public ::testing::TestWithParam<const char*> {
@@ -87,6 +89,7 @@ class ModelSizeTest : public ::testing::TestWithParam<const char*> {
                                   attn_tp > 1 ? &attn_group : nullptr, &group, l.dp_lm_head};
             }
             o.dense_mlp_replicated = l.dense_replicated;
+            if (l.all_to_all) o.moe.backend = layers::MoeA2aBackend::kAllToAll;
             auto model = models::load_model(o);
 
             RankPlace place;
@@ -105,6 +108,7 @@ class ModelSizeTest : public ::testing::TestWithParam<const char*> {
                 place.dp_lm_head = l.dp_lm_head;
             }
             place.dense_mlp_replicated = l.dense_replicated;
+            place.moe_all_to_all = l.all_to_all;
             auto size = rank_size(*config, place, *types);
             // Both refuse a split the same way (an fp8 block cut in two), or both agree on the sizes.
             ASSERT_EQ(size.ok(), model.ok()) << (model.ok() ? size.status() : model.status()).to_string();

@@ -43,6 +43,7 @@ RankPlace place_of(const server::ServerArgs& a, const dist::ParallelLayout& layo
     place.dp_attention = layout.attn_dp_size() > 1;
     place.dp_lm_head = place.dp_attention && a.enable_dp_lm_head;
     place.dense_mlp_replicated = a.moe_dense_tp_size == 1;
+    place.moe_all_to_all = a.moe_a2a_backend == "all_to_all";
     return place;
 }
 
@@ -169,9 +170,9 @@ std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayo
     auto ring = [](int n, double bytes) { return static_cast<std::int64_t>(2.0 * (n - 1) / n * bytes); };
     const bool all_to_all = c.is_moe() && a.ep_size > 1 && a.moe_a2a_backend != "none";
     if (!a.enable_dp_attention && tp > 1) {
-        // With an all-to-all dispatcher a MoE layer's output returns through the combine
-        // (layers/moe.cpp dispatch_all_to_all); only shared experts still all-reduce.
-        const bool mlp_reduce = !all_to_all || c.moe.shared_expert_intermediate_size > 0;
+        // With an all-to-all dispatcher a MoE layer's output returns through the combine,
+        // shared experts included (layers/moe.cpp dispatch_all_to_all).
+        const bool mlp_reduce = !all_to_all;
         const int reduces = mlp_reduce ? 2 : 1;
         out.push_back({"tp all-reduce", reduces * ring(tp, static_cast<double>(H * act_bytes)), layers_per_stage,
                        reduces, crosses_nodes(layout, dist::GroupKind::kTp),

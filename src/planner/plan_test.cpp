@@ -105,9 +105,9 @@ TEST(PlanTest, TrafficAndBubbleFollowSeedFormulas) {
     EXPECT_TRUE(p.fits());
 }
 
-// An all-to-all dispatcher returns a MoE layer's output through its combine: Qwen3-MoE (no
-// shared experts) keeps only attention's all-reduce, and the combine is the one collective of
-// the dispatch that waits for compute. DeepSeek's shared experts keep the second all-reduce.
+// An all-to-all dispatcher returns a MoE layer's output through its combine: only attention's
+// all-reduce stays, and the combine is the one collective of the dispatch that waits for
+// compute. DeepSeek's shared experts are whole on every rank then, so they need none either.
 TEST(PlanTest, AllToAllDispatchReplacesTheMoeAllReduce) {
     auto traffic = [](const std::string& model, const std::string& backend) {
         return plan_of(request(model, "h20", [&](server::ServerArgs& a) {
@@ -126,7 +126,37 @@ TEST(PlanTest, AllToAllDispatchReplacesTheMoeAllReduce) {
     EXPECT_EQ(a2a[0].bytes_per_token_per_layer * 2, none[0].bytes_per_token_per_layer);
     EXPECT_EQ(a2a[1].kind, "ep dispatch + combine");
     EXPECT_EQ(a2a[1].syncs, 1);
-    EXPECT_EQ(traffic("deepseek-v3", "all_to_all")[0].syncs, 2) << "shared experts still all-reduce";
+    EXPECT_EQ(traffic("deepseek-v3", "all_to_all")[0].syncs, 1) << "shared experts need no all-reduce";
+}
+
+// SGLang's DeepSeek-V3 prefill layout (DP-attention over 32 GPUs, DeepEP, replicated dense
+// MLPs): its shared experts are whole on every rank, so their 2048-wide fp8 blocks are never
+// cut; split over 32 ranks (the standard dispatcher) they would be 64 wide and refused.
+TEST(PlanTest, SharedExpertsAreWholeUnderAllToAll) {
+    auto plan = [](const std::string& backend) {
+        return plan_of(request("deepseek-v3", "h800", [&](server::ServerArgs& a) {
+            a.tp_size = 32;
+            a.dp_size = 32;
+            a.enable_dp_attention = true;
+            a.ep_size = 32;
+            a.moe_dense_tp_size = 1;
+            a.nnodes = 4;
+            a.dist_init_addr = "10.0.0.1:5000";
+            a.moe_a2a_backend = backend;
+        }));
+    };
+    const Plan standard = plan("none");
+    ASSERT_FALSE(standard.fits());
+    EXPECT_NE(standard.checks.front().what.find("Weight output_partition_size = 64 is not divisible"), std::string::npos)
+        << standard.checks.front().what;
+    EXPECT_NE(standard.checks.front().what.find("mlp.shared_experts."), std::string::npos)
+        << standard.checks.front().what;
+    const Plan a2a = plan("all_to_all");
+    ASSERT_TRUE(a2a.fits()) << (a2a.checks.empty() ? "" : a2a.checks.front().what);
+    const RankSize& size = a2a.ranks.front().size;
+    // 58 MoE layers, each with a whole shared expert: 3 × 7168 × 2048 fp8 codes, plus one f32
+    // scale per 16 outputs × 128 inputs as the kernels pack them (1/32 more).
+    EXPECT_EQ(size.replicated_shared_bytes, 58ll * 3 * 7168 * 2048 * 33 / 32);
 }
 
 TEST(PlanTest, WhatDoesNotFitGetsOneFixThatWorks) {

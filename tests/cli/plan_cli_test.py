@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """`tessera plan` as a user runs it: its start-up line equals the one `tessera generate`
-logs for the same flags on this machine (TP1, TP2, PP2, one MoE layout), a pasted SGLang
-command after `--` is read as `serve` reads it, --json is one object, a launch that does not
-fit exits 1 with its fix, and a single layout answers in under a second.
+logs for the same flags on this machine (TP1, TP2, PP2, EP2, all_to_all with a shared
+expert), a pasted SGLang command after `--` is read as `serve` reads it, --json is one
+object, a launch that does not fit exits 1 with its fix, and a single layout answers in
+under a second.
 
 Usage: plan_cli_test.py --tessera PATH --workdir DIR
 """
@@ -43,12 +44,14 @@ def main():
     os.makedirs(args.workdir)
     dense = os.path.join(args.workdir, "dense")
     moe = os.path.join(args.workdir, "moe")
-    for arch, out in (("qwen3", dense), ("qwen3-moe", moe)):
+    shared_moe = os.path.join(args.workdir, "shared_moe")
+    for arch, out in (("qwen3", dense), ("qwen3-moe", moe), ("qwen2-moe", shared_moe)):
         p = run([t, "make-model", "--arch", arch, "--out", out])
         assert p.returncode == 0, p.stderr
 
     layouts = [("tp1", dense, []), ("tp2", dense, ["--tp", "2"]), ("pp2", dense, ["--pp-size", "2"]),
-               ("moe tp2 ep2", moe, ["--tp", "2", "--ep", "2"])]
+               ("moe tp2 ep2", moe, ["--tp", "2", "--ep", "2"]),
+               ("shared-expert moe tp2 all_to_all", shared_moe, ["--tp", "2", "--moe-a2a-backend", "all_to_all"])]
     for name, model, flags in layouts:
         plan = run([t, "plan", "--model-path", model, "--json"] + flags)
         check(f"plan {name} succeeds", plan.returncode == 0, plan.stderr[-400:])

@@ -7,7 +7,8 @@
                TP4/DPA4, TP4/DPA4 with EP4, TP4/DPA2 with EP2, with --enable-dp-lm-head and with
                all_to_all, PP2 x TP2/DPA2 and PP2 x TP4/DPA2 with EP2; Qwen2-MoE (one dense layer)
                with --moe-dense-tp-size 1 (and its rank then holds more weights); DeepSeek-V2 and
-               -V3 (MLA) at TP2/DPA2, TP4/DPA4 with EP4, --enable-dp-lm-head and PP2 x TP2/DPA2;
+               -V3 (MLA) at TP2/DPA2, TP4/DPA4 with EP4, --enable-dp-lm-head and PP2 x TP2/DPA2,
+               -V3 at TP2/DPA2 with all_to_all and --moe-dense-tp-size 1 (SGLang's prefill layout);
                dense Qwen3 at TP2/DPA2; live EPLB rebalancing at TP4/DPA2+EP2 and with all_to_all.
                And the scheduler path (no --logits-out: the prompt runs
                in group 0, the other groups join idle), also under PP2, gives the same tokens.
@@ -73,6 +74,9 @@ LAYOUTS = {
         ["--tp", "2", "--dp", "2"] + DPA,
         ["--tp", "4", "--dp", "4", "--ep", "4"] + DPA,
         ["--pp-size", "2", "--tp", "2", "--dp", "2"] + DPA,
+        # SGLang's DeepSeek prefill layout in small: DeepEP's place taken by all_to_all (shared
+        # experts whole on every rank), dense MLPs replicated.
+        ["--tp", "2", "--dp", "2", "--moe-a2a-backend", "all_to_all", "--moe-dense-tp-size", "1"] + DPA,
     ],
     "qwen3": [
         ["--tp", "2", "--dp", "2"] + DPA,

@@ -8,7 +8,8 @@
                (shared expert, one dense layer) and Mixtral at EP2 with both dispatchers;
                DeepSeek-V2 (MLA, softmax routing) at TP2, TP4, PP2, EP2 and DeepSeek-V3 (q
                compression, noaux_tc routing) at TP2, EP4, PP2 x EP2 and all_to_all. An EP2
-               rank holds about half of the one-rank weights (only its experts).
+               rank holds about half of the one-rank weights (only its experts); under
+               all_to_all no MoE output is all-reduced (shared experts are whole per rank).
   eplb         redundant experts and every dispatch algorithm (static, dynamic, and fake
                against fake on one rank, also with live rebalancing), an
                --init-expert-location placement, and live rebalancing in the middle of a
@@ -100,6 +101,14 @@ def equivalence(tessera, workdir):
                   f"max|logit diff| {diff:.2e} {'ok' if good else 'FAIL'}")
             if ids != base:
                 print(f"  one rank: {base}\n  layout:   {ids}")
+            if "all_to_all" in layout:
+                # The combine returns the MoE output, shared experts included (they are whole
+                # on every rank): no all-reduce of MoE outputs is left.
+                payload = report["moe_bytes_per_token_layer"]["all_reduce_payload"]
+                good = payload == 0
+                ok &= good
+                print(f"{arch} {' '.join(layout)}: MoE all-reduce payload {payload:g} B/token "
+                      f"{'ok' if good else 'FAIL'}")
             if layout == ["--tp", "2", "--ep", "2"] and not arch.startswith("deepseek"):
                 # Experts are most of a tiny MoE model: a rank that loaded all of them would hold
                 # ~85% of the one-rank weights, one that holds its half ~50%.
