@@ -63,6 +63,8 @@ Dims dims_for(const std::string& arch, const std::string& preset) {
         if (arch == "qwen3-moe" || arch == "qwen2-moe" || arch == "mixtral" || is_deepseek(arch)) d.layers = 8;
         if (arch == "mixtral") d.experts = 8, d.experts_per_tok = 2, d.moe_intermediate = 1024;
         if (arch == "deepseek-v3") d.q_lora_rank = 384, d.n_group = 8, d.topk_group = 4, d.shared_experts = 1;
+        // Qwen2's config.json has no head_dim: readers take hidden / heads (Qwen2.5's 64).
+        if (arch == "qwen2" || arch == "qwen2-moe") d.head_dim = d.hidden / d.heads;
     }
     return d;
 }

@@ -139,6 +139,22 @@ TEST_F(ModelFolderTest, UnsupportedArchitectureListsTheSupportedOnes) {
 
 // DeepSeek keeps one latent row per token and layer (kv_lora_rank + qk_rope_head_dim) and no
 // V: SGLang's MLA cell size.
+// The small presets' tensors have the shapes their config.json implies; Qwen2's config
+// carries no head_dim, so its heads are hidden / heads wide. One layer keeps it quick.
+TEST_F(ModelFolderTest, SmallPresetsLoad) {
+    for (const std::string arch : {"qwen2", "qwen2-moe"}) {
+        app::MakeModelOptions o;
+        o.arch = arch;
+        o.preset = "small";
+        o.num_layers = 1;
+        o.tokenizer = "none";
+        o.out = (dir_ / arch).string();
+        ASSERT_TRUE(app::make_model(o).ok()) << arch;
+        auto model = models::load_model({o.out, "auto"});
+        EXPECT_TRUE(model.ok()) << arch << ": " << model.status().message();
+    }
+}
+
 TEST_F(ModelFolderTest, DeepseekCachesOneLatentRowPerToken) {
     // make-model's tiny presets: kv_lora_rank 64, qk_rope_head_dim 32 (V2) or 16 (V3).
     for (const auto& [arch, rope] : std::vector<std::pair<std::string, std::int64_t>>{{"deepseek-v2", 32},
