@@ -120,7 +120,7 @@ TEST_P(MatmulPaths, OddShapesMatchReference) {
     std::uint32_t seed = 1;
     for (std::int64_t n : {1, 15, 17, 33, 100}) {
         for (std::int64_t k : {1, 3, 31, 130}) {
-            for (std::int64_t m : {1, 2, 3, 5, 7, 9, 16, 17, 31, 70}) {
+            for (std::int64_t m : {1, 2, 3, 5, 7, 9, 12, 15, 16, 17, 31, 70}) {
                 check_paths({m, n, k}, GetParam(), nullptr, 0, 0, seed++);
             }
         }

@@ -168,7 +168,7 @@ std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayo
     const int attn_tp = layout.attn_tp_size();
     const int tp = a.tp_size;
     auto ring = [](int n, double bytes) { return static_cast<std::int64_t>(2.0 * (n - 1) / n * bytes); };
-    const bool all_to_all = c.is_moe() && a.ep_size > 1 && a.moe_a2a_backend != "none";
+    const bool all_to_all = c.is_moe() && a.ep_size > 1 && a.moe_a2a_backend == "all_to_all";
     if (!a.enable_dp_attention && tp > 1) {
         // With an all-to-all dispatcher a MoE layer's output returns through the combine,
         // shared experts included (layers/moe.cpp dispatch_all_to_all).
