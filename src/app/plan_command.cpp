@@ -118,6 +118,11 @@ int run_plan(int argc, char** argv) {
     app.add_option("--prompt-len", prompt_len, "the prompt TTFT and the pipeline bubble are estimated for")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
         ->capture_default_str();
+    std::int64_t decode_batch = 0;
+    app.add_option("--decode-batch", decode_batch,
+                   "also estimate decode with this many requests at once in every DP group (at --prompt-len of "
+                   "context): output tokens/s of the launch and per device")
+        ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
     app.add_flag("--json", json, "one JSON object on stdout");
     bool sweep = false;
     int max_nodes = 8;
@@ -151,6 +156,7 @@ int run_plan(int argc, char** argv) {
     planner::PlanRequest request;
     request.args = args;
     request.prompt_len = prompt_len;
+    request.decode_batch = decode_batch;
     request.host_memory_bytes = host_memory_bytes();
     auto config = models::read_model_config(args.model_path);
     auto spec = device_of(device);

@@ -76,10 +76,23 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                        (stage_bytes / bandwidth + collectives * d.collective_latency_s);
     }
 
+    // Batched decode: B requests in each DP group; a MoE layer sees every attention-DP group's
+    // tokens. A local expert is read when at least one of them chose it.
+    const double B = static_cast<double>(req.decode_batch);
+    const double moe_tokens = B * layout.attn_dp_size();
+    const double k_over_e =
+        c.is_moe() ? static_cast<double>(c.moe.num_experts_per_tok) / static_cast<double>(c.moe.num_experts) : 0.0;
+    const double expert_chosen = 1.0 - std::pow(1.0 - k_over_e, moe_tokens);
+    // Decode attention per token, layer and head: scores and weighted values over the context
+    // (MLA reads its latent rows absorbed: the latent and rope widths, then the latent again).
+    const double decode_attention_width =
+        c.is_mla() ? static_cast<double>(2 * c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) : attn.qk + attn.v;
+    double batch_step_s = 0;
+
     double decode_s = 0;
     StageCost slowest;
     for (int stage = 0; stage < a.pp_size; ++stage) {
-        double decode_stage = 0;
+        double decode_stage = 0, batch_stage = 0;
         StageCost cost;
         for (const RankPlan& r : p.ranks) {
             if (r.coords.pp_rank != stage || r.coords.replica != 0) continue;
@@ -117,8 +130,21 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
             cost.per_token_s = std::max(cost.per_token_s, 2.0 * (dense_weights + expert_read / d.expert_efficiency) /
                                                               elem / flops);
             cost.attention_s = std::max(cost.attention_s, attn.heads * (attn.qk + attn.v) * layers / flops);
+            if (B > 0) {
+                const double local_experts = static_cast<double>(s.moe_layers) * static_cast<double>(s.experts_per_rank);
+                const double all_experts = local_experts * static_cast<double>(s.expert_bytes);
+                const double bytes = weights_read - expert_read + all_experts * expert_chosen / d.expert_bandwidth_efficiency +
+                                     B * S * static_cast<double>(s.kv_bytes_per_token);
+                // 2 FLOPs per weight element: every dense weight (the LM head too) for each of
+                // the group's B tokens, and each routed token's expert on its one rank.
+                const double dense_flops = 2.0 * B * (dense_weights + static_cast<double>(s.lm_head_bytes)) / elem;
+                const double expert_flops = 2.0 * moe_tokens * k_over_e * all_experts / elem / d.expert_efficiency;
+                const double attention_flops = 2.0 * B * S * attn.heads * decode_attention_width * layers;
+                batch_stage = std::max(batch_stage, std::max(bytes / bw, (dense_flops + expert_flops + attention_flops) / flops));
+            }
         }
         decode_s += decode_stage;
+        batch_step_s += batch_stage;
         if (cost.per_token_s * S + cost.attention_s * S * S > slowest.per_token_s * S + slowest.attention_s * S * S)
             slowest = cost;
     }
@@ -139,6 +165,20 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
     e.prefill_tokens_per_s = S / total;
     e.ttft_s = total + (a.pp_size - 1) * longest;
     e.decode_tokens_per_s = 1.0 / (decode_s + decode_comm);
+    if (B > 0) {
+        // The collectives carry every token's bytes and pay their latency once per step.
+        double comm_bytes_s = 0, comm_latency_s = 0;
+        for (const Traffic& t : p.traffic) {
+            const double bandwidth = t.inter_node ? d.inter_node_bandwidth : d.intra_node_bandwidth;
+            const bool send = t.kind == "pp send";
+            const double per_stage = send ? 1.0 : static_cast<double>(t.layers);
+            const double stages = send ? static_cast<double>(t.layers) : a.pp_size;
+            comm_bytes_s += stages * per_stage * static_cast<double>(t.bytes_per_token_per_layer) / bandwidth;
+            comm_latency_s += stages * per_stage * t.syncs * d.collective_latency_s;
+        }
+        e.batch_decode_step_s = batch_step_s + B * comm_bytes_s + comm_latency_s;
+        e.batch_decode_tokens_per_s = B * layout.n_schedulers() / e.batch_decode_step_s;
+    }
     return e;
 }
 

@@ -6,7 +6,12 @@
 //   prefill: the linear FLOPs (2 per weight element) and causal attention (S² x heads x
 //     (d_qk + d_v) per layer) over peak FLOP/s, plus the traffic over the link, chunk by
 //     chunk (fixed chunks, or dynamic ones each as long as the first); the slowest stage
-//     sets the pace, and a lone prompt's last chunk crosses the other P - 1 stages.
+//     sets the pace, and a lone prompt's last chunk crosses the other P - 1 stages;
+//   batched decode (decode_batch requests per DP group): per step, the larger of the bytes
+//     read (each rank's dense weights, the local experts some token chose, every request's
+//     KV) over the bandwidth and the FLOPs (2 per dense weight and token, the chosen
+//     experts', attention over the context) over peak, plus the collectives' bytes for every
+//     token and their latency once.
 // Knobs: DeviceSpec's efficiencies and latency, fitted by bench/plan_calibration.py.
 
 #include <cstdint>
@@ -21,6 +26,8 @@ struct Estimate {
     double ttft_s = 0;
     double prefill_tokens_per_s = 0;
     double decode_tokens_per_s = 0;
+    double batch_decode_tokens_per_s = 0;  // 0 without PlanRequest::decode_batch
+    double batch_decode_step_s = 0;
 };
 
 Estimate estimate(const PlanRequest& request, const Plan& plan, const dist::ParallelLayout& layout);

@@ -336,6 +336,8 @@ StatusOr<Plan> make_plan(const PlanRequest& req) {
         p.ttft_s = e.ttft_s;
         p.decode_tokens_per_s = e.decode_tokens_per_s;
         p.prefill_tokens_per_s = e.prefill_tokens_per_s;
+        p.batch_decode_tokens_per_s = e.batch_decode_tokens_per_s;
+        p.batch_decode_step_s = e.batch_decode_step_s;
         p.micro_batches = e.chunks;
         p.bubble = a.pp_size > 1 ? static_cast<double>(a.pp_size - 1) / (a.pp_size - 1 + p.micro_batches) : 0.0;
     }

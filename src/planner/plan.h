@@ -25,6 +25,9 @@ struct PlanRequest {
     loader::ModelConfig config;
     DeviceSpec device;
     std::int64_t prompt_len = 4096;  // the request TTFT and the bubble are estimated for
+    // Requests decoding at once in each DP group (at a context of prompt_len) for the batched
+    // decode estimate; 0: none.
+    std::int64_t decode_batch = 0;
     std::int64_t host_memory_bytes = 0;  // `cpu`: the host's memory (tests pin it)
     bool suggest_fixes = true;  // search --pp-size for a fix (a sweep does not need one)
 };
@@ -77,6 +80,10 @@ struct Plan {
     double ttft_s = 0;                // one request of prompt_len tokens on an idle launch
     double prefill_tokens_per_s = 0;  // prompts back to back: every stage busy
     double decode_tokens_per_s = 0;   // one request at a context of prompt_len
+    // decode_batch requests in every DP group at once: the launch's output tokens/s and one
+    // step's time (0 when not asked).
+    double batch_decode_tokens_per_s = 0;
+    double batch_decode_step_s = 0;
     std::vector<Check> checks;
     bool fits() const;
 };

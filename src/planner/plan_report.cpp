@@ -68,6 +68,12 @@ std::string render_plan(const Plan& p, const PlanRequest& req) {
                            "{:.3f} s; prompts back to back {:.0f} tokens/s; one request decodes at {:.1f} tokens/s\n",
                            req.device.bandwidth_efficiency, req.device.flops_efficiency, req.prompt_len, p.ttft_s,
                            p.prefill_tokens_per_s, p.decode_tokens_per_s);
+    if (p.batch_decode_tokens_per_s > 0)
+        out << fmt::format("batched decode ({} requests per DP group x {} groups, context {}): step {:.1f} ms, "
+                           "{:.0f} output tokens/s, {:.0f} per device\n",
+                           req.decode_batch, p.batch_decode_tokens_per_s * p.batch_decode_step_s / req.decode_batch,
+                           req.prompt_len, 1e3 * p.batch_decode_step_s, p.batch_decode_tokens_per_s,
+                           p.batch_decode_tokens_per_s / p.world_size);
 
     out << "\nchecks\n";
     for (const Check& check : p.checks)
@@ -121,6 +127,9 @@ std::string plan_json(const Plan& p, const PlanRequest& req) {
     j["estimate"] = {{"ttft_s", p.ttft_s},
                      {"prefill_tokens_per_s", p.prefill_tokens_per_s},
                      {"decode_tokens_per_s", p.decode_tokens_per_s},
+                     {"decode_batch", req.decode_batch},
+                     {"batch_decode_step_s", p.batch_decode_step_s},
+                     {"batch_decode_tokens_per_s", p.batch_decode_tokens_per_s},
                      {"bandwidth_efficiency", req.device.bandwidth_efficiency},
                      {"flops_efficiency", req.device.flops_efficiency},
                      {"expert_efficiency", req.device.expert_efficiency},

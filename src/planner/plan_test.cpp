@@ -159,6 +159,31 @@ TEST(PlanTest, SharedExpertsAreWholeUnderAllToAll) {
     EXPECT_EQ(size.replicated_shared_bytes, 58ll * 3 * 7168 * 2048 * 33 / 32);
 }
 
+// Batched decode: one request per group reads what the single-request estimate reads (its
+// token's experts are 8 of 128, one local expert in expectation), so the two agree; more
+// requests read more experts and KV and run more FLOPs, so throughput grows less than the batch.
+TEST(PlanTest, BatchedDecodeGrowsFromTheSingleRequestEstimate) {
+    auto plan = [](std::int64_t batch, std::int64_t context) {
+        PlanRequest r = request("qwen3-235b-a22b-fp8", "h20", [](server::ServerArgs& a) {
+            a.tp_size = 8;
+            a.ep_size = 8;
+        });
+        r.decode_batch = batch;
+        r.prompt_len = context;
+        return plan_of(r);
+    };
+    const Plan one = plan(1, 2048);
+    ASSERT_GT(one.decode_tokens_per_s, 0);
+    EXPECT_NEAR(one.batch_decode_tokens_per_s / one.decode_tokens_per_s, 1.0, 1e-9);
+    EXPECT_EQ(plan(0, 2048).batch_decode_tokens_per_s, 0) << "not asked";
+    const Plan b64 = plan(64, 2048), b1024 = plan(1024, 2048);
+    EXPECT_GT(b64.batch_decode_tokens_per_s, 8 * one.batch_decode_tokens_per_s);
+    EXPECT_LT(b64.batch_decode_tokens_per_s, 64 * one.batch_decode_tokens_per_s);
+    EXPECT_GT(b1024.batch_decode_tokens_per_s, b64.batch_decode_tokens_per_s);
+    EXPECT_LT(b1024.batch_decode_tokens_per_s, 16 * b64.batch_decode_tokens_per_s);
+    EXPECT_GT(plan(64, 8192).batch_decode_step_s, b64.batch_decode_step_s) << "four times the KV to read";
+}
+
 TEST(PlanTest, WhatDoesNotFitGetsOneFixThatWorks) {
     // DeepSeek-V3 in fp8 on 8 H20s: 88 GB of weights per rank. More memory cannot help; a
     // second stage (and node) does.
