@@ -125,8 +125,11 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                                                       bw);
             const double layers = static_cast<double>(s.end_layer - s.first_layer);
             // Routed experts run as many small GEMMs (a few rows each): their own efficiency.
+            // Shared experts held whole run each token on one rank of the EP group.
+            const double shared = static_cast<double>(s.shared_expert_bytes);
+            const double shared_share = s.shared_experts_whole ? 1.0 / a.ep_size : 1.0;
             const double dense_weights = weights_read - static_cast<double>(s.lm_head_bytes) - expert_read -
-                                         static_cast<double>(s.replicated_shared_bytes) * (a.ep_size - 1) / a.ep_size;
+                                         shared * (1.0 - shared_share);
             cost.per_token_s = std::max(cost.per_token_s, 2.0 * (dense_weights + expert_read / d.expert_efficiency) /
                                                               elem / flops);
             cost.attention_s = std::max(cost.attention_s, attn.heads * (attn.qk + attn.v) * layers / flops);
@@ -136,8 +139,13 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                 const double bytes = weights_read - expert_read + all_experts * expert_chosen / d.expert_bandwidth_efficiency +
                                      B * S * static_cast<double>(s.kv_bytes_per_token);
                 // 2 FLOPs per weight element: every dense weight (the LM head too) for each of
-                // the group's B tokens, and each routed token's expert on its one rank.
-                const double dense_flops = 2.0 * B * (dense_weights + static_cast<double>(s.lm_head_bytes)) / elem;
+                // the group's B tokens, the shared experts for every token the MoE sees (whole
+                // ones for the rank's share of them), and each routed token's expert on its
+                // one rank.
+                const double dense_flops =
+                    2.0 * (B * (dense_weights - shared * shared_share + static_cast<double>(s.lm_head_bytes)) +
+                           moe_tokens * shared_share * shared) /
+                    elem;
                 const double expert_flops = 2.0 * moe_tokens * k_over_e * all_experts / elem / d.expert_efficiency;
                 const double attention_flops = 2.0 * B * S * attn.heads * decode_attention_width * layers;
                 batch_stage = std::max(batch_stage, std::max(bytes / bw, (dense_flops + expert_flops + attention_flops) / flops));

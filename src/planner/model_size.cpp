@@ -192,7 +192,8 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
             TSR_ASSIGN_OR_RETURN(std::int64_t shared, gated_mlp(p + "mlp.shared_experts.", H, shared_cut,
                                                                 c.moe.shared_expert_intermediate_size, t.linear, t));
             bytes += shared;
-            if (replicated) out.replicated_shared_bytes += shared;
+            out.shared_expert_bytes += shared;
+            out.shared_experts_whole = replicated;
         }
     }
     out.weight_bytes = bytes;

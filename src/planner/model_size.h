@@ -63,9 +63,10 @@ struct RankSize {
     std::int64_t expert_bytes = 0;      // one local expert's slice
     std::int64_t moe_layers = 0;        // of the stage
     std::int64_t experts_per_rank = 0;  // physical experts per MoE layer on this rank
-    // Shared experts held whole on every rank (all_to_all): all of it is read per step, but
-    // each token runs them on one rank of the EP group.
-    std::int64_t replicated_shared_bytes = 0;
+    // The shared experts this rank holds: a TP slice that runs on every token the MoE sees,
+    // or, whole on every rank (all_to_all), all of them for the tokens this rank owns.
+    std::int64_t shared_expert_bytes = 0;
+    bool shared_experts_whole = false;
     int first_layer = 0;
     int end_layer = 0;
 };

@@ -156,7 +156,8 @@ TEST(PlanTest, SharedExpertsAreWholeUnderAllToAll) {
     const RankSize& size = a2a.ranks.front().size;
     // 58 MoE layers, each with a whole shared expert: 3 × 7168 × 2048 fp8 codes, plus one f32
     // scale per 16 outputs × 128 inputs as the kernels pack them (1/32 more).
-    EXPECT_EQ(size.replicated_shared_bytes, 58ll * 3 * 7168 * 2048 * 33 / 32);
+    EXPECT_TRUE(size.shared_experts_whole);
+    EXPECT_EQ(size.shared_expert_bytes, 58ll * 3 * 7168 * 2048 * 33 / 32);
 }
 
 // Batched decode: one request per group reads what the single-request estimate reads (its
