@@ -89,11 +89,15 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         c.is_mla() ? static_cast<double>(2 * c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) : attn.qk + attn.v;
     double batch_step_s = 0;
 
+    // Every DP group prefilling at once: a MoE layer then runs every group's tokens, so per token
+    // of its own group a rank does the shared and routed expert work of all G groups' tokens.
+    const double groups_per_moe = layout.attn_dp_size();
+
     double decode_s = 0;
-    StageCost slowest;
+    StageCost slowest, slowest_busy;
     for (int stage = 0; stage < a.pp_size; ++stage) {
         double decode_stage = 0, batch_stage = 0;
-        StageCost cost;
+        StageCost cost, busy;
         for (const RankPlan& r : p.ranks) {
             if (r.coords.pp_rank != stage || r.coords.replica != 0) continue;
             double bw = d.memory_bandwidth, flops = d.flops;
@@ -132,7 +136,14 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                                          shared * (1.0 - shared_share);
             cost.per_token_s = std::max(cost.per_token_s, 2.0 * (dense_weights + expert_read / d.expert_efficiency) /
                                                               elem / flops);
+            busy.per_token_s = std::max(
+                busy.per_token_s,
+                2.0 *
+                    (dense_weights - shared * shared_share +
+                     groups_per_moe * (shared * shared_share + expert_read / d.expert_efficiency)) /
+                    elem / flops);
             cost.attention_s = std::max(cost.attention_s, attn.heads * (attn.qk + attn.v) * layers / flops);
+            busy.attention_s = cost.attention_s;
             if (B > 0) {
                 const double local_experts = static_cast<double>(s.moe_layers) * static_cast<double>(s.experts_per_rank);
                 const double all_experts = local_experts * static_cast<double>(s.expert_bytes);
@@ -153,24 +164,32 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         }
         decode_s += decode_stage;
         batch_step_s += batch_stage;
-        if (cost.per_token_s * S + cost.attention_s * S * S > slowest.per_token_s * S + slowest.attention_s * S * S)
-            slowest = cost;
+        const auto longer = [S](const StageCost& x, const StageCost& y) {
+            return x.per_token_s * S + x.attention_s * S * S > y.per_token_s * S + y.attention_s * S * S;
+        };
+        if (longer(cost, slowest)) slowest = cost;
+        if (longer(busy, slowest_busy)) slowest_busy = busy;
     }
     slowest.per_token_s += stage_comm_per_token;
+    slowest_busy.per_token_s += stage_comm_per_token;
 
     const double chunk = p.chunked_prefill_size > 0 ? static_cast<double>(p.chunked_prefill_size) : S;
-    std::vector<double> times = chunk_times(slowest, S, chunk, a.enable_dynamic_chunking && a.pp_size > 1);
+    const bool dynamic = a.enable_dynamic_chunking && a.pp_size > 1;
+    std::vector<double> times = chunk_times(slowest, S, chunk, dynamic);
     for (double& t : times) t += stage_latency;
     double total = 0, longest = 0;
     for (double t : times) {
         total += t;
         longest = std::max(longest, t);
     }
+    double total_busy = 0;
+    for (double t : chunk_times(slowest_busy, S, chunk, dynamic)) total_busy += t + stage_latency;
     Estimate e;
     e.chunks = static_cast<std::int64_t>(times.size());
     // Back to back, every stage busy: the slowest stage's work per prompt. Alone: the chunks
     // through the first stage, then the last chunk through the other P - 1.
     e.prefill_tokens_per_s = S / total;
+    e.all_groups_prefill_tokens_per_s = layout.n_schedulers() * S / total_busy;
     e.ttft_s = total + (a.pp_size - 1) * longest;
     e.decode_tokens_per_s = 1.0 / (decode_s + decode_comm);
     if (B > 0) {

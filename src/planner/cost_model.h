@@ -7,6 +7,8 @@
 //     (d_qk + d_v) per layer) over peak FLOP/s, plus the traffic over the link, chunk by
 //     chunk (fixed chunks, or dynamic ones each as long as the first); the slowest stage
 //     sets the pace, and a lone prompt's last chunk crosses the other P - 1 stages;
+//   prefill with every DP group busy: each group's prompts back to back, a rank doing its
+//     share of every group's expert work per token of its own group;
 //   batched decode (decode_batch requests per DP group): per step, the larger of the bytes
 //     read (each rank's dense weights, the local experts some token chose, every request's
 //     KV) over the bandwidth and the FLOPs (2 per dense weight and token, the chosen
@@ -26,6 +28,7 @@ struct Estimate {
     double ttft_s = 0;
     double prefill_tokens_per_s = 0;
     double decode_tokens_per_s = 0;
+    double all_groups_prefill_tokens_per_s = 0;  // every DP group (and replica) prefilling at once
     double batch_decode_tokens_per_s = 0;  // 0 without PlanRequest::decode_batch
     double batch_decode_step_s = 0;
 };

@@ -336,6 +336,7 @@ StatusOr<Plan> make_plan(const PlanRequest& req) {
         p.ttft_s = e.ttft_s;
         p.decode_tokens_per_s = e.decode_tokens_per_s;
         p.prefill_tokens_per_s = e.prefill_tokens_per_s;
+        p.all_groups_prefill_tokens_per_s = e.all_groups_prefill_tokens_per_s;
         p.batch_decode_tokens_per_s = e.batch_decode_tokens_per_s;
         p.batch_decode_step_s = e.batch_decode_step_s;
         p.micro_batches = e.chunks;

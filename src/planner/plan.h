@@ -79,6 +79,8 @@ struct Plan {
     double bubble = 0;               // (P - 1) / (P - 1 + M)
     double ttft_s = 0;                // one request of prompt_len tokens on an idle launch
     double prefill_tokens_per_s = 0;  // prompts back to back: every stage busy
+    // The same in every DP group (and replica) at once: the launch's input tokens/s.
+    double all_groups_prefill_tokens_per_s = 0;
     double decode_tokens_per_s = 0;   // one request at a context of prompt_len
     // decode_batch requests in every DP group at once: the launch's output tokens/s and one
     // step's time (0 when not asked).

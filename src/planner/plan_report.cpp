@@ -68,6 +68,9 @@ std::string render_plan(const Plan& p, const PlanRequest& req) {
                            "{:.3f} s; prompts back to back {:.0f} tokens/s; one request decodes at {:.1f} tokens/s\n",
                            req.device.bandwidth_efficiency, req.device.flops_efficiency, req.prompt_len, p.ttft_s,
                            p.prefill_tokens_per_s, p.decode_tokens_per_s);
+    if (p.all_groups_prefill_tokens_per_s > p.prefill_tokens_per_s)
+        out << fmt::format("every DP group prefilling at once: {:.0f} input tokens/s, {:.0f} per device\n",
+                           p.all_groups_prefill_tokens_per_s, p.all_groups_prefill_tokens_per_s / p.world_size);
     if (p.batch_decode_tokens_per_s > 0)
         out << fmt::format("batched decode ({} requests per DP group x {} groups, context {}): step {:.1f} ms, "
                            "{:.0f} output tokens/s, {:.0f} per device\n",
@@ -126,6 +129,7 @@ std::string plan_json(const Plan& p, const PlanRequest& req) {
                      {"prompt_len", req.prompt_len}};
     j["estimate"] = {{"ttft_s", p.ttft_s},
                      {"prefill_tokens_per_s", p.prefill_tokens_per_s},
+                     {"all_groups_prefill_tokens_per_s", p.all_groups_prefill_tokens_per_s},
                      {"decode_tokens_per_s", p.decode_tokens_per_s},
                      {"decode_batch", req.decode_batch},
                      {"batch_decode_step_s", p.batch_decode_step_s},

@@ -185,6 +185,30 @@ TEST(PlanTest, BatchedDecodeGrowsFromTheSingleRequestEstimate) {
     EXPECT_GT(plan(64, 8192).batch_decode_step_s, b64.batch_decode_step_s) << "four times the KV to read";
 }
 
+// Every DP group prefilling at once: one group is the single-group figure; replicas multiply
+// it; DP-attention groups multiply it less, because each rank also runs its share of the
+// other groups' expert work.
+TEST(PlanTest, AllGroupsPrefillScalesWithTheGroups) {
+    auto plan = [](int dp, bool dp_attention) {
+        return plan_of(request("deepseek-v3", "h800", [&](server::ServerArgs& a) {
+            a.tp_size = 16;
+            a.ep_size = 16;
+            a.dp_size = dp;
+            a.enable_dp_attention = dp_attention;
+            a.nnodes = 2 * (dp_attention ? 1 : dp);
+            a.dist_init_addr = "10.0.0.1:5000";
+        }));
+    };
+    const Plan one = plan(1, false);
+    ASSERT_GT(one.prefill_tokens_per_s, 0);
+    EXPECT_NEAR(one.all_groups_prefill_tokens_per_s / one.prefill_tokens_per_s, 1.0, 1e-9);
+    const Plan replicas = plan(2, false);
+    EXPECT_NEAR(replicas.all_groups_prefill_tokens_per_s / replicas.prefill_tokens_per_s, 2.0, 1e-9);
+    const Plan dpa = plan(8, true);
+    EXPECT_GT(dpa.all_groups_prefill_tokens_per_s, 1.5 * dpa.prefill_tokens_per_s);
+    EXPECT_LT(dpa.all_groups_prefill_tokens_per_s, 8 * dpa.prefill_tokens_per_s);
+}
+
 TEST(PlanTest, WhatDoesNotFitGetsOneFixThatWorks) {
     // DeepSeek-V3 in fp8 on 8 H20s: 88 GB of weights per rank. More memory cannot help; a
     // second stage (and node) does.
