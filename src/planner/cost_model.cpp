@@ -63,8 +63,9 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
     const double elem = static_cast<double>(dtype_size(p.types.linear));
     const AttentionWidth attn = attention_width(c, layout.attn_tp_size());
 
-    // Traffic of one stage per token: its own collectives and one boundary's send.
-    double stage_comm_per_token = 0, stage_latency = 0, decode_comm = 0;
+    // Traffic of one stage per token: its own collectives and one boundary's send; and of a
+    // decode step through every stage: its bytes per token and its latency.
+    double stage_comm_per_token = 0, stage_latency = 0, decode_comm_bytes_s = 0, decode_comm_latency_s = 0;
     for (const Traffic& t : p.traffic) {
         const double bandwidth = t.inter_node ? d.inter_node_bandwidth : d.intra_node_bandwidth;
         const bool send = t.kind == "pp send";
@@ -72,8 +73,9 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         const double collectives = t.syncs * (send ? 1.0 : static_cast<double>(t.layers));
         stage_comm_per_token += stage_bytes / bandwidth;
         stage_latency += collectives * d.collective_latency_s;
-        decode_comm += (send ? static_cast<double>(t.layers) : a.pp_size) *
-                       (stage_bytes / bandwidth + collectives * d.collective_latency_s);
+        const double stages = send ? static_cast<double>(t.layers) : a.pp_size;
+        decode_comm_bytes_s += stages * stage_bytes / bandwidth;
+        decode_comm_latency_s += stages * collectives * d.collective_latency_s;
     }
 
     // Batched decode: B requests in each DP group; a MoE layer sees every attention-DP group's
@@ -191,19 +193,10 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
     e.prefill_tokens_per_s = S / total;
     e.all_groups_prefill_tokens_per_s = layout.n_schedulers() * S / total_busy;
     e.ttft_s = total + (a.pp_size - 1) * longest;
-    e.decode_tokens_per_s = 1.0 / (decode_s + decode_comm);
+    e.decode_tokens_per_s = 1.0 / (decode_s + decode_comm_bytes_s + decode_comm_latency_s);
     if (B > 0) {
         // The collectives carry every token's bytes and pay their latency once per step.
-        double comm_bytes_s = 0, comm_latency_s = 0;
-        for (const Traffic& t : p.traffic) {
-            const double bandwidth = t.inter_node ? d.inter_node_bandwidth : d.intra_node_bandwidth;
-            const bool send = t.kind == "pp send";
-            const double per_stage = send ? 1.0 : static_cast<double>(t.layers);
-            const double stages = send ? static_cast<double>(t.layers) : a.pp_size;
-            comm_bytes_s += stages * per_stage * static_cast<double>(t.bytes_per_token_per_layer) / bandwidth;
-            comm_latency_s += stages * per_stage * t.syncs * d.collective_latency_s;
-        }
-        e.batch_decode_step_s = batch_step_s + B * comm_bytes_s + comm_latency_s;
+        e.batch_decode_step_s = batch_step_s + B * decode_comm_bytes_s + decode_comm_latency_s;
         e.batch_decode_tokens_per_s = B * layout.n_schedulers() / e.batch_decode_step_s;
     }
     return e;

@@ -74,7 +74,7 @@ std::string render_plan(const Plan& p, const PlanRequest& req) {
     if (p.batch_decode_tokens_per_s > 0)
         out << fmt::format("batched decode ({} requests per DP group x {} groups, context {}): step {:.1f} ms, "
                            "{:.0f} output tokens/s, {:.0f} per device\n",
-                           req.decode_batch, p.batch_decode_tokens_per_s * p.batch_decode_step_s / req.decode_batch,
+                           req.decode_batch, p.parallel.dp_size,
                            req.prompt_len, 1e3 * p.batch_decode_step_s, p.batch_decode_tokens_per_s,
                            p.batch_decode_tokens_per_s / p.world_size);
 
