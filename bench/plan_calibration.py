@@ -239,13 +239,14 @@ def published_cases(t):
     prefill 52.3k input tokens/s (DP-attention + DeepEP over 4 nodes, EP32 with 288 physical
     experts: our reading of the setup), decode 22.3k output tokens/s (9 nodes, EP72; the
     reported ~100 ms inter-token latency at 2.8k tokens/s per GPU implies ~256 running requests
-    per GPU). Planned with the h100 preset's figures, nothing fitted."""
+    per GPU). Both ran DeepEP (normal kernels for prefill, low-latency for decode) with two-batch
+    overlap, and are planned so. Planned with the h100 preset's figures, nothing fitted."""
     ds = os.path.join(CONFIGS, "deepseek-v3")
 
     def layout(ranks):
         return ["--model-path", ds, "--device-preset", "h100", "--prompt-len", "2000", "--tp", str(ranks), "--dp",
                 str(ranks), "--enable-dp-attention", "--ep", str(ranks), "--ep-num-redundant-experts", "32",
-                "--moe-dense-tp-size", "1", "--moe-a2a-backend", "all_to_all", "--nnodes", str(ranks // 8),
+                "--moe-dense-tp-size", "1", "--moe-a2a-backend", "deepep", "--enable-two-batch-overlap", "--nnodes", str(ranks // 8),
                 "--dist-init-addr", "10.0.0.1:5000"]
 
     prefill = plan(t, layout(32))["estimate"]

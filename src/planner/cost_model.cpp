@@ -71,12 +71,22 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         const bool send = t.kind == "pp send";
         const double stage_bytes = static_cast<double>(t.bytes_per_token_per_layer) * (send ? 1.0 : t.layers);
         const double collectives = t.syncs * (send ? 1.0 : static_cast<double>(t.layers));
-        stage_comm_per_token += stage_bytes / bandwidth;
-        stage_latency += collectives * d.collective_latency_s;
-        const double stages = send ? static_cast<double>(t.layers) : a.pp_size;
-        decode_comm_bytes_s += stages * stage_bytes / bandwidth;
-        decode_comm_latency_s += stages * collectives * d.collective_latency_s;
+        if (t.phase != TrafficPhase::kDecode) {
+            stage_comm_per_token += stage_bytes / bandwidth;
+            stage_latency += collectives * d.collective_latency_s;
+        }
+        if (t.phase != TrafficPhase::kPrefill) {
+            const double stages = send ? static_cast<double>(t.layers) : a.pp_size;
+            decode_comm_bytes_s += stages * stage_bytes / bandwidth;
+            decode_comm_latency_s += stages * collectives * d.collective_latency_s;
+        }
     }
+    // Two-batch overlap (SGLang's --enable-two-batch-overlap) splits a batch in two and moves
+    // one half's bytes while the other computes (two_batch_overlap.py): the slower of the two
+    // sets the pace. A lone decoding request cannot be split.
+    const auto with_comm = [&a](double compute_s, double comm_s) {
+        return a.enable_two_batch_overlap ? std::max(compute_s, comm_s) : compute_s + comm_s;
+    };
 
     // Batched decode: B requests in each DP group; a MoE layer sees every attention-DP group's
     // tokens. A local expert is read when at least one of them chose it.
@@ -172,8 +182,8 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         if (longer(cost, slowest)) slowest = cost;
         if (longer(busy, slowest_busy)) slowest_busy = busy;
     }
-    slowest.per_token_s += stage_comm_per_token;
-    slowest_busy.per_token_s += stage_comm_per_token;
+    slowest.per_token_s = with_comm(slowest.per_token_s, stage_comm_per_token);
+    slowest_busy.per_token_s = with_comm(slowest_busy.per_token_s, stage_comm_per_token);
 
     const double chunk = p.chunked_prefill_size > 0 ? static_cast<double>(p.chunked_prefill_size) : S;
     const bool dynamic = a.enable_dynamic_chunking && a.pp_size > 1;
@@ -196,7 +206,7 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
     e.decode_tokens_per_s = 1.0 / (decode_s + decode_comm_bytes_s + decode_comm_latency_s);
     if (B > 0) {
         // The collectives carry every token's bytes and pay their latency once per step.
-        e.batch_decode_step_s = batch_step_s + B * decode_comm_bytes_s + decode_comm_latency_s;
+        e.batch_decode_step_s = with_comm(batch_step_s, B * decode_comm_bytes_s) + decode_comm_latency_s;
         e.batch_decode_tokens_per_s = B * layout.n_schedulers() / e.batch_decode_step_s;
     }
     return e;

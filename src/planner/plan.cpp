@@ -43,7 +43,8 @@ RankPlace place_of(const server::ServerArgs& a, const dist::ParallelLayout& layo
     place.dp_attention = layout.attn_dp_size() > 1;
     place.dp_lm_head = place.dp_attention && a.enable_dp_lm_head;
     place.dense_mlp_replicated = a.moe_dense_tp_size == 1;
-    place.moe_all_to_all = a.moe_a2a_backend == "all_to_all";
+    // SGLang's DeepEP also keeps shared experts whole (deepseek_v2.py DeepseekV2MoE.__init__).
+    place.moe_all_to_all = a.moe_a2a_backend == "all_to_all" || a.moe_a2a_backend == "deepep";
     return place;
 }
 
@@ -158,46 +159,123 @@ bool crosses_nodes(const dist::ParallelLayout& layout, dist::GroupKind kind) {
     return false;
 }
 
-// Seed 003's per-token volumes, per layer and per rank, in the activation type.
-std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayout& layout, std::int64_t act_bytes,
-                                std::int64_t layers_per_stage) {
+// The most nodes any group of `kind` spans.
+int nodes_spanned(const dist::ParallelLayout& layout, dist::GroupKind kind) {
+    std::size_t most = 1;
+    for (const auto& group : layout.groups(kind)) {
+        std::set<int> nodes;
+        for (int r : group) nodes.insert(layout.coords(r).node);
+        most = std::max(most, nodes.size());
+    }
+    return static_cast<int>(most);
+}
+
+// How many nodes other than its own one token's routed experts sit on, on average, with the
+// experts spread evenly over `nodes` nodes. DeepSeek's grouped routing keeps a token's experts
+// in topk_group of n_group groups, and DeepSeek's balancer keeps whole groups on a node when
+// the nodes divide the groups (eplb/deepseek.py rebalance_experts_hierarchical): a node is
+// missed when none of its groups is picked. Otherwise top_k experts are drawn from them all.
+double remote_nodes_per_token(const loader::ModelConfig& c, int nodes) {
+    if (nodes <= 1) return 0.0;
+    const bool grouped = c.moe.n_group > 1 && c.moe.topk_group < c.moe.n_group && c.moe.n_group % nodes == 0;
+    const double total = static_cast<double>(grouped ? c.moe.n_group : c.moe.num_experts);
+    const double picks = static_cast<double>(grouped ? c.moe.topk_group : c.moe.num_experts_per_tok);
+    const double per_node = total / nodes;
+    double missed = 1.0;  // C(total - per_node, picks) / C(total, picks)
+    for (double i = 0; i < picks; ++i) missed *= std::max(0.0, total - per_node - i) / (total - i);
+    return (nodes - 1) * (1.0 - missed);
+}
+
+// Seed 003's per-token volumes, per layer and per rank, in the activation type. MoE traffic
+// happens at the stage's MoE layers only (DeepSeek's first layers are dense).
+std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayout& layout, const WeightTypes& types,
+                                std::int64_t layers_per_stage, std::int64_t moe_layers_per_stage) {
     const server::ServerArgs& a = req.args;
     const loader::ModelConfig& c = req.config;
     const std::int64_t H = c.hidden_size;
+    const auto act_bytes = static_cast<std::int64_t>(dtype_size(types.compute));
+    const std::int64_t dense_layers = layers_per_stage - moe_layers_per_stage;
     std::vector<Traffic> out;
     const int attn_tp = layout.attn_tp_size();
     const int tp = a.tp_size;
     auto ring = [](int n, double bytes) { return static_cast<std::int64_t>(2.0 * (n - 1) / n * bytes); };
-    const bool all_to_all = c.is_moe() && a.ep_size > 1 && a.moe_a2a_backend == "all_to_all";
+    const bool expert_parallel = c.is_moe() && a.ep_size > 1;
+    const bool all_to_all = expert_parallel && a.moe_a2a_backend == "all_to_all";
+    // SGLang's DeepEP, planned as SGLang runs it on GPUs (tessera serve refuses it).
+    const bool deepep = expert_parallel && a.moe_a2a_backend == "deepep";
     if (!a.enable_dp_attention && tp > 1) {
         // With an all-to-all dispatcher a MoE layer's output returns through the combine,
-        // shared experts included (layers/moe.cpp dispatch_all_to_all).
-        const bool mlp_reduce = !all_to_all;
+        // shared experts included (layers/moe.cpp dispatch_all_to_all); dense layers still
+        // all-reduce their MLP.
+        const bool mlp_reduce = !all_to_all && !deepep;
         const int reduces = mlp_reduce ? 2 : 1;
         out.push_back({"tp all-reduce", reduces * ring(tp, static_cast<double>(H * act_bytes)), layers_per_stage,
                        reduces, crosses_nodes(layout, dist::GroupKind::kTp),
                        mlp_reduce ? "2 all-reduces (after attention, after the MLP) x 2(T-1)/T x H x bytes"
                                   : "1 all-reduce (after attention) x 2(T-1)/T x H x bytes"});
+        if (!mlp_reduce && dense_layers > 0)
+            out.push_back({"tp all-reduce, dense mlp", ring(tp, static_cast<double>(H * act_bytes)), dense_layers, 1,
+                           crosses_nodes(layout, dist::GroupKind::kTp),
+                           "1 all-reduce after each dense layer's MLP x 2(T-1)/T x H x bytes"});
     }
     if (a.enable_dp_attention) {
         if (attn_tp > 1)
             out.push_back({"attention-tp all-reduce", ring(attn_tp, static_cast<double>(H * act_bytes)),
                            layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kAttnTp),
                            "1 all-reduce after attention x 2(A-1)/A x H x bytes"});
-        out.push_back({"dp-attention gather + scatter",
-                       static_cast<std::int64_t>(2.0 * (tp - 1) / tp * static_cast<double>(H * act_bytes)),
-                       layers_per_stage, 2, crosses_nodes(layout, dist::GroupKind::kTp),
-                       "all-gather before the MLP/MoE + reduce-scatter after: 2 x (T-1)/T x H x bytes"});
+        // Under DeepEP a MoE layer's tokens stay with their DP group, and so do a dense
+        // layer's with --moe-dense-tp-size 1 (SGLang's communicator.py
+        // LayerScatterModes._compute_mlp_mode): only the other layers gather.
+        const std::int64_t gathering =
+            deepep ? (a.moe_dense_tp_size == 1 ? 0 : dense_layers) : layers_per_stage;
+        if (gathering > 0)
+            out.push_back({"dp-attention gather + scatter",
+                           static_cast<std::int64_t>(2.0 * (tp - 1) / tp * static_cast<double>(H * act_bytes)),
+                           gathering, 2, crosses_nodes(layout, dist::GroupKind::kTp),
+                           "all-gather before the MLP/MoE + reduce-scatter after: 2 x (T-1)/T x H x bytes"});
     }
+    const double top_k = static_cast<double>(c.moe.num_experts_per_tok);
+    const double share = static_cast<double>(a.ep_size - 1) / a.ep_size;
     if (all_to_all) {
-        const double share = static_cast<double>(a.ep_size - 1) / a.ep_size;
         // The dispatch follows the router and the all-gather the combine: only the combine
         // waits for compute (the experts).
-        out.push_back({"ep dispatch + combine",
-                       static_cast<std::int64_t>(2.0 * static_cast<double>(c.moe.num_experts_per_tok) * share *
-                                                 static_cast<double>(H * act_bytes)),
-                       layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kMoeEp),
+        out.push_back({"ep dispatch + combine", static_cast<std::int64_t>(2.0 * top_k * share * static_cast<double>(H * act_bytes)),
+                       moe_layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kMoeEp),
                        "top_k x (E-1)/E of the rows sent out and back: 2 x top_k x (ep-1)/ep x H x bytes"});
+    }
+    if (deepep) {
+        // DeepEP dispatches fp8 rows with one f32 scale per 128 (for DeepGEMM's fp8 experts;
+        // bf16 otherwise) and combines in the activation type.
+        const bool fp8 = types.linear == DType::kF8E4M3;
+        const double dispatch_row = fp8 ? static_cast<double>(H) * (1.0 + 4.0 / 128.0) : static_cast<double>(H * act_bytes);
+        const double row = dispatch_row + static_cast<double>(H * act_bytes);
+        const char* row_text = fp8 ? "(H x 1.03 fp8 + H x bytes)" : "2 x H x bytes";
+        const bool normal_prefill = a.deepep_mode != "low_latency";
+        const bool low_latency_decode = a.deepep_mode != "normal";
+        auto phase = [](bool prefill, bool decode) {
+            return prefill && decode ? TrafficPhase::kEvery : prefill ? TrafficPhase::kPrefill : TrafficPhase::kDecode;
+        };
+        const int nodes = nodes_spanned(layout, dist::GroupKind::kMoeEp);
+        // Normal kernels send a token once to each other node holding one of its experts
+        // (RDMA), which forwards it to those experts' GPUs there over NVLink.
+        const bool uses_normal = normal_prefill || !low_latency_decode;
+        const TrafficPhase normal = phase(normal_prefill, !low_latency_decode);
+        if (uses_normal && nodes > 1)
+            out.push_back({"ep dispatch + combine (DeepEP normal, between nodes)",
+                           static_cast<std::int64_t>(remote_nodes_per_token(c, nodes) * row), moe_layers_per_stage, 1,
+                           true, fmt::format("other nodes a token's experts are on ({:.2f}) x {}",
+                                             remote_nodes_per_token(c, nodes), row_text),
+                           normal});
+        if (uses_normal)
+            out.push_back({"ep dispatch + combine (DeepEP normal, inside nodes)",
+                           static_cast<std::int64_t>(top_k * share * row), moe_layers_per_stage, 1, false,
+                           fmt::format("top_k x (ep-1)/ep rows forwarded over NVLink x {}", row_text), normal});
+        // Low-latency kernels send every (token, expert) pair straight to the expert's GPU.
+        if (!normal_prefill || low_latency_decode)
+            out.push_back({"ep dispatch + combine (DeepEP low-latency)",
+                           static_cast<std::int64_t>(top_k * share * row), moe_layers_per_stage, 1, nodes > 1,
+                           fmt::format("top_k x (ep-1)/ep rows x {}", row_text),
+                           phase(!normal_prefill, low_latency_decode)});
     }
     if (a.pp_size > 1) {
         out.push_back({"pp send", 2 * H * act_bytes, a.pp_size - 1, 1, crosses_nodes(layout, dist::GroupKind::kPp),
@@ -324,9 +402,15 @@ StatusOr<Plan> make_plan(const PlanRequest& req) {
     }
 
     // Traffic, bubble and the roofline estimate.
-    const std::int64_t act_bytes = static_cast<std::int64_t>(dtype_size(p.types.compute));
     const std::int64_t layers_per_stage = (c.num_hidden_layers + a.pp_size - 1) / a.pp_size;
-    p.traffic = traffic_of(req, layout, act_bytes, layers_per_stage);
+    std::int64_t moe_layers_per_stage = 0;
+    for (std::int64_t stage = 0; stage < a.pp_size; ++stage) {
+        std::int64_t moe_layers = 0;
+        for (std::int64_t l = stage * layers_per_stage; l < std::min(c.num_hidden_layers, (stage + 1) * layers_per_stage); ++l)
+            moe_layers += c.is_moe_layer(l) ? 1 : 0;
+        moe_layers_per_stage = std::max(moe_layers_per_stage, moe_layers);
+    }
+    p.traffic = traffic_of(req, layout, p.types, layers_per_stage, moe_layers_per_stage);
     const std::int64_t chunk = p.chunked_prefill_size > 0 ? p.chunked_prefill_size : req.prompt_len;
     p.micro_batches = (req.prompt_len + chunk - 1) / chunk;
     p.bubble = a.pp_size > 1 ? static_cast<double>(a.pp_size - 1) / (a.pp_size - 1 + p.micro_batches) : 0.0;

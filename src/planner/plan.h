@@ -40,6 +40,10 @@ struct RankPlan {
     std::string error;  // this rank cannot start (the plan's first failing check names it)
 };
 
+// Which forward passes a collective runs in: DeepEP dispatches prefill and decode batches with
+// different kernels (normal and low-latency), which move different bytes.
+enum class TrafficPhase { kEvery, kPrefill, kDecode };
+
 // Bytes one token moves per layer (or per stage boundary) on each rank, and where.
 struct Traffic {
     std::string kind;   // "tp all-reduce", "pp send", "ep dispatch+combine", "dp-attention gather+scatter"
@@ -51,6 +55,7 @@ struct Traffic {
     int syncs = 1;
     bool inter_node = false;
     std::string formula;
+    TrafficPhase phase = TrafficPhase::kEvery;
 };
 
 struct Check {

@@ -14,6 +14,24 @@ namespace {
 
 std::string gb(std::int64_t bytes) { return bytes_text(bytes); }
 
+const char* phase_name(TrafficPhase phase) {
+    switch (phase) {
+        case TrafficPhase::kPrefill: return "prefill";
+        case TrafficPhase::kDecode: return "decode";
+        case TrafficPhase::kEvery: break;
+    }
+    return "every";
+}
+
+const char* phase_note(TrafficPhase phase) {
+    switch (phase) {
+        case TrafficPhase::kPrefill: return ", prefill only";
+        case TrafficPhase::kDecode: return ", decode only";
+        case TrafficPhase::kEvery: break;
+    }
+    return "";
+}
+
 std::string coords_text(const dist::RankCoords& c, const dist::ParallelConfig& p) {
     std::string s = fmt::format("tp {} pp {}", c.tp_rank, c.pp_rank);
     if (p.dp_size > 1 && !p.enable_dp_attention) s += fmt::format(" dp {}", c.replica);
@@ -56,9 +74,9 @@ std::string render_plan(const Plan& p, const PlanRequest& req) {
     out << "\ncommunication per token (each rank)\n";
     if (p.traffic.empty()) out << "  none: one rank\n";
     for (const Traffic& t : p.traffic)
-        out << fmt::format("  {:<30} {:>9} B per layer x {:>3} = {:>10} B  ({}; {})\n", t.kind,
+        out << fmt::format("  {:<30} {:>9} B per layer x {:>3} = {:>10} B  ({}{}; {})\n", t.kind,
                            t.bytes_per_token_per_layer, t.layers, t.bytes_per_token_per_layer * t.layers,
-                           t.inter_node ? "between nodes" : "inside a node", t.formula);
+                           t.inter_node ? "between nodes" : "inside a node", phase_note(t.phase), t.formula);
     if (p.pp_size > 1)
         out << fmt::format("\npipeline bubble for a {}-token prompt: (P-1)/(P-1+M) = {}/{} = {:.3f} (M = {} chunks, {} {})\n",
                            req.prompt_len, p.pp_size - 1, p.pp_size - 1 + p.micro_batches, p.bubble, p.micro_batches,
@@ -77,6 +95,9 @@ std::string render_plan(const Plan& p, const PlanRequest& req) {
                            req.decode_batch, p.parallel.dp_size,
                            req.prompt_len, 1e3 * p.batch_decode_step_s, p.batch_decode_tokens_per_s,
                            p.batch_decode_tokens_per_s / p.world_size);
+    if (p.ttft_s > 0 && a.enable_two_batch_overlap)
+        out << "two-batch overlap: a prompt's and a decode batch's traffic moves while their other half computes "
+               "(the slower of the two counts); a lone decoding request is not split\n";
 
     out << "\nchecks\n";
     for (const Check& check : p.checks)
@@ -123,6 +144,7 @@ std::string plan_json(const Plan& p, const PlanRequest& req) {
                            {"syncs", t.syncs},
                            {"bytes_per_token", t.bytes_per_token_per_layer * t.layers},
                            {"inter_node", t.inter_node},
+                           {"phase", phase_name(t.phase)},
                            {"formula", t.formula}});
     j["traffic"] = traffic;
     j["pipeline"] = {{"pp_size", p.pp_size}, {"micro_batches", p.micro_batches}, {"bubble", p.bubble},

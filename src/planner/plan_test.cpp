@@ -160,6 +160,95 @@ TEST(PlanTest, SharedExpertsAreWholeUnderAllToAll) {
     EXPECT_EQ(size.shared_expert_bytes, 58ll * 3 * 7168 * 2048 * 33 / 32);
 }
 
+// SGLang's prefill layout for DeepSeek-V3 (DP-attention over 4 nodes of 8, DeepEP, replicated
+// dense MLPs) as SGLang runs it: no layer gathers the DP groups' tokens; the normal kernels
+// send a token's fp8 row once to each other node holding one of its experts (4 of 8 expert
+// groups picked, 2 groups per node) and the low-latency ones once per expert, at the 58 MoE
+// layers only; each pass counts its own kernels' bytes.
+TEST(PlanTest, DeepEpTrafficFollowsItsKernels) {
+    auto plan = [](const std::string& backend, const std::string& mode) {
+        PlanRequest r = request("deepseek-v3", "h100", [&](server::ServerArgs& a) {
+            a.tp_size = 32;
+            a.dp_size = 32;
+            a.enable_dp_attention = true;
+            a.ep_size = 32;
+            a.moe_dense_tp_size = 1;
+            a.nnodes = 4;
+            a.dist_init_addr = "10.0.0.1:5000";
+            a.moe_a2a_backend = backend;
+            a.deepep_mode = mode;
+        });
+        r.prompt_len = 2000;
+        r.decode_batch = 64;
+        return plan_of(r);
+    };
+    const Plan a2a = plan("all_to_all", "auto");
+    ASSERT_EQ(a2a.traffic.size(), 2u);
+    EXPECT_EQ(a2a.traffic[0].kind, "dp-attention gather + scatter") << "tessera's own dispatcher gathers";
+    EXPECT_EQ(a2a.traffic[0].layers, 61);
+    EXPECT_EQ(a2a.traffic[1].layers, 58) << "the three dense layers dispatch nothing";
+
+    const Plan auto_mode = plan("deepep", "auto");
+    ASSERT_TRUE(auto_mode.fits()) << "shared experts whole, as under all_to_all";
+    ASSERT_EQ(auto_mode.traffic.size(), 3u);
+    const double remote_nodes = 3 * (1 - (6.0 * 5 * 4 * 3) / (8.0 * 7 * 6 * 5));
+    const double row = 7168 * (1 + 4.0 / 128) + 7168 * 2;  // fp8 dispatch + bf16 combine
+    const Traffic& between = auto_mode.traffic[0];
+    EXPECT_EQ(between.kind, "ep dispatch + combine (DeepEP normal, between nodes)");
+    EXPECT_EQ(between.bytes_per_token_per_layer, static_cast<std::int64_t>(remote_nodes * row));
+    EXPECT_EQ(between.layers, 58);
+    EXPECT_TRUE(between.inter_node);
+    EXPECT_EQ(between.phase, TrafficPhase::kPrefill);
+    EXPECT_EQ(auto_mode.traffic[1].bytes_per_token_per_layer, static_cast<std::int64_t>(8 * 31.0 / 32 * row));
+    EXPECT_FALSE(auto_mode.traffic[1].inter_node);
+    const Traffic& low_latency = auto_mode.traffic[2];
+    EXPECT_EQ(low_latency.kind, "ep dispatch + combine (DeepEP low-latency)");
+    EXPECT_EQ(low_latency.bytes_per_token_per_layer, static_cast<std::int64_t>(8 * 31.0 / 32 * row));
+    EXPECT_TRUE(low_latency.inter_node);
+    EXPECT_EQ(low_latency.phase, TrafficPhase::kDecode);
+
+    // Low-latency kernels for both passes: prefill now pays their bytes over the NIC; decode
+    // does not change.
+    const Plan ll = plan("deepep", "low_latency");
+    EXPECT_EQ(ll.traffic.back().phase, TrafficPhase::kEvery);
+    EXPECT_LT(ll.all_groups_prefill_tokens_per_s, auto_mode.all_groups_prefill_tokens_per_s);
+    EXPECT_DOUBLE_EQ(ll.batch_decode_step_s, auto_mode.batch_decode_step_s);
+    EXPECT_GT(auto_mode.all_groups_prefill_tokens_per_s, a2a.all_groups_prefill_tokens_per_s);
+}
+
+// Two-batch overlap: a batch's bytes move while its other half computes, so the step is the
+// slower of compute and traffic (measured here against the same launch with free links and
+// no collective latency); a lone decoding request is not split.
+TEST(PlanTest, TwoBatchOverlapHidesTheSmallerOfComputeAndTraffic) {
+    auto plan = [](bool overlap, bool free_links) {
+        PlanRequest r = request("deepseek-v3", "h100", [&](server::ServerArgs& a) {
+            a.tp_size = 72;
+            a.dp_size = 72;
+            a.enable_dp_attention = true;
+            a.ep_size = 72;
+            a.ep_num_redundant_experts = 32;
+            a.moe_dense_tp_size = 1;
+            a.nnodes = 9;
+            a.dist_init_addr = "10.0.0.1:5000";
+            a.moe_a2a_backend = "deepep";
+            a.enable_two_batch_overlap = overlap;
+        });
+        r.prompt_len = 2000;
+        r.decode_batch = 256;
+        r.device.collective_latency_s = 0;
+        if (free_links) r.device.inter_node_bandwidth = r.device.intra_node_bandwidth = 1e30;
+        return plan_of(r);
+    };
+    const Plan serial = plan(false, false), overlapped = plan(true, false), compute = plan(false, true);
+    const double traffic = serial.batch_decode_step_s - compute.batch_decode_step_s;
+    ASSERT_GT(traffic, 0);
+    EXPECT_NEAR(overlapped.batch_decode_step_s, std::max(compute.batch_decode_step_s, traffic), 1e-9);
+    EXPECT_LT(overlapped.batch_decode_step_s, serial.batch_decode_step_s);
+    EXPECT_GT(overlapped.all_groups_prefill_tokens_per_s, serial.all_groups_prefill_tokens_per_s);
+    EXPECT_LE(overlapped.all_groups_prefill_tokens_per_s, compute.all_groups_prefill_tokens_per_s * (1 + 1e-9));
+    EXPECT_DOUBLE_EQ(overlapped.decode_tokens_per_s, serial.decode_tokens_per_s);
+}
+
 // Batched decode: one request per group reads what the single-request estimate reads (its
 // token's experts are 8 of 128, one local expert in expectation), so the two agree; more
 // requests read more experts and KV and run more FLOPs, so throughput grows less than the batch.
