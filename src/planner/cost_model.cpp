@@ -61,6 +61,7 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
     const DeviceSpec& d = req.device;
     const double S = static_cast<double>(req.prompt_len);
     const double elem = static_cast<double>(dtype_size(p.types.linear));
+    const double head_elem = static_cast<double>(dtype_size(p.types.compute));
     const AttentionWidth attn = attention_width(c, layout.attn_tp_size());
 
     // Traffic of one stage per token: its own collectives and one boundary's send; and of a
@@ -148,11 +149,13 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                                          shared * (1.0 - shared_share);
             cost.per_token_s = std::max(cost.per_token_s, 2.0 * (dense_weights + expert_read / d.expert_efficiency) /
                                                               elem / flops);
+            // Under DP-attention a TP-split dense MLP runs on every group's gathered tokens too.
+            const double gathered_mlp = s.dense_mlp_gathered ? static_cast<double>(s.dense_mlp_bytes) : 0.0;
             busy.per_token_s = std::max(
                 busy.per_token_s,
                 2.0 *
-                    (dense_weights - shared * shared_share +
-                     groups_per_moe * (shared * shared_share + expert_read / d.expert_efficiency)) /
+                    (dense_weights - shared * shared_share - gathered_mlp +
+                     groups_per_moe * (shared * shared_share + gathered_mlp + expert_read / d.expert_efficiency)) /
                     elem / flops);
             cost.attention_s = std::max(cost.attention_s, attn.heads * (attn.qk + attn.v) * layers / flops);
             busy.attention_s = cost.attention_s;
@@ -163,12 +166,15 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                                      B * S * static_cast<double>(s.kv_bytes_per_token);
                 // 2 FLOPs per weight element: every dense weight (the LM head too) for each of
                 // the group's B tokens, the shared experts for every token the MoE sees (whole
-                // ones for the rank's share of them), and each routed token's expert on its
-                // one rank.
+                // ones for the rank's share of them), a gathered dense MLP or LM head for every
+                // group's tokens, and each routed token's expert on its one rank. The LM head
+                // is in the activation type, the other weights in the linear one.
+                const double head = static_cast<double>(s.lm_head_bytes) / head_elem;
                 const double dense_flops =
-                    2.0 * (B * (dense_weights - shared * shared_share + static_cast<double>(s.lm_head_bytes)) +
-                           moe_tokens * shared_share * shared) /
-                    elem;
+                    2.0 * ((B * (dense_weights - shared * shared_share - gathered_mlp) +
+                            moe_tokens * (shared_share * shared + gathered_mlp)) /
+                               elem +
+                           (s.lm_head_gathered ? moe_tokens : B) * head);
                 const double expert_flops = 2.0 * moe_tokens * k_over_e * all_experts / elem / d.expert_efficiency;
                 const double attention_flops = 2.0 * B * S * attn.heads * decode_attention_width * layers;
                 batch_stage = std::max(batch_stage, std::max(bytes / bw, (dense_flops + expert_flops + attention_flops) / flops));

@@ -161,6 +161,7 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
                                                                      place.dense_mlp_replicated ? whole : tp));
             TSR_ASSIGN_OR_RETURN(std::int64_t mlp, gated_mlp(p + "mlp.", H, dense_cut, c.intermediate_size, t.linear, t));
             bytes += mlp;
+            out.dense_mlp_bytes += mlp;
             continue;
         }
         // layers/moe.cpp MoeLayer: an f32 router, this rank's physical experts (each a
@@ -197,6 +198,8 @@ StatusOr<RankSize> rank_size(const loader::ModelConfig& c, const RankPlace& plac
         }
     }
     out.weight_bytes = bytes;
+    out.dense_mlp_gathered = place.dp_attention && !place.dense_mlp_replicated;
+    out.lm_head_gathered = place.dp_attention && !place.dp_lm_head;
 
     // models/decoder.cpp kv_cache_shape: K and V of this rank's KV heads, or MLA's latent.
     kvcache::KvCacheShape kv;

@@ -67,6 +67,12 @@ struct RankSize {
     // or, whole on every rank (all_to_all), all of them for the tokens this rank owns.
     std::int64_t shared_expert_bytes = 0;
     bool shared_experts_whole = false;
+    // The dense layers' MLPs this rank holds. Under DP-attention a TP-split one (not
+    // --moe-dense-tp-size 1) runs on every DP group's gathered tokens, and so does a TP-split
+    // LM head (without --enable-dp-lm-head).
+    std::int64_t dense_mlp_bytes = 0;
+    bool dense_mlp_gathered = false;
+    bool lm_head_gathered = false;
     int first_layer = 0;
     int end_layer = 0;
 };

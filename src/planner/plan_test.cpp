@@ -249,6 +249,36 @@ TEST(PlanTest, TwoBatchOverlapHidesTheSmallerOfComputeAndTraffic) {
     EXPECT_DOUBLE_EQ(overlapped.decode_tokens_per_s, serial.decode_tokens_per_s);
 }
 
+// Under DP-attention with one attention rank per group, a dense MLP split over the TP group
+// runs on every group's gathered tokens: per token it costs what a replicated one
+// (--moe-dense-tp-size 1) costs on the group's own tokens. With memory and links free, the
+// busy launches compute the same; a lone group's prefill gathers only its own tokens.
+TEST(PlanTest, GatheredDenseMlpRunsOnEveryGroupsTokens) {
+    auto plan = [](int dense_tp) {
+        PlanRequest r = request("deepseek-v3", "h800", [&](server::ServerArgs& a) {
+            a.tp_size = 8;
+            a.dp_size = 8;
+            a.enable_dp_attention = true;
+            a.ep_size = 8;
+            a.moe_dense_tp_size = dense_tp;
+        });
+        r.prompt_len = 2048;
+        r.decode_batch = 32;
+        r.device.memory_bandwidth = r.device.inter_node_bandwidth = r.device.intra_node_bandwidth = 1e30;
+        r.device.collective_latency_s = 0;
+        r.device.memory_bytes = std::int64_t{1} << 40;  // 671B parameters on 8 devices
+        return plan_of(r);
+    };
+    const Plan split = plan(8), replicated = plan(1);
+    ASSERT_GT(split.batch_decode_step_s, 0);
+    EXPECT_TRUE(split.ranks.front().size.dense_mlp_gathered);
+    EXPECT_FALSE(replicated.ranks.front().size.dense_mlp_gathered);
+    EXPECT_EQ(split.ranks.front().size.dense_mlp_bytes * 8, replicated.ranks.front().size.dense_mlp_bytes);
+    EXPECT_NEAR(split.batch_decode_step_s / replicated.batch_decode_step_s, 1.0, 1e-9);
+    EXPECT_NEAR(split.all_groups_prefill_tokens_per_s / replicated.all_groups_prefill_tokens_per_s, 1.0, 1e-9);
+    EXPECT_GT(split.prefill_tokens_per_s, replicated.prefill_tokens_per_s);
+}
+
 // Batched decode: one request per group reads what the single-request estimate reads (its
 // token's experts are 8 of 128, one local expert in expectation), so the two agree; more
 // requests read more experts and KV and run more FLOPs, so throughput grows less than the batch.
