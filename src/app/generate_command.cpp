@@ -131,7 +131,8 @@ void print_report(const GenerateCommandOptions& o, const std::vector<std::int32_
                             {"peak_rss_mb", static_cast<double>(process_memory().peak_resident_bytes) / (1 << 20)}};
         if (r.moe.tokens > 0) {
             // Per token and MoE layer this rank sent: dispatch records and combine rows
-            // (all_to_all), owned output rows (all_gather), and the all-reduced MoE output.
+            // (all_to_all), owned output rows (all_gather; none under DP-attention, where a
+            // group's tokens stay on its ranks), and the all-reduced MoE output.
             const auto per = [&](std::int64_t bytes) { return static_cast<double>(bytes) / r.moe.tokens; };
             j["ep_size"] = o.server.ep_size;
             j["moe_a2a_backend"] = o.server.moe_a2a_backend;

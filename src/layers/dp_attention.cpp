@@ -93,4 +93,29 @@ void dp_scatter(std::span<const float> global, std::int64_t hidden, const DpBuff
                 local);
 }
 
+AttnTpSlice attn_tp_slice(std::int64_t rows, const DpAttentionParallel& dpa) {
+    AttnTpSlice s;
+    s.per = (rows + dpa.tp_size - 1) / dpa.tp_size;
+    s.begin = std::min<std::int64_t>(rows, dpa.tp_rank * s.per);
+    s.count = std::min<std::int64_t>(rows, s.begin + s.per) - s.begin;
+    return s;
+}
+
+Status attn_tp_gather_slices(std::span<const float> slice, std::int64_t rows, std::int64_t hidden,
+                             const DpAttentionParallel& dpa, std::vector<float>& scratch, float* out) {
+    const AttnTpSlice s = attn_tp_slice(rows, dpa);
+    if (static_cast<std::int64_t>(slice.size()) != s.per * hidden)
+        return Status::Internal("attention-TP slice of " + std::to_string(slice.size()) + " values, expected " +
+                                std::to_string(s.per * hidden));
+    if (dpa.tp_size == 1) {
+        std::copy(slice.begin(), slice.begin() + rows * hidden, out);
+        return Status::Ok();
+    }
+    if (dpa.attn_tp_group == nullptr) return Status::Internal("attention-TP group missing");
+    scratch.resize(static_cast<std::size_t>(dpa.tp_size * s.per * hidden));
+    TSR_RETURN_IF_ERROR(dpa.attn_tp_group->all_gather(slice, scratch));
+    std::copy(scratch.begin(), scratch.begin() + rows * hidden, out);
+    return Status::Ok();
+}
+
 }  // namespace tessera::layers

@@ -84,4 +84,18 @@ Status dp_reduce_scatter(std::span<const float> global, std::int64_t hidden, con
 void dp_scatter(std::span<const float> global, std::int64_t hidden, const DpBufferLayout& layout,
                 const DpAttentionParallel& dpa, float* local);
 
+// A group's `rows` rows split over its attention-TP ranks for work that each does on its own
+// slice (the scattered MoE layer): this rank's slice is rows [begin, begin + count).
+struct AttnTpSlice {
+    std::int64_t per = 0;  // rows per slice (the last ones may be short)
+    std::int64_t begin = 0;
+    std::int64_t count = 0;
+};
+AttnTpSlice attn_tp_slice(std::int64_t rows, const DpAttentionParallel& dpa);
+
+// Every slice's output, `slice` f32 [slice.per, hidden] from each attention-TP rank, gathered
+// into out f32 [rows, hidden] on all of them.
+Status attn_tp_gather_slices(std::span<const float> slice, std::int64_t rows, std::int64_t hidden,
+                             const DpAttentionParallel& dpa, std::vector<float>& scratch, float* out);
+
 }  // namespace tessera::layers

@@ -181,17 +181,44 @@ Status MoeLayer::forward(const float* h, std::int64_t n, float* out, Scratch& sc
     return par.all_reduce({out, static_cast<std::size_t>(n * H)});
 }
 
+Status MoeLayer::forward_scattered(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, float* out,
+                                   Scratch& scratch, ThreadPool* pool, const LayerParallel& par) {
+    if (par.moe.backend != MoeA2aBackend::kAllToAll || par.moe.ep_size <= 1 || par.moe.ep_group == nullptr ||
+        par.moe.ep_group->size() != par.moe.ep_size)
+        return Status::Internal("scattered MoE tokens need the all_to_all dispatcher over an EP group of ep_size ranks");
+    traffic_.tokens += n;
+    ++passes_;
+    return exchange(h, n, row0, rows, out, scratch, pool, par, {});
+}
+
 Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                                      const LayerParallel& par, std::span<const std::uint8_t> padding) {
     dist::ProcessGroup& group = *par.moe.ep_group;
     const int p = group.size(), me = group.rank();
-    const std::int64_t H = hidden_, k = routing_.top_k;
+    const std::int64_t H = hidden_;
     const std::int64_t per = (n + p - 1) / p;
     const std::int64_t own_begin = std::min<std::int64_t>(n, me * per);
     const std::int64_t owned = std::min<std::int64_t>(n, own_begin + per) - own_begin;
+    std::vector<float> own_out(static_cast<std::size_t>(per * H), 0.0f);
+    TSR_RETURN_IF_ERROR(exchange(h + own_begin * H, owned, own_begin, n, own_out.data(), scratch, pool, par, padding));
+    // Attention under TP needs every token's row on every rank.
+    std::vector<float> gathered(static_cast<std::size_t>(p * per * H));
+    TSR_RETURN_IF_ERROR(group.all_gather(own_out, gathered));
+    traffic_.gather_bytes += per * H * 4 * (p - 1);
+    std::copy(gathered.begin(), gathered.begin() + n * H, out);
+    return Status::Ok();
+}
+
+Status MoeLayer::exchange(const float* h, std::int64_t owned, std::int64_t row0, std::int64_t rows, float* out,
+                          Scratch& scratch, ThreadPool* pool, const LayerParallel& par,
+                          std::span<const std::uint8_t> padding) {
+    dist::ProcessGroup& group = *par.moe.ep_group;
+    const int p = group.size(), me = group.rank();
+    const std::int64_t H = hidden_, k = routing_.top_k;
+    std::fill_n(out, owned * H, 0.0f);
 
     // Route the owned tokens only: every other rank routes its own.
-    route(h + own_begin * H, owned, own_begin, n, scratch, pool, padding);
+    route(h, owned, row0, rows, scratch, pool, padding);
     // One record per (owned token, EP rank holding one of its experts): the hidden row, then
     // top_k ids local to that rank (-1: not there) and top_k weights.
     const std::int64_t record = H * 4 + k * 8;
@@ -220,7 +247,7 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
     std::uint8_t* w = scratch.send.data();
     for (int d = 0; d < p; ++d) {
         for (std::int32_t t : rows_to[d]) {
-            std::memcpy(w, h + (own_begin + t) * H, static_cast<std::size_t>(H) * 4);
+            std::memcpy(w, h + t * H, static_cast<std::size_t>(H) * 4);
             auto* ids = reinterpret_cast<std::int32_t*>(w + H * 4);
             auto* weights = reinterpret_cast<float*>(w + H * 4 + k * 4);
             for (std::int64_t j = 0; j < k; ++j) {
@@ -265,25 +292,19 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
     TSR_RETURN_IF_ERROR(group.all_to_all_v(
         {reinterpret_cast<const std::uint8_t*>(scratch.routed.data()), static_cast<std::size_t>(m * H * 4)}, send_bytes,
         {reinterpret_cast<std::uint8_t*>(returned.data()), returned.size() * 4}, recv_bytes));
-    std::vector<float> own_out(static_cast<std::size_t>(per * H), 0.0f);
     if (shared_ && owned > 0) {  // whole on every rank: the owner runs it on its rows
         scratch.shared.resize(static_cast<std::size_t>(owned * H));
-        shared_->forward(h + own_begin * H, owned, scratch.shared.data(), scratch, pool);
-        add_shared(h + own_begin * H, scratch.shared.data(), shared_gate_, owned, H, own_out.data());
+        shared_->forward(h, owned, scratch.shared.data(), scratch, pool);
+        add_shared(h, scratch.shared.data(), shared_gate_, owned, H, out);
     }
     const float* src = returned.data();
     for (int d = 0; d < p; ++d) {
         for (std::int32_t t : rows_to[d]) {
-            float* dst = own_out.data() + t * H;
+            float* dst = out + t * H;
             for (std::int64_t i = 0; i < H; ++i) dst[i] += src[i];
             src += H;
         }
     }
-    // Attention under TP needs every token's row on every rank.
-    std::vector<float> gathered(static_cast<std::size_t>(p * per * H));
-    TSR_RETURN_IF_ERROR(group.all_gather(own_out, gathered));
-    traffic_.gather_bytes += per * H * 4 * (p - 1);
-    std::copy(gathered.begin(), gathered.begin() + n * H, out);
     return Status::Ok();
 }
 

@@ -76,6 +76,14 @@ class MoeLayer {
     Status forward(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                    const LayerParallel& par, std::span<const std::uint8_t> padding = {});
 
+    // DP-attention under the all_to_all dispatcher (SGLang's a2a backends keep a MoE layer's
+    // tokens scattered, communicator.py LayerScatterModes): this rank's own token rows h f32
+    // [n, hidden], rows [row0, row0 + n) of a pass of `rows`, go straight to their experts'
+    // ranks and come back summed into out f32 [n, hidden]; nothing is gathered. Every rank of
+    // the EP group calls it in the same pass, with 0 rows if it has none.
+    Status forward_scattered(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, float* out,
+                             Scratch& scratch, ThreadPool* pool, const LayerParallel& par);
+
     // EPLB's probe batch: forward() on a pass of its own, leaving the layer's pass stream and
     // traffic as they were, so that the same rows route the same way on every call (under the
     // fake router too) and serving passes route as if no probe had run.
@@ -107,6 +115,12 @@ class MoeLayer {
  private:
     Status dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                                const LayerParallel& par, std::span<const std::uint8_t> padding);
+    // The all_to_all exchange of `owned` rows h (rows [row0, row0 + owned) of a pass of
+    // `rows`): routed, sent to their experts' ranks, run there, combined back and, with the
+    // shared experts, written to out f32 [owned, hidden].
+    Status exchange(const float* h, std::int64_t owned, std::int64_t row0, std::int64_t rows, float* out,
+                    Scratch& scratch, ThreadPool* pool, const LayerParallel& par,
+                    std::span<const std::uint8_t> padding);
     // Router → top-k logical ids → physical ids (scratch.topk_ids) for token rows
     // [row0, row0 + n) of a pass of `rows` tokens, counted in counts_; padding rows (indexed
     // by pass row) get ids -1.

@@ -107,6 +107,10 @@ class Decoder final : public Model {
                          const layers::DpBufferLayout* gathered, ThreadPool* pool);
     Status ffn_forward(DecoderLayer& layer, const float* h, std::int64_t rows, float* out, ThreadPool* pool,
                        const layers::LayerParallel& par, std::span<const std::uint8_t> padding = {});
+    // DP-attention, all_to_all MoE layer: after attention (summed over attention TP), the
+    // group's `n` rows, rows [row0, row0 + n) of the step's `rows`, stay on their ranks.
+    Status scattered_moe_forward(layers::MoeLayer& moe, std::int64_t n, std::int64_t row0, std::int64_t rows,
+                                 ThreadPool* pool, float eps, const std::vector<float>& norm);
     // The logits rows of this rank's group from the hidden states `last_` (n_out rows).
     Status logits_forward(std::int64_t n_out, const BatchInput& batch, ThreadPool* pool, std::vector<float>* out);
     Status init_eplb(const LoadOptions& options);
@@ -139,6 +143,7 @@ class Decoder final : public Model {
     // Reused across steps.
     std::vector<float> x_, h_, branch_, last_;  // branch_: an attention or FFN output
     std::vector<float> x_all_, h_all_, out_all_, dp_scratch_;  // DP-attention: every group's rows
+    std::vector<float> slice_out_, group_out_;  // DP-attention, scattered MoE: this rank's slice, the gather's buffer
     std::vector<std::uint8_t> pad_rows_;  // DP-attention, max_len: 1 where a gathered row only pads a slot
     std::vector<float> rope_cos_, rope_sin_;  // f32 [tokens, head_dim/2] of the current pass
     layers::Scratch scratch_;
@@ -374,9 +379,15 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
     const std::int64_t hidden = config_.hidden_size;
     const auto eps = static_cast<float>(config_.rms_norm_eps);
     // Under DP-attention the attention output stays this rank's partial sum: the gather before
-    // the MLP sums it over attention TP (dp_gather_partial), residual included.
+    // the MLP sums it over attention TP (dp_gather_partial), residual included. Under an
+    // all_to_all dispatcher a MoE layer's tokens stay with their group instead and go straight
+    // to their experts' ranks: no gather before it, no scatter after (SGLang's
+    // communicator.py LayerScatterModes._compute_mlp_mode keeps a2a MoE layers SCATTERED).
+    auto* moe = std::get_if<layers::MoeLayer>(&layer.ffn);
+    const bool scattered = gathered != nullptr && moe != nullptr &&
+                           par_.moe.backend == layers::MoeA2aBackend::kAllToAll && par_.moe.ep_size > 1;
     layers::LayerParallel attn = attn_par_;
-    attn.defer_reduce = gathered != nullptr;
+    attn.defer_reduce = gathered != nullptr && !scattered;
     if (n > 0) {
         kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
         if (auto* mla = std::get_if<layers::MlaAttention>(&layer.attention)) {
@@ -386,6 +397,9 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
                                     .forward(h_.data(), lb, kv.k[l], kv.v[l], kv.dtype, branch_.data(), scratch_, attn));
         }
     }
+    if (scattered)
+        return scattered_moe_forward(*moe, n, gathered->local_offset(dpa_.dp_rank), gathered->rows, pool, eps,
+                                     layer.post_attention_norm);
     if (gathered == nullptr) {
         if (n == 0) return Status::Ok();
         const layers::LayerParallel& ffn_par = std::holds_alternative<layers::GatedMlp>(layer.ffn) ? dense_par_ : par_;
@@ -404,13 +418,9 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
     out_all_.resize(static_cast<std::size_t>(rows * hidden));
     kernels::rms_norm(x_all_.data(), layer.post_attention_norm.data(), h_all_.data(), rows, hidden, eps, pool);
     // Under max_len padding the MLP leaves its output unreduced and the reduce-scatter back to
-    // the groups sums it (SGLang's should_use_reduce_scatter); the all_to_all dispatcher
-    // returns complete rows, which only need this group's slice.
-    const auto* moe = std::get_if<layers::MoeLayer>(&layer.ffn);
-    const bool complete_rows = moe != nullptr && par_.moe.backend == layers::MoeA2aBackend::kAllToAll &&
-                               par_.moe.ep_size > 1;
+    // the groups sums it (SGLang's should_use_reduce_scatter).
     layers::LayerParallel ffn = par_;
-    ffn.defer_reduce = gathered->mode == layers::DpPaddingMode::kMaxLen && !complete_rows;
+    ffn.defer_reduce = gathered->mode == layers::DpPaddingMode::kMaxLen;
     TSR_RETURN_IF_ERROR(ffn_forward(layer, h_all_.data(), rows, out_all_.data(), pool, ffn, pad_rows_));
     if (ffn.defer_reduce) {
         TSR_RETURN_IF_ERROR(layers::dp_reduce_scatter(out_all_, hidden, *gathered, dpa_, dp_scratch_, branch_.data()));
@@ -420,6 +430,28 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
     if (n == 0) return Status::Ok();
     layers::dp_scatter(x_all_, hidden, *gathered, dpa_, x_.data());
     kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+    return Status::Ok();
+}
+
+Status Decoder::scattered_moe_forward(layers::MoeLayer& moe, std::int64_t n, std::int64_t row0, std::int64_t rows,
+                                     ThreadPool* pool, float eps, const std::vector<float>& norm) {
+    const std::int64_t hidden = config_.hidden_size;
+    if (n > 0) {
+        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+        kernels::rms_norm(x_.data(), norm.data(), h_.data(), n, hidden, eps, pool);
+    }
+    // The attention-TP ranks of a group hold the same rows: each sends its slice, and the
+    // slices' outputs are gathered back within the group.
+    if (dpa_.tp_size == 1) {
+        TSR_RETURN_IF_ERROR(moe.forward_scattered(h_.data(), n, row0, rows, branch_.data(), scratch_, pool, par_));
+    } else {
+        const layers::AttnTpSlice slice = layers::attn_tp_slice(n, dpa_);
+        slice_out_.assign(static_cast<std::size_t>(slice.per * hidden), 0.0f);
+        TSR_RETURN_IF_ERROR(moe.forward_scattered(h_.data() + slice.begin * hidden, slice.count, row0 + slice.begin,
+                                                  rows, slice_out_.data(), scratch_, pool, par_));
+        TSR_RETURN_IF_ERROR(layers::attn_tp_gather_slices(slice_out_, n, hidden, dpa_, group_out_, branch_.data()));
+    }
+    if (n > 0) kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
     return Status::Ok();
 }
 

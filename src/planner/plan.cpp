@@ -223,11 +223,22 @@ std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayo
             out.push_back({"attention-tp all-reduce", ring(attn_tp, static_cast<double>(H * act_bytes)),
                            layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kAttnTp),
                            "1 all-reduce after attention x 2(A-1)/A x H x bytes"});
-        // Under DeepEP a MoE layer's tokens stay with their DP group, and so do a dense
-        // layer's with --moe-dense-tp-size 1 (SGLang's communicator.py
-        // LayerScatterModes._compute_mlp_mode): only the other layers gather.
-        const std::int64_t gathering =
-            deepep ? (a.moe_dense_tp_size == 1 ? 0 : dense_layers) : layers_per_stage;
+        // Under an all-to-all dispatcher a MoE layer's tokens stay with their DP group, and
+        // so do a dense layer's with --moe-dense-tp-size 1 (SGLang's communicator.py
+        // LayerScatterModes._compute_mlp_mode; models/decoder.cpp scattered_moe_forward):
+        // only the other layers gather.
+        const bool scattered_moe = all_to_all || deepep;
+        const std::int64_t gathering = a.moe_dense_tp_size == 1 ? (scattered_moe ? 0 : moe_layers_per_stage)
+                                                                : (scattered_moe ? dense_layers : layers_per_stage);
+        // tessera sums attention over attention TP before a scattered MoE layer, then gathers
+        // the slices its attention-TP ranks sent (DeepEP's reduce-scatter and all-gather move
+        // what the all-reduce above counts).
+        if (all_to_all && attn_tp > 1)
+            out.push_back({"attention-tp all-gather, moe slices",
+                           static_cast<std::int64_t>(static_cast<double>(attn_tp - 1) / attn_tp *
+                                                     static_cast<double>(H * act_bytes)),
+                           moe_layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kAttnTp),
+                           "each attention-TP rank's slice of the group's rows: (A-1)/A x H x bytes"});
         if (gathering > 0)
             out.push_back({"dp-attention gather + scatter",
                            static_cast<std::int64_t>(2.0 * (tp - 1) / tp * static_cast<double>(H * act_bytes)),

@@ -183,10 +183,13 @@ TEST(PlanTest, DeepEpTrafficFollowsItsKernels) {
         return plan_of(r);
     };
     const Plan a2a = plan("all_to_all", "auto");
-    ASSERT_EQ(a2a.traffic.size(), 2u);
-    EXPECT_EQ(a2a.traffic[0].kind, "dp-attention gather + scatter") << "tessera's own dispatcher gathers";
-    EXPECT_EQ(a2a.traffic[0].layers, 61);
-    EXPECT_EQ(a2a.traffic[1].layers, 58) << "the three dense layers dispatch nothing";
+    ASSERT_EQ(a2a.traffic.size(), 1u) << "no layer gathers: MoE tokens stay scattered, dense MLPs are whole";
+    EXPECT_EQ(a2a.traffic[0].kind, "ep dispatch + combine");
+    EXPECT_EQ(a2a.traffic[0].layers, 58) << "the three dense layers dispatch nothing";
+    const Plan masked = plan("none", "auto");
+    ASSERT_FALSE(masked.traffic.empty());
+    EXPECT_EQ(masked.traffic[0].kind, "dp-attention gather + scatter");
+    EXPECT_EQ(masked.traffic[0].layers, 58) << "only the MoE layers gather: the dense MLPs are whole";
 
     const Plan auto_mode = plan("deepep", "auto");
     ASSERT_TRUE(auto_mode.fits()) << "shared experts whole, as under all_to_all";
@@ -214,6 +217,26 @@ TEST(PlanTest, DeepEpTrafficFollowsItsKernels) {
     EXPECT_LT(ll.all_groups_prefill_tokens_per_s, auto_mode.all_groups_prefill_tokens_per_s);
     EXPECT_DOUBLE_EQ(ll.batch_decode_step_s, auto_mode.batch_decode_step_s);
     EXPECT_GT(auto_mode.all_groups_prefill_tokens_per_s, a2a.all_groups_prefill_tokens_per_s);
+}
+
+// tessera's all_to_all under DP-attention with two attention-TP ranks per group: attention is
+// summed over them, each sends half of the group's rows to the experts, and the halves are
+// gathered back; no layer gathers every group's rows (Qwen3-MoE has no dense layer).
+TEST(PlanTest, ScatteredMoeGathersOnlyWithinTheGroup) {
+    const Plan p = plan_of(request("qwen3-235b-a22b-fp8", "h20", [](server::ServerArgs& a) {
+        a.tp_size = 8;
+        a.dp_size = 4;
+        a.enable_dp_attention = true;
+        a.ep_size = 8;
+        a.moe_a2a_backend = "all_to_all";
+    }));
+    std::vector<std::string> kinds;
+    for (const Traffic& t : p.traffic) kinds.push_back(t.kind);
+    EXPECT_EQ(kinds, (std::vector<std::string>{"attention-tp all-reduce", "attention-tp all-gather, moe slices",
+                                               "ep dispatch + combine"}));
+    ASSERT_EQ(p.traffic.size(), 3u);
+    EXPECT_EQ(p.traffic[1].bytes_per_token_per_layer, 4096 / 2 * 2) << "(A-1)/A x H x bf16";
+    EXPECT_EQ(p.traffic[1].layers, 94);
 }
 
 // Two-batch overlap: a batch's bytes move while its other half computes, so the step is the

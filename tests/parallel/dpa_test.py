@@ -8,7 +8,8 @@
                all_to_all, PP2 x TP2/DPA2 and PP2 x TP4/DPA2 with EP2; Qwen2-MoE (one dense layer)
                with --moe-dense-tp-size 1 (and its rank then holds more weights); DeepSeek-V2 and
                -V3 (MLA) at TP2/DPA2, TP4/DPA4 with EP4, --enable-dp-lm-head and PP2 x TP2/DPA2,
-               -V3 at TP2/DPA2 with all_to_all and --moe-dense-tp-size 1 (SGLang's prefill layout);
+               -V3 at TP2/DPA2 with all_to_all and --moe-dense-tp-size 1 (SGLang's prefill layout),
+               all_to_all layouts sending MoE tokens from their own group (no all-gather);
                dense Qwen3 at TP2/DPA2; live EPLB rebalancing at TP4/DPA2+EP2 and with all_to_all.
                And the scheduler path (no --logits-out: the prompt runs
                in group 0, the other groups join idle), also under PP2, gives the same tokens.
@@ -103,6 +104,14 @@ def equivalence(tessera, workdir):
             logits = os.path.join(workdir, f"{arch}_{i}.npy")
             ids = generate(tessera, model, layout, logits)
             ok &= same_as_one_rank(f"{arch} {' '.join(layout)}", ids, base, logits, base_logits, LOGIT_TOLERANCE)
+            if "all_to_all" in layout:
+                # The MoE tokens stay with their group and go straight to their experts' ranks:
+                # dispatched, never all-gathered (SGLang's scattered a2a layers). The prompt runs
+                # in group 0, so rank 0 may have no other group's rows to combine back.
+                sent = generate(tessera, model, layout, report=True)["moe_bytes_per_token_layer"]
+                good = sent["all_gather"] == 0 and sent["dispatch"] > 0
+                ok &= good
+                print(f"{arch} {' '.join(layout)}: MoE bytes per token and layer {sent} {'ok' if good else 'FAIL'}")
         if arch == "qwen2-moe":
             # Its dense layer replicated: every rank holds all of its MLP, not a quarter.
             split = generate(tessera, model, ["--tp", "4", "--dp", "2"] + DPA, report=True)["weight_mb_per_rank"]
