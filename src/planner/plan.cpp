@@ -253,6 +253,12 @@ std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayo
         out.push_back({"ep dispatch + combine", static_cast<std::int64_t>(2.0 * top_k * share * static_cast<double>(H * act_bytes)),
                        moe_layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kMoeEp),
                        "top_k x (E-1)/E of the rows sent out and back: 2 x top_k x (ep-1)/ep x H x bytes"});
+        // Attention split over the TP group needs every token's output on every rank: the
+        // owners' rows are all-gathered (under DP-attention they stay with their group).
+        if (!a.enable_dp_attention)
+            out.push_back({"ep all-gather of owned rows", static_cast<std::int64_t>(share * static_cast<double>(H * act_bytes)),
+                           moe_layers_per_stage, 0, crosses_nodes(layout, dist::GroupKind::kMoeEp),
+                           "each rank's owned rows to every rank: (ep-1)/ep x H x bytes"});
     }
     if (deepep) {
         // DeepEP dispatches fp8 rows with one f32 scale per 128 (for DeepGEMM's fp8 experts;

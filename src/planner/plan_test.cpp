@@ -120,12 +120,15 @@ TEST(PlanTest, AllToAllDispatchReplacesTheMoeAllReduce) {
     ASSERT_EQ(none.size(), 1u);
     EXPECT_EQ(none[0].syncs, 2);
     const std::vector<Traffic> a2a = traffic("qwen3-235b-a22b-fp8", "all_to_all");
-    ASSERT_EQ(a2a.size(), 2u);
+    ASSERT_EQ(a2a.size(), 3u);
     EXPECT_EQ(a2a[0].kind, "tp all-reduce");
     EXPECT_EQ(a2a[0].syncs, 1);
     EXPECT_EQ(a2a[0].bytes_per_token_per_layer * 2, none[0].bytes_per_token_per_layer);
     EXPECT_EQ(a2a[1].kind, "ep dispatch + combine");
     EXPECT_EQ(a2a[1].syncs, 1);
+    EXPECT_EQ(a2a[2].kind, "ep all-gather of owned rows");
+    EXPECT_EQ(a2a[2].bytes_per_token_per_layer, 7 * 4096 * 2 / 8) << "(ep-1)/ep x H x bf16";
+    EXPECT_EQ(a2a[2].syncs, 0) << "it follows the combine";
     EXPECT_EQ(traffic("deepseek-v3", "all_to_all")[0].syncs, 1) << "shared experts need no all-reduce";
 }
 
