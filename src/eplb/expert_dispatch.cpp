@@ -79,7 +79,8 @@ ExpertDispatch::ExpertDispatch(std::shared_ptr<const ExpertLocation> location, D
     }
 }
 
-void ExpertDispatch::to_physical(I64 layer, std::int32_t* ids, I64 n, I64 top_k, I64 row0, I64 rows, I64 pass) const {
+void ExpertDispatch::to_physical(I64 layer, std::int32_t* ids, I64 n, I64 top_k, I64 row0, I64 rows, I64 pass,
+                                 int owner) const {
     const ExpertLocation& loc = *location_;
     const I64 E = loc.num_logical(), X = loc.max_copies();
     const std::int32_t* log2phy = loc.log2phy(layer);
@@ -92,8 +93,8 @@ void ExpertDispatch::to_physical(I64 layer, std::int32_t* ids, I64 n, I64 top_k,
         for (I64 j = 0; j < top_k; ++j) {
             std::int32_t& id = ids[t * top_k + j];
             if (algorithm_ == DispatchAlgorithm::kStatic) {
-                const I64 owner = std::min<I64>(ep - 1, row / per_owner);
-                id = static_table_[(owner * L + layer) * E + id];
+                const I64 sender = owner >= 0 ? owner : std::min<I64>(ep - 1, row / per_owner);
+                id = static_table_[(sender * L + layer) * E + id];
             } else {
                 const std::uint64_t pick = mix(static_cast<std::uint64_t>(pass) * 0x100000001B3ull + static_cast<std::uint64_t>(row));
                 id = log2phy[id * X + static_cast<I64>(pick % static_cast<std::uint64_t>(logcnt[id]))];

@@ -36,9 +36,11 @@ class ExpertDispatch {
     DispatchAlgorithm algorithm() const { return algorithm_; }
 
     // ids I32 [n, top_k]: logical in, physical out, for decoder layer `layer`. Row t of ids
-    // is token row0 + t of forward pass `pass`, which has `rows` tokens.
+    // is token row0 + t of forward pass `pass`, which has `rows` tokens. `static` picks from
+    // the table of the EP rank that sends the rows: `owner`, or (-1) the rank whose even share
+    // of the pass's rows holds the row, as the TP path splits them.
     void to_physical(std::int64_t layer, std::int32_t* ids, std::int64_t n, std::int64_t top_k, std::int64_t row0,
-                     std::int64_t rows, std::int64_t pass) const;
+                     std::int64_t rows, std::int64_t pass, int owner = -1) const;
 
     // [ep_size, num_layers, num_logical]: the static tables of every rank.
     const std::vector<std::int32_t>& static_table() const { return static_table_; }

@@ -108,6 +108,11 @@ TEST(ExpertDispatch, StaticTableMatchesSglang) {
     ids = {4, 10};
     dispatch.to_physical(0, ids.data(), 1, 2, 0, 16, 0);
     EXPECT_EQ(ids, (std::vector<std::int32_t>{7, 10}));
+    // A rank sending its own rows (DP-attention's scattered MoE) uses its own row of the table,
+    // wherever its rows sit in the pass.
+    ids = {4, 10};
+    dispatch.to_physical(0, ids.data(), 1, 2, 0, 16, 0, /*owner=*/7);
+    EXPECT_EQ(ids, (std::vector<std::int32_t>{5, 8}));
 }
 
 TEST(ExpertDispatch, DynamicUsesEveryCopyAndIsReproducible) {

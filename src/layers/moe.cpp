@@ -101,7 +101,7 @@ void add_shared(const float* h, const float* shared, const std::vector<float>& g
 }  // namespace
 
 void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, Scratch& scratch,
-                     ThreadPool* pool, std::span<const std::uint8_t> padding) {
+                     ThreadPool* pool, std::span<const std::uint8_t> padding, int owner) {
     const std::int64_t E = routing_.num_experts, k = routing_.top_k;
     scratch.router_logits.resize(static_cast<std::size_t>(n * E));
     scratch.topk_ids.resize(static_cast<std::size_t>(n * k));
@@ -132,7 +132,7 @@ void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int
                 counts_.topk.insert(counts_.topk.end(), scratch.topk_ids.begin() + t * k,
                                     scratch.topk_ids.begin() + (t + 1) * k);
     }
-    if (dispatch_) dispatch_->to_physical(layer_, scratch.topk_ids.data(), n, k, row0, rows, passes_);
+    if (dispatch_) dispatch_->to_physical(layer_, scratch.topk_ids.data(), n, k, row0, rows, passes_, owner);
     for (std::int64_t t = 0; t < n; ++t)
         if (pad(t)) std::fill_n(scratch.topk_ids.begin() + t * k, k, -1);
     for (std::int32_t id : scratch.topk_ids)
@@ -188,7 +188,8 @@ Status MoeLayer::forward_scattered(const float* h, std::int64_t n, std::int64_t 
         return Status::Internal("scattered MoE tokens need the all_to_all dispatcher over an EP group of ep_size ranks");
     traffic_.tokens += n;
     ++passes_;
-    return exchange(h, n, row0, rows, out, scratch, pool, par, {});
+    // The rows are this rank's own: its static dispatch table serves them.
+    return exchange(h, n, row0, rows, out, scratch, pool, par, {}, par.moe.ep_rank);
 }
 
 Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
@@ -200,7 +201,8 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
     const std::int64_t own_begin = std::min<std::int64_t>(n, me * per);
     const std::int64_t owned = std::min<std::int64_t>(n, own_begin + per) - own_begin;
     std::vector<float> own_out(static_cast<std::size_t>(per * H), 0.0f);
-    TSR_RETURN_IF_ERROR(exchange(h + own_begin * H, owned, own_begin, n, own_out.data(), scratch, pool, par, padding));
+    TSR_RETURN_IF_ERROR(
+        exchange(h + own_begin * H, owned, own_begin, n, own_out.data(), scratch, pool, par, padding, -1));
     // Attention under TP needs every token's row on every rank.
     std::vector<float> gathered(static_cast<std::size_t>(p * per * H));
     TSR_RETURN_IF_ERROR(group.all_gather(own_out, gathered));
@@ -211,14 +213,14 @@ Status MoeLayer::dispatch_all_to_all(const float* h, std::int64_t n, float* out,
 
 Status MoeLayer::exchange(const float* h, std::int64_t owned, std::int64_t row0, std::int64_t rows, float* out,
                           Scratch& scratch, ThreadPool* pool, const LayerParallel& par,
-                          std::span<const std::uint8_t> padding) {
+                          std::span<const std::uint8_t> padding, int owner) {
     dist::ProcessGroup& group = *par.moe.ep_group;
     const int p = group.size(), me = group.rank();
     const std::int64_t H = hidden_, k = routing_.top_k;
     std::fill_n(out, owned * H, 0.0f);
 
     // Route the owned tokens only: every other rank routes its own.
-    route(h, owned, row0, rows, scratch, pool, padding);
+    route(h, owned, row0, rows, scratch, pool, padding, owner);
     // One record per (owned token, EP rank holding one of its experts): the hidden row, then
     // top_k ids local to that rank (-1: not there) and top_k weights.
     const std::int64_t record = H * 4 + k * 8;

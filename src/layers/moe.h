@@ -120,12 +120,12 @@ class MoeLayer {
     // shared experts, written to out f32 [owned, hidden].
     Status exchange(const float* h, std::int64_t owned, std::int64_t row0, std::int64_t rows, float* out,
                     Scratch& scratch, ThreadPool* pool, const LayerParallel& par,
-                    std::span<const std::uint8_t> padding);
+                    std::span<const std::uint8_t> padding, int owner);
     // Router → top-k logical ids → physical ids (scratch.topk_ids) for token rows
     // [row0, row0 + n) of a pass of `rows` tokens, counted in counts_; padding rows (indexed
-    // by pass row) get ids -1.
+    // by pass row) get ids -1. `owner`: the EP rank sending them (-1: the TP path's split).
     void route(const float* h, std::int64_t n, std::int64_t row0, std::int64_t rows, Scratch& scratch,
-               ThreadPool* pool, std::span<const std::uint8_t> padding);
+               ThreadPool* pool, std::span<const std::uint8_t> padding, int owner = -1);
 
     std::int64_t hidden_ = 0;
     RouterConfig routing_;

@@ -28,22 +28,28 @@ AttentionWidth attention_width(const loader::ModelConfig& c, int attn_tp) {
 }
 
 // One pipeline stage's prefill cost, the slowest rank's: seconds per token for the linear
-// layers and the stage's traffic, and seconds per unit of causal attention work.
+// layers and for the stage's traffic, and seconds per unit of causal attention work.
 struct StageCost {
     double per_token_s = 0;
     double attention_s = 0;  // x ((L + D)^2 - L^2) for a chunk of D tokens after L
+    double comm_per_token_s = 0;
+    bool overlap = false;  // two-batch overlap: traffic hides behind compute (the slower counts)
 };
 
 // The prefill chunks of a prompt as the scheduler cuts it: fixed chunked_prefill_size, or
 // SGLang's dynamic chunking (each chunk after the first sized to take as long as the first).
 std::vector<double> chunk_times(const StageCost& c, double S, double chunk, bool dynamic) {
     std::vector<double> times;
-    auto time = [&](double L, double D) { return c.per_token_s * D + c.attention_s * (2.0 * L * D + D * D); };
+    auto time = [&](double L, double D) {
+        const double compute = c.per_token_s * D + c.attention_s * (2.0 * L * D + D * D);
+        return c.overlap ? std::max(compute, c.comm_per_token_s * D) : compute + c.comm_per_token_s * D;
+    };
     const double first = time(0, std::min(chunk, S));
     for (double L = 0; L < S;) {
         double D = std::min(chunk, S - L);
         if (dynamic && L > 0 && c.attention_s > 0) {
-            const double b = c.per_token_s + 2.0 * c.attention_s * L;
+            // Sized on compute (and traffic when it adds): a chunk's attention grows with L.
+            const double b = c.per_token_s + (c.overlap ? 0.0 : c.comm_per_token_s) + 2.0 * c.attention_s * L;
             D = std::min(S - L, std::max(64.0, (-b + std::sqrt(b * b + 4.0 * c.attention_s * first)) /
                                                    (2.0 * c.attention_s)));
         }
@@ -77,14 +83,15 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
             stage_latency += collectives * d.collective_latency_s;
         }
         if (t.phase != TrafficPhase::kPrefill) {
-            const double stages = send ? static_cast<double>(t.layers) : a.pp_size;
-            decode_comm_bytes_s += stages * stage_bytes / bandwidth;
-            decode_comm_latency_s += stages * collectives * d.collective_latency_s;
+            const double crossed = static_cast<double>(t.total_layers);
+            decode_comm_bytes_s += static_cast<double>(t.bytes_per_token_per_layer) * crossed / bandwidth;
+            decode_comm_latency_s += t.syncs * crossed * d.collective_latency_s;
         }
     }
     // Two-batch overlap (SGLang's --enable-two-batch-overlap) splits a batch in two and moves
     // one half's bytes while the other computes (two_batch_overlap.py): the slower of the two
-    // sets the pace. A lone decoding request cannot be split.
+    // sets the pace (prefill chunks too, see chunk_times). A lone decoding request cannot be
+    // split.
     const auto with_comm = [&a](double compute_s, double comm_s) {
         return a.enable_two_batch_overlap ? std::max(compute_s, comm_s) : compute_s + comm_s;
     };
@@ -143,11 +150,17 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
             const double layers = static_cast<double>(s.end_layer - s.first_layer);
             // Routed experts run as many small GEMMs (a few rows each): their own efficiency.
             // Shared experts held whole run each token on one rank of the EP group.
+            // Per token the MoE sees, a rank runs shared_share of the shared experts: its TP
+            // slice of them, or (whole) the share of the tokens it owns, 1/ep of every token.
+            // A lone group's own tokens are owned by its attention-TP ranks alone.
             const double shared = static_cast<double>(s.shared_expert_bytes);
             const double shared_share = s.shared_experts_whole ? 1.0 / a.ep_size : 1.0;
+            const double lone_group_share = s.shared_experts_whole ? 1.0 / layout.attn_tp_size() : 1.0;
             const double dense_weights = weights_read - static_cast<double>(s.lm_head_bytes) - expert_read -
                                          shared * (1.0 - shared_share);
-            cost.per_token_s = std::max(cost.per_token_s, 2.0 * (dense_weights + expert_read / d.expert_efficiency) /
+            cost.per_token_s = std::max(cost.per_token_s, 2.0 *
+                                                              (dense_weights + shared * (lone_group_share - shared_share) +
+                                                               expert_read / d.expert_efficiency) /
                                                               elem / flops);
             // Under DP-attention a TP-split dense MLP runs on every group's gathered tokens too.
             const double gathered_mlp = s.dense_mlp_gathered ? static_cast<double>(s.dense_mlp_bytes) : 0.0;
@@ -188,8 +201,10 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         if (longer(cost, slowest)) slowest = cost;
         if (longer(busy, slowest_busy)) slowest_busy = busy;
     }
-    slowest.per_token_s = with_comm(slowest.per_token_s, stage_comm_per_token);
-    slowest_busy.per_token_s = with_comm(slowest_busy.per_token_s, stage_comm_per_token);
+    for (StageCost* c : {&slowest, &slowest_busy}) {
+        c->comm_per_token_s = stage_comm_per_token;
+        c->overlap = a.enable_two_batch_overlap;
+    }
 
     const double chunk = p.chunked_prefill_size > 0 ? static_cast<double>(p.chunked_prefill_size) : S;
     const bool dynamic = a.enable_dynamic_chunking && a.pp_size > 1;

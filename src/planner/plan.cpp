@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include "base/env.h"
+#include "dist/pp_partition.h"
 #include "planner/cost_model.h"
 #include "scheduler/memory_plan.h"
 
@@ -186,87 +187,108 @@ double remote_nodes_per_token(const loader::ModelConfig& c, int nodes) {
     return (nodes - 1) * (1.0 - missed);
 }
 
+// Layers of one kind: the most any pipeline stage has (a stage's pace in prefill) and how many
+// the model has (a token's trip through every stage in decode).
+struct LayerCount {
+    std::int64_t stage = 0;
+    std::int64_t total = 0;
+};
+
+struct StageLayers {
+    LayerCount all, moe, dense;
+};
+
 // Seed 003's per-token volumes, per layer and per rank, in the activation type. MoE traffic
-// happens at the stage's MoE layers only (DeepSeek's first layers are dense).
+// happens at the MoE layers only (DeepSeek's first layers are dense).
 std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayout& layout, const WeightTypes& types,
-                                std::int64_t layers_per_stage, std::int64_t moe_layers_per_stage) {
+                                const StageLayers& layers) {
     const server::ServerArgs& a = req.args;
     const loader::ModelConfig& c = req.config;
     const std::int64_t H = c.hidden_size;
     const auto act_bytes = static_cast<std::int64_t>(dtype_size(types.compute));
-    const std::int64_t dense_layers = layers_per_stage - moe_layers_per_stage;
     std::vector<Traffic> out;
+    const auto add = [&out](std::string kind, double bytes, LayerCount count, int syncs, bool inter_node,
+                            std::string formula, TrafficPhase phase = TrafficPhase::kEvery) {
+        if (count.total == 0) return;
+        Traffic t{std::move(kind), static_cast<std::int64_t>(bytes), count.stage, syncs, inter_node, std::move(formula),
+                  phase};
+        t.total_layers = count.total;
+        out.push_back(std::move(t));
+    };
     const int attn_tp = layout.attn_tp_size();
     const int tp = a.tp_size;
-    auto ring = [](int n, double bytes) { return static_cast<std::int64_t>(2.0 * (n - 1) / n * bytes); };
+    const auto row_bytes = static_cast<double>(H * act_bytes);
+    auto ring = [](int n, double bytes) { return 2.0 * (n - 1) / n * bytes; };
     const bool expert_parallel = c.is_moe() && a.ep_size > 1;
     const bool all_to_all = expert_parallel && a.moe_a2a_backend == "all_to_all";
     // SGLang's DeepEP, planned as SGLang runs it on GPUs (tessera serve refuses it).
     const bool deepep = expert_parallel && a.moe_a2a_backend == "deepep";
+    const bool dense_replicated = a.moe_dense_tp_size == 1;
     if (!a.enable_dp_attention && tp > 1) {
         // With an all-to-all dispatcher a MoE layer's output returns through the combine,
-        // shared experts included (layers/moe.cpp dispatch_all_to_all); dense layers still
-        // all-reduce their MLP.
+        // shared experts included (layers/moe.cpp dispatch_all_to_all); a dense layer split
+        // over TP still all-reduces its MLP.
         const bool mlp_reduce = !all_to_all && !deepep;
         const int reduces = mlp_reduce ? 2 : 1;
-        out.push_back({"tp all-reduce", reduces * ring(tp, static_cast<double>(H * act_bytes)), layers_per_stage,
-                       reduces, crosses_nodes(layout, dist::GroupKind::kTp),
-                       mlp_reduce ? "2 all-reduces (after attention, after the MLP) x 2(T-1)/T x H x bytes"
-                                  : "1 all-reduce (after attention) x 2(T-1)/T x H x bytes"});
-        if (!mlp_reduce && dense_layers > 0)
-            out.push_back({"tp all-reduce, dense mlp", ring(tp, static_cast<double>(H * act_bytes)), dense_layers, 1,
-                           crosses_nodes(layout, dist::GroupKind::kTp),
-                           "1 all-reduce after each dense layer's MLP x 2(T-1)/T x H x bytes"});
+        add("tp all-reduce", reduces * ring(tp, row_bytes), layers.all, reduces,
+            crosses_nodes(layout, dist::GroupKind::kTp),
+            mlp_reduce ? "2 all-reduces (after attention, after the MLP) x 2(T-1)/T x H x bytes"
+                       : "1 all-reduce (after attention) x 2(T-1)/T x H x bytes");
+        if (!mlp_reduce && !dense_replicated)
+            add("tp all-reduce, dense mlp", ring(tp, row_bytes), layers.dense, 1,
+                crosses_nodes(layout, dist::GroupKind::kTp),
+                "1 all-reduce after each dense layer's MLP x 2(T-1)/T x H x bytes");
     }
     if (a.enable_dp_attention) {
         if (attn_tp > 1)
-            out.push_back({"attention-tp all-reduce", ring(attn_tp, static_cast<double>(H * act_bytes)),
-                           layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kAttnTp),
-                           "1 all-reduce after attention x 2(A-1)/A x H x bytes"});
+            add("attention-tp all-reduce", ring(attn_tp, row_bytes), layers.all, 1,
+                crosses_nodes(layout, dist::GroupKind::kAttnTp), "1 all-reduce after attention x 2(A-1)/A x H x bytes");
         // Under an all-to-all dispatcher a MoE layer's tokens stay with their DP group, and
         // so do a dense layer's with --moe-dense-tp-size 1 (SGLang's communicator.py
         // LayerScatterModes._compute_mlp_mode; models/decoder.cpp scattered_moe_forward):
         // only the other layers gather.
         const bool scattered_moe = all_to_all || deepep;
-        const std::int64_t gathering = a.moe_dense_tp_size == 1 ? (scattered_moe ? 0 : moe_layers_per_stage)
-                                                                : (scattered_moe ? dense_layers : layers_per_stage);
+        LayerCount gathering = scattered_moe ? LayerCount{} : layers.moe;
+        if (!dense_replicated) {
+            gathering.stage = std::max(gathering.stage, scattered_moe ? layers.dense.stage : layers.all.stage);
+            gathering.total += layers.dense.total;
+        }
         // tessera sums attention over attention TP before a scattered MoE layer, then gathers
         // the slices its attention-TP ranks sent (DeepEP's reduce-scatter and all-gather move
         // what the all-reduce above counts).
         if (all_to_all && attn_tp > 1)
-            out.push_back({"attention-tp all-gather, moe slices",
-                           static_cast<std::int64_t>(static_cast<double>(attn_tp - 1) / attn_tp *
-                                                     static_cast<double>(H * act_bytes)),
-                           moe_layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kAttnTp),
-                           "each attention-TP rank's slice of the group's rows: (A-1)/A x H x bytes"});
-        if (gathering > 0)
-            out.push_back({"dp-attention gather + scatter",
-                           static_cast<std::int64_t>(2.0 * (tp - 1) / tp * static_cast<double>(H * act_bytes)),
-                           gathering, 2, crosses_nodes(layout, dist::GroupKind::kTp),
-                           "all-gather before the MLP/MoE + reduce-scatter after: 2 x (T-1)/T x H x bytes"});
+            add("attention-tp all-gather, moe slices", static_cast<double>(attn_tp - 1) / attn_tp * row_bytes,
+                layers.moe, 1, crosses_nodes(layout, dist::GroupKind::kAttnTp),
+                "each attention-TP rank's slice of the group's rows: (A-1)/A x H x bytes");
+        add("dp-attention gather + scatter", 2.0 * (tp - 1) / tp * row_bytes, gathering, 2,
+            crosses_nodes(layout, dist::GroupKind::kTp),
+            "all-gather before the MLP/MoE + reduce-scatter after: 2 x (T-1)/T x H x bytes");
     }
     const double top_k = static_cast<double>(c.moe.num_experts_per_tok);
     const double share = static_cast<double>(a.ep_size - 1) / a.ep_size;
+    // A token is sent by the one rank that owns it: per token a rank sends 1/A of the rows,
+    // its share of the tokens it shares with the A - 1 other ranks holding them (its
+    // attention-TP group, or the whole TP group without DP-attention).
+    const double owners = attn_tp;
     if (all_to_all) {
         // The dispatch follows the router and the all-gather the combine: only the combine
         // waits for compute (the experts).
-        out.push_back({"ep dispatch + combine", static_cast<std::int64_t>(2.0 * top_k * share * static_cast<double>(H * act_bytes)),
-                       moe_layers_per_stage, 1, crosses_nodes(layout, dist::GroupKind::kMoeEp),
-                       "top_k x (E-1)/E of the rows sent out and back: 2 x top_k x (ep-1)/ep x H x bytes"});
+        add("ep dispatch + combine", 2.0 * top_k * share * row_bytes / owners, layers.moe, 1,
+            crosses_nodes(layout, dist::GroupKind::kMoeEp),
+            "top_k x (ep-1)/ep of the owned rows out and back: 2 x top_k x (ep-1)/ep x H x bytes / A");
         // Attention split over the TP group needs every token's output on every rank: the
         // owners' rows are all-gathered (under DP-attention they stay with their group).
         if (!a.enable_dp_attention)
-            out.push_back({"ep all-gather of owned rows", static_cast<std::int64_t>(share * static_cast<double>(H * act_bytes)),
-                           moe_layers_per_stage, 0, crosses_nodes(layout, dist::GroupKind::kMoeEp),
-                           "each rank's owned rows to every rank: (ep-1)/ep x H x bytes"});
+            add("ep all-gather of owned rows", share * row_bytes, layers.moe, 0,
+                crosses_nodes(layout, dist::GroupKind::kMoeEp), "the other ranks' owned rows: (ep-1)/ep x H x bytes");
     }
     if (deepep) {
         // DeepEP dispatches fp8 rows with one f32 scale per 128 (for DeepGEMM's fp8 experts;
         // bf16 otherwise) and combines in the activation type.
         const bool fp8 = types.linear == DType::kF8E4M3;
-        const double dispatch_row = fp8 ? static_cast<double>(H) * (1.0 + 4.0 / 128.0) : static_cast<double>(H * act_bytes);
-        const double row = dispatch_row + static_cast<double>(H * act_bytes);
-        const char* row_text = fp8 ? "(H x 1.03 fp8 + H x bytes)" : "2 x H x bytes";
+        const double dispatch_row = fp8 ? static_cast<double>(H) * (1.0 + 4.0 / 128.0) : row_bytes;
+        const double row = (dispatch_row + row_bytes) / owners;
+        const char* row_text = fp8 ? "(H x 1.03 fp8 + H x bytes) / A" : "2 x H x bytes / A";
         const bool normal_prefill = a.deepep_mode != "low_latency";
         const bool low_latency_decode = a.deepep_mode != "normal";
         auto phase = [](bool prefill, bool decode) {
@@ -277,26 +299,21 @@ std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayo
         // (RDMA), which forwards it to those experts' GPUs there over NVLink.
         const bool uses_normal = normal_prefill || !low_latency_decode;
         const TrafficPhase normal = phase(normal_prefill, !low_latency_decode);
+        const double remote_nodes = remote_nodes_per_token(c, nodes);
         if (uses_normal && nodes > 1)
-            out.push_back({"ep dispatch + combine (DeepEP normal, between nodes)",
-                           static_cast<std::int64_t>(remote_nodes_per_token(c, nodes) * row), moe_layers_per_stage, 1,
-                           true, fmt::format("other nodes a token's experts are on ({:.2f}) x {}",
-                                             remote_nodes_per_token(c, nodes), row_text),
-                           normal});
+            add("ep dispatch + combine (DeepEP normal, between nodes)", remote_nodes * row, layers.moe, 1, true,
+                fmt::format("other nodes a token's experts are on ({:.2f}) x {}", remote_nodes, row_text), normal);
         if (uses_normal)
-            out.push_back({"ep dispatch + combine (DeepEP normal, inside nodes)",
-                           static_cast<std::int64_t>(top_k * share * row), moe_layers_per_stage, 1, false,
-                           fmt::format("top_k x (ep-1)/ep rows forwarded over NVLink x {}", row_text), normal});
+            add("ep dispatch + combine (DeepEP normal, inside nodes)", top_k * share * row, layers.moe, 1, false,
+                fmt::format("top_k x (ep-1)/ep rows forwarded over NVLink x {}", row_text), normal);
         // Low-latency kernels send every (token, expert) pair straight to the expert's GPU.
         if (!normal_prefill || low_latency_decode)
-            out.push_back({"ep dispatch + combine (DeepEP low-latency)",
-                           static_cast<std::int64_t>(top_k * share * row), moe_layers_per_stage, 1, nodes > 1,
-                           fmt::format("top_k x (ep-1)/ep rows x {}", row_text),
-                           phase(!normal_prefill, low_latency_decode)});
+            add("ep dispatch + combine (DeepEP low-latency)", top_k * share * row, layers.moe, 1, nodes > 1,
+                fmt::format("top_k x (ep-1)/ep rows x {}", row_text), phase(!normal_prefill, low_latency_decode));
     }
     if (a.pp_size > 1) {
-        out.push_back({"pp send", 2 * H * act_bytes, a.pp_size - 1, 1, crosses_nodes(layout, dist::GroupKind::kPp),
-                       "hidden states and residual at each of the P-1 stage boundaries: 2 x H x bytes"});
+        add("pp send", 2.0 * row_bytes, {a.pp_size - 1, a.pp_size - 1}, 1, crosses_nodes(layout, dist::GroupKind::kPp),
+            "hidden states and residual at each of the P-1 stage boundaries: 2 x H x bytes");
     }
     return out;
 }
@@ -419,15 +436,21 @@ StatusOr<Plan> make_plan(const PlanRequest& req) {
     }
 
     // Traffic, bubble and the roofline estimate.
-    const std::int64_t layers_per_stage = (c.num_hidden_layers + a.pp_size - 1) / a.pp_size;
-    std::int64_t moe_layers_per_stage = 0;
-    for (std::int64_t stage = 0; stage < a.pp_size; ++stage) {
-        std::int64_t moe_layers = 0;
-        for (std::int64_t l = stage * layers_per_stage; l < std::min(c.num_hidden_layers, (stage + 1) * layers_per_stage); ++l)
-            moe_layers += c.is_moe_layer(l) ? 1 : 0;
-        moe_layers_per_stage = std::max(moe_layers_per_stage, moe_layers);
+    // Each stage's layers as the launch partitions them (rank_size's ranges).
+    StageLayers layers;
+    for (int stage = 0; stage < a.pp_size; ++stage) {
+        auto range = dist::pp_layer_range(static_cast<int>(c.num_hidden_layers), stage, a.pp_size,
+                                          env().pp_layer_partition);
+        if (!range.ok()) continue;  // the rank table already names the partition's problem
+        const std::int64_t all = range->end - range->begin;
+        std::int64_t moe = 0;
+        for (int l = range->begin; l < range->end; ++l) moe += c.is_moe_layer(l) ? 1 : 0;
+        for (auto [count, n] : {std::pair{&layers.all, all}, {&layers.moe, moe}, {&layers.dense, all - moe}}) {
+            count->stage = std::max(count->stage, n);
+            count->total += n;
+        }
     }
-    p.traffic = traffic_of(req, layout, p.types, layers_per_stage, moe_layers_per_stage);
+    p.traffic = traffic_of(req, layout, p.types, layers);
     const std::int64_t chunk = p.chunked_prefill_size > 0 ? p.chunked_prefill_size : req.prompt_len;
     p.micro_batches = (req.prompt_len + chunk - 1) / chunk;
     p.bubble = a.pp_size > 1 ? static_cast<double>(a.pp_size - 1) / (a.pp_size - 1 + p.micro_batches) : 0.0;

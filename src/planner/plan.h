@@ -56,6 +56,9 @@ struct Traffic {
     bool inter_node = false;
     std::string formula;
     TrafficPhase phase = TrafficPhase::kEvery;
+    // The model's layers (or boundaries) it happens at, over every stage: `layers` is the most
+    // one stage has (a stage's pace in prefill), this is what a token crosses in decode.
+    std::int64_t total_layers = 0;
 };
 
 struct Check {

@@ -126,6 +126,8 @@ TEST(PlanTest, AllToAllDispatchReplacesTheMoeAllReduce) {
     EXPECT_EQ(a2a[0].bytes_per_token_per_layer * 2, none[0].bytes_per_token_per_layer);
     EXPECT_EQ(a2a[1].kind, "ep dispatch + combine");
     EXPECT_EQ(a2a[1].syncs, 1);
+    EXPECT_EQ(a2a[1].bytes_per_token_per_layer, 2 * 8 * 7 * 4096 * 2 / 8 / 8)
+        << "each rank sends the rows of the 1/8 of the tokens it owns";
     EXPECT_EQ(a2a[2].kind, "ep all-gather of owned rows");
     EXPECT_EQ(a2a[2].bytes_per_token_per_layer, 7 * 4096 * 2 / 8) << "(ep-1)/ep x H x bf16";
     EXPECT_EQ(a2a[2].syncs, 0) << "it follows the combine";
@@ -240,6 +242,44 @@ TEST(PlanTest, ScatteredMoeGathersOnlyWithinTheGroup) {
     ASSERT_EQ(p.traffic.size(), 3u);
     EXPECT_EQ(p.traffic[1].bytes_per_token_per_layer, 4096 / 2 * 2) << "(A-1)/A x H x bf16";
     EXPECT_EQ(p.traffic[1].layers, 94);
+    EXPECT_EQ(p.traffic[2].bytes_per_token_per_layer, 2 * 8 * 7 * 4096 * 2 / 8 / 2)
+        << "each of the group's two attention-TP ranks sends half of its rows";
+}
+
+// Under pipeline parallelism the traffic rows count each stage's own layers: DeepSeek-V3's 61
+// layers over 4 stages are 15, 15, 15 and 16 (the last stages take the remainder), and only
+// stage 0 holds the 3 dense layers. A replicated dense MLP (--moe-dense-tp-size 1) needs no
+// all-reduce.
+TEST(PlanTest, TrafficCountsEachStagesOwnLayers) {
+    auto plan = [](std::optional<int> dense_tp) {
+        return plan_of(request("deepseek-v3", "h20", [&](server::ServerArgs& a) {
+            a.tp_size = 8;
+            a.pp_size = 4;
+            a.ep_size = 8;
+            a.moe_a2a_backend = "all_to_all";
+            a.moe_dense_tp_size = dense_tp;
+            a.nnodes = 4;
+            a.dist_init_addr = "10.0.0.1:5000";
+        }));
+    };
+    const Plan p = plan(std::nullopt);
+    auto find = [](const Plan& plan, const std::string& kind) -> const Traffic* {
+        for (const Traffic& t : plan.traffic)
+            if (t.kind == kind) return &t;
+        return nullptr;
+    };
+    const Traffic* reduce = find(p, "tp all-reduce");
+    const Traffic* dense = find(p, "tp all-reduce, dense mlp");
+    const Traffic* dispatch = find(p, "ep dispatch + combine");
+    ASSERT_TRUE(reduce && dense && dispatch);
+    EXPECT_EQ(reduce->layers, 16);
+    EXPECT_EQ(reduce->total_layers, 61);
+    EXPECT_EQ(dense->layers, 3);
+    EXPECT_EQ(dense->total_layers, 3);
+    EXPECT_EQ(dispatch->layers, 16);
+    EXPECT_EQ(dispatch->total_layers, 58);
+    EXPECT_EQ(find(p, "pp send")->total_layers, 3);
+    EXPECT_EQ(find(plan(1), "tp all-reduce, dense mlp"), nullptr);
 }
 
 // Two-batch overlap: a batch's bytes move while its other half computes, so the step is the
