@@ -142,6 +142,7 @@ std::string plan_json(const Plan& p, const PlanRequest& req) {
                            {"bytes_per_token_per_layer", t.bytes_per_token_per_layer},
                            {"layers", t.layers},
                            {"syncs", t.syncs},
+                           {"total_layers", t.total_layers},
                            {"bytes_per_token", t.bytes_per_token_per_layer * t.layers},
                            {"inter_node", t.inter_node},
                            {"phase", phase_name(t.phase)},
