@@ -23,13 +23,8 @@ const char* phase_name(TrafficPhase phase) {
     return "every";
 }
 
-const char* phase_note(TrafficPhase phase) {
-    switch (phase) {
-        case TrafficPhase::kPrefill: return ", prefill only";
-        case TrafficPhase::kDecode: return ", decode only";
-        case TrafficPhase::kEvery: break;
-    }
-    return "";
+std::string phase_note(TrafficPhase phase) {
+    return phase == TrafficPhase::kEvery ? "" : fmt::format(", {} only", phase_name(phase));
 }
 
 std::string coords_text(const dist::RankCoords& c, const dist::ParallelConfig& p) {

@@ -134,21 +134,24 @@ TEST(PlanTest, AllToAllDispatchReplacesTheMoeAllReduce) {
     EXPECT_EQ(traffic("deepseek-v3", "all_to_all")[0].syncs, 1) << "shared experts need no all-reduce";
 }
 
-// SGLang's DeepSeek-V3 prefill layout (DP-attention over 32 GPUs, DeepEP, replicated dense
-// MLPs): its shared experts are whole on every rank, so their 2048-wide fp8 blocks are never
-// cut; split over 32 ranks (the standard dispatcher) they would be 64 wide and refused.
+// SGLang's DeepSeek-V3 prefill layout: DP-attention over 4 nodes of 8, replicated dense MLPs.
+void deepseek_prefill_layout(server::ServerArgs& a, const std::string& backend) {
+    a.tp_size = 32;
+    a.dp_size = 32;
+    a.enable_dp_attention = true;
+    a.ep_size = 32;
+    a.moe_dense_tp_size = 1;
+    a.nnodes = 4;
+    a.dist_init_addr = "10.0.0.1:5000";
+    a.moe_a2a_backend = backend;
+}
+
+// SGLang's DeepSeek-V3 prefill layout (DeepEP): its shared experts are whole on every rank, so
+// their 2048-wide fp8 blocks are never cut; split over 32 ranks (the standard dispatcher) they
+// would be 64 wide and refused.
 TEST(PlanTest, SharedExpertsAreWholeUnderAllToAll) {
     auto plan = [](const std::string& backend) {
-        return plan_of(request("deepseek-v3", "h800", [&](server::ServerArgs& a) {
-            a.tp_size = 32;
-            a.dp_size = 32;
-            a.enable_dp_attention = true;
-            a.ep_size = 32;
-            a.moe_dense_tp_size = 1;
-            a.nnodes = 4;
-            a.dist_init_addr = "10.0.0.1:5000";
-            a.moe_a2a_backend = backend;
-        }));
+        return plan_of(request("deepseek-v3", "h800", [&](server::ServerArgs& a) { deepseek_prefill_layout(a, backend); }));
     };
     const Plan standard = plan("none");
     ASSERT_FALSE(standard.fits());
@@ -173,14 +176,7 @@ TEST(PlanTest, SharedExpertsAreWholeUnderAllToAll) {
 TEST(PlanTest, DeepEpTrafficFollowsItsKernels) {
     auto plan = [](const std::string& backend, const std::string& mode) {
         PlanRequest r = request("deepseek-v3", "h100", [&](server::ServerArgs& a) {
-            a.tp_size = 32;
-            a.dp_size = 32;
-            a.enable_dp_attention = true;
-            a.ep_size = 32;
-            a.moe_dense_tp_size = 1;
-            a.nnodes = 4;
-            a.dist_init_addr = "10.0.0.1:5000";
-            a.moe_a2a_backend = backend;
+            deepseek_prefill_layout(a, backend);
             a.deepep_mode = mode;
         });
         r.prompt_len = 2000;
