@@ -149,7 +149,6 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                                                       bw);
             const double layers = static_cast<double>(s.end_layer - s.first_layer);
             // Routed experts run as many small GEMMs (a few rows each): their own efficiency.
-            // Shared experts held whole run each token on one rank of the EP group.
             // Per token the MoE sees, a rank runs shared_share of the shared experts: its TP
             // slice of them, or (whole) the share of the tokens it owns, 1/ep of every token.
             // A lone group's own tokens are owned by its attention-TP ranks alone.
