@@ -13,6 +13,11 @@ and `all_to_all` dispatchers, TP2 with DP-attention 2) is measured warm, one req
 (`tessera serve` and `tessera bench serve`: median TTFT and time per output token), and planned
 with the figures fitted in the same round. Each case reports the medians of --repeats rounds:
 predicted, measured, and the error (the median of the per-round errors, listed too).
+Right before each layout the dense TP1 layout is served again, and the case also reports
+`paired_error`: how far the predicted ratio to dense TP1 is from the ratio measured seconds
+apart, (predicted / predicted TP1) / (measured / measured TP1) - 1. This host's bandwidth
+drifts by tens of percent over minutes; the paired ratio sees the model's shape of a layout
+without the drift between the bench one-batch fit and the layout's measurement.
 
 H20 clusters (seed 003's published figures): flops_efficiency is fitted on one case,
 DeepSeek-V3.1 TP8 TTFT at 128K tokens (48.5 s on 141 GB H20s); the other cases are
@@ -55,7 +60,7 @@ def plan(tessera, flags):
     return json.loads(run([tessera, "plan", "--json"] + flags))
 
 
-def emit(case, metric, predicted, measured, fitted=False, error=None, round_errors=None):
+def emit(case, metric, predicted, measured, fitted=False, error=None, round_errors=None, paired_errors=None):
     """One case. `error` defaults to predicted / measured - 1; with rounds, it is the median of
     the per-round errors (listed in round_errors)."""
     if error is None:
@@ -64,6 +69,9 @@ def emit(case, metric, predicted, measured, fitted=False, error=None, round_erro
             "error": round(error, 4)}
     if round_errors is not None:
         line["round_errors"] = [round(e, 4) for e in round_errors]
+    if paired_errors:
+        line["paired_error"] = round(statistics.median(paired_errors), 4)
+        line["paired_errors"] = [round(e, 4) for e in paired_errors]
     if fitted:
         line["fitted"] = True
     print(json.dumps(line), flush=True)
@@ -155,6 +163,7 @@ def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
                ("moe tp2 dpa2", moe, ["--tp", "2", "--dp", "2", "--enable-dp-attention"])]
     metrics = ("ttft_s", "decode_tokens_per_s")
     rounds = {(name, k): [] for name, _, _ in layouts for k in metrics}  # (predicted, measured) per round
+    paired = {(name, k): [] for name, _, _ in layouts for k in metrics}  # paired errors per round
     # Each round measures the figures (bench one-batch on the dense model with every thread and
     # with one, and on the MoE model) and then every layout, and predicts that round's layouts
     # from that round's figures: this machine's bandwidth drifts by tens of percent over minutes,
@@ -164,24 +173,32 @@ def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
         for key, model, threads in (("all", dense, []), ("one", dense, ["--threads-per-rank", "1"]), ("moe", moe, [])):
             bench[key] = last_json(run([t, "bench", "one-batch", "--model-path", model, "--batch-size", "1",
                                         "--input-len", str(prompt_len), "--output-len", str(new_tokens)] + threads))
-        measured = {name: serve_and_measure(t, model, flags, prompt_len, new_tokens, workdir)
-                    for name, model, flags in layouts}
+        measured, reference = {}, {}
+        for name, model, flags in layouts:
+            if name != "dense tp1":
+                reference[name] = serve_and_measure(t, dense, [], prompt_len, new_tokens, workdir)
+            measured[name] = serve_and_measure(t, model, flags, prompt_len, new_tokens, workdir)
+        reference["dense tp1"] = measured["dense tp1"]
         device, figures = fit_cpu(t, dense, moe, bench, measured["dense tp2"]["decode_tokens_per_s"], prompt_len)
         print(json.dumps({"calibration": "cpu", "round": r + 1, **figures,
                           "from": "bench one-batch, small qwen3 and qwen3-moe, TP1, this round"}), flush=True)
+        ref_est = plan(t, ["--model-path", dense, "--prompt-len", str(prompt_len)] + device)["estimate"]
         for name, model, flags in layouts:
             est = plan(t, ["--model-path", model, "--prompt-len", str(prompt_len)] + device + flags)["estimate"]
             for k in metrics:
                 rounds[(name, k)].append((est[k], measured[name][k]))
+                paired[(name, k)].append((est[k] / ref_est[k]) / (measured[name][k] / reference[name][k]) - 1.0)
 
     lines = []
     for name, _, _ in layouts:
         for k in metrics:
             pairs = rounds[(name, k)]
             errors = [p / m - 1.0 for p, m in pairs]
-            lines.append(emit("cpu " + name, k, statistics.median(p for p, _ in pairs),
-                              statistics.median(m for _, m in pairs), fitted=name == "dense tp2" and k != "ttft_s",
-                              error=statistics.median(errors), round_errors=errors))
+            line = emit("cpu " + name, k, statistics.median(p for p, _ in pairs),
+                        statistics.median(m for _, m in pairs), fitted=name == "dense tp2" and k != "ttft_s",
+                        error=statistics.median(errors), round_errors=errors,
+                        paired_errors=None if name == "dense tp1" else paired[(name, k)])
+            lines.append(line)
     return lines
 
 
@@ -287,7 +304,9 @@ def main():
     within = lambda l: abs(l["error"]) <= (0.20 if l["metric"] == "ratio" else 0.10)
     print(json.dumps({"summary": True, "cases": len(predicted), "within_target": sum(within(l) for l in predicted),
                       "median_abs_error": round(statistics.median(abs(l["error"]) for l in predicted), 4),
-                      "worst": max(predicted, key=lambda l: abs(l["error"]))["case"]}))
+                      "worst": max(predicted, key=lambda l: abs(l["error"]))["case"],
+                      "paired_within_target": sum(abs(l["paired_error"]) <= 0.10 for l in predicted if "paired_error" in l),
+                      "paired_cases": sum("paired_error" in l for l in predicted)}))
 
 
 if __name__ == "__main__":
