@@ -446,7 +446,7 @@ Status Decoder::scattered_moe_forward(layers::MoeLayer& moe, std::int64_t n, std
         TSR_RETURN_IF_ERROR(moe.forward_scattered(h_.data(), n, row0, rows, branch_.data(), scratch_, pool, par_));
     } else {
         const layers::AttnTpSlice slice = layers::attn_tp_slice(n, dpa_);
-        slice_out_.assign(static_cast<std::size_t>(slice.per * hidden), 0.0f);
+        slice_out_.resize(static_cast<std::size_t>(slice.per * hidden));  // rows past the group's are dropped
         TSR_RETURN_IF_ERROR(moe.forward_scattered(h_.data() + slice.begin * hidden, slice.count, row0 + slice.begin,
                                                   rows, slice_out_.data(), scratch_, pool, par_));
         TSR_RETURN_IF_ERROR(layers::attn_tp_gather_slices(slice_out_, n, hidden, dpa_, group_out_, branch_.data()));

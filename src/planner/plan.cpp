@@ -151,15 +151,6 @@ int nodes_for(int devices, int per_node, int replica_ranks) {
     return nodes;
 }
 
-bool crosses_nodes(const dist::ParallelLayout& layout, dist::GroupKind kind) {
-    for (const auto& group : layout.groups(kind)) {
-        std::set<int> nodes;
-        for (int r : group) nodes.insert(layout.coords(r).node);
-        if (nodes.size() > 1) return true;
-    }
-    return false;
-}
-
 // The most nodes any group of `kind` spans.
 int nodes_spanned(const dist::ParallelLayout& layout, dist::GroupKind kind) {
     std::size_t most = 1;
@@ -170,6 +161,8 @@ int nodes_spanned(const dist::ParallelLayout& layout, dist::GroupKind kind) {
     }
     return static_cast<int>(most);
 }
+
+bool crosses_nodes(const dist::ParallelLayout& layout, dist::GroupKind kind) { return nodes_spanned(layout, kind) > 1; }
 
 // How many nodes other than its own one token's routed experts sit on, on average, with the
 // experts spread evenly over `nodes` nodes. DeepSeek's grouped routing keeps a token's experts
