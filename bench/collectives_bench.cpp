@@ -1,6 +1,8 @@
 // bench/collectives_bench.cpp — bench_collectives: latency (8 KB, median of ≥ 200 iterations)
-// and bandwidth (64 MB, median of ≥ 3) of all_reduce, all_gather and all_to_all_v on the
-// gloo and shm process groups, with 2 ranks as 2 processes on one host. Rank 0 hosts a
+// and bandwidth (64 MB, median of ≥ 3) of all_reduce, all_gather, all_to_all_v and a
+// point-to-point round trip (`ping_pong`: rank 0 sends, rank 1 sends the same bytes back, as
+// a pipeline's hidden states and sampled tokens travel) on the gloo and shm process groups
+// (shm with the pipeline's 4 MB rings), with 2 ranks as 2 processes on one host. Rank 0 hosts a
 // TcpStore on a free loopback port and re-executes this binary as rank 1
 // (`--rank 1 --port P`). Rank 0 prints one JSON line per (backend, op, size) on stdout.
 // "bytes" is the per-rank buffer of the op: all_reduce data, all_gather output (input is
@@ -120,6 +122,7 @@ int run(const Args& args) {
         o.rank = args.rank;
         o.size = kRanks;
         o.timeout = std::chrono::milliseconds(60'000);
+        o.p2p_buffer_bytes = std::size_t{4} << 20;
         auto g =
             std::string(backend) == "gloo" ? make_gloo_group(*store, o) : make_shm_group(*store, o);
         if (!g.ok()) {
@@ -127,7 +130,7 @@ int run(const Args& args) {
             return 1;
         }
         ProcessGroup& pg = *g.value();
-        for (const char* op : {"all_reduce", "all_gather", "all_to_all_v"}) {
+        for (const char* op : {"all_reduce", "all_gather", "all_to_all_v", "ping_pong"}) {
             for (std::size_t bytes : {kSmall, kLarge}) {
                 const std::size_t floats = bytes / sizeof(float);
                 std::vector<float> a(floats, 1.0f), b(floats, 0.0f);
@@ -141,8 +144,19 @@ int run(const Args& args) {
                     fn = [&] {
                         return pg.all_gather(std::span<const float>(a.data(), floats / kRanks), b);
                     };
-                } else {
+                } else if (name == "all_to_all_v") {
                     fn = [&] { return pg.all_to_all_v(send, counts, recv, counts); };
+                } else {
+                    const int peer = 1 - args.rank;
+                    auto transfer = [&](bool sending) -> Status {
+                        auto w = sending ? pg.isend(send, peer, 1) : pg.irecv(recv, peer, 1);
+                        if (!w.ok()) return w.status();
+                        return w.value()->wait(std::chrono::milliseconds(60'000));
+                    };
+                    fn = [&, transfer]() -> Status {
+                        TSR_RETURN_IF_ERROR(transfer(args.rank == 0));
+                        return transfer(args.rank != 0);
+                    };
                 }
                 const bool small = bytes == kSmall;
                 Status sync = pg.barrier();
@@ -151,7 +165,10 @@ int run(const Args& args) {
                     return 1;
                 }
                 double mean = 0;
-                auto t = time_op(fn, small ? 20 : 1, small ? kSmallIters : kLargeIters, ok, mean);
+                // A round trip is a few µs once both processes spin on their own cores; the
+                // first few hundred wait on the scheduler to place them there.
+                const int warmup = !small ? 1 : name == "ping_pong" ? 600 : 20;
+                auto t = time_op(fn, warmup, small ? kSmallIters : kLargeIters, ok, mean);
                 if (!ok) {
                     fmt::print(
                         "{{\"bench\":\"collectives\",\"backend\":\"{}\",\"op\":\"{}\",\"bytes\":{},"

@@ -158,7 +158,10 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     if (rt.tp_group->size() == 1) rt.tp_group.reset();
     if (args.pp_size > 1) {
         dist::GroupFactoryOptions pp_options = go;
-        pp_options.force_gloo = true;  // the shared-memory backend has no point-to-point
+        // Stages on one node pass hidden states through shared memory: a decode step's fit in the
+        // ring at once, a prefill chunk's stream through it while the sender computes on.
+        pp_options.p2p_buffer_bytes = std::size_t{4} << 20;
+        pp_options.force_gloo = env().pp_over_gloo;
         auto pp_group = dist::create_group(layout, dist::GroupKind::kPp, rank, *rt.store, pp_options);
         if (!pp_group.ok()) return with_peer_stages(rt, pp_group.status());
         rt.pp_group = std::move(pp_group).value();
@@ -178,9 +181,10 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     const std::string attention = layout.attn_dp_size() > 1 ? fmt::format(" (attn_dp {} attn_tp {})",
                                                                            rt.coords.attn_dp_rank, rt.coords.attn_tp_rank)
                                                                : std::string();
-    TSR_LOG(INFO, "rank {} of {}: tp_rank {}{} pp_rank {} on node {}, tp group over {}, {} threads", rank,
+    const std::string pp_link = rt.pp_group ? ", pp group over " + rt.pp_group->backend_name() : std::string();
+    TSR_LOG(INFO, "rank {} of {}: tp_rank {}{} pp_rank {} on node {}, tp group over {}{}, {} threads", rank,
             layout.world_size(), rt.coords.tp_rank, attention, rt.coords.pp_rank, rt.coords.node,
-            rt.tp_group ? rt.tp_group->backend_name() : "none", rt.threads);
+            rt.tp_group ? rt.tp_group->backend_name() : "none", pp_link, rt.threads);
     return rt;
 }
 

@@ -33,6 +33,7 @@ const EnvFlags& env() {
         f.eplb_corrupt_transfer = read("TSR_EPLB_FAULT_CORRUPT_TRANSFER") == "1";
         f.eplb_fail_transfer = read("TSR_EPLB_FAULT_FAIL_TRANSFER") == "1";
         f.eplb_transfer_between_passes = read("TSR_EPLB_TRANSFER_BETWEEN_PASSES") == "1";
+        f.pp_over_gloo = read("TSR_PP_OVER_GLOO") == "1";
         f.dpa_fault = read("TSR_DPA_FAULT");
         f.job_token = read("TESSERA_JOB_TOKEN");
         f.gloo_socket_ifname = read("GLOO_SOCKET_IFNAME");

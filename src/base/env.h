@@ -41,6 +41,10 @@ struct EnvFlags {
     // forward thread between two passes, as before transfers ran beside a pass (the A/B of
     // bench/eplb_balance.py --transfer-ab).
     bool eplb_transfer_between_passes = false;
+    // env: TSR_PP_OVER_GLOO=1 — benchmarks: pipeline stages on one node pass hidden states over
+    // Gloo (TCP on loopback), as before they used shared memory (the A/B of
+    // bench/ab_generate.py --baseline-env).
+    bool pp_over_gloo = false;
     // env: TSR_DPA_FAULT=skip:G:R or stall:G:R — fault injection for tests: the ranks of
     // attention-DP group G skip round R of the DP-attention lockstep (the others must name the
     // group), or stop joining at round R (the others must fail within --dist-timeout).

@@ -23,6 +23,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> create_group(const ParallelLayout& layou
     o.timeout = options.timeout;
     o.hostname = options.hostname;
     o.global_ranks = members;
+    o.p2p_buffer_bytes = options.p2p_buffer_bytes;
     auto prefixed = make_prefix_store(name, store);
     if (one_node && !options.force_gloo) return make_shm_group(*prefixed, o);
     return make_gloo_group(*prefixed, o);

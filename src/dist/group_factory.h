@@ -22,6 +22,9 @@ struct GroupFactoryOptions {
     // A second group over the same ranks (its own rendezvous and buffers) is told apart by
     // this prefix, e.g. "eplb_" for the expert transfer beside the TP group.
     std::string name_prefix;
+    // Point-to-point on a shared-memory group: ring bytes per ordered pair of ranks (0 = none,
+    // isend / irecv then need Gloo; see ProcessGroupOptions).
+    std::size_t p2p_buffer_bytes = 0;
 };
 
 StatusOr<std::unique_ptr<ProcessGroup>> create_group(const ParallelLayout& layout, GroupKind kind,

@@ -101,6 +101,9 @@ struct ProcessGroupOptions {
     std::string hostname = "127.0.0.1";  // the interface Gloo binds (--dist-init-addr's host side)
     // Global rank of each member, in group-rank order (for error messages); empty = unknown.
     std::vector<int> global_ranks;
+    // Shared memory: bytes of the ring each ordered pair of ranks sends isend / irecv messages
+    // through (messages of any size stream through it); 0 = no point-to-point.
+    std::size_t p2p_buffer_bytes = 0;
 };
 
 // Gloo over TCP: any ranks on any nodes. Rendezvous through `store`.

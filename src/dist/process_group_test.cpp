@@ -1,7 +1,7 @@
 // dist/process_group_test.cpp — every op of every backend (gloo, shm, single) against a
 // computed expectation, with 2, 3 and 4 ranks as threads over HashStore and TcpStore on
-// 127.0.0.1; plus large P2P over Gloo (the stall regression), timeouts, a dead peer process,
-// and mismatched collectives.
+// 127.0.0.1; plus large P2P over Gloo (the stall regression) and through shared-memory rings,
+// timeouts, a dead peer process, and mismatched collectives and messages.
 
 #include "dist/process_group.h"
 
@@ -83,7 +83,7 @@ std::string unique_name() {
 // Runs body(group) on n threads, one rank each; groups are destroyed only after every rank
 // finished its body.
 void run_ranks(Backend backend, StoreKind kind, int n, milliseconds timeout,
-               const std::function<void(ProcessGroup&)>& body) {
+               const std::function<void(ProcessGroup&)>& body, std::size_t p2p_buffer_bytes = 0) {
     Stores stores(kind, n);
     const std::string name = unique_name();
     std::latch done(n);
@@ -95,6 +95,7 @@ void run_ranks(Backend backend, StoreKind kind, int n, milliseconds timeout,
             o.rank = r;
             o.size = n;
             o.timeout = timeout;
+            o.p2p_buffer_bytes = p2p_buffer_bytes;
             auto g = make_group(backend, stores.for_rank(r), o);
             if (!g.ok()) {
                 ADD_FAILURE() << "rank " << r << ": " << g.status().to_string();
@@ -359,7 +360,8 @@ TEST(ProcessGroupGlooTest, P2pLargeMessagesDoNotStall) {
     });
 }
 
-TEST(ProcessGroupShmTest, P2pIsUnimplementedAndSaysSo) {
+// Without a p2p buffer (the TP groups) there are no rings to send through.
+TEST(ProcessGroupShmTest, P2pWithoutBufferIsUnimplementedAndSaysSo) {
     run_ranks(Backend::kShm, StoreKind::kHash, 2, milliseconds(2000), [](ProcessGroup& g) {
         std::vector<std::uint8_t> buf(8);
         auto w = g.isend(buf, 1 - g.rank(), 0);
@@ -370,6 +372,141 @@ TEST(ProcessGroupShmTest, P2pIsUnimplementedAndSaysSo) {
         auto r = g.irecv(buf, 1 - g.rank(), 0);
         EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
     });
+}
+
+// A ring smaller than the messages: every message of more than 4 KB streams through it in
+// pieces, on the sender thread while the caller goes on.
+constexpr std::size_t kSmallRing = 4096;
+
+TEST(ProcessGroupShmTest, P2pRingOddAndMediumSizes) {
+    for (std::size_t ring : {kSmallRing, std::size_t{4} << 20}) {
+        run_ranks(
+            Backend::kShm, StoreKind::kHash, 3, milliseconds(10'000),
+            [](ProcessGroup& g) {
+                check_ring_p2p(g, 0, 1);
+                check_ring_p2p(g, 1, 2);
+                check_ring_p2p(g, 4081, 3);  // header + payload one byte beyond the small ring
+                check_ring_p2p(g, 65'537, 4);
+                check_ring_p2p(g, 1 << 20, 5);
+            },
+            ring);
+    }
+}
+
+// The pipeline's pattern: several sends posted before the receiver takes any, each awaited
+// later, messages of different sizes and tags arriving in order; a 64 MB message through a
+// 4 KB ring.
+TEST(ProcessGroupShmTest, P2pQueuedSendsArriveInOrder) {
+    run_ranks(
+        Backend::kShm, StoreKind::kHash, 2, milliseconds(10'000),
+        [](ProcessGroup& g) {
+            const std::vector<std::size_t> sizes = {16, 100'000, 3, 0, 64u << 20, 5000};
+            auto fill = [](std::size_t i, std::size_t k) { return static_cast<std::uint8_t>(k * 31 + (i ^ (i >> 9))); };
+            if (g.rank() == 0) {
+                std::vector<std::vector<std::uint8_t>> out(sizes.size());
+                std::vector<std::shared_ptr<Work>> works;
+                for (std::size_t k = 0; k < sizes.size(); ++k) {
+                    out[k].resize(sizes[k]);
+                    for (std::size_t i = 0; i < sizes[k]; ++i) out[k][i] = fill(i, k);
+                    auto w = g.isend(out[k], 1, static_cast<int>(10 + k));
+                    ASSERT_TRUE(w.ok()) << w.status().to_string();
+                    works.push_back(std::move(w).value());
+                }
+                for (auto& w : works) ASSERT_TRUE(w->wait(milliseconds(10'000)).ok());
+            } else {
+                std::this_thread::sleep_for(milliseconds(50));  // the sends queue up first
+                std::vector<std::vector<std::uint8_t>> in(sizes.size());
+                std::vector<std::shared_ptr<Work>> works;
+                for (std::size_t k = 0; k < sizes.size(); ++k) {
+                    in[k].assign(sizes[k], 0);
+                    auto w = g.irecv(in[k], 0, static_cast<int>(10 + k));
+                    ASSERT_TRUE(w.ok()) << w.status().to_string();
+                    works.push_back(std::move(w).value());
+                }
+                // Waiting on the last receive completes the earlier ones first.
+                Status s = works.back()->wait(milliseconds(10'000));
+                ASSERT_TRUE(s.ok()) << s.to_string();
+                for (std::size_t k = 0; k < sizes.size(); ++k) {
+                    EXPECT_TRUE(works[k]->is_completed()) << k;
+                    for (std::size_t i = 0; i < sizes[k]; ++i) {
+                        if (in[k][i] != fill(i, k)) FAIL() << "message " << k << " byte " << i;
+                    }
+                }
+            }
+            ASSERT_TRUE(g.barrier().ok());
+        },
+        kSmallRing);
+}
+
+TEST(ProcessGroupShmTest, P2pMismatchedTagOrSizeIsDataLoss) {
+    run_ranks(
+        Backend::kShm, StoreKind::kHash, 2, milliseconds(5000),
+        [](ProcessGroup& g) {
+            std::vector<std::uint8_t> buf(64, 7);
+            if (g.rank() == 0) {
+                auto w = g.isend(buf, 1, 5);
+                ASSERT_TRUE(w.ok());
+                EXPECT_TRUE(w.value()->wait(milliseconds(5000)).ok());
+            } else {
+                auto w = g.irecv(buf, 0, 6);
+                ASSERT_TRUE(w.ok());
+                Status s = w.value()->wait(milliseconds(5000));
+                EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.to_string();
+                EXPECT_NE(s.message().find("has tag 5 and 64 bytes"), std::string::npos) << s.message();
+                EXPECT_NE(s.message().find("tag 6"), std::string::npos) << s.message();
+                // The group is unusable from now on and says so at once.
+                auto again = g.irecv(buf, 0, 5);
+                EXPECT_EQ(again.status().code(), StatusCode::kUnavailable) << again.status().to_string();
+            }
+        },
+        kSmallRing);
+}
+
+// Rank 1 is a process that dies without receiving: rank 0's large send (more than the ring
+// holds) fails with Unavailable instead of waiting for ever.
+TEST(ProcessGroupShmTest, P2pSendToDeadPeerFails) {
+    TcpStoreOptions so;
+    so.is_server = true;
+    int port = 0;
+    auto server = make_tcp_store(so, &port);
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    const std::string name = unique_name();
+    auto options = [&](int rank) {
+        ProcessGroupOptions o;
+        o.name = name;
+        o.rank = rank;
+        o.size = 2;
+        o.timeout = milliseconds(5000);
+        o.p2p_buffer_bytes = kSmallRing;
+        return o;
+    };
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        TcpStoreOptions co;
+        co.port = port;
+        auto store = make_tcp_store(co);
+        if (!store.ok()) ::_exit(2);
+        auto g = make_shm_group(*store.value(), options(1));
+        ::_exit(g.ok() ? 0 : 3);
+    }
+    auto g = make_shm_group(*server.value(), options(0));
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+    std::vector<std::uint8_t> out(1 << 20, 1);
+    const auto t0 = Clock::now();
+    auto w = g.value()->isend(out, 1, 3);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    Status s = w.value()->wait(milliseconds(5000));
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+    EXPECT_NE(s.message().find("rank 1 exited"), std::string::npos) << s.message();
+    EXPECT_LT(Clock::now() - t0, milliseconds(1500));
+    std::vector<std::uint8_t> in(8);
+    auto r = g.value()->irecv(in, 1, 4);
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
 }
 
 // ---- failures ----------------------------------------------------------------------------------

@@ -5,12 +5,9 @@
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <immintrin.h>
-#include <linux/futex.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +19,8 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "dist/shm/futex.h"
+#include "dist/shm/shm_p2p.h"
 #include "dist/store.h"
 
 namespace tessera::dist {
@@ -43,6 +42,8 @@ struct Header {
     std::uint32_t reserved;
     std::uint64_t slot_bytes;
     std::uint64_t data_offset;  // first slot; slots are [parity][rank], slot_bytes each
+    std::uint64_t p2p_offset;   // the point-to-point rings (ShmP2p), when p2p_ring_bytes > 0
+    std::uint64_t p2p_ring_bytes;
     alignas(64) std::atomic<std::uint32_t> futex_word;  // bumped on every arrival
     alignas(64) std::atomic<std::uint32_t> waiters;  // ranks sleeping (or about to) on futex_word
     alignas(64) RankControl ranks[ProcessGroupShm::kMaxRanks];
@@ -76,8 +77,11 @@ struct Mapping {
 
 namespace {
 
+using shm_detail::futex_wait;
+using shm_detail::futex_wake_all;
 using shm_detail::Header;
 using shm_detail::Mapping;
+using shm_detail::process_exited;
 
 enum OpCode : std::uint8_t {
     kAllReduce = 1,
@@ -113,23 +117,6 @@ constexpr auto kSpinTime = std::chrono::microseconds(100);
 // Upper bound of one futex sleep (also the liveness-check period).
 constexpr auto kMaxSleep = std::chrono::milliseconds(20);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
-
-void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
-                std::chrono::nanoseconds timeout) {
-    timespec ts{};
-    ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
-    ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
-    // Shared (not PRIVATE): the word lives in a mapping shared between processes.
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr,
-              0);
-}
-
-void futex_wake_all(std::atomic<std::uint32_t>* word) {
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
-              nullptr, 0);
-}
-
-bool process_exited(std::int32_t pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH; }
 
 template <typename F>
 void reduce_slots(float* out, const std::vector<const float*>& src, std::size_t n, F f) {
@@ -190,7 +177,14 @@ ProcessGroupShm::ProcessGroupShm(const ProcessGroupOptions& options,
     : ProcessGroup(options.name, options.rank, options.size),
       timeout_(options.timeout),
       mapping_(std::move(mapping)),
-      header_(mapping_->header()) {}
+      header_(mapping_->header()) {
+    if (header_->p2p_ring_bytes == 0) return;
+    Header* header = header_;
+    p2p_ = std::make_unique<shm_detail::ShmP2p>(
+        mapping_, static_cast<std::uint8_t*>(mapping_->addr) + header_->p2p_offset, name(), rank(), size(),
+        header_->p2p_ring_bytes,
+        [header](int peer) { return process_exited(header->ranks[peer].pid.load(std::memory_order_relaxed)); });
+}
 
 ProcessGroupShm::~ProcessGroupShm() = default;
 
@@ -435,6 +429,20 @@ Status ProcessGroupShm::broadcast(std::span<std::uint8_t> data, int root) {
     return Status::Ok();
 }
 
+StatusOr<std::shared_ptr<Work>> ProcessGroupShm::isend(std::span<const std::uint8_t> data, int dst, int tag) {
+    if (p2p_ == nullptr) return unsupported("isend");
+    TSR_RETURN_IF_ERROR(check_rank(dst, "isend", "dst"));
+    if (dst == rank()) return Status::InvalidArgument(fmt::format("shm group '{}' isend: dst {} is this rank", name(), dst));
+    return p2p_->isend(data, dst, tag);
+}
+
+StatusOr<std::shared_ptr<Work>> ProcessGroupShm::irecv(std::span<std::uint8_t> data, int src, int tag) {
+    if (p2p_ == nullptr) return unsupported("irecv");
+    TSR_RETURN_IF_ERROR(check_rank(src, "irecv", "src"));
+    if (src == rank()) return Status::InvalidArgument(fmt::format("shm group '{}' irecv: src {} is this rank", name(), src));
+    return p2p_->irecv(data, src, tag);
+}
+
 Status ProcessGroupShm::barrier() {
     OpContext ctx{"barrier", kBarrier};
     TSR_RETURN_IF_ERROR(begin(ctx));
@@ -459,8 +467,11 @@ StatusOr<std::unique_ptr<ProcessGroup>> make_shm_group(Store& store,
     auto prefixed = make_prefix_store("shm/" + options.name, store);
     auto mapping = std::make_unique<Mapping>();
     const std::size_t data_offset = (sizeof(Header) + 4095) & ~std::size_t{4095};
-    const std::size_t length =
+    const std::size_t p2p_offset =
         data_offset + 2 * static_cast<std::size_t>(options.size) * ProcessGroupShm::kSlotBytes;
+    const std::size_t ring_bytes = options.p2p_buffer_bytes;
+    const std::size_t length =
+        p2p_offset + (ring_bytes > 0 ? shm_detail::ShmP2p::region_bytes(options.size, ring_bytes) : 0);
     const auto deadline = Clock::now() + options.timeout;
     auto left = [&] {
         return std::max(
@@ -492,6 +503,8 @@ StatusOr<std::unique_ptr<ProcessGroup>> make_shm_group(Store& store,
         header->size = static_cast<std::uint32_t>(options.size);
         header->slot_bytes = ProcessGroupShm::kSlotBytes;
         header->data_offset = data_offset;
+        header->p2p_offset = p2p_offset;
+        header->p2p_ring_bytes = ring_bytes;
         for (auto& r : header->ranks) {
             r.arrive.store(0, std::memory_order_relaxed);
             r.pid.store(0, std::memory_order_relaxed);
@@ -516,9 +529,9 @@ StatusOr<std::unique_ptr<ProcessGroup>> make_shm_group(Store& store,
             ::close(fd);
             return Status::InvalidArgument(
                 fmt::format("shm group '{}' rank {}: segment '{}' has {} bytes, expected {} (do "
-                            "all ranks agree on size {}?)",
+                            "all ranks agree on size {} and p2p buffer {} bytes?)",
                             options.name, options.rank, mapping->name,
-                            static_cast<long long>(st.st_size), length, options.size));
+                            static_cast<long long>(st.st_size), length, options.size, ring_bytes));
         }
         mapping->addr = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         ::close(fd);

@@ -11,7 +11,9 @@
 // not arrive within the timeout yields DeadlineExceeded naming the op, its sequence number
 // and the missing ranks; a rank whose process exited yields Unavailable. After any failure
 // the group is unusable. Reductions add in rank order, so every rank gets identical bits.
-// Thread-safety: one thread per group. isend / irecv are Unimplemented.
+// Point-to-point (isend / irecv) goes through per-pair rings after the slots (shm_p2p.h) when
+// the group is made with p2p_buffer_bytes > 0, and is Unimplemented otherwise.
+// Thread-safety: one thread per group.
 
 #include <cstdint>
 #include <memory>
@@ -24,6 +26,7 @@ namespace tessera::dist {
 namespace shm_detail {
 struct Header;
 struct Mapping;
+class ShmP2p;
 }  // namespace shm_detail
 
 class ProcessGroupShm final : public ProcessGroup {
@@ -48,6 +51,8 @@ class ProcessGroupShm final : public ProcessGroup {
                         std::span<const std::int64_t> recv_counts) override;
     Status broadcast(std::span<std::uint8_t> data, int root) override;
     Status barrier() override;
+    StatusOr<std::shared_ptr<Work>> isend(std::span<const std::uint8_t> data, int dst, int tag) override;
+    StatusOr<std::shared_ptr<Work>> irecv(std::span<std::uint8_t> data, int src, int tag) override;
 
     std::uint64_t sequence_number() const { return seq_; }
 
@@ -61,8 +66,9 @@ class ProcessGroupShm final : public ProcessGroup {
     std::uint8_t* slot(std::uint64_t step, int r) const;
 
     const std::chrono::milliseconds timeout_;
-    std::unique_ptr<shm_detail::Mapping> mapping_;
+    std::shared_ptr<shm_detail::Mapping> mapping_;  // shared with p2p transfers still in flight
     shm_detail::Header* header_;  // inside mapping_
+    std::unique_ptr<shm_detail::ShmP2p> p2p_;
     std::uint64_t step_ = 0;      // rounds completed by this rank
     std::uint64_t seq_ = 0;       // collectives issued so far
     std::string broken_reason_;   // non-empty once the group failed
