@@ -3,7 +3,8 @@
 
   equivalence    PP = 2, 3, 4, PP2 x TP2, uneven SGLANG_PP_LAYER_PARTITION splits and dynamic
                  chunking give the same greedy tokens as one rank, with the prompt prefilled in
-                 several chunks that flow through the stages (f32 tiny models with 4 layers).
+                 several chunks that flow through the stages (f32 tiny models with 4 layers);
+                 the stages are linked by shared memory, and by Gloo with TSR_PP_OVER_GLOO=1.
   bad-partition  a partition with the wrong sum or count, or more stages than layers, fails
                  at start-up with a message naming what to change, and no process hangs.
   two-node-kill  stage 0 and stage 1 on two "nodes" (loopback, Gloo): the tokens equal one
@@ -19,6 +20,7 @@ Exit 0 pass, 1 fail.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,7 +53,10 @@ def generate(tessera, model, extra, env_extra=None, **kwargs):
     p = run_generate(tessera, model, extra, env_extra, **kwargs)
     if p.returncode != 0:
         raise RuntimeError(f"generate {' '.join(extra)} exited {p.returncode}:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout)
+    j = json.loads(p.stdout)
+    link = re.search(r"pp group over (\w+)", p.stderr)  # rank 0's start-up line
+    j["pp_link"] = link.group(1) if link else None
+    return j
 
 
 def equivalence(tessera, workdir):
@@ -65,6 +70,7 @@ def equivalence(tessera, workdir):
         ("pp3 partition 2,1,1", ["--pp-size", "3"], {"SGLANG_PP_LAYER_PARTITION": "2,1,1"}),
         ("pp2 async depth 1, micro-batch 1", ["--pp-size", "2", "--pp-async-batch-depth", "1",
                                               "--pp-max-micro-batch-size", "1"], {}),
+        ("pp3 over gloo", ["--pp-size", "3"], {"TSR_PP_OVER_GLOO": "1"}),
     ]
     # Random tiny qwen3 models repeat one token; llama and qwen2 give varied greedy outputs.
     for arch in ("llama", "qwen2"):
@@ -80,9 +86,12 @@ def equivalence(tessera, workdir):
         for name, extra, env_extra in layouts:
             got = generate(tessera, model, extra, env_extra)
             same = got["output_ids"] == base["output_ids"]
-            ok &= same
+            # Stages on one node pass hidden states through shared memory unless told otherwise.
+            link = "gloo" if env_extra.get("TSR_PP_OVER_GLOO") == "1" else "shm"
+            good = same and got["pp_link"] == link
+            ok &= good
             print(f"{arch} {name}: tokens {'same' if same else 'DIFFER'}, chunks {got['prefill_chunks']}, "
-                  f"ttft {got['ttft_s']:.3f} s {'ok' if same else 'FAIL'}")
+                  f"pp link {got['pp_link']} (expected {link}), ttft {got['ttft_s']:.3f} s {'ok' if good else 'FAIL'}")
             if not same:
                 print(f"  pp1: {base['output_ids']}\n  got: {got['output_ids']}")
     # Dynamic chunking aligns chunks to 64 tokens: a longer prompt, chunks of 128.

@@ -155,6 +155,7 @@ struct ShmP2p::Core {
     std::thread sender;
     bool stop = false;
     std::string broken;  // non-empty once a transfer failed
+    std::atomic<bool> is_broken{false};  // the same, read without waiting for a sender's copy
 
     // Receive side: the caller's thread only.
     std::vector<std::deque<std::shared_ptr<RecvJob>>> recv_queues;
@@ -168,12 +169,19 @@ struct ShmP2p::Core {
     }
 
     std::string broken_reason() {
+        if (!is_broken.load(std::memory_order_acquire)) return {};
         std::lock_guard lock(mu);
         return broken;
     }
+    // Under `mu`.
+    void set_broken(const std::string& reason) {
+        if (!broken.empty()) return;
+        broken = reason;
+        is_broken.store(true, std::memory_order_release);
+    }
     Status fail(Status s) {
         std::lock_guard lock(mu);
-        if (broken.empty()) broken = s.message();
+        set_broken(s.message());
         return s;
     }
 
@@ -384,7 +392,7 @@ struct ShmP2p::Core {
                     if (send_queues[dst].empty() || !peer_exited(dst)) continue;
                     const Status s(StatusCode::kUnavailable,
                                    fmt::format("{}: rank {} exited", send_queues[dst].front()->what, dst));
-                    if (broken.empty()) broken = s.message();
+                    set_broken(s.message());
                     fail_sends(dst, s);
                 }
             }
