@@ -374,6 +374,31 @@ TEST(ProcessGroupShmTest, P2pWithoutBufferIsUnimplementedAndSaysSo) {
     });
 }
 
+ProcessGroupOptions two_ranks(const std::string& name, int rank, std::size_t p2p_buffer_bytes = 0) {
+    ProcessGroupOptions o;
+    o.name = name;
+    o.rank = rank;
+    o.size = 2;
+    o.timeout = milliseconds(5000);
+    o.p2p_buffer_bytes = p2p_buffer_bytes;
+    return o;
+}
+
+// Forks rank 1 of a two-rank group as a process of its own: it joins the group through the
+// store at `port`, waits for rank 0's "rank0_ready" key when asked, and exits (0 = joined).
+pid_t fork_rank1(Backend backend, int port, const ProcessGroupOptions& o, bool wait_for_rank0) {
+    const pid_t child = ::fork();
+    if (child != 0) return child;
+    TcpStoreOptions co;
+    co.port = port;
+    auto store = make_tcp_store(co);
+    if (!store.ok()) ::_exit(2);
+    auto g = make_group(backend, *store.value(), o);
+    if (!g.ok()) ::_exit(3);
+    if (!wait_for_rank0) ::_exit(0);
+    ::_exit(store.value()->get("rank0_ready", milliseconds(5000)).ok() ? 0 : 4);
+}
+
 // A ring smaller than the messages: every message of more than 4 KB streams through it in
 // pieces, on the sender thread while the caller goes on.
 constexpr std::size_t kSmallRing = 4096;
@@ -471,26 +496,9 @@ TEST(ProcessGroupShmTest, P2pSendToDeadPeerFails) {
     auto server = make_tcp_store(so, &port);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     const std::string name = unique_name();
-    auto options = [&](int rank) {
-        ProcessGroupOptions o;
-        o.name = name;
-        o.rank = rank;
-        o.size = 2;
-        o.timeout = milliseconds(5000);
-        o.p2p_buffer_bytes = kSmallRing;
-        return o;
-    };
-    const pid_t child = ::fork();
+    const pid_t child = fork_rank1(Backend::kShm, port, two_ranks(name, 1, kSmallRing), false);
     ASSERT_GE(child, 0);
-    if (child == 0) {
-        TcpStoreOptions co;
-        co.port = port;
-        auto store = make_tcp_store(co);
-        if (!store.ok()) ::_exit(2);
-        auto g = make_shm_group(*store.value(), options(1));
-        ::_exit(g.ok() ? 0 : 3);
-    }
-    auto g = make_shm_group(*server.value(), options(0));
+    auto g = make_shm_group(*server.value(), two_ranks(name, 0, kSmallRing));
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
@@ -569,29 +577,10 @@ TEST_P(ProcessGroupDeadPeerTest, PeerProcessExitFailsCollective) {
     auto server = make_tcp_store(so, &port);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     const std::string name = unique_name();
-    const pid_t child = ::fork();
+    // Rank 1 waits until rank 0 has its group too, then dies without joining any collective.
+    const pid_t child = fork_rank1(backend, port, two_ranks(name, 1), true);
     ASSERT_GE(child, 0);
-    if (child == 0) {
-        TcpStoreOptions co;
-        co.port = port;
-        auto store = make_tcp_store(co);
-        if (!store.ok()) ::_exit(2);
-        ProcessGroupOptions o;
-        o.name = name;
-        o.rank = 1;
-        o.size = 2;
-        o.timeout = milliseconds(5000);
-        auto g = make_group(backend, *store.value(), o);
-        if (!g.ok()) ::_exit(3);
-        // Wait until rank 0 has its group too, then die without joining any collective.
-        ::_exit(store.value()->get("rank0_ready", milliseconds(5000)).ok() ? 0 : 4);
-    }
-    ProcessGroupOptions o;
-    o.name = name;
-    o.rank = 0;
-    o.size = 2;
-    o.timeout = milliseconds(5000);
-    auto g = make_group(backend, *server.value(), o);
+    auto g = make_group(backend, *server.value(), two_ranks(name, 0));
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     ASSERT_TRUE(server.value()->set("rank0_ready", {1}).ok());
     int status = 0;
