@@ -1,7 +1,9 @@
 #pragma once
 // dist/group_factory.h — builds the ProcessGroup of one rank for one group kind of the
 // ParallelLayout: shared memory when every member runs on the same node (--node-rank), Gloo
-// over TCP otherwise (ranks of different nodes always talk over Gloo, even on one host).
+// over TCP otherwise (ranks of different nodes always talk over Gloo, even on one host). A
+// Gloo group made with p2p_buffer_bytes sends point to point through shared memory to the
+// members on its own node (make_hybrid_group).
 // Every member of the group must call it (rendezvous through the store). Setup only.
 
 #include <chrono>
@@ -22,8 +24,9 @@ struct GroupFactoryOptions {
     // A second group over the same ranks (its own rendezvous and buffers) is told apart by
     // this prefix, e.g. "eplb_" for the expert transfer beside the TP group.
     std::string name_prefix;
-    // Point-to-point on a shared-memory group: ring bytes per ordered pair of ranks (0 = none,
-    // isend / irecv then need Gloo; see ProcessGroupOptions).
+    // Point-to-point through shared memory between members on one node: ring bytes per
+    // ordered pair of ranks (see ProcessGroupOptions); 0 = a group on one node has none, and a
+    // group across nodes sends everything over Gloo.
     std::size_t p2p_buffer_bytes = 0;
 };
 

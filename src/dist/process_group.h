@@ -113,6 +113,15 @@ StatusOr<std::unique_ptr<ProcessGroup>> make_gloo_group(Store& store, const Proc
 // does not implement return Unimplemented naming the backend and the op.
 StatusOr<std::unique_ptr<ProcessGroup>> make_shm_group(Store& store, const ProcessGroupOptions& options);
 
+// Point-to-point with the members on this host through `local` (a group of just them; member
+// r of this group is local_rank[r] there, -1 when elsewhere), everything else through `all`
+// (every member, e.g. Gloo): pipeline stages that share a node skip TCP even when the
+// pipeline spans nodes. Messages to one peer always take the same transport, so they keep
+// their order.
+StatusOr<std::unique_ptr<ProcessGroup>> make_hybrid_group(std::unique_ptr<ProcessGroup> all,
+                                                          std::unique_ptr<ProcessGroup> local,
+                                                          std::vector<int> local_rank);
+
 // world_size == 1: every collective is the identity.
 std::unique_ptr<ProcessGroup> make_single_group(std::string name);
 

@@ -1,7 +1,8 @@
 // dist/process_group_test.cpp — every op of every backend (gloo, shm, single) against a
 // computed expectation, with 2, 3 and 4 ranks as threads over HashStore and TcpStore on
-// 127.0.0.1; plus large P2P over Gloo (the stall regression) and through shared-memory rings,
-// timeouts, a dead peer process, and mismatched collectives and messages.
+// 127.0.0.1; plus large P2P over Gloo (the stall regression), through shared-memory rings and
+// through a hybrid of both, timeouts, a dead peer process, and mismatched collectives and
+// messages.
 
 #include "dist/process_group.h"
 
@@ -515,6 +516,94 @@ TEST(ProcessGroupShmTest, P2pSendToDeadPeerFails) {
     std::vector<std::uint8_t> in(8);
     auto r = g.value()->irecv(in, 1, 4);
     EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+}
+
+// Two "nodes" of two ranks each: messages inside a node go through shared memory (the local
+// groups have the only rings), across nodes over Gloo; collectives over Gloo.
+TEST(ProcessGroupHybridTest, P2pTakesSharedMemoryInsideANodeAndGlooAcross) {
+    constexpr int kRanks = 4;
+    Stores stores(StoreKind::kHash, kRanks);
+    const std::string name = unique_name();
+    std::latch done(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r) {
+        threads.emplace_back([&, r] {
+            ProcessGroupOptions o;
+            o.name = name;
+            o.rank = r;
+            o.size = kRanks;
+            o.timeout = milliseconds(10'000);
+            auto all_store = make_prefix_store(name, stores.for_rank(r));
+            auto all = make_gloo_group(*all_store, o);
+            ProcessGroupOptions lo = o;
+            lo.name = name + "_node" + std::to_string(r / 2);
+            lo.rank = r % 2;
+            lo.size = 2;
+            lo.p2p_buffer_bytes = kSmallRing;
+            auto local_store = make_prefix_store(lo.name, stores.for_rank(r));
+            auto local = make_shm_group(*local_store, lo);
+            ASSERT_TRUE(all.ok() && local.ok());
+            const std::vector<int> local_rank = r < 2 ? std::vector<int>{0, 1, -1, -1} : std::vector<int>{-1, -1, 0, 1};
+            auto g = make_hybrid_group(std::move(all).value(), std::move(local).value(), local_rank);
+            ASSERT_TRUE(g.ok()) << g.status().to_string();
+            EXPECT_EQ(g.value()->backend_name(), "gloo+shm");
+            check_ring_p2p(*g.value(), 65'537, 7);  // 0→1, 2→3 through shm; 1→2, 3→0 over Gloo
+            std::vector<float> ones(8, 1.0f);
+            ASSERT_TRUE(g.value()->all_reduce(ones).ok());
+            EXPECT_EQ(ones[0], static_cast<float>(kRanks));
+            done.arrive_and_wait();
+        });
+    }
+    for (auto& t : threads) t.join();
+}
+
+// Routing: `all` here has no point-to-point at all, so a message to the node partner succeeds
+// only through the local group, and one across nodes reaches `all` and says so.
+TEST(ProcessGroupHybridTest, OnlyPeersOnOtherNodesGoThroughTheWholeGroup) {
+    constexpr int kRanks = 4;
+    Stores stores(StoreKind::kHash, kRanks);
+    const std::string name = unique_name();
+    std::latch done(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r) {
+        threads.emplace_back([&, r] {
+            ProcessGroupOptions o;
+            o.name = name;
+            o.rank = r;
+            o.size = kRanks;
+            o.timeout = milliseconds(10'000);
+            auto all_store = make_prefix_store(name, stores.for_rank(r));
+            auto all = make_shm_group(*all_store, o);
+            ProcessGroupOptions lo = o;
+            lo.name = name + "_node" + std::to_string(r / 2);
+            lo.rank = r % 2;
+            lo.size = 2;
+            lo.p2p_buffer_bytes = kSmallRing;
+            auto local_store = make_prefix_store(lo.name, stores.for_rank(r));
+            auto local = make_shm_group(*local_store, lo);
+            ASSERT_TRUE(all.ok() && local.ok());
+            const std::vector<int> local_rank = r < 2 ? std::vector<int>{0, 1, -1, -1} : std::vector<int>{-1, -1, 0, 1};
+            auto g = make_hybrid_group(std::move(all).value(), std::move(local).value(), local_rank);
+            ASSERT_TRUE(g.ok()) << g.status().to_string();
+            const int partner = r ^ 1, elsewhere = (r + 2) % kRanks;
+            std::vector<std::uint8_t> out(5000, static_cast<std::uint8_t>(r)), in(5000, 0);
+            auto recv = g.value()->irecv(in, partner, 3);
+            auto send = g.value()->isend(out, partner, 3);
+            ASSERT_TRUE(recv.ok() && send.ok());
+            EXPECT_TRUE(send.value()->wait(milliseconds(10'000)).ok());
+            EXPECT_TRUE(recv.value()->wait(milliseconds(10'000)).ok());
+            EXPECT_EQ(in[4999], static_cast<std::uint8_t>(partner));
+            auto across = g.value()->isend(out, elsewhere, 3);
+            EXPECT_EQ(across.status().code(), StatusCode::kUnimplemented) << across.status().to_string();
+            done.arrive_and_wait();
+        });
+    }
+    for (auto& t : threads) t.join();
+}
+
+TEST(ProcessGroupHybridTest, LocalRanksMustMatchTheGroup) {
+    auto g = make_hybrid_group(make_single_group("a"), make_single_group("b"), {0, -1});
+    EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument) << g.status().to_string();
 }
 
 // ---- failures ----------------------------------------------------------------------------------

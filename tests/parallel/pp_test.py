@@ -7,7 +7,8 @@
                  the stages are linked by shared memory, and by Gloo with TSR_PP_OVER_GLOO=1.
   bad-partition  a partition with the wrong sum or count, or more stages than layers, fails
                  at start-up with a message naming what to change, and no process hangs.
-  two-node-kill  stage 0 and stage 1 on two "nodes" (loopback, Gloo): the tokens equal one
+  two-node-kill  stage 0 and stage 1 on two "nodes" (loopback, Gloo), and PP4 with two stages
+                 per node (shared memory inside a node, Gloo between): the tokens equal one
                  rank's; then killing node 1's rank mid-generation makes node 0 fail within
                  the timeout naming the lost rank, instead of waiting for a step forever.
   trace          --enable-pipeline-trace writes a Chrome trace with every rank's compute, send,
@@ -133,11 +134,11 @@ def bad_partition(tessera, workdir):
     return ok
 
 
-def two_node_commands(tessera, model, addr, new_tokens):
+def two_node_commands(tessera, model, addr, new_tokens, pp=2):
     def cmd(node):
         return [tessera, "generate", "--model-path", model, "--prompt-ids", PROMPT, "--max-new-tokens",
                 str(new_tokens), "--ignore-eos", "--json", "--threads", "1", "--chunked-prefill-size", str(CHUNK),
-                "--pp-size", "2", "--nnodes", "2", "--node-rank", str(node), "--dist-init-addr", addr,
+                "--pp-size", str(pp), "--nnodes", "2", "--node-rank", str(node), "--dist-init-addr", addr,
                 "--dist-timeout", "20"]
     return cmd(0), cmd(1)
 
@@ -145,16 +146,23 @@ def two_node_commands(tessera, model, addr, new_tokens):
 def two_node_kill(tessera, workdir):
     model = make_model(tessera, "llama", workdir)
     base = generate(tessera, model, [])
-    node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}", NEW_TOKENS)
-    n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    n0 = subprocess.run(node0, capture_output=True, text=True, timeout=120)
-    n1.communicate(timeout=60)
-    got = json.loads(n0.stdout)["output_ids"] if n0.returncode == 0 else None
-    ok = got == base["output_ids"] and n1.returncode == 0
-    print(f"two nodes: node 0 exit {n0.returncode}, node 1 exit {n1.returncode}, tokens "
-          f"{'same' if got == base['output_ids'] else 'DIFFER'} {'ok' if ok else 'FAIL'}")
-    if not ok:
-        print(n0.stderr[-2000:])
+    ok = True
+    # PP2: one stage per node, Gloo between them. PP4: two stages per node, which pass their
+    # hidden states through shared memory, Gloo only at the node boundary.
+    for pp, link in ((2, "gloo"), (4, "gloo+shm")):
+        node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}", NEW_TOKENS, pp)
+        n1 = subprocess.Popen(node1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        n0 = subprocess.run(node0, capture_output=True, text=True, timeout=120)
+        n1.communicate(timeout=60)
+        got = json.loads(n0.stdout)["output_ids"] if n0.returncode == 0 else None
+        found = re.search(r"pp group over ([\w+]+)", n0.stderr)
+        good = got == base["output_ids"] and n1.returncode == 0 and found is not None and found.group(1) == link
+        ok &= good
+        print(f"two nodes, pp {pp}: node 0 exit {n0.returncode}, node 1 exit {n1.returncode}, tokens "
+              f"{'same' if got == base['output_ids'] else 'DIFFER'}, pp link {found.group(1) if found else None} "
+              f"(expected {link}) {'ok' if good else 'FAIL'}")
+        if not good:
+            print(n0.stderr[-2000:])
 
     node0, node1 = two_node_commands(tessera, model, f"127.0.0.1:{free_port()}", 3500)
     result = kill_node1_mid_run(node0, node1, "Prefill batch", settle_s=0.3)
