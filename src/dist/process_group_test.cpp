@@ -488,6 +488,30 @@ TEST(ProcessGroupShmTest, P2pMismatchedTagOrSizeIsDataLoss) {
         kSmallRing);
 }
 
+// A send that times out breaks the group and is dropped: the sender thread no longer reads the
+// buffer the caller got back with the error, and later transfers fail at once.
+TEST(ProcessGroupShmTest, P2pTimedOutSendIsDropped) {
+    std::latch sender_done(1);
+    run_ranks(
+        Backend::kShm, StoreKind::kHash, 2, milliseconds(5000),
+        [&](ProcessGroup& g) {
+            if (g.rank() == 1) {  // never receives
+                sender_done.wait();
+                return;
+            }
+            std::vector<std::uint8_t> out(1 << 20, 1);
+            auto w = g.isend(out, 1, 2);
+            ASSERT_TRUE(w.ok()) << w.status().to_string();
+            Status s = w.value()->wait(milliseconds(50));
+            EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.to_string();
+            EXPECT_TRUE(w.value()->is_completed()) << "still queued for the sender thread";
+            auto again = g.isend(out, 1, 3);
+            EXPECT_EQ(again.status().code(), StatusCode::kUnavailable) << again.status().to_string();
+            sender_done.count_down();
+        },
+        kSmallRing);
+}
+
 // Rank 1 is a process that dies without receiving: rank 0's large send (more than the ring
 // holds) fails with Unavailable instead of waiting for ever.
 TEST(ProcessGroupShmTest, P2pSendToDeadPeerFails) {

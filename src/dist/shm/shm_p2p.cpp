@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -126,11 +127,18 @@ void copy_from_ring(const std::uint8_t* ring, std::size_t cap, std::uint64_t pos
 // Faults in a ring's pages in one call (3 ms for 4 MB on the side that allocates them, ~1 ms on
 // the other) rather than a few µs per page inside the first messages' trips, until the ring
 // has wrapped once. Contents are untouched; failure only costs those faults.
-void populate(std::uint8_t* ring, std::size_t bytes) {
+// Shared memory that cannot be had (a small /dev/shm, as in a container) is refused here, with
+// a message, instead of a SIGBUS at the first write.
+Status populate(std::uint8_t* ring, std::size_t bytes, const std::string& what) {
     const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
     const auto begin = reinterpret_cast<std::uintptr_t>(ring) & ~(page - 1);
     const auto end = (reinterpret_cast<std::uintptr_t>(ring) + bytes + page - 1) & ~(page - 1);
-    (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+    if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0) return Status::Ok();
+    if (errno != ENOMEM && errno != EFAULT) return Status::Ok();  // an older kernel: fault in as used
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("{}: cannot get {} bytes of shared memory for the ring ({}); is /dev/shm large "
+                              "enough for every pair of ranks that talk?",
+                              what, bytes, std::strerror(errno)));
 }
 
 }  // namespace
@@ -174,10 +182,18 @@ struct ShmP2p::Core {
         return broken;
     }
     // Under `mu`.
+    // Under `mu`. Queued sends fail too: their callers may already have seen an error and
+    // reused the buffers, which the sender thread must not read any more.
     void set_broken(const std::string& reason) {
         if (!broken.empty()) return;
         broken = reason;
         is_broken.store(true, std::memory_order_release);
+        for (int dst = 0; dst < size; ++dst) {
+            if (send_queues[dst].empty()) continue;
+            fail_sends(dst, Status(StatusCode::kUnavailable,
+                                   fmt::format("{}: group unusable after an earlier failure ({})",
+                                               send_queues[dst].front()->what, reason)));
+        }
     }
     Status fail(Status s) {
         std::lock_guard lock(mu);
@@ -305,7 +321,8 @@ struct ShmP2p::Core {
             w.waiters.fetch_sub(1, std::memory_order_seq_cst);
             if (Clock::now() - last_liveness > kLivenessPeriod) {
                 last_liveness = Clock::now();
-                if (peer_exited(target.src)) {
+                // A peer may write its last message and exit: fail only once its ring is empty.
+                if (peer_exited(target.src) && ch.written.value.load(std::memory_order_acquire) == consumed[target.src]) {
                     return fail(Status(StatusCode::kUnavailable,
                                        fmt::format("{}: rank {} exited after {} of {} bytes", head.what, target.src,
                                                    head.got, head.total())));
@@ -367,7 +384,12 @@ struct ShmP2p::Core {
                 work_arrived.wait(lock, [&] { return stop || send_pending(); });
                 continue;
             }
-            if (progressed) continue;
+            if (progressed) {
+                // Let the caller's isend in between a long stream's pieces.
+                lock.unlock();
+                lock.lock();
+                continue;
+            }
             // Every queued message waits for its receiver to free ring space.
             WakeWord& w = wakes[rank].space;
             w.waiters.fetch_add(1, std::memory_order_seq_cst);
@@ -431,9 +453,9 @@ class SendWork final : public Work {
             c.progress_posted_recvs();
             const auto now = Clock::now();
             if (now >= deadline) {
-                std::lock_guard lock(job_->mu);
-                return Status(StatusCode::kDeadlineExceeded, fmt::format("{}: timed out after {} of {} bytes",
-                                                                         job_->what, job_->sent, job_->total()));
+                // The sender thread must stop reading the buffer the caller gets back.
+                return c.fail(Status(StatusCode::kDeadlineExceeded,
+                                     fmt::format("{}: timed out after {} ms", job_->what, timeout.count())));
             }
             w.waiters.fetch_add(1, std::memory_order_seq_cst);
             const std::uint32_t seen = w.word.load(std::memory_order_seq_cst);
@@ -520,7 +542,7 @@ StatusOr<std::shared_ptr<Work>> ShmP2p::isend(std::span<const std::uint8_t> data
                       fmt::format("{}: group unusable after an earlier failure ({})", job->what, c.broken));
     }
     if (!c.send_ring_ready[dst]) {
-        populate(c.ring(c.rank, dst), c.ring_bytes);
+        TSR_RETURN_IF_ERROR(populate(c.ring(c.rank, dst), c.ring_bytes, job->what));
         c.send_ring_ready[dst] = true;
     }
     auto& queue = c.send_queues[dst];
@@ -551,7 +573,7 @@ StatusOr<std::shared_ptr<Work>> ShmP2p::irecv(std::span<std::uint8_t> data, int 
                       fmt::format("{}: group unusable after an earlier failure ({})", job->what, b));
     }
     if (!c.recv_ring_ready[src]) {
-        populate(c.ring(src, c.rank), c.ring_bytes);
+        TSR_RETURN_IF_ERROR(populate(c.ring(src, c.rank), c.ring_bytes, job->what));
         c.recv_ring_ready[src] = true;
     }
     c.recv_queues[src].push_back(job);

@@ -13,7 +13,9 @@
 // state drains into the next stage (whose receive frees ring space as it copies). Receives
 // progress on the caller's thread, in the order they were posted. Waits spin briefly, then
 // sleep on a futex word in the segment; a peer whose process exited fails the transfer with
-// Unavailable. After a failure every later transfer of the group fails at once.
+// Unavailable. After a failure every later transfer of the group fails at once, and queued
+// sends are dropped (their buffers are not read again). The group's collectives are separate:
+// a failed transfer does not fail them.
 
 #include <cstddef>
 #include <cstdint>
