@@ -81,6 +81,17 @@ std::string unique_name() {
     return fmt::format("g{}", counter.fetch_add(1));
 }
 
+ProcessGroupOptions options_of(const std::string& name, int rank, int size, milliseconds timeout,
+                               std::size_t p2p_buffer_bytes = 0) {
+    ProcessGroupOptions o;
+    o.name = name;
+    o.rank = rank;
+    o.size = size;
+    o.timeout = timeout;
+    o.p2p_buffer_bytes = p2p_buffer_bytes;
+    return o;
+}
+
 // Runs body(group) on n threads, one rank each; groups are destroyed only after every rank
 // finished its body.
 void run_ranks(Backend backend, StoreKind kind, int n, milliseconds timeout,
@@ -91,13 +102,7 @@ void run_ranks(Backend backend, StoreKind kind, int n, milliseconds timeout,
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
         threads.emplace_back([&, r] {
-            ProcessGroupOptions o;
-            o.name = name;
-            o.rank = r;
-            o.size = n;
-            o.timeout = timeout;
-            o.p2p_buffer_bytes = p2p_buffer_bytes;
-            auto g = make_group(backend, stores.for_rank(r), o);
+            auto g = make_group(backend, stores.for_rank(r), options_of(name, r, n, timeout, p2p_buffer_bytes));
             if (!g.ok()) {
                 ADD_FAILURE() << "rank " << r << ": " << g.status().to_string();
                 done.count_down();
@@ -376,13 +381,7 @@ TEST(ProcessGroupShmTest, P2pWithoutBufferIsUnimplementedAndSaysSo) {
 }
 
 ProcessGroupOptions two_ranks(const std::string& name, int rank, std::size_t p2p_buffer_bytes = 0) {
-    ProcessGroupOptions o;
-    o.name = name;
-    o.rank = rank;
-    o.size = 2;
-    o.timeout = milliseconds(5000);
-    o.p2p_buffer_bytes = p2p_buffer_bytes;
-    return o;
+    return options_of(name, rank, 2, milliseconds(5000), p2p_buffer_bytes);
 }
 
 // Forks rank 1 of a two-rank group as a process of its own: it joins the group through the
@@ -542,9 +541,9 @@ TEST(ProcessGroupShmTest, P2pSendToDeadPeerFails) {
     EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
 }
 
-// Two "nodes" of two ranks each: messages inside a node go through shared memory (the local
-// groups have the only rings), across nodes over Gloo; collectives over Gloo.
-TEST(ProcessGroupHybridTest, P2pTakesSharedMemoryInsideANodeAndGlooAcross) {
+// Four ranks as threads on two "nodes" of two: each rank's hybrid group over `whole` (its
+// members all four) and a shared-memory group with rings of the two on its node; body(group).
+void run_hybrid_ranks(Backend whole, const std::function<void(ProcessGroup&)>& body) {
     constexpr int kRanks = 4;
     Stores stores(StoreKind::kHash, kRanks);
     const std::string name = unique_name();
@@ -552,77 +551,53 @@ TEST(ProcessGroupHybridTest, P2pTakesSharedMemoryInsideANodeAndGlooAcross) {
     std::vector<std::thread> threads;
     for (int r = 0; r < kRanks; ++r) {
         threads.emplace_back([&, r] {
-            ProcessGroupOptions o;
-            o.name = name;
-            o.rank = r;
-            o.size = kRanks;
-            o.timeout = milliseconds(10'000);
             auto all_store = make_prefix_store(name, stores.for_rank(r));
-            auto all = make_gloo_group(*all_store, o);
-            ProcessGroupOptions lo = o;
-            lo.name = name + "_node" + std::to_string(r / 2);
-            lo.rank = r % 2;
-            lo.size = 2;
-            lo.p2p_buffer_bytes = kSmallRing;
-            auto local_store = make_prefix_store(lo.name, stores.for_rank(r));
-            auto local = make_shm_group(*local_store, lo);
-            ASSERT_TRUE(all.ok() && local.ok());
+            auto all = make_group(whole, *all_store, options_of(name, r, kRanks, milliseconds(10'000)));
+            const std::string node = name + "_node" + std::to_string(r / 2);
+            auto local_store = make_prefix_store(node, stores.for_rank(r));
+            auto local = make_shm_group(*local_store, options_of(node, r % 2, 2, milliseconds(10'000), kSmallRing));
             const std::vector<int> local_rank = r < 2 ? std::vector<int>{0, 1, -1, -1} : std::vector<int>{-1, -1, 0, 1};
-            auto g = make_hybrid_group(std::move(all).value(), std::move(local).value(), local_rank);
-            ASSERT_TRUE(g.ok()) << g.status().to_string();
-            EXPECT_EQ(g.value()->backend_name(), "gloo+shm");
-            check_ring_p2p(*g.value(), 65'537, 7);  // 0→1, 2→3 through shm; 1→2, 3→0 over Gloo
-            std::vector<float> ones(8, 1.0f);
-            ASSERT_TRUE(g.value()->all_reduce(ones).ok());
-            EXPECT_EQ(ones[0], static_cast<float>(kRanks));
+            if (all.ok() && local.ok()) {
+                auto g = make_hybrid_group(std::move(all).value(), std::move(local).value(), local_rank);
+                EXPECT_TRUE(g.ok()) << g.status().to_string();
+                if (g.ok()) body(*g.value());
+            } else {
+                ADD_FAILURE() << "rank " << r << ": " << all.status().to_string() << " / " << local.status().to_string();
+            }
             done.arrive_and_wait();
         });
     }
     for (auto& t : threads) t.join();
 }
 
-// Routing: `all` here has no point-to-point at all, so a message to the node partner succeeds
-// only through the local group, and one across nodes reaches `all` and says so.
+// Messages inside a node go through shared memory (the local groups have the only rings),
+// across nodes over Gloo; collectives over Gloo.
+TEST(ProcessGroupHybridTest, P2pTakesSharedMemoryInsideANodeAndGlooAcross) {
+    run_hybrid_ranks(Backend::kGloo, [](ProcessGroup& g) {
+        EXPECT_EQ(g.backend_name(), "gloo+shm");
+        check_ring_p2p(g, 65'537, 7);  // 0→1, 2→3 through shm; 1→2, 3→0 over Gloo
+        std::vector<float> ones(8, 1.0f);
+        ASSERT_TRUE(g.all_reduce(ones).ok());
+        EXPECT_EQ(ones[0], static_cast<float>(g.size()));
+    });
+}
+
+// Routing: here the whole group has no point-to-point at all, so a message to the node partner
+// succeeds only through the local group, and one across nodes reaches the whole group and
+// says so.
 TEST(ProcessGroupHybridTest, OnlyPeersOnOtherNodesGoThroughTheWholeGroup) {
-    constexpr int kRanks = 4;
-    Stores stores(StoreKind::kHash, kRanks);
-    const std::string name = unique_name();
-    std::latch done(kRanks);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kRanks; ++r) {
-        threads.emplace_back([&, r] {
-            ProcessGroupOptions o;
-            o.name = name;
-            o.rank = r;
-            o.size = kRanks;
-            o.timeout = milliseconds(10'000);
-            auto all_store = make_prefix_store(name, stores.for_rank(r));
-            auto all = make_shm_group(*all_store, o);
-            ProcessGroupOptions lo = o;
-            lo.name = name + "_node" + std::to_string(r / 2);
-            lo.rank = r % 2;
-            lo.size = 2;
-            lo.p2p_buffer_bytes = kSmallRing;
-            auto local_store = make_prefix_store(lo.name, stores.for_rank(r));
-            auto local = make_shm_group(*local_store, lo);
-            ASSERT_TRUE(all.ok() && local.ok());
-            const std::vector<int> local_rank = r < 2 ? std::vector<int>{0, 1, -1, -1} : std::vector<int>{-1, -1, 0, 1};
-            auto g = make_hybrid_group(std::move(all).value(), std::move(local).value(), local_rank);
-            ASSERT_TRUE(g.ok()) << g.status().to_string();
-            const int partner = r ^ 1, elsewhere = (r + 2) % kRanks;
-            std::vector<std::uint8_t> out(5000, static_cast<std::uint8_t>(r)), in(5000, 0);
-            auto recv = g.value()->irecv(in, partner, 3);
-            auto send = g.value()->isend(out, partner, 3);
-            ASSERT_TRUE(recv.ok() && send.ok());
-            EXPECT_TRUE(send.value()->wait(milliseconds(10'000)).ok());
-            EXPECT_TRUE(recv.value()->wait(milliseconds(10'000)).ok());
-            EXPECT_EQ(in[4999], static_cast<std::uint8_t>(partner));
-            auto across = g.value()->isend(out, elsewhere, 3);
-            EXPECT_EQ(across.status().code(), StatusCode::kUnimplemented) << across.status().to_string();
-            done.arrive_and_wait();
-        });
-    }
-    for (auto& t : threads) t.join();
+    run_hybrid_ranks(Backend::kShm, [](ProcessGroup& g) {
+        const int r = g.rank(), partner = r ^ 1, elsewhere = (r + 2) % g.size();
+        std::vector<std::uint8_t> out(5000, static_cast<std::uint8_t>(r)), in(5000, 0);
+        auto recv = g.irecv(in, partner, 3);
+        auto send = g.isend(out, partner, 3);
+        ASSERT_TRUE(recv.ok() && send.ok());
+        EXPECT_TRUE(send.value()->wait(milliseconds(10'000)).ok());
+        EXPECT_TRUE(recv.value()->wait(milliseconds(10'000)).ok());
+        EXPECT_EQ(in[4999], static_cast<std::uint8_t>(partner));
+        auto across = g.isend(out, elsewhere, 3);
+        EXPECT_EQ(across.status().code(), StatusCode::kUnimplemented) << across.status().to_string();
+    });
 }
 
 TEST(ProcessGroupHybridTest, LocalRanksMustMatchTheGroup) {
