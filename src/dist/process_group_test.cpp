@@ -384,6 +384,13 @@ ProcessGroupOptions two_ranks(const std::string& name, int rank, std::size_t p2p
     return options_of(name, rank, 2, milliseconds(5000), p2p_buffer_bytes);
 }
 
+// The store rank 0 serves on a free loopback port, for a peer rank in another process.
+StatusOr<std::unique_ptr<Store>> tcp_store_server(int* port) {
+    TcpStoreOptions so;
+    so.is_server = true;
+    return make_tcp_store(so, port);
+}
+
 // Forks rank 1 of a two-rank group as a process of its own: it joins the group through the
 // store at `port`, waits for rank 0's "rank0_ready" key when asked, and exits (0 = joined).
 pid_t fork_rank1(Backend backend, int port, const ProcessGroupOptions& o, bool wait_for_rank0) {
@@ -514,10 +521,8 @@ TEST(ProcessGroupShmTest, P2pTimedOutSendIsDropped) {
 // Rank 1 is a process that dies without receiving: rank 0's large send (more than the ring
 // holds) fails with Unavailable instead of waiting for ever.
 TEST(ProcessGroupShmTest, P2pSendToDeadPeerFails) {
-    TcpStoreOptions so;
-    so.is_server = true;
     int port = 0;
-    auto server = make_tcp_store(so, &port);
+    auto server = tcp_store_server(&port);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     const std::string name = unique_name();
     const pid_t child = fork_rank1(Backend::kShm, port, two_ranks(name, 1, kSmallRing), false);
@@ -659,10 +664,8 @@ class ProcessGroupDeadPeerTest : public ::testing::TestWithParam<Backend> {};
 // Rank 1 is a separate process that joins the group and exits: rank 0 must fail, not hang.
 TEST_P(ProcessGroupDeadPeerTest, PeerProcessExitFailsCollective) {
     const Backend backend = GetParam();
-    TcpStoreOptions so;
-    so.is_server = true;
     int port = 0;
-    auto server = make_tcp_store(so, &port);
+    auto server = tcp_store_server(&port);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     const std::string name = unique_name();
     // Rank 1 waits until rank 0 has its group too, then dies without joining any collective.
