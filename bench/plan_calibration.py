@@ -45,8 +45,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(HERE, "..", "tests", "data", "configs")
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                       env=None if env is None else {**os.environ, **env})
     if p.returncode not in (0, 1):
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
     return p.stdout
@@ -56,8 +57,8 @@ def last_json(text):
     return json.loads([l for l in text.splitlines() if l.startswith("{")][-1])
 
 
-def plan(tessera, flags):
-    return json.loads(run([tessera, "plan", "--json"] + flags))
+def plan(tessera, flags, env=None):
+    return json.loads(run([tessera, "plan", "--json"] + flags, env))
 
 
 def emit(case, metric, predicted, measured, fitted=False, error=None, round_errors=None, paired_errors=None):
@@ -227,8 +228,12 @@ def seed_cases(t, workdir):
     h20 = ["--device-preset", "h20", "--mem-fraction-static", "0.8", "--prompt-len", str(SEED_PROMPT_LEN)]
     multi = lambda nodes: ["--nnodes", str(nodes), "--dist-init-addr", "10.0.0.1:5000"]
 
-    def est(flags, eff):
-        return plan(t, h20 + ["--flops-efficiency", str(eff)] + flags)["estimate"]
+    # The smooth factors the seed's dynamic-chunking commands export.
+    ds_smooth = {"SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR": "0.65"}
+    qwen_smooth = {"SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR": "0.8"}
+
+    def est(flags, eff, env=None):
+        return plan(t, h20 + ["--flops-efficiency", str(eff)] + flags, env)["estimate"]
 
     ds_tp8 = ["--model-path", ds, "--tp", "8", "--device-memory-gb", "141", "--chunked-prefill-size", "12288"]
     raw = est(ds_tp8, 1.0)
@@ -238,7 +243,7 @@ def seed_cases(t, workdir):
     lines = []
     tp8 = est(ds_tp8, eff)
     pp4 = est(["--model-path", ds, "--tp", "8", "--pp-size", "4", "--chunked-prefill-size", "12288",
-               "--enable-dynamic-chunking"] + multi(4), eff)
+               "--enable-dynamic-chunking"] + multi(4), eff, ds_smooth)
     tp32 = est(["--model-path", ds_bf16, "--tp", "32", "--device-memory-gb", "1000", "--chunked-prefill-size",
                 "12288"] + multi(4), eff)
     lines.append(emit("h20 deepseek-v3.1 tp8 128K", "ttft_s", tp8["ttft_s"], 48.5, fitted=True))
@@ -250,11 +255,11 @@ def seed_cases(t, workdir):
     q1 = est(["--model-path", qwen, "--tp", "4", "--chunked-prefill-size", "18432", "--context-length", "1048576"],
              eff)
     q8 = est(["--model-path", qwen, "--tp", "4", "--pp-size", "8", "--chunked-prefill-size", "18432",
-              "--enable-dynamic-chunking", "--context-length", "1048576"] + multi(4), eff)
+              "--enable-dynamic-chunking", "--context-length", "1048576"] + multi(4), eff, qwen_smooth)
     q8m = plan(t, ["--device-preset", "h20", "--mem-fraction-static", "0.8", "--prompt-len", "1048576",
                    "--flops-efficiency", str(eff), "--model-path", qwen, "--tp", "4", "--pp-size", "8",
                    "--chunked-prefill-size", "18432", "--enable-dynamic-chunking", "--context-length", "1048576"]
-              + multi(4))["estimate"]
+              + multi(4), qwen_smooth)["estimate"]
     lines.append(emit("h20 qwen3-235b-fp8 tp4 128K", "ttft_s", q1["ttft_s"], 55.5))
     lines.append(emit("h20 qwen3-235b-fp8 pp8 tp4 128K", "ttft_s", q8["ttft_s"], 10.5))
     lines.append(emit("h20 qwen3-235b-fp8 pp8xtp4 / tp4 prefill throughput", "ratio",

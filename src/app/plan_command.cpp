@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "base/env.h"
 #include "base/logging.h"
 #include "base/process_memory.h"
 #include "models/model.h"
@@ -157,6 +158,13 @@ int run_plan(int argc, char** argv) {
     request.args = args;
     request.prompt_len = prompt_len;
     request.decode_batch = decode_batch;
+    // The launch's environment, as `tessera serve` reads it at start-up.
+    auto smooth = scheduler::parse_dynamic_chunking_smooth_factor(env().dynamic_chunking_smooth_factor);
+    if (!smooth.ok()) {
+        TSR_LOG(ERROR, "{}", smooth.status().message());
+        return 2;
+    }
+    request.dynamic_chunking_smooth_factor = *smooth;
     request.host_memory_bytes = host_memory_bytes();
     auto config = models::read_model_config(args.model_path);
     auto spec = device_of(device);

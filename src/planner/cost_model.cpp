@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
+
+#include "scheduler/dynamic_chunking.h"
 
 namespace tessera::planner {
 
@@ -36,27 +39,45 @@ struct StageCost {
     bool overlap = false;  // two-batch overlap: traffic hides behind compute (the slower counts)
 };
 
-// The prefill chunks of a prompt as the scheduler cuts it: fixed chunked_prefill_size, or
-// SGLang's dynamic chunking (each chunk after the first sized to take as long as the first).
-std::vector<double> chunk_times(const StageCost& c, double S, double chunk, bool dynamic) {
-    std::vector<double> times;
-    auto time = [&](double L, double D) {
-        const double compute = c.per_token_s * D + c.attention_s * (2.0 * L * D + D * D);
-        return c.overlap ? std::max(compute, c.comm_per_token_s * D) : compute + c.comm_per_token_s * D;
-    };
-    const double first = time(0, std::min(chunk, S));
+double chunk_time(const StageCost& c, double L, double D) {
+    const double compute = c.per_token_s * D + c.attention_s * (2.0 * L * D + D * D);
+    return c.overlap ? std::max(compute, c.comm_per_token_s * D) : compute + c.comm_per_token_s * D;
+}
+
+// The prefill chunks of a prompt as the scheduler cuts it: fixed chunked_prefill_size, or with
+// dynamic chunking the scheduler's own ChunkSizePredictor (SGLang's scheduler_pp_mixin.py
+// predict_next_chunk_size: smoothed, floored at C/4, aligned), fed the stage's cost as the
+// T(l) = a l² + b l + c the scheduler fits at start-up from profiled prefills. A chunk the
+// predictor gives no size for is C, as the scheduler then falls back to it.
+std::vector<double> chunk_sizes(const PlanRequest& req, const Plan& p, const StageCost& c, double latency_s,
+                                bool dynamic) {
+    const double S = static_cast<double>(req.prompt_len);
+    const double C = p.chunked_prefill_size > 0 ? static_cast<double>(p.chunked_prefill_size) : S;
+    std::optional<scheduler::ChunkSizePredictor> predictor;
+    if (dynamic && p.chunked_prefill_size > 0) {
+        scheduler::QuadraticFit fit;
+        fit.a = c.attention_s * 1e3;
+        fit.b = (c.per_token_s + (c.overlap ? 0.0 : c.comm_per_token_s)) * 1e3;
+        fit.c = latency_s * 1e3;
+        scheduler::ChunkSizePredictorConfig config;
+        config.initial_chunk_size = p.chunked_prefill_size;
+        config.smooth_factor = req.dynamic_chunking_smooth_factor;
+        config.page_size = req.args.page_size.value_or(1);
+        config.context_len = p.context_len;
+        config.max_prefill_tokens = req.args.max_prefill_tokens;
+        if (auto made = scheduler::ChunkSizePredictor::create(fit, config); made.ok()) predictor = std::move(made).value();
+    }
+    std::vector<double> sizes;
     for (double L = 0; L < S;) {
-        double D = std::min(chunk, S - L);
-        if (dynamic && L > 0 && c.attention_s > 0) {
-            // Sized on compute (and traffic when it adds): a chunk's attention grows with L.
-            const double b = c.per_token_s + (c.overlap ? 0.0 : c.comm_per_token_s) + 2.0 * c.attention_s * L;
-            D = std::min(S - L, std::max(64.0, (-b + std::sqrt(b * b + 4.0 * c.attention_s * first)) /
-                                                   (2.0 * c.attention_s)));
+        double D = C;
+        if (predictor) {
+            if (auto next = predictor->next_chunk(static_cast<std::int64_t>(L))) D = static_cast<double>(*next);
         }
-        times.push_back(time(L, D));
+        D = std::min(D, S - L);
+        sizes.push_back(D);
         L += D;
     }
-    return times;
+    return sizes;
 }
 
 }  // namespace
@@ -90,7 +111,7 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
     }
     // Two-batch overlap (SGLang's --enable-two-batch-overlap) splits a batch in two and moves
     // one half's bytes while the other computes (two_batch_overlap.py): the slower of the two
-    // sets the pace (prefill chunks too, see chunk_times). A lone decoding request cannot be
+    // sets the pace (prefill chunks too, see chunk_time). A lone decoding request cannot be
     // split.
     const auto with_comm = [&a](double compute_s, double comm_s) {
         return a.enable_two_batch_overlap ? std::max(compute_s, comm_s) : compute_s + comm_s;
@@ -205,19 +226,18 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         c->overlap = a.enable_two_batch_overlap;
     }
 
-    const double chunk = p.chunked_prefill_size > 0 ? static_cast<double>(p.chunked_prefill_size) : S;
     const bool dynamic = a.enable_dynamic_chunking && a.pp_size > 1;
-    std::vector<double> times = chunk_times(slowest, S, chunk, dynamic);
-    for (double& t : times) t += stage_latency;
-    double total = 0, longest = 0;
-    for (double t : times) {
+    const std::vector<double> sizes = chunk_sizes(req, p, slowest, stage_latency, dynamic);
+    double total = 0, longest = 0, total_busy = 0, L = 0;
+    for (double D : sizes) {
+        const double t = chunk_time(slowest, L, D) + stage_latency;
         total += t;
         longest = std::max(longest, t);
+        total_busy += chunk_time(slowest_busy, L, D) + stage_latency;
+        L += D;
     }
-    double total_busy = 0;
-    for (double t : chunk_times(slowest_busy, S, chunk, dynamic)) total_busy += t + stage_latency;
     Estimate e;
-    e.chunks = static_cast<std::int64_t>(times.size());
+    e.chunks = static_cast<std::int64_t>(sizes.size());
     // Back to back, every stage busy: the slowest stage's work per prompt. Alone: the chunks
     // through the first stage, then the last chunk through the other P - 1.
     e.prefill_tokens_per_s = S / total;

@@ -5,7 +5,7 @@
 //     latency and bytes over the link;
 //   prefill: the linear FLOPs (2 per weight element) and causal attention (S² x heads x
 //     (d_qk + d_v) per layer) over peak FLOP/s, plus the traffic over the link, chunk by
-//     chunk (fixed chunks, or dynamic ones each as long as the first); the slowest stage
+//     chunk (fixed chunks, or dynamic ones as the scheduler's predictor cuts them); the slowest stage
 //     sets the pace, and a lone prompt's last chunk crosses the other P - 1 stages;
 //   prefill with every DP group busy: each group's prompts back to back, a rank doing its
 //     share of every group's expert work per token of its own group;

@@ -15,6 +15,7 @@
 #include "loader/model_config.h"
 #include "planner/device.h"
 #include "planner/model_size.h"
+#include "scheduler/dynamic_chunking.h"
 #include "scheduler/memory_plan.h"
 #include "server/server_args.h"
 
@@ -28,6 +29,9 @@ struct PlanRequest {
     // Requests decoding at once in each DP group (at a context of prompt_len) for the batched
     // decode estimate; 0: none.
     std::int64_t decode_batch = 0;
+    // SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR of the launch: how far dynamic chunks follow the
+    // fitted cost (scheduler::ChunkSizePredictorConfig::smooth_factor).
+    double dynamic_chunking_smooth_factor = scheduler::kDefaultDynamicChunkingSmoothFactor;
     std::int64_t host_memory_bytes = 0;  // `cpu`: the host's memory (tests pin it)
     bool suggest_fixes = true;  // search --pp-size for a fix (a sweep does not need one)
 };

@@ -75,7 +75,10 @@ std::string render_plan(const Plan& p, const PlanRequest& req) {
     if (p.pp_size > 1)
         out << fmt::format("\npipeline bubble for a {}-token prompt: (P-1)/(P-1+M) = {}/{} = {:.3f} (M = {} chunks, {} {})\n",
                            req.prompt_len, p.pp_size - 1, p.pp_size - 1 + p.micro_batches, p.bubble, p.micro_batches,
-                           a.enable_dynamic_chunking ? "dynamic, the first of" : "of", p.chunked_prefill_size);
+                           a.enable_dynamic_chunking
+                               ? fmt::format("dynamic with smooth factor {}, the first of", req.dynamic_chunking_smooth_factor)
+                               : "of",
+                           p.chunked_prefill_size);
     if (p.ttft_s > 0)
         out << fmt::format("\nestimate (roofline at {:.2f} of bandwidth, {:.2f} of FLOP/s): TTFT of a {}-token prompt "
                            "{:.3f} s; prompts back to back {:.0f} tokens/s; one request decodes at {:.1f} tokens/s\n",
@@ -144,7 +147,9 @@ std::string plan_json(const Plan& p, const PlanRequest& req) {
                            {"formula", t.formula}});
     j["traffic"] = traffic;
     j["pipeline"] = {{"pp_size", p.pp_size}, {"micro_batches", p.micro_batches}, {"bubble", p.bubble},
-                     {"prompt_len", req.prompt_len}};
+                     {"prompt_len", req.prompt_len},
+                     {"dynamic_chunking", req.args.enable_dynamic_chunking && p.pp_size > 1},
+                     {"dynamic_chunking_smooth_factor", req.dynamic_chunking_smooth_factor}};
     j["estimate"] = {{"ttft_s", p.ttft_s},
                      {"prefill_tokens_per_s", p.prefill_tokens_per_s},
                      {"all_groups_prefill_tokens_per_s", p.all_groups_prefill_tokens_per_s},

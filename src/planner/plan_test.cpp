@@ -105,6 +105,36 @@ TEST(PlanTest, TrafficAndBubbleFollowSeedFormulas) {
     EXPECT_TRUE(p.fits());
 }
 
+// Dynamic chunks are cut as the scheduler cuts them (scheduler::ChunkSizePredictor), so the
+// launch's smooth factor moves the plan: 0 keeps the fixed chunks, 1 follows the cost model
+// (shorter later chunks, a shorter last chunk through the other stages), seed 003's 0.65 lies
+// between.
+TEST(PlanTest, DynamicChunksFollowTheSchedulersSmoothFactor) {
+    const auto pp4 = [](bool dynamic, double smooth) {
+        PlanRequest r = request("deepseek-v3", "h20", [dynamic](server::ServerArgs& a) {
+            a.tp_size = 8;
+            a.pp_size = 4;
+            a.nnodes = 4;
+            a.dist_init_addr = "10.0.0.1:5000";
+            a.chunked_prefill_size = 12288;
+            a.enable_dynamic_chunking = dynamic;
+        });
+        r.prompt_len = 131072;
+        r.dynamic_chunking_smooth_factor = smooth;
+        return plan_of(r);
+    };
+    const Plan fixed = pp4(false, 0.75);
+    const Plan unsmoothed = pp4(true, 0.0);
+    EXPECT_EQ(unsmoothed.micro_batches, fixed.micro_batches);
+    EXPECT_DOUBLE_EQ(unsmoothed.ttft_s, fixed.ttft_s);
+    const Plan seed = pp4(true, 0.65);
+    const Plan exact = pp4(true, 1.0);
+    EXPECT_LT(fixed.micro_batches, seed.micro_batches);
+    EXPECT_LT(seed.micro_batches, exact.micro_batches);
+    EXPECT_GT(fixed.ttft_s, seed.ttft_s);
+    EXPECT_GT(seed.ttft_s, exact.ttft_s);
+}
+
 // An all-to-all dispatcher returns a MoE layer's output through its combine: only attention's
 // all-reduce stays, and the combine is the one collective of the dispatch that waits for
 // compute. DeepSeek's shared experts are whole on every rank then, so they need none either.
