@@ -198,6 +198,31 @@ TEST(PlanTest, SharedExpertsAreWholeUnderAllToAll) {
     EXPECT_EQ(size.shared_expert_bytes, 58ll * 3 * 7168 * 2048 * 33 / 32);
 }
 
+// A lone prompt under DP-attention with whole shared experts (all_to_all): its group's
+// attention-TP ranks own its tokens, so each of them runs the shared experts on 1/attn_tp of
+// them. Widening the shared experts costs a rank of a two-rank attention group half what it
+// costs a rank that is its group alone. Compute only: links and memory made free.
+TEST(PlanTest, LonePromptSharesItsSharedExpertsOverItsAttentionGroup) {
+    auto seconds_per_token = [](int dp, std::int64_t shared_width) {
+        PlanRequest r = request("deepseek-v3", "h800", [&](server::ServerArgs& a) {
+            deepseek_prefill_layout(a, "all_to_all");
+            a.dp_size = dp;
+        });
+        r.config.moe.shared_expert_intermediate_size = shared_width;
+        r.prompt_len = 2048;
+        r.device.memory_bandwidth = r.device.inter_node_bandwidth = r.device.intra_node_bandwidth = 1e30;
+        r.device.collective_latency_s = 0;
+        const Plan p = plan_of(r);
+        EXPECT_TRUE(p.ranks.front().size.shared_experts_whole);
+        for (const RankPlan& rank : p.ranks) EXPECT_EQ(rank.coords.attn_tp_rank, rank.coords.global_rank % (32 / dp));
+        return p.prefill_tokens_per_s > 0 ? 1.0 / p.prefill_tokens_per_s : 0.0;
+    };
+    const double alone = seconds_per_token(32, 4096) - seconds_per_token(32, 2048);
+    const double pair = seconds_per_token(16, 4096) - seconds_per_token(16, 2048);
+    ASSERT_GT(alone, 0);
+    EXPECT_NEAR(pair / alone, 0.5, 1e-6);
+}
+
 // SGLang's prefill layout for DeepSeek-V3 (DP-attention over 4 nodes of 8, DeepEP, replicated
 // dense MLPs) as SGLang runs it: no layer gathers the DP groups' tokens; the normal kernels
 // send a token's fp8 row once to each other node holding one of its experts (4 of 8 expert
