@@ -161,7 +161,11 @@ def cpu_cases(t, workdir, repeats, prompt_len, new_tokens):
     layouts = [("dense tp1", dense, []), ("dense tp2", dense, ["--tp", "2"]), ("dense pp2", dense, ["--pp-size", "2"]),
                ("moe tp1", moe, []), ("moe tp2 ep2", moe, ["--tp", "2", "--ep", "2"]),
                ("moe tp2 ep2 all_to_all", moe, ["--tp", "2", "--ep", "2", "--moe-a2a-backend", "all_to_all"]),
-               ("moe tp2 dpa2", moe, ["--tp", "2", "--dp", "2", "--enable-dp-attention"])]
+               ("moe tp2 dpa2", moe, ["--tp", "2", "--dp", "2", "--enable-dp-attention"]),
+               # Four ranks on this host's cores: they take turns on them.
+               ("dense tp4", dense, ["--tp", "4"]), ("dense pp4", dense, ["--pp-size", "4"]),
+               ("moe tp4 ep4", moe, ["--tp", "4", "--ep", "4"]),
+               ("moe tp4 dpa4", moe, ["--tp", "4", "--dp", "4", "--enable-dp-attention"])]
     metrics = ("ttft_s", "decode_tokens_per_s")
     rounds = {(name, k): [] for name, _, _ in layouts for k in metrics}  # (predicted, measured) per round
     paired = {(name, k): [] for name, _, _ in layouts for k in metrics}  # paired errors per round

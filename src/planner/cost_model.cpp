@@ -151,8 +151,11 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                                            : std::max(1, d.cores / static_cast<int>(node_ranks.size()));
                 double concurrent = 0;
                 for (int other : node_ranks) concurrent += layout.coords(other).pp_rank == stage ? 1 : 0;
-                bw = std::min(d.core_bandwidth * threads, d.memory_bandwidth / concurrent);
-                flops = d.flops * threads / d.cores;
+                // More threads running than cores: the OS shares the cores out, so each thread
+                // runs part of the time (TP4 on two cores: half a core per rank).
+                const double running = std::min<double>(threads, static_cast<double>(d.cores) / concurrent);
+                bw = std::min(d.core_bandwidth * running, d.memory_bandwidth / concurrent);
+                flops = d.flops * running / d.cores;
             }
             bw *= d.bandwidth_efficiency;
             flops *= d.flops_efficiency;

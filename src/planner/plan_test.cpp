@@ -445,6 +445,29 @@ TEST(PlanTest, AllGroupsPrefillScalesWithTheGroups) {
     EXPECT_LT(dpa.all_groups_prefill_tokens_per_s, 8 * dpa.prefill_tokens_per_s);
 }
 
+// On a host, ranks beyond its cores take turns on them: TP4 on two cores gives each rank a
+// quarter of the work on half a core, so its prefill is no faster than one rank on both (and
+// TP2's, one core each, neither). Links made free, so only compute differs (within a few
+// percent: the parts TP does not split).
+TEST(PlanTest, RanksBeyondTheCoresTakeTurnsOnThem) {
+    auto ttft = [](int tp) {
+        PlanRequest r = request("qwen3-235b-a22b-fp8", "cpu", [tp](server::ServerArgs& a) { a.tp_size = tp; });
+        r.device.cores = 2;
+        r.device.flops = 2 * 2 * 64 * 2.5e9;
+        r.device.intra_node_bandwidth = 1e30;
+        r.device.collective_latency_s = 0;
+        r.host_memory_bytes = std::int64_t{1} << 40;
+        r.prompt_len = 512;
+        const Plan p = plan_of(r);
+        EXPECT_TRUE(p.fits()) << (p.checks.empty() ? "" : p.checks.front().what);
+        return p.ttft_s;
+    };
+    const double one = ttft(1);
+    ASSERT_GT(one, 0);
+    EXPECT_NEAR(ttft(2) / one, 1.0, 0.05);
+    EXPECT_NEAR(ttft(4) / one, 1.0, 0.05);  // before: 0.5, as if each rank had a core of its own
+}
+
 TEST(PlanTest, WhatDoesNotFitGetsOneFixThatWorks) {
     // DeepSeek-V3 in fp8 on 8 H20s: 88 GB of weights per rank. More memory cannot help; a
     // second stage (and node) does.
