@@ -111,8 +111,11 @@ def fit_cpu(t, dense, moe, bench, dense_tp2_decode, prompt_len):
     bandwidth_gbs = ref["bandwidth"] * bench["all"]["decode_throughput_tok_s"] / raw_all["decode_tokens_per_s"]
     core_gbs = ref["core"] * bench["one"]["decode_throughput_tok_s"] / raw_one["decode_tokens_per_s"]
     tflops = ref["tflops"] * raw_all["ttft_s"] / bench["all"]["prefill_latency_s"]
+    # One thread computing alone (a lone pipeline stage): the reference plans it at tflops / cores.
+    core_tflops = ref["tflops"] / len(os.sched_getaffinity(0)) * raw_one["ttft_s"] / bench["one"]["prefill_latency_s"]
     device = ["--device-bandwidth-gbs", f"{bandwidth_gbs:.3f}", "--core-bandwidth-gbs", f"{core_gbs:.3f}",
-              "--device-tflops", f"{tflops:.5f}", "--bandwidth-efficiency", "1", "--flops-efficiency", "1"]
+              "--device-tflops", f"{tflops:.5f}", "--core-tflops", f"{core_tflops:.5f}", "--bandwidth-efficiency", "1",
+              "--flops-efficiency", "1"]
     # The routed experts' efficiency: the MoE model's TP1 prefill, the dense part at the fitted rate.
     moe_ttft = bench["moe"]["prefill_latency_s"]
     at_one = plan(t, ["--model-path", moe, "--prompt-len", str(prompt_len)] + device)["estimate"]["ttft_s"]
@@ -146,7 +149,7 @@ def fit_cpu(t, dense, moe, bench, dense_tp2_decode, prompt_len):
                             "--collective-latency-us", dense_tp2_decode, "decode_tokens_per_s", invert=False)
     device += ["--collective-latency-us", f"{latency_us:.2f}"]
     figures = {"bandwidth_gbs": round(bandwidth_gbs, 2), "core_bandwidth_gbs": round(core_gbs, 2),
-               "tflops": round(tflops, 4), "expert_efficiency": round(expert_eff, 4),
+               "tflops": round(tflops, 4), "core_tflops": round(core_tflops, 4), "expert_efficiency": round(expert_eff, 4),
                "expert_bandwidth_efficiency": round(expert_bw, 4), "collective_latency_us": round(latency_us, 1)}
     return device, figures
 

@@ -23,7 +23,7 @@ struct DeviceOverrides {
     std::string preset = "cpu";
     std::optional<double> memory_gb, bandwidth_gbs, tflops, intra_node_gbs, inter_node_gbs;
     std::optional<double> bandwidth_efficiency, flops_efficiency, expert_efficiency, expert_bandwidth_efficiency,
-        collective_latency_us, core_bandwidth_gbs;
+        collective_latency_us, core_bandwidth_gbs, core_tflops;
     std::optional<int> devices_per_node;
 };
 
@@ -33,6 +33,7 @@ StatusOr<planner::DeviceSpec> device_of(const DeviceOverrides& o) {
     if (o.bandwidth_gbs) d.memory_bandwidth = *o.bandwidth_gbs * 1e9;
     if (o.core_bandwidth_gbs) d.core_bandwidth = *o.core_bandwidth_gbs * 1e9;
     if (o.tflops) d.flops = *o.tflops * 1e12;
+    if (o.core_tflops) d.core_flops = *o.core_tflops * 1e12;
     if (o.intra_node_gbs) d.intra_node_bandwidth = *o.intra_node_gbs * 1e9;
     if (o.inter_node_gbs) d.inter_node_bandwidth = *o.inter_node_gbs * 1e9;
     if (o.devices_per_node) d.devices_per_node = *o.devices_per_node;
@@ -102,6 +103,8 @@ int run_plan(int argc, char** argv) {
     app.add_option("--device-tflops", device.tflops, "dense bf16 TFLOP/s per device");
     app.add_option("--core-bandwidth-gbs", device.core_bandwidth_gbs,
                    "cpu: GB/s one thread streams alone (a rank's share when fewer ranks than cores run at once)");
+    app.add_option("--core-tflops", device.core_tflops,
+                   "cpu: TFLOP/s one thread computes at when it runs alone (default: the host's / its cores)");
     app.add_option("--intra-node-gbs", device.intra_node_gbs, "link bandwidth inside a node, GB/s per device");
     app.add_option("--inter-node-gbs", device.inter_node_gbs, "link bandwidth between nodes, GB/s per device");
     app.add_option("--bandwidth-efficiency", device.bandwidth_efficiency,

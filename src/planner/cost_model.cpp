@@ -156,16 +156,23 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                     group += o.pp_rank == stage && o.attn_dp_rank == r.coords.attn_dp_rank ? 1 : 0;
                 }
                 // More threads running than cores: the OS shares the cores out, so each thread
-                // runs part of the time (TP4 on two cores: half a core per rank).
-                const auto share = [&](double ranks, double* rank_bw) {
-                    const double running = std::min<double>(threads, static_cast<double>(d.cores) / ranks);
-                    *rank_bw = std::min(d.core_bandwidth * running, d.memory_bandwidth / ranks);
-                    return running;
+                // runs part of the time (TP4 on two cores: half a core per rank). Fewer: each
+                // busy core reads and computes faster than when all are busy (a PP stage alone).
+                const double core_flops = d.core_flops > 0 ? d.core_flops : d.flops / d.cores;
+                struct Share {
+                    double bw, flops;
                 };
-                flops = d.flops * share(concurrent, &bw) / d.cores;
+                const auto share = [&](double ranks) {
+                    const double running = std::min<double>(threads, static_cast<double>(d.cores) / ranks);
+                    return Share{std::min(d.core_bandwidth * running, d.memory_bandwidth / ranks),
+                                 std::min(core_flops * running, d.flops / ranks)};
+                };
+                const Share stage_share = share(concurrent);
+                bw = stage_share.bw;
+                flops = stage_share.flops;
                 // Under DP-attention a lone request's attention runs in its own group while the
                 // other groups' ranks wait asleep for the next MoE layer.
-                share(group, &group_bw);
+                group_bw = share(group).bw;
             }
             bw *= d.bandwidth_efficiency;
             group_bw *= d.bandwidth_efficiency;

@@ -22,6 +22,9 @@ struct DeviceSpec {
     bool shared_by_node_ranks = false;
     int cores = 1;
     double core_bandwidth = 0;  // bytes/s one thread streams alone
+    // FLOP/s one thread computes at alone on the host: more than flops / cores, since a lone
+    // busy core shares nothing (0: flops / cores).
+    double core_flops = 0;
     int devices_per_node = 8;
     double memory_bandwidth = 0;    // bytes/s one device reads its memory at
     double flops = 0;               // dense bf16 FLOP/s per device

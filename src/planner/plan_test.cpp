@@ -468,6 +468,28 @@ TEST(PlanTest, RanksBeyondTheCoresTakeTurnsOnThem) {
     EXPECT_NEAR(ttft(4) / one, 1.0, 0.05);  // before: 0.5, as if each rank had a core of its own
 }
 
+// A core computing alone runs faster than each of several busy ones (--core-tflops): a lone
+// request's PP2 stages, one rank busy at a time, each get the one-core rate, while TP2's two
+// ranks, busy together, keep half the host's each.
+TEST(PlanTest, ALoneBusyCoreComputesAtItsOwnRate) {
+    auto ttft = [](const std::function<void(server::ServerArgs&)>& layout, double core_flops) {
+        PlanRequest r = request("qwen3-235b-a22b-fp8", "cpu", layout);
+        r.device.cores = 2;
+        r.device.flops = 1e12;
+        r.device.core_flops = core_flops;
+        r.device.intra_node_bandwidth = 1e30;
+        r.device.collective_latency_s = 0;
+        r.host_memory_bytes = std::int64_t{1} << 40;
+        r.prompt_len = 512;
+        return plan_of(r).ttft_s;
+    };
+    const auto pp2 = [](server::ServerArgs& a) { a.pp_size = 2; };
+    const auto tp2 = [](server::ServerArgs& a) { a.tp_size = 2; };
+    ASSERT_GT(ttft(pp2, 0), 0);
+    EXPECT_NEAR(ttft(pp2, 0.8e12) / ttft(pp2, 0), 0.5 / 0.8, 0.02);
+    EXPECT_NEAR(ttft(tp2, 0.8e12) / ttft(tp2, 0), 1.0, 1e-9);
+}
+
 // A lone decoding request under DP-attention: its attention runs in its own group while the
 // other groups' ranks wait for the next MoE layer. Four ranks sharing one host then read the
 // attention at the host's whole bandwidth and only the routed experts at a quarter each, so
