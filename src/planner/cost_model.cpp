@@ -141,7 +141,7 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
         StageCost cost, busy;
         for (const RankPlan& r : p.ranks) {
             if (r.coords.pp_rank != stage || r.coords.replica != 0) continue;
-            double bw = d.memory_bandwidth, flops = d.flops, group_bw = d.memory_bandwidth;
+            double bw = d.memory_bandwidth, flops = d.flops;
             if (d.shared_by_node_ranks) {
                 // One request runs one stage at a time: a rank shares the host with the ranks
                 // of its own stage on the node, while its cores are its share of all of them.
@@ -149,33 +149,17 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                 const double threads = a.threads_per_rank > 0
                                            ? a.threads_per_rank
                                            : std::max(1, d.cores / static_cast<int>(node_ranks.size()));
-                double concurrent = 0, group = 0;
-                for (int other : node_ranks) {
-                    const dist::RankCoords o = layout.coords(other);
-                    concurrent += o.pp_rank == stage ? 1 : 0;
-                    group += o.pp_rank == stage && o.attn_dp_rank == r.coords.attn_dp_rank ? 1 : 0;
-                }
+                double concurrent = 0;
+                for (int other : node_ranks) concurrent += layout.coords(other).pp_rank == stage ? 1 : 0;
                 // More threads running than cores: the OS shares the cores out, so each thread
                 // runs part of the time (TP4 on two cores: half a core per rank). Fewer: each
                 // busy core reads and computes faster than when all are busy (a PP stage alone).
                 const double core_flops = d.core_flops > 0 ? d.core_flops : d.flops / d.cores;
-                struct Share {
-                    double bw, flops;
-                };
-                const auto share = [&](double ranks) {
-                    const double running = std::min<double>(threads, static_cast<double>(d.cores) / ranks);
-                    return Share{std::min(d.core_bandwidth * running, d.memory_bandwidth / ranks),
-                                 std::min(core_flops * running, d.flops / ranks)};
-                };
-                const Share stage_share = share(concurrent);
-                bw = stage_share.bw;
-                flops = stage_share.flops;
-                // Under DP-attention a lone request's attention runs in its own group while the
-                // other groups' ranks wait asleep for the next MoE layer.
-                group_bw = share(group).bw;
+                const double running = std::min<double>(threads, static_cast<double>(d.cores) / concurrent);
+                bw = std::min(d.core_bandwidth * running, d.memory_bandwidth / concurrent);
+                flops = std::min(core_flops * running, d.flops / concurrent);
             }
             bw *= d.bandwidth_efficiency;
-            group_bw *= d.bandwidth_efficiency;
             flops *= d.flops_efficiency;
             const RankSize& s = r.size;
             const double experts_read = std::min<double>(static_cast<double>(s.experts_per_rank),
@@ -186,25 +170,15 @@ Estimate estimate(const PlanRequest& req, const Plan& p, const dist::ParallelLay
                     static_cast<double>(s.expert_bytes);
             const double expert_read = static_cast<double>(s.moe_layers) * experts_read *
                                        static_cast<double>(s.expert_bytes);
-            // A lone decoding request: what only its DP group reads (attention and its KV, a
-            // replicated dense MLP or head, whole shared experts on the tokens it owns), then
-            // what every rank reads (the routed experts, TP-split parts over gathered tokens).
-            // Without DP-attention the group is every rank of the stage.
-            const double shared = static_cast<double>(s.shared_expert_bytes);
-            const double dense_mlp = static_cast<double>(s.dense_mlp_bytes);
-            const double head = static_cast<double>(s.lm_head_bytes);
-            const double everyone_reads = expert_read / d.expert_bandwidth_efficiency +
-                                          (s.shared_experts_whole ? 0.0 : shared) +
-                                          (s.dense_mlp_gathered ? dense_mlp : 0.0) + (s.lm_head_gathered ? head : 0.0);
-            const double group_reads = weights_read - expert_read - (s.shared_experts_whole ? 0.0 : shared) -
-                                       (s.dense_mlp_gathered ? dense_mlp : 0.0) - (s.lm_head_gathered ? head : 0.0) +
-                                       S * static_cast<double>(s.kv_bytes_per_token);
-            decode_stage = std::max(decode_stage, group_reads / group_bw + everyone_reads / bw);
+            decode_stage = std::max(decode_stage, (weights_read - expert_read + expert_read / d.expert_bandwidth_efficiency +
+                                                   S * static_cast<double>(s.kv_bytes_per_token)) /
+                                                      bw);
             const double layers = static_cast<double>(s.end_layer - s.first_layer);
             // Routed experts run as many small GEMMs (a few rows each): their own efficiency.
             // Per token the MoE sees, a rank runs shared_share of the shared experts: its TP
             // slice of them, or (whole) the share of the tokens it owns, 1/ep of every token.
             // A lone group's own tokens are owned by its attention-TP ranks alone.
+            const double shared = static_cast<double>(s.shared_expert_bytes);
             const double shared_share = s.shared_experts_whole ? 1.0 / a.ep_size : 1.0;
             const double lone_group_share = s.shared_experts_whole ? 1.0 / layout.attn_tp_size() : 1.0;
             const double dense_weights = weights_read - static_cast<double>(s.lm_head_bytes) - expert_read -
