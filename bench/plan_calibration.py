@@ -1,15 +1,16 @@
 #!/usr/bin/python3
 """Calibrates `tessera plan`'s cost model and reports prediction against measurement.
 
-This machine (CPU): the `cpu` device's bandwidth (all threads, and one thread alone) and
-FLOP/s come from `tessera bench one-batch` on the small dense model, TP1 (no traffic there),
+This machine (CPU): the `cpu` device's bandwidth and FLOP/s (all threads, and one thread
+alone) come from `tessera bench one-batch` on the small dense model, TP1 (no traffic there),
 with every thread and with --threads-per-rank 1, and the routed experts' efficiency (prefill
 FLOPs, decode streaming) from the small MoE model's TP1 run; a collective's fixed cost, which
 TP1 cannot show, is fitted on dense TP2 decode (marked "fitted"):
   bandwidth = reference bandwidth x measured decode tokens/s / planned decode tokens/s
   FLOP/s    = reference FLOP/s x planned TTFT / measured prefill latency
-Then every layout that runs here (dense TP1, TP2, PP2; MoE TP1, TP2 x EP2 with the `none`
-and `all_to_all` dispatchers, TP2 with DP-attention 2) is measured warm, one request at a time
+Then every layout that runs here (dense TP1, TP2, PP2, TP4, PP4; MoE TP1, TP2 x EP2 with the
+`none` and `all_to_all` dispatchers, TP2 with DP-attention 2, TP4 x EP4, TP4 with DP-attention
+4) is measured warm, one request at a time
 (`tessera serve` and `tessera bench serve`: median TTFT and time per output token), and planned
 with the figures fitted in the same round. Each case reports the medians of --repeats rounds:
 predicted, measured, and the error (the median of the per-round errors, listed too).
