@@ -181,7 +181,6 @@ struct ShmP2p::Core {
         std::lock_guard lock(mu);
         return broken;
     }
-    // Under `mu`.
     // Under `mu`. Queued sends fail too: their callers may already have seen an error and
     // reused the buffers, which the sender thread must not read any more.
     void set_broken(const std::string& reason) {
