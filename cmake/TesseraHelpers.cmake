@@ -12,6 +12,7 @@ endif()
 # files compiled with extra flags and are only called after a CPUID check.
 set(TSR_BASELINE_FLAGS -march=x86-64-v3 -mtune=znver3)
 set(TSR_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni)
+set(TSR_AMX_FLAGS ${TSR_AVX512_FLAGS} -mamx-tile -mamx-bf16)
 
 # tessera_add_library(name SOURCES ... DEPS ...)
 function(tessera_add_library name)

@@ -32,6 +32,8 @@ CpuFeatures detect() {
     f.avx512vl = zmm_state && ((b >> 31) & 1);
     f.avx512_vnni = zmm_state && ((c >> 11) & 1);
     f.avx512_vbmi = zmm_state && ((c >> 1) & 1);
+    const bool tile_state = (xcr0 & 0x60000) == 0x60000;
+    f.amx_bf16 = tile_state && ((d >> 22) & 1) && ((d >> 24) & 1);
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
     if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
         f.avx512_bf16 = zmm_state && ((a1 >> 5) & 1);

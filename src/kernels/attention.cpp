@@ -402,7 +402,7 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
     }
     // Prefill blocks over a bf16 cache take the BF16 dot-product kernel where the CPU has it.
     const bool bf16_blocks =
-        active_isa() == Isa::kAvx512Bf16 && cpu::attend_block_bf16_supported(shape);
+        uses_avx512_bf16(active_isa()) && cpu::attend_block_bf16_supported(shape);
     auto run_task = [&](const Task& t) {
         const AttentionArgs& a = args[t.seq];
         switch (t.kind) {

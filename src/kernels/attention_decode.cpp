@@ -194,7 +194,7 @@ bool decode_rows_supported(const AttentionShape& s) { return s.head_dim % 16 == 
 void attend_decode_rows(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& range,
                         const DecodePartial* partial) {
     TSR_CHECK(decode_rows_supported(s)) << "head_dim " << s.head_dim;
-    if (a.kv_dtype == DType::kBF16 && active_isa() == Isa::kAvx512Bf16 && cpu::attend_decode_bf16_supported(s)) {
+    if (a.kv_dtype == DType::kBF16 && uses_avx512_bf16(active_isa()) && cpu::attend_decode_bf16_supported(s)) {
         thread_local AlignedBuffer scratch;
         const std::size_t bytes = cpu::attend_decode_bf16_scratch_bytes(s, range);
         if (scratch.size() < bytes) scratch = AlignedBuffer(bytes);

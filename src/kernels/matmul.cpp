@@ -114,6 +114,22 @@ constexpr std::int64_t kFp8ChunkSteps = 256;
 // FP8 weights (x already prepared as for bf16 in op.a): decode-sized inputs widen the codes
 // in registers; taller ones (or the AVX2 path) dequantize a chunk of panels to bf16 per
 // thread and run the bf16 kernel over it. Threads split the panels, as for bf16 weights.
+// bf16 on AMX tiles: each worker takes whole panel pairs over all rows (the weight is read
+// once), unless there are too few panels to share out; then row blocks of two tiles.
+void matmul_amx(const cpu::MatmulOperands& op, std::int64_t n_panels, ThreadPool* pool) {
+    constexpr std::int64_t kAmxRowAlign = 32;
+    const int n_workers = pool == nullptr ? 1 : pool->size();
+    if (n_panels >= 4 * cpu::kAmxPanelGroup * n_workers || op.m < 2 * kAmxRowAlign * n_workers) {
+        split(pool, n_panels, cpu::kAmxPanelGroup, [&](std::int64_t p0, std::int64_t p1) {
+            cpu::matmul_tile_amx(op, cpu::OutputTile{0, op.m, p0, p1});
+        });
+    } else {
+        split(pool, op.m, kAmxRowAlign, [&](std::int64_t r0, std::int64_t r1) {
+            cpu::matmul_tile_amx(op, cpu::OutputTile{r0, r1, 0, n_panels});
+        });
+    }
+}
+
 void matmul_fp8(const cpu::MatmulOperands& op, bool avx512, std::int64_t group, ThreadPool* pool) {
     const PackedWeight& w = *op.w;
     cpu::Fp8Panels panels;
@@ -334,7 +350,7 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
         return;
     }
 
-    const bool avx512 = isa == Isa::kAvx512Bf16;
+    const bool avx512 = uses_avx512_bf16(isa);
     cpu::MatmulOperands op;
     op.m = m;
     op.w = &w;
@@ -368,6 +384,10 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
     const std::int64_t group = avx512 ? cpu::panel_group_avx512() : cpu::panel_group_avx2();
     if (is_fp8(w.dtype)) {
         matmul_fp8(op, avx512, group, pool);
+        return;
+    }
+    if (isa == Isa::kAmx && w.dtype == DType::kBF16 && m >= cpu::kAmxMinRows) {
+        matmul_amx(op, n_panels, pool);
         return;
     }
     const auto tile = avx512 ? &cpu::matmul_tile_avx512 : &cpu::matmul_tile_avx2;

@@ -4,7 +4,7 @@
 // to defeat the L3 cache, as a real decode step does, and so does a 16-row decode batch;
 // prefill (m = 512, and 4096: a batch of 16 prompts of 256 tokens) reuses one copy.
 //
-// Usage: matmul_bench [--isa=avx512|avx2|reference] [--m=N (any)] [--n=N] [--dtype=bf16|f32|fp8_e4m3]
+// Usage: matmul_bench [--isa=amx|avx512|avx2|reference] [--m=N (any)] [--n=N] [--dtype=bf16|f32|fp8_e4m3]
 //                     [--threads=N] [--no-peaks]
 
 #include <algorithm>
@@ -60,7 +60,7 @@ Options parse(int argc, char** argv) {
         } else if (auto v = value("--threads="); !v.empty()) {
             o.only_threads = std::stoi(std::string(v));
         } else if (auto v = value("--isa="); !v.empty()) {
-            for (Isa isa : {Isa::kReference, Isa::kAvx2, Isa::kAvx512Bf16}) {
+            for (Isa isa : {Isa::kReference, Isa::kAvx2, Isa::kAvx512Bf16, Isa::kAmx}) {
                 if (v == isa_name(isa)) o.isa = isa;
             }
         } else {

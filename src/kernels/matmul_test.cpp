@@ -32,7 +32,7 @@ std::vector<float> random_values(std::size_t n, std::uint32_t seed) {
 
 std::vector<Isa> paths_to_test() {
     std::vector<Isa> paths{Isa::kReference};
-    for (Isa isa : {Isa::kAvx2, Isa::kAvx512Bf16}) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512Bf16, Isa::kAmx}) {
         if (isa_supported(isa)) paths.push_back(isa);
     }
     return paths;
@@ -87,7 +87,7 @@ void check_paths(const Shape& s, DType wtype, ThreadPool* pool, std::int64_t x_p
         // AVX2 path, or without VBMI) run on bf16 copies of the scaled weights: each product
         // carries bf16's rounding (2^-9 relative). The widening kernel applies the exact scales.
         const bool rounded_weights = is_fp8(wtype) && isa != Isa::kReference &&
-                                     !(isa == Isa::kAvx512Bf16 && cpu_features().avx512_vbmi &&
+                                     !(uses_avx512_bf16(isa) && cpu_features().avx512_vbmi &&
                                        s.m <= cpu::kFp8DirectRows);
         const double tolerance = rounded_weights ? 4e-3 : 1e-5;
         constexpr float kSentinel = 12345.0f;
@@ -150,6 +150,8 @@ TEST_P(MatmulPaths, LargeShapesMatchReference) {
     check_paths({20, 200, 1100}, GetParam(), nullptr, 0, 0, 300);
     check_paths({13, 130, 777}, GetParam(), &pool, 1, 1, 301);
     check_paths({1, 300, 1025}, GetParam(), &pool, 0, 0, 302);
+    // Two row tiles of the AMX kernel's blocks with a short second one, two K blocks and a tail.
+    check_paths({100, 70, 2100}, GetParam(), &pool, 0, 3, 303);
 }
 
 // More rows than one pass over the weight takes (the row blocks of a long prefill), with

@@ -123,7 +123,7 @@ struct Split {
 
 void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShape& s, ThreadPool* pool, Isa isa) {
     const std::int64_t width = s.latent + s.rope;
-    bool avx512 = isa == Isa::kAvx512Bf16 && !runs.empty();
+    bool avx512 = uses_avx512_bf16(isa) && !runs.empty();
     for (const auto& r : runs) avx512 = avx512 && cpu::mla_avx512_supported(r.cache_dtype, width, s.latent);
     const int threads = pool != nullptr ? pool->size() : 1;
     std::vector<Split> splits;

@@ -120,6 +120,13 @@ void gemm_bf16_panels_avx2(const float* a, std::int64_t a_stride, std::int64_t m
 
 // y[tile] = a[tile rows] · W[tile panels]ᵀ. Only the n valid columns of y are written.
 void matmul_tile_avx512(const MatmulOperands& op, const OutputTile& tile);
+// The same on AMX tiles (Isa::kAmx), bf16 weights only, `a` prepared as for AVX-512.
+void matmul_tile_amx(const MatmulOperands& op, const OutputTile& tile);
+// Rows from which a bf16 matmul takes the AMX kernel; below, the AVX-512 kernel streams the
+// weight as fast (a decode step is bound by memory, not by multiply-adds).
+inline constexpr std::int64_t kAmxMinRows = 8;
+// Panels per AMX kernel call: work splits keep panel ranges a multiple of this.
+inline constexpr std::int64_t kAmxPanelGroup = 2;
 void matmul_tile_avx2(const MatmulOperands& op, const OutputTile& tile);
 
 }  // namespace tessera::kernels::cpu
