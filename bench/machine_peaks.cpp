@@ -159,7 +159,18 @@ double measure_read_bandwidth_gbs(ThreadPool* pool) {
 }
 
 double measure_peak_bf16_gflops(ThreadPool* pool) {
+    if (kernels::active_isa() == kernels::Isa::kAmx) return measure_peak_amx_bf16_gflops(pool);
+    return measure_peak_dpbf16_gflops(pool);
+}
+
+double measure_peak_dpbf16_gflops(ThreadPool* pool) {
     return peak_gflops(pool, has_avx512_bf16() ? &detail::run_dpbf16_chains : &run_fma256_chains);
+}
+
+double measure_peak_amx_bf16_gflops(ThreadPool* pool) {
+    if (!kernels::isa_supported(kernels::Isa::kAmx)) return 0.0;
+    // A tile multiply does 512 times the work of one _mm512_dpbf16_ps: fewer iterations.
+    return peak_gflops(pool, [](std::int64_t iterations) { return detail::run_amx_chains(iterations / 16); });
 }
 
 double measure_peak_f32_gflops(ThreadPool* pool) {

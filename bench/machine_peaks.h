@@ -19,10 +19,18 @@ double measure_triad_bandwidth_gbs(ThreadPool* pool);
 // Read-only sum over a 512 MB array, split over `pool`. Best of several repetitions, GB/s.
 double measure_read_bandwidth_gbs(ThreadPool* pool);
 
-// Peak GFLOP/s of independent _mm512_dpbf16_ps chains (64 FLOP per instruction: 16 lanes ×
-// 2 products × multiply and add) on every thread of `pool`. Falls back to the AVX2 FMA peak
-// when the CPU lacks AVX-512 BF16.
+// The bf16 multiply-add peak of the path the kernels take (kernels::active_isa()) on every
+// thread of `pool`: the AMX peak below on Isa::kAmx, else the _mm512_dpbf16_ps one.
 double measure_peak_bf16_gflops(ThreadPool* pool);
+
+// Peak GFLOP/s of independent _mm512_dpbf16_ps chains (64 FLOP per instruction: 16 lanes ×
+// 2 products × multiply and add). Falls back to the AVX2 FMA peak when the CPU lacks AVX-512
+// BF16.
+double measure_peak_dpbf16_gflops(ThreadPool* pool);
+
+// Peak GFLOP/s of four independent AMX tile multiply chains (32768 FLOP each); 0 when the
+// CPU or the OS gives no AMX.
+double measure_peak_amx_bf16_gflops(ThreadPool* pool);
 
 // Peak GFLOP/s of independent f32 FMA chains (_mm512_fmadd_ps when the CPU has AVX-512 BF16
 // support, i.e. our AVX-512 path, else 256-bit FMA), 2 FLOP per lane.

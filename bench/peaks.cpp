@@ -5,12 +5,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "base/thread_pool.h"
 #include "bench/machine_peaks.h"
+#include "kernels/isa.h"
 
 using namespace tessera;
 
@@ -35,6 +37,9 @@ int main(int argc, char** argv) {
         {"read_bandwidth_gb_per_s", bench::measure_read_bandwidth_gbs(&pool)},
         {"triad_bandwidth_gb_per_s", bench::measure_triad_bandwidth_gbs(&pool)},
         {"peak_bf16_gflops", bench::measure_peak_bf16_gflops(&pool)},
+        {"peak_dpbf16_gflops", bench::measure_peak_dpbf16_gflops(&pool)},
+        {"peak_amx_bf16_gflops", bench::measure_peak_amx_bf16_gflops(&pool)},
+        {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
     };
     std::printf("%s\n", j.dump().c_str());
     return 0;

@@ -351,6 +351,7 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
     }
 
     const bool avx512 = uses_avx512_bf16(isa);
+    const bool amx = isa == Isa::kAmx && w.dtype == DType::kBF16 && m >= cpu::kAmxMinRows;
     cpu::MatmulOperands op;
     op.m = m;
     op.w = &w;
@@ -361,13 +362,15 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
         op.a_stride = x_stride;
     } else {
         // The kernels read x rounded to bf16 with a zero pad column (see matmul_impl.h).
-        op.a_stride = w.k_padded;
-        void* dst = avx512 ? static_cast<void*>(scratch<std::uint16_t>(m * w.k_padded))
-                           : static_cast<void*>(scratch<float>(m * w.k_padded));
+        // An AMX tile reads one 64-byte line of 16 rows: rows an odd number of lines apart
+        // fall in different L1 sets (2 KB apart, the 16 rows would share two sets).
+        op.a_stride = amx ? ((w.k_padded + 31) / 32 | 1) * 32 : w.k_padded;
+        void* dst = avx512 ? static_cast<void*>(scratch<std::uint16_t>(m * op.a_stride))
+                           : static_cast<void*>(scratch<float>(m * op.a_stride));
         const auto prepare = [&](std::int64_t r0, std::int64_t r1) {
             if (avx512) {
                 cpu::prepare_bf16_avx512(x, x_stride, w.k, w.k_padded, r0, r1,
-                                         static_cast<std::uint16_t*>(dst));
+                                         static_cast<std::uint16_t*>(dst), op.a_stride);
             } else {
                 cpu::prepare_bf16_avx2(x, x_stride, w.k, w.k_padded, r0, r1,
                                        static_cast<float*>(dst));
@@ -386,7 +389,7 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
         matmul_fp8(op, avx512, group, pool);
         return;
     }
-    if (isa == Isa::kAmx && w.dtype == DType::kBF16 && m >= cpu::kAmxMinRows) {
+    if (amx) {
         matmul_amx(op, n_panels, pool);
         return;
     }

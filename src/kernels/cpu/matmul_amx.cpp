@@ -33,6 +33,7 @@ constexpr std::int64_t kStepBytes = 64;   // one step of a panel: 16 outputs × 
 constexpr std::int64_t kTileBytes = kTileSteps * kStepBytes;
 constexpr std::int64_t kKcSteps = 512;    // K steps per block (1024 input columns)
 constexpr std::int64_t kRowsPerBlock = 2 * kTileRows;
+constexpr std::int64_t kPrefetchTiles = 2;
 
 // The LDTILECFG operand (Intel SDM vol. 2, "LDTILECFG"): palette 1, bytes per row and rows
 // of each of the 8 tiles.
@@ -77,6 +78,17 @@ struct BlockArgs {
 template <bool kTwoRowTiles, bool kTwoPanels>
 void multiply_block(const BlockArgs& t) {
     for (std::int64_t i = 0; i < t.full_tiles; ++i) {
+        if (i + kPrefetchTiles < t.full_tiles) {
+            const std::int64_t ahead = i + kPrefetchTiles;
+            for (std::int64_t r = 0; r < kTileRows; ++r) {
+                _mm_prefetch(reinterpret_cast<const char*>(t.a0 + ahead * kStepBytes + r * t.a_row_bytes), _MM_HINT_T0);
+                if constexpr (kTwoRowTiles)
+                    _mm_prefetch(reinterpret_cast<const char*>(t.a1 + ahead * kStepBytes + r * t.a_row_bytes), _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(t.b0 + ahead * kTileBytes + r * kStepBytes), _MM_HINT_T0);
+                if constexpr (kTwoPanels)
+                    _mm_prefetch(reinterpret_cast<const char*>(t.b1 + ahead * kTileBytes + r * kStepBytes), _MM_HINT_T0);
+            }
+        }
         _tile_loadd(4, t.a0 + i * kStepBytes, t.a_row_bytes);
         _tile_loadd(6, t.b0 + i * kTileBytes, kStepBytes);
         _tile_dpbf16ps(0, 4, 6);

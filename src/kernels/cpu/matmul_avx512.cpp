@@ -442,10 +442,10 @@ std::int64_t panel_group_avx512() { return kGroup; }
 
 void prepare_bf16_avx512(const float* x, std::int64_t x_stride, std::int64_t k,
                          std::int64_t k_padded, std::int64_t row_begin, std::int64_t row_end,
-                         std::uint16_t* dst) {
+                         std::uint16_t* dst, std::int64_t dst_stride) {
     for (std::int64_t r = row_begin; r < row_end; ++r) {
         const float* src = x + r * x_stride;
-        std::uint16_t* out = dst + r * k_padded;
+        std::uint16_t* out = dst + r * dst_stride;
         for (std::int64_t j = 0; j < k_padded; j += 32) {
             // Lanes past k load as 0, which is also the pad column's value.
             const __mmask16 lo_mask = column_mask(k - j);

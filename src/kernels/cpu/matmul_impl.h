@@ -95,10 +95,11 @@ std::int64_t panel_group_avx512();
 std::int64_t panel_group_avx2();
 
 // AVX-512: converts rows [row_begin, row_end) of x (f32, `x_stride` apart) to bf16
-// (round to nearest even) at dst + row * k_padded; the pad column (odd k) becomes 0.
+// (round to nearest even) at dst + row * dst_stride (≥ k_padded); the pad column (odd k)
+// becomes 0.
 void prepare_bf16_avx512(const float* x, std::int64_t x_stride, std::int64_t k,
                          std::int64_t k_padded, std::int64_t row_begin, std::int64_t row_end,
-                         std::uint16_t* dst);
+                         std::uint16_t* dst, std::int64_t dst_stride);
 // AVX2: rounds rows of x to bf16 precision but keeps them as f32 (the AVX2 kernel widens
 // bf16 weights to f32), at dst + row * k_padded; the pad column becomes 0.
 void prepare_bf16_avx2(const float* x, std::int64_t x_stride, std::int64_t k, std::int64_t k_padded,

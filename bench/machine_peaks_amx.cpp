@@ -1,0 +1,57 @@
+// bench/machine_peaks_amx.cpp — the register-resident AMX multiply loop for
+// machine_peaks.cpp. Compiled with TSR_AMX_FLAGS; entered only after
+// kernels::isa_supported(Isa::kAmx), which asked Linux for the tile state.
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "bench/machine_peaks_impl.h"
+
+namespace tessera::bench::detail {
+
+namespace {
+struct alignas(64) TileConfig {
+    std::uint8_t palette = 1;
+    std::uint8_t start_row = 0;
+    std::uint8_t reserved[14] = {};
+    std::uint16_t colsb[16] = {};
+    std::uint8_t rows[16] = {};
+};
+// One tile multiply: 16 × 16 outputs × 32 bf16 products, 2 FLOP each.
+constexpr double kFlopPerTileMultiply = 16.0 * 16.0 * 32.0 * 2.0;
+}  // namespace
+
+double run_amx_chains(std::int64_t iterations) {
+    TileConfig config;
+    for (int t = 0; t < 8; ++t) {
+        config.rows[t] = 16;
+        config.colsb[t] = 64;
+    }
+    _tile_loadconfig(&config);
+    // Operands of 2^-23 keep the accumulators finite for any iteration count.
+    alignas(64) std::uint16_t operand[16 * 32];
+    for (std::uint16_t& v : operand) v = 0x3400;
+    _tile_loadd(4, operand, 64);
+    _tile_loadd(5, operand, 64);
+    _tile_loadd(6, operand, 64);
+    _tile_loadd(7, operand, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (std::int64_t it = 0; it < iterations; ++it) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    alignas(64) float out[16 * 16];
+    _tile_stored(0, out, 64);
+    volatile float sink = out[0];
+    (void)sink;
+    _tile_release();
+    return static_cast<double>(iterations) * 4.0 * kFlopPerTileMultiply;
+}
+
+}  // namespace tessera::bench::detail
