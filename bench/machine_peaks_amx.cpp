@@ -23,6 +23,9 @@ constexpr double kFlopPerTileMultiply = 16.0 * 16.0 * 32.0 * 2.0;
 }  // namespace
 
 double run_amx_chains(std::int64_t iterations) {
+    // The kernels leave their tile configuration loaded between calls: put it back after.
+    TileConfig kernels_config;
+    _tile_storeconfig(&kernels_config);
     TileConfig config;
     for (int t = 0; t < 8; ++t) {
         config.rows[t] = 16;
@@ -50,7 +53,11 @@ double run_amx_chains(std::int64_t iterations) {
     _tile_stored(0, out, 64);
     volatile float sink = out[0];
     (void)sink;
-    _tile_release();
+    if (kernels_config.palette != 0) {
+        _tile_loadconfig(&kernels_config);
+    } else {
+        _tile_release();
+    }
     return static_cast<double>(iterations) * 4.0 * kFlopPerTileMultiply;
 }
 

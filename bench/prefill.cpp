@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
         {"gflop", flops / 1e9},
         {"gflops", gflops},
         {"peak_gflops", peak},
-        {"peak_kind", bf16 ? "bf16 dot-product" : "f32 fma"},
+        {"peak_kind", !bf16 ? "f32 fma" : kernels::active_isa() == kernels::Isa::kAmx ? "bf16 AMX tiles" : "bf16 dot-product"},
         {"ratio_to_peak", gflops / peak},
     };
     std::printf("%s\n", j.dump().c_str());

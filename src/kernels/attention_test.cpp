@@ -328,7 +328,7 @@ TEST(AttentionTest, Bf16CachePrefillMatchesReference) {
         std::int64_t n_heads, n_kv_heads, head_dim, start_pos, n_q;
     };
     const PrefillCase cases[] = {{16, 8, 128, 0, 70}, {16, 8, 128, 37, 45}, {4, 4, 64, 0, 33}, {8, 2, 64, 100, 129}};
-    const bool bf16_kernel = active_isa() == Isa::kAvx512Bf16;
+    const bool bf16_kernel = uses_avx512_bf16(active_isa());
     const float tolerance = bf16_kernel ? 2e-2f : 2e-5f;
     ThreadPool pool(2);
     std::mt19937 gen(23);

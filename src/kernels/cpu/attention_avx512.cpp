@@ -1,8 +1,9 @@
 // kernels/cpu/attention_avx512.cpp — attention over a bf16 cache with AVX-512. Compiled with
 // TSR_AVX512_FLAGS.
 // - Prefill with _mm512_dpbf16_ps: per block of 32 keys, S = Q·Kᵀ and O += P·V run on the
-//   matmul micro-kernel (gemm_bf16_panels_avx512), with the key block packed as two 16-key
-//   panels of k pairs and the value block as head_dim/16 panels of key pairs.
+//   matmul micro-kernel (gemm_bf16_panels_avx512, or gemm_bf16_panels_amx on Isa::kAmx), with
+//   the key block packed as two 16-key panels of k pairs and the value block as head_dim/16
+//   panels of key pairs.
 // - Decode: f32 dot products of widened cache rows, the value accumulators in registers.
 //
 // Keep this file free of header-inline helpers that a baseline file could also
@@ -116,6 +117,7 @@ void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, s
     const std::int64_t group = s.n_heads / s.n_kv_heads;
     const std::int64_t dim = s.head_dim;
     const Layout l = layout_for(s, q_end - q_begin);
+    const auto gemm = active_isa() == Isa::kAmx ? &gemm_bf16_panels_amx : &gemm_bf16_panels_avx512;
     auto* base = static_cast<std::byte*>(scratch);
     auto* q16 = reinterpret_cast<std::uint16_t*>(base + l.q16);
     auto* kt = reinterpret_cast<std::uint32_t*>(base + l.kt);
@@ -149,7 +151,7 @@ void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, s
         const std::int64_t first_row = kb > first_pos ? (kb - first_pos) * group : 0;
         const std::int64_t m = l.rows - first_row;
         pack_keys(a, kb, n, kv_head, dim, kt);
-        gemm_bf16_panels_avx512(q16 + first_row * dim, dim, m, kt, (dim / 2) * 64, 2, dim / 2,
+        gemm(q16 + first_row * dim, dim, m, kt, (dim / 2) * 64, 2, dim / 2,
                                 scores + first_row * kKeys, kKeys, kKeys, false);
         for (std::int64_t r = first_row; r < l.rows; ++r) {
             const std::int64_t pos = first_pos + r / group;
@@ -177,7 +179,7 @@ void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, s
             }
         }
         pack_values(a, kb, n, kv_head, dim, vp);
-        gemm_bf16_panels_avx512(p16 + first_row * kKeys, kKeys, m, vp, (kKeys / 2) * 64, dim / 16, kKeys / 2,
+        gemm(p16 + first_row * kKeys, kKeys, m, vp, (kKeys / 2) * 64, dim / 16, kKeys / 2,
                                 out + first_row * dim, dim, dim, true);
     }
     for (std::int64_t r = 0; r < l.rows; ++r) {

@@ -46,8 +46,14 @@ struct alignas(64) TileConfig {
 };
 
 // Tiles 0, 1: C of the first row tile × panels 0, 1; 2, 3: the same for the second row tile;
-// 4, 5: A of the two row tiles; 6, 7: B of the two panels.
+// 4, 5: A of the two row tiles; 6, 7: B of the two panels. The configuration stays loaded
+// between calls (a load costs as much as a few tile multiplies, and attention calls this for
+// every block of 32 keys); these are the shapes it was loaded with.
+thread_local std::int64_t t_configured_rows0 = -1;
+thread_local std::int64_t t_configured_rows1 = -1;
+
 void configure(std::int64_t rows0, std::int64_t rows1) {
+    if (rows0 == t_configured_rows0 && rows1 == t_configured_rows1) return;
     TileConfig c;
     const auto set = [&](int tile, std::int64_t rows) {
         c.rows[tile] = static_cast<std::uint8_t>(rows);
@@ -62,6 +68,8 @@ void configure(std::int64_t rows0, std::int64_t rows1) {
     set(6, kTileSteps);
     set(7, kTileSteps);
     _tile_loadconfig(&c);
+    t_configured_rows0 = rows0;
+    t_configured_rows1 = rows1;
 }
 
 struct BlockArgs {
@@ -172,28 +180,26 @@ void store_c(int tile, float* y, std::int64_t y_stride, std::int64_t rows, std::
 
 }  // namespace
 
-void matmul_tile_amx(const MatmulOperands& op, const OutputTile& tile) {
-    const PackedWeight& w = *op.w;
-    if (tile.row_end <= tile.row_begin || tile.panel_end <= tile.panel_begin) return;
-    const std::int64_t steps = w.k_padded / 2;
-    const std::int64_t a_row_bytes = op.a_stride * 2;
-    const std::int64_t panel_bytes = packed_panel_bytes(w);
-    const auto* a_base = static_cast<const std::byte*>(op.a);
-    const std::byte* b_base = w.data.data();
+void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
+                          std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
+                          std::int64_t y_stride, std::int64_t n_valid, bool accumulate) {
+    if (m <= 0 || n_panels <= 0 || steps <= 0) return;
+    const std::int64_t a_row_bytes = a_stride * 2;
+    const auto* a_base = reinterpret_cast<const std::byte*>(a);
+    const auto* b_base = static_cast<const std::byte*>(b);
 
     alignas(64) std::byte a_tail[kRowsPerBlock * kStepBytes];
     alignas(64) std::byte b_tail[2 * kTileBytes];
     alignas(64) float edge[kTileRows * 16];
-    std::int64_t configured0 = -1, configured1 = -1;
 
     for (std::int64_t s0 = 0; s0 < steps; s0 += kKcSteps) {
         const std::int64_t block_steps = std::min(kKcSteps, steps - s0);
         const std::int64_t full_tiles = block_steps / kTileSteps;
         const std::int64_t tail_steps = block_steps % kTileSteps;
         const std::int64_t tail_step = s0 + full_tiles * kTileSteps;
-        const bool accumulate = s0 > 0;
-        for (std::int64_t p0 = tile.panel_begin; p0 < tile.panel_end; p0 += 2) {
-            const bool two_panels = p0 + 1 < tile.panel_end;
+        const bool add_to_y = accumulate || s0 > 0;
+        for (std::int64_t p0 = 0; p0 < n_panels; p0 += 2) {
+            const bool two_panels = p0 + 1 < n_panels;
             const std::byte* b0 = b_base + p0 * panel_bytes + s0 * kStepBytes;
             const std::byte* b1 = two_panels ? b0 + panel_bytes : nullptr;
             if (tail_steps > 0) {
@@ -203,17 +209,13 @@ void matmul_tile_amx(const MatmulOperands& op, const OutputTile& tile) {
                 if (two_panels)
                     std::memcpy(b_tail + kTileBytes, tail0 + panel_bytes, static_cast<std::size_t>(tail_steps * kStepBytes));
             }
-            const std::int64_t n_valid0 = w.n - p0 * kPanelWidth;
+            const std::int64_t n_valid0 = n_valid - p0 * kPanelWidth;
             const std::int64_t n_valid1 = n_valid0 - kPanelWidth;
-            for (std::int64_t r0 = tile.row_begin; r0 < tile.row_end; r0 += kRowsPerBlock) {
-                const std::int64_t rows = std::min(kRowsPerBlock, tile.row_end - r0);
+            for (std::int64_t r0 = 0; r0 < m; r0 += kRowsPerBlock) {
+                const std::int64_t rows = std::min(kRowsPerBlock, m - r0);
                 const std::int64_t rows0 = std::min(kTileRows, rows);
                 const std::int64_t rows1 = rows - rows0;
-                if (rows0 != configured0 || rows1 != configured1) {
-                    configure(rows0, rows1);
-                    configured0 = rows0;
-                    configured1 = rows1;
-                }
+                configure(rows0, rows1);
                 const std::byte* a0 = a_base + r0 * a_row_bytes + s0 * 4;
                 const std::byte* a1 = a0 + kTileRows * a_row_bytes;
                 if (tail_steps > 0) {
@@ -222,13 +224,13 @@ void matmul_tile_amx(const MatmulOperands& op, const OutputTile& tile) {
                         std::memcpy(a_tail + r * kStepBytes, a_base + (r0 + r) * a_row_bytes + tail_step * 4,
                                     static_cast<std::size_t>(tail_steps * 4));
                 }
-                float* y0 = op.y + r0 * op.y_stride + p0 * kPanelWidth;
-                float* y1 = y0 + kTileRows * op.y_stride;
-                load_c(0, y0, op.y_stride, rows0, n_valid0, accumulate, edge);
-                if (two_panels) load_c(1, y0 + kPanelWidth, op.y_stride, rows0, n_valid1, accumulate, edge);
+                float* y0 = y + r0 * y_stride + p0 * kPanelWidth;
+                float* y1 = y0 + kTileRows * y_stride;
+                load_c(0, y0, y_stride, rows0, n_valid0, add_to_y, edge);
+                if (two_panels) load_c(1, y0 + kPanelWidth, y_stride, rows0, n_valid1, add_to_y, edge);
                 if (rows1 > 0) {
-                    load_c(2, y1, op.y_stride, rows1, n_valid0, accumulate, edge);
-                    if (two_panels) load_c(3, y1 + kPanelWidth, op.y_stride, rows1, n_valid1, accumulate, edge);
+                    load_c(2, y1, y_stride, rows1, n_valid0, add_to_y, edge);
+                    if (two_panels) load_c(3, y1 + kPanelWidth, y_stride, rows1, n_valid1, add_to_y, edge);
                 }
                 const BlockArgs args{.a0 = a0,
                                      .a1 = a1,
@@ -239,17 +241,26 @@ void matmul_tile_amx(const MatmulOperands& op, const OutputTile& tile) {
                                      .a_tail = tail_steps > 0 ? a_tail : nullptr,
                                      .b_tail = b_tail};
                 kBlockKernels[rows1 > 0][two_panels](args);
-                store_c(0, y0, op.y_stride, rows0, n_valid0, edge);
-                if (two_panels) store_c(1, y0 + kPanelWidth, op.y_stride, rows0, n_valid1, edge);
+                store_c(0, y0, y_stride, rows0, n_valid0, edge);
+                if (two_panels) store_c(1, y0 + kPanelWidth, y_stride, rows0, n_valid1, edge);
                 if (rows1 > 0) {
-                    store_c(2, y1, op.y_stride, rows1, n_valid0, edge);
-                    if (two_panels) store_c(3, y1 + kPanelWidth, op.y_stride, rows1, n_valid1, edge);
+                    store_c(2, y1, y_stride, rows1, n_valid0, edge);
+                    if (two_panels) store_c(3, y1 + kPanelWidth, y_stride, rows1, n_valid1, edge);
                 }
             }
         }
     }
-    // Hands the tile state back, so a context switch of this thread saves 8 KB less.
-    _tile_release();
+}
+
+void matmul_tile_amx(const MatmulOperands& op, const OutputTile& tile) {
+    const PackedWeight& w = *op.w;
+    if (tile.row_end <= tile.row_begin || tile.panel_end <= tile.panel_begin) return;
+    const std::int64_t panel_bytes = packed_panel_bytes(w);
+    gemm_bf16_panels_amx(static_cast<const std::uint16_t*>(op.a) + tile.row_begin * op.a_stride, op.a_stride,
+                         tile.row_end - tile.row_begin, w.data.data() + tile.panel_begin * panel_bytes, panel_bytes,
+                         tile.panel_end - tile.panel_begin, w.k_padded / 2,
+                         op.y + tile.row_begin * op.y_stride + tile.panel_begin * kPanelWidth, op.y_stride,
+                         w.n - tile.panel_begin * kPanelWidth, false);
 }
 
 }  // namespace tessera::kernels::cpu

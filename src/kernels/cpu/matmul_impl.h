@@ -114,6 +114,11 @@ void gemm_bf16_panels_avx512(const std::uint16_t* a, std::int64_t a_stride, std:
                              std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
                              std::int64_t y_stride, std::int64_t n_valid, bool accumulate);
 
+// The same on AMX tiles (Isa::kAmx).
+void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
+                          std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
+                          std::int64_t y_stride, std::int64_t n_valid, bool accumulate);
+
 // The same for the AVX2 kernel, whose a is f32 rounded to bf16 precision (prepare_bf16_avx2).
 void gemm_bf16_panels_avx2(const float* a, std::int64_t a_stride, std::int64_t m, const void* b,
                            std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
