@@ -7,26 +7,21 @@
 #include <cstdint>
 
 #include "bench/machine_peaks_impl.h"
+#include "kernels/cpu/amx_tile_config.h"
 
 namespace tessera::bench::detail {
 
 namespace {
-struct alignas(64) TileConfig {
-    std::uint8_t palette = 1;
-    std::uint8_t start_row = 0;
-    std::uint8_t reserved[14] = {};
-    std::uint16_t colsb[16] = {};
-    std::uint8_t rows[16] = {};
-};
+using kernels::cpu::AmxTileConfig;
 // One tile multiply: 16 × 16 outputs × 32 bf16 products, 2 FLOP each.
 constexpr double kFlopPerTileMultiply = 16.0 * 16.0 * 32.0 * 2.0;
 }  // namespace
 
 double run_amx_chains(std::int64_t iterations) {
     // The kernels leave their tile configuration loaded between calls: put it back after.
-    TileConfig kernels_config;
+    AmxTileConfig kernels_config;
     _tile_storeconfig(&kernels_config);
-    TileConfig config;
+    AmxTileConfig config;
     for (int t = 0; t < 8; ++t) {
         config.rows[t] = 16;
         config.colsb[t] = 64;

@@ -130,7 +130,7 @@ void matmul_amx(const cpu::MatmulOperands& op, std::int64_t n_panels, ThreadPool
     }
 }
 
-void matmul_fp8(const cpu::MatmulOperands& op, bool avx512, std::int64_t group, ThreadPool* pool) {
+void matmul_fp8(const cpu::MatmulOperands& op, bool avx512, bool amx, std::int64_t group, ThreadPool* pool) {
     const PackedWeight& w = *op.w;
     cpu::Fp8Panels panels;
     panels.codes = w.data.as<std::uint8_t>();
@@ -166,9 +166,9 @@ void matmul_fp8(const cpu::MatmulOperands& op, bool avx512, std::int64_t group, 
                     } else {
                         cpu::dequantize_fp8_panels(panels, g0, count, s0, steps, bf16);
                     }
-                    cpu::gemm_bf16_panels_avx512(static_cast<const std::uint16_t*>(op.a) + 2 * s0, op.a_stride, op.m,
-                                                 bf16, chunk_panel_bytes, count, steps, y, op.y_stride, n_valid,
-                                                 s0 > 0);
+                    const auto gemm = amx ? &cpu::gemm_bf16_panels_amx : &cpu::gemm_bf16_panels_avx512;
+                    gemm(static_cast<const std::uint16_t*>(op.a) + 2 * s0, op.a_stride, op.m, bf16, chunk_panel_bytes,
+                         count, steps, y, op.y_stride, n_valid, s0 > 0);
                 } else {
                     cpu::dequantize_fp8_panels(panels, g0, count, s0, steps, bf16);
                     cpu::gemm_bf16_panels_avx2(static_cast<const float*>(op.a) + 2 * s0, op.a_stride, op.m, bf16,
@@ -386,7 +386,7 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
 
     const std::int64_t group = avx512 ? cpu::panel_group_avx512() : cpu::panel_group_avx2();
     if (is_fp8(w.dtype)) {
-        matmul_fp8(op, avx512, group, pool);
+        matmul_fp8(op, avx512, isa == Isa::kAmx, group, pool);
         return;
     }
     if (amx) {

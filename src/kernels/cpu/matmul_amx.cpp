@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/amx_tile_config.h"
 #include "kernels/cpu/matmul_impl.h"
 
 namespace tessera::kernels::cpu {
@@ -33,17 +34,6 @@ constexpr std::int64_t kStepBytes = 64;   // one step of a panel: 16 outputs × 
 constexpr std::int64_t kTileBytes = kTileSteps * kStepBytes;
 constexpr std::int64_t kKcSteps = 512;    // K steps per block (1024 input columns)
 constexpr std::int64_t kRowsPerBlock = 2 * kTileRows;
-constexpr std::int64_t kPrefetchTiles = 2;
-
-// The LDTILECFG operand (Intel SDM vol. 2, "LDTILECFG"): palette 1, bytes per row and rows
-// of each of the 8 tiles.
-struct alignas(64) TileConfig {
-    std::uint8_t palette = 1;
-    std::uint8_t start_row = 0;
-    std::uint8_t reserved[14] = {};
-    std::uint16_t colsb[16] = {};
-    std::uint8_t rows[16] = {};
-};
 
 // Tiles 0, 1: C of the first row tile × panels 0, 1; 2, 3: the same for the second row tile;
 // 4, 5: A of the two row tiles; 6, 7: B of the two panels. The configuration stays loaded
@@ -54,7 +44,7 @@ thread_local std::int64_t t_configured_rows1 = -1;
 
 void configure(std::int64_t rows0, std::int64_t rows1) {
     if (rows0 == t_configured_rows0 && rows1 == t_configured_rows1) return;
-    TileConfig c;
+    AmxTileConfig c;
     const auto set = [&](int tile, std::int64_t rows) {
         c.rows[tile] = static_cast<std::uint8_t>(rows);
         c.colsb[tile] = rows > 0 ? static_cast<std::uint16_t>(kStepBytes) : 0;
@@ -86,17 +76,6 @@ struct BlockArgs {
 template <bool kTwoRowTiles, bool kTwoPanels>
 void multiply_block(const BlockArgs& t) {
     for (std::int64_t i = 0; i < t.full_tiles; ++i) {
-        if (i + kPrefetchTiles < t.full_tiles) {
-            const std::int64_t ahead = i + kPrefetchTiles;
-            for (std::int64_t r = 0; r < kTileRows; ++r) {
-                _mm_prefetch(reinterpret_cast<const char*>(t.a0 + ahead * kStepBytes + r * t.a_row_bytes), _MM_HINT_T0);
-                if constexpr (kTwoRowTiles)
-                    _mm_prefetch(reinterpret_cast<const char*>(t.a1 + ahead * kStepBytes + r * t.a_row_bytes), _MM_HINT_T0);
-                _mm_prefetch(reinterpret_cast<const char*>(t.b0 + ahead * kTileBytes + r * kStepBytes), _MM_HINT_T0);
-                if constexpr (kTwoPanels)
-                    _mm_prefetch(reinterpret_cast<const char*>(t.b1 + ahead * kTileBytes + r * kStepBytes), _MM_HINT_T0);
-            }
-        }
         _tile_loadd(4, t.a0 + i * kStepBytes, t.a_row_bytes);
         _tile_loadd(6, t.b0 + i * kTileBytes, kStepBytes);
         _tile_dpbf16ps(0, 4, 6);
