@@ -111,9 +111,6 @@ void matmul_packed_reference(const float* x, std::int64_t x_stride, const Packed
 // bf16 (64 KB) stay in L2 while every row of the input runs over them.
 constexpr std::int64_t kFp8ChunkSteps = 256;
 
-// FP8 weights (x already prepared as for bf16 in op.a): decode-sized inputs widen the codes
-// in registers; taller ones (or the AVX2 path) dequantize a chunk of panels to bf16 per
-// thread and run the bf16 kernel over it. Threads split the panels, as for bf16 weights.
 // bf16 on AMX tiles: each worker takes whole panel pairs over all rows (the weight is read
 // once), unless there are too few panels to share out; then row blocks of two tiles.
 void matmul_amx(const cpu::MatmulOperands& op, std::int64_t n_panels, ThreadPool* pool) {
@@ -130,6 +127,10 @@ void matmul_amx(const cpu::MatmulOperands& op, std::int64_t n_panels, ThreadPool
     }
 }
 
+// FP8 weights (x already prepared as for bf16 in op.a): decode-sized inputs widen the codes
+// in registers; taller ones (or the AVX2 path) dequantize a chunk of panels to bf16 per
+// thread and run the bf16 kernel (on AMX tiles with Isa::kAmx) over it. Threads split the
+// panels, as for bf16 weights.
 void matmul_fp8(const cpu::MatmulOperands& op, bool avx512, bool amx, std::int64_t group, ThreadPool* pool) {
     const PackedWeight& w = *op.w;
     cpu::Fp8Panels panels;
