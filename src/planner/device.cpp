@@ -1,6 +1,7 @@
 #include "planner/device.h"
 
 #include "base/thread_pool.h"
+#include "kernels/isa.h"
 
 namespace tessera::planner {
 
@@ -35,8 +36,16 @@ std::vector<DeviceSpec> presets() {
     cpu.memory_bandwidth = 45 * kGB;
     // One thread streams about 0.7 of what two do (bench/plan_calibration.py measures it).
     cpu.core_bandwidth = 0.7 * cpu.memory_bandwidth;
-    // Per core: 2 AVX-512 BF16 dot-product units x 64 FLOP (16 lanes x 2 pairs x mul-add) x 2.5 GHz.
-    cpu.flops = cpu.cores * 2 * 64 * 2.5e9;
+    if (kernels::active_isa() == kernels::Isa::kAmx) {
+        // Per core: one AMX tile multiply (16 x 16 outputs x 32 products x mul-add) per 16
+        // cycles, 1024 FLOP per cycle, x 2.5 GHz. A 512-token prefill runs at 0.15 of that end
+        // to end (the tile GEMM at a quarter, attention and the rest slower; docs/speed.md).
+        cpu.flops = cpu.cores * 1024 * 2.5e9;
+        cpu.flops_efficiency = 0.15;
+    } else {
+        // Per core: 2 AVX-512 BF16 dot-product units x 64 FLOP (16 lanes x 2 pairs x mul-add) x 2.5 GHz.
+        cpu.flops = cpu.cores * 2 * 64 * 2.5e9;
+    }
     cpu.intra_node_bandwidth = 10 * kGB;  // shared-memory collectives
     cpu.inter_node_bandwidth = 1.25 * kGB;  // 10 GbE
     cpu.collective_latency_s = 20e-6;
