@@ -1,8 +1,8 @@
 // kernels/cpu/attention_avx512.cpp — attention over a bf16 cache with AVX-512. Compiled with
 // TSR_AVX512_FLAGS.
-// - Prefill with _mm512_dpbf16_ps: per block of 32 keys, S = Q·Kᵀ and O += P·V run on the
+// - Prefill with _mm512_dpbf16_ps: per block of 64 keys, S = Q·Kᵀ and O += P·V run on the
 //   matmul micro-kernel (gemm_bf16_panels_avx512, or gemm_bf16_panels_amx on Isa::kAmx), with
-//   the key block packed as two 16-key panels of k pairs and the value block as head_dim/16
+//   the key block packed as four 16-key panels of k pairs and the value block as head_dim/16
 //   panels of key pairs.
 // - Decode: f32 dot products of widened cache rows, the value accumulators in registers.
 //
@@ -27,7 +27,8 @@ namespace tessera::kernels::cpu {
 
 namespace {
 
-constexpr std::int64_t kKeys = 32;  // keys per block: two 16-key panels
+constexpr std::int64_t kKeys = 64;  // keys per block: four 16-key panels
+constexpr int kKeyVectors = static_cast<int>(kKeys / 16);
 constexpr std::int64_t kAlign = 64;
 
 std::int64_t round_up(std::int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -48,10 +49,10 @@ Layout layout_for(const AttentionShape& s, std::int64_t n_tokens) {
         return offset;
     };
     l.q16 = take(l.rows * l.dim * 2);                   // bf16 [rows][dim]
-    l.kt = take(2 * (l.dim / 2) * 64);                 // 2 panels of [dim/2][16 keys][2]
+    l.kt = take((kKeys / 16) * (l.dim / 2) * 64);      // kKeys/16 panels of [dim/2][16 keys][2]
     l.vp = take((l.dim / 16) * (kKeys / 2) * 64);      // dim/16 panels of [16 key pairs][16][2]
-    l.scores = take(l.rows * kKeys * 4);                // f32 [rows][32]
-    l.p16 = take(l.rows * kKeys * 2);                   // bf16 [rows][32]
+    l.scores = take(l.rows * kKeys * 4);                // f32 [rows][kKeys]
+    l.p16 = take(l.rows * kKeys * 2);                   // bf16 [rows][kKeys]
     l.out = take(l.rows * l.dim * 4);                   // f32 [rows][dim]
     l.row_max = take(l.rows * 4);
     l.row_sum = take(l.rows * 4);
@@ -65,7 +66,7 @@ inline const std::uint16_t* cache_row(const AttentionArgs& a, std::int64_t posit
     return static_cast<const std::uint16_t*>(base) + row * a.kv_stride + kv_head * dim;
 }
 
-// Key block → two panels of [dim/2][16 keys] 32-bit k pairs (a pair of adjacent head
+// Key block → kKeys/16 panels of [dim/2][16 keys] 32-bit k pairs (a pair of adjacent head
 // dimensions is already one 32-bit element of a cache row). Keys past n are zero.
 void pack_keys(const AttentionArgs& a, std::int64_t first_key, std::int64_t n, std::int64_t kv_head,
                std::int64_t dim, std::uint32_t* kt) {
@@ -151,27 +152,37 @@ void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, s
         const std::int64_t first_row = kb > first_pos ? (kb - first_pos) * group : 0;
         const std::int64_t m = l.rows - first_row;
         pack_keys(a, kb, n, kv_head, dim, kt);
-        gemm(q16 + first_row * dim, dim, m, kt, (dim / 2) * 64, 2, dim / 2,
-                                scores + first_row * kKeys, kKeys, kKeys, false);
+        gemm(q16 + first_row * dim, dim, m, kt, (dim / 2) * 64, kKeys / 16, dim / 2, scores + first_row * kKeys,
+             kKeys, kKeys, false);
         for (std::int64_t r = first_row; r < l.rows; ++r) {
             const std::int64_t pos = first_pos + r / group;
             const std::int64_t visible = pos + 1 - kb < n ? pos + 1 - kb : n;  // >= 1 here
-            const __mmask16 m0 = visible >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << visible) - 1u);
-            const __mmask16 m1 =
-                visible >= 32 ? 0xFFFF : visible <= 16 ? 0 : static_cast<__mmask16>((1u << (visible - 16)) - 1u);
             const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
-            const __m512 s0 = _mm512_mask_loadu_ps(ninf, m0, scores + r * kKeys);
-            const __m512 s1 = _mm512_mask_loadu_ps(ninf, m1, scores + r * kKeys + 16);
-            const float block_max = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+            __mmask16 mask[kKeyVectors];
+            __m512 sv[kKeyVectors];
+            __m512 vmax_block = ninf;
+            for (int j = 0; j < kKeyVectors; ++j) {
+                const std::int64_t lanes = visible - 16 * j;
+                mask[j] = lanes >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                      : lanes <= 0 ? static_cast<__mmask16>(0)
+                                                   : static_cast<__mmask16>((1u << lanes) - 1u);
+                sv[j] = _mm512_mask_loadu_ps(ninf, mask[j], scores + r * kKeys + 16 * j);
+                vmax_block = _mm512_max_ps(vmax_block, sv[j]);
+            }
+            const float block_max = _mm512_reduce_max_ps(vmax_block);
             const float new_max = row_max[r] > block_max ? row_max[r] : block_max;
             const __m512 vmax = _mm512_set1_ps(new_max);
-            const __m512 e0 = _mm512_maskz_mov_ps(m0, exp_nonpositive512(_mm512_sub_ps(s0, vmax)));
-            const __m512 e1 = _mm512_maskz_mov_ps(m1, exp_nonpositive512(_mm512_sub_ps(s1, vmax)));
+            __m512 vsum = _mm512_setzero_ps();
+            for (int j = 0; j < kKeyVectors; j += 2) {
+                const __m512 e0 = _mm512_maskz_mov_ps(mask[j], exp_nonpositive512(_mm512_sub_ps(sv[j], vmax)));
+                const __m512 e1 = _mm512_maskz_mov_ps(mask[j + 1], exp_nonpositive512(_mm512_sub_ps(sv[j + 1], vmax)));
+                vsum = _mm512_add_ps(vsum, _mm512_add_ps(e0, e1));
+                _mm512_storeu_si512(p16 + r * kKeys + 16 * j, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+            }
             const float correction =
                 _mm512_cvtss_f32(exp_nonpositive512(_mm512_set1_ps(row_max[r] - new_max)));  // 0 at first
-            row_sum[r] = row_sum[r] * correction + _mm512_reduce_add_ps(_mm512_add_ps(e0, e1));
+            row_sum[r] = row_sum[r] * correction + _mm512_reduce_add_ps(vsum);
             row_max[r] = new_max;
-            _mm512_storeu_si512(p16 + r * kKeys, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
             if (correction != 1.0f) {
                 const __m512 c = _mm512_set1_ps(correction);
                 float* o = out + r * dim;
@@ -179,8 +190,8 @@ void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, s
             }
         }
         pack_values(a, kb, n, kv_head, dim, vp);
-        gemm(p16 + first_row * kKeys, kKeys, m, vp, (kKeys / 2) * 64, dim / 16, kKeys / 2,
-                                out + first_row * dim, dim, dim, true);
+        gemm(p16 + first_row * kKeys, kKeys, m, vp, (kKeys / 2) * 64, dim / 16, kKeys / 2, out + first_row * dim, dim,
+             dim, true);
     }
     for (std::int64_t r = 0; r < l.rows; ++r) {
         const std::int64_t qi = q_begin + r / group;

@@ -20,7 +20,7 @@ std::size_t attend_block_bf16_scratch_bytes(const AttentionShape& s, std::int64_
 
 // Query tokens [q_begin, q_end) of one sequence, every query head of KV head `kv_head`, over
 // keys 0 .. start_pos + q_end - 1 of a bf16 cache (a.kv_bf16), causal, flash style in
-// blocks of 32 keys. Scores and the weighted sum of values are two small bf16 GEMMs on the
+// blocks of 64 keys. Scores and the weighted sum of values are two small bf16 GEMMs on the
 // matmul micro-kernel, so q (scaled) and the softmax weights are rounded to bf16 as GPU
 // flash kernels do; max, sums and outputs stay f32. `scratch` is 64-byte aligned.
 void attend_block_bf16_avx512(const AttentionArgs& a, const AttentionShape& s, std::int64_t kv_head,

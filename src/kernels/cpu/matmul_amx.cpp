@@ -38,7 +38,7 @@ constexpr std::int64_t kRowsPerBlock = 2 * kTileRows;
 // Tiles 0, 1: C of the first row tile × panels 0, 1; 2, 3: the same for the second row tile;
 // 4, 5: A of the two row tiles; 6, 7: B of the two panels. The configuration stays loaded
 // between calls (a load costs as much as a few tile multiplies, and attention calls this for
-// every block of 32 keys); these are the shapes it was loaded with.
+// every block of 64 keys); these are the shapes it was loaded with.
 thread_local std::int64_t t_configured_rows0 = -1;
 thread_local std::int64_t t_configured_rows1 = -1;
 
