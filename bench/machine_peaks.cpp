@@ -169,7 +169,7 @@ double measure_peak_dpbf16_gflops(ThreadPool* pool) {
 
 double measure_peak_amx_bf16_gflops(ThreadPool* pool) {
     if (!kernels::isa_supported(kernels::Isa::kAmx)) return 0.0;
-    // A tile multiply does 512 times the work of one _mm512_dpbf16_ps: fewer iterations.
+    // A tile multiply does 256 times the work of one _mm512_dpbf16_ps: fewer iterations.
     return peak_gflops(pool, [](std::int64_t iterations) { return detail::run_amx_chains(iterations / 16); });
 }
 

@@ -8,7 +8,8 @@
 namespace tessera {
 
 struct EnvFlags {
-    // env: TSR_KERNEL_ISA — force a kernel path: "amx" (AVX-512 BF16 + AMX tiles), "avx512" (AVX-512 BF16), "avx2", "reference".
+    // env: TSR_KERNEL_ISA — force a kernel path: "amx" (AVX-512 BF16 + AMX tiles), "avx512"
+    // (AVX-512 BF16), "avx2", "reference".
     // Empty: the best the CPU supports.
     std::string kernel_isa;
     // env: TSR_TOKENIZER_ASSETS — folder with <name>/tokenizer.json for make-model.
