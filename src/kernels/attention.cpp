@@ -338,7 +338,12 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
     const std::int64_t group = shape.n_heads / shape.n_kv_heads;
     const bool decode_supported = decode_rows_supported(shape);
     const auto is_decode = [&](const AttentionArgs& a) { return decode_supported && a.n_q <= kDecodeMaxTokens; };
-    std::vector<AttentionArgs> args;
+    // Per calling thread and kept between calls, so that a decode step allocates nothing.
+    // Used through references: in the workers' lambdas a thread_local name would be the
+    // worker's own.
+    thread_local std::vector<AttentionArgs> tls_args;
+    std::vector<AttentionArgs>& args = tls_args;
+    args.clear();
     std::int64_t n_decode = 0;
     for (const AttentionArgs& a : batch) {
         args.push_back(with_default_strides(a, shape));
@@ -346,14 +351,20 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
     }
     const int n_workers = pool == nullptr ? 1 : pool->size();
     const std::int64_t decode_heads = kv_heads_per_decode_task(n_decode, shape.n_kv_heads, n_workers);
-    std::vector<Task> tasks;
+    thread_local std::vector<Task> tls_tasks;
+    std::vector<Task>& tasks = tls_tasks;
+    tasks.clear();
     // Key-split sequences: which parts each combines (first part, count).
     struct SplitSeq {
         std::size_t seq;
         std::size_t first_part, n_parts;
     };
-    std::vector<SplitSeq> split_seqs;
-    std::vector<DecodePartial> parts;
+    thread_local std::vector<SplitSeq> tls_split_seqs;
+    thread_local std::vector<DecodePartial> tls_parts;
+    std::vector<SplitSeq>& split_seqs = tls_split_seqs;
+    std::vector<DecodePartial>& parts = tls_parts;
+    split_seqs.clear();
+    parts.clear();
     std::int64_t part_floats = 0;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const AttentionArgs& a = args[i];

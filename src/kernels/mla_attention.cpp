@@ -126,7 +126,13 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
     bool avx512 = uses_avx512_bf16(isa) && !runs.empty();
     for (const auto& r : runs) avx512 = avx512 && cpu::mla_avx512_supported(r.cache_dtype, width, s.latent);
     const int threads = pool != nullptr ? pool->size() : 1;
-    std::vector<Split> splits;
+    // Kept between calls (per calling thread) so that a decode step allocates nothing; used
+    // through references, since in the workers' lambda a thread_local name is the worker's.
+    thread_local std::vector<Split> tls_splits;
+    thread_local std::vector<float> tls_partial;
+    std::vector<Split>& splits = tls_splits;
+    std::vector<float>& partial = tls_partial;
+    splits.clear();
     for (std::size_t r = 0; r < runs.size(); ++r) {
         for (std::int64_t t = 0; t < runs[r].n_q; ++t) {
             const std::int64_t keys = runs[r].start_pos + t + 1;
@@ -137,8 +143,26 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
     }
     // Per split and head: max, sum, then the latent accumulator.
     const std::int64_t state = 2 + s.latent;
-    std::vector<float> partial(splits.size() * static_cast<std::size_t>(s.n_heads * state));
-    const auto work = [&](std::int64_t begin, std::int64_t end) {
+    partial.resize(splits.size() * static_cast<std::size_t>(s.n_heads * state));
+    // The generic path's buffers, one set per worker, sized here on the calling thread: a
+    // worker that first takes a split in some later step then allocates nothing either.
+    struct GenericScratch {
+        std::vector<float> rows, probs, keeps, acc;
+        std::vector<Online> online;
+    };
+    thread_local std::vector<GenericScratch> tls_generic;
+    std::vector<GenericScratch>& generic = tls_generic;
+    if (!avx512) {
+        if (generic.size() < static_cast<std::size_t>(threads)) generic.resize(static_cast<std::size_t>(threads));
+        for (GenericScratch& g : generic) {
+            g.rows.resize(static_cast<std::size_t>(kKeyBlock * width));
+            g.probs.resize(static_cast<std::size_t>(s.n_heads * kKeyBlock));
+            g.keeps.resize(static_cast<std::size_t>(s.n_heads));
+            g.online.resize(static_cast<std::size_t>(s.n_heads));
+            g.acc.resize(static_cast<std::size_t>(s.n_heads * s.latent));
+        }
+    }
+    const auto work = [&](std::int64_t begin, std::int64_t end, int worker) {
         if (avx512) {
             thread_local AlignedBuffer scratch;  // kept: this runs once per layer and step
             if (const std::size_t bytes = cpu::mla_split_bf16_scratch_bytes(s.latent); scratch.size() < bytes)
@@ -162,10 +186,12 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
             }
             return;
         }
-        std::vector<float> rows(static_cast<std::size_t>(kKeyBlock * width));
-        std::vector<float> probs(static_cast<std::size_t>(s.n_heads * kKeyBlock)), keeps(static_cast<std::size_t>(s.n_heads));
-        std::vector<Online> online(static_cast<std::size_t>(s.n_heads));
-        std::vector<float> acc(static_cast<std::size_t>(s.n_heads * s.latent));
+        GenericScratch& g = generic[static_cast<std::size_t>(worker)];
+        std::vector<float>& rows = g.rows;
+        std::vector<float>& probs = g.probs;
+        std::vector<float>& keeps = g.keeps;
+        std::vector<float>& acc = g.acc;
+        std::vector<Online>& online = g.online;
         for (std::int64_t i = begin; i < end; ++i) {
             const Split& sp = splits[i];
             const MlaAbsorbedArgs& a = runs[sp.run];
@@ -215,11 +241,11 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
         // Handed out one at a time: a worker that starts late or reads slower memory takes
         // fewer.
         std::atomic<std::int64_t> next{0};
-        pool->run([&](int, int) {
-            for (std::int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_splits;) work(i, i + 1);
+        pool->run([&](int worker, int) {
+            for (std::int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_splits;) work(i, i + 1, worker);
         });
     } else {
-        work(0, n_splits);
+        work(0, n_splits, 0);
     }
     // Merge the splits of each query token (in order) and normalise.
     for (std::size_t i = 0; i < splits.size();) {

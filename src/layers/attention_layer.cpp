@@ -74,7 +74,8 @@ Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_ca
     } else {
         finish_qkv(0, n);
     }
-    std::vector<kernels::AttentionArgs> args_list;
+    std::vector<kernels::AttentionArgs>& args_list = scratch.attention_args;
+    args_list.clear();
     std::int64_t first = 0;
     for (const SeqSpan& seq : batch.seqs) {
         kernels::AttentionArgs args;

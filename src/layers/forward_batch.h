@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/mla_attention.h"
 
 namespace tessera {
@@ -34,6 +35,7 @@ struct LayerBatch {
 // Buffers the layers of one model reuse (one forward at a time).
 struct Scratch {
     std::vector<float> qkv, attn, gate_up, act;
+    std::vector<kernels::AttentionArgs> attention_args;  // one per sequence of the batch
     // MoE: router logits, top-k weights and ids, one expert's gathered rows and its output,
     // the shared expert's output, and the all-to-all dispatcher's send/receive buffers.
     std::vector<float> router_logits, topk_weights, expert_in, expert_out, routed, shared;

@@ -44,9 +44,14 @@ void route_tokens(const float* logits, std::int64_t n_tokens, const RouterConfig
     const std::int64_t E = c.num_experts;
     const std::int64_t per_group = E / c.n_group;
     constexpr float kMasked = -std::numeric_limits<float>::infinity();
-    std::vector<float> scores(static_cast<std::size_t>(E)), choice(static_cast<std::size_t>(E));
-    std::vector<float> group_scores(static_cast<std::size_t>(c.n_group));
-    std::vector<std::int32_t> order, kept_groups(static_cast<std::size_t>(c.topk_group));
+    // Per calling thread and kept between calls (every element is written before it is read),
+    // so that a decode step allocates nothing.
+    thread_local std::vector<float> scores, choice, group_scores;
+    thread_local std::vector<std::int32_t> order, kept_groups;
+    scores.resize(static_cast<std::size_t>(E));
+    choice.resize(static_cast<std::size_t>(E));
+    group_scores.resize(static_cast<std::size_t>(c.n_group));
+    kept_groups.resize(static_cast<std::size_t>(c.topk_group));
     for (std::int64_t t = 0; t < n_tokens; ++t) {
         const float* l = logits + t * E;
         if (c.scoring == ScoringFunc::kSoftmax) {

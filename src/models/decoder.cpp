@@ -146,6 +146,11 @@ class Decoder final : public Model {
     std::vector<float> slice_out_, group_out_;  // DP-attention, scattered MoE: this rank's slice, the gather's buffer
     std::vector<std::uint8_t> pad_rows_;  // DP-attention, max_len: 1 where a gathered row only pads a slot
     std::vector<float> rope_cos_, rope_sin_;  // f32 [tokens, head_dim/2] of the current pass
+    // Per pass: each new token's position and KV row, the tokens that yield logits rows, the
+    // sequences as the layers see them.
+    std::vector<std::int32_t> positions_;
+    std::vector<std::int64_t> kv_rows_, logit_rows_;
+    std::vector<layers::SeqSpan> seqs_;
     layers::Scratch scratch_;
     std::unique_ptr<EplbManager> eplb_;  // MoE models only
     bool output_rank_ = true;            // TP rank 0 of the first stage: reports a refused control step
@@ -512,10 +517,15 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
     h_.resize(n * hidden);
     branch_.resize(n * hidden);
     // Position and KV row of every new token, in batch order.
-    std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
-    std::vector<std::int64_t> kv_rows(static_cast<std::size_t>(n));
-    std::vector<std::int64_t> logit_rows;  // token index whose hidden state yields a logits row
-    std::vector<layers::SeqSpan> seqs;
+    // Members, so that a decode step allocates nothing once they have grown.
+    std::vector<std::int32_t>& positions = positions_;
+    std::vector<std::int64_t>& kv_rows = kv_rows_;
+    std::vector<std::int64_t>& logit_rows = logit_rows_;  // token whose hidden state yields a logits row
+    std::vector<layers::SeqSpan>& seqs = seqs_;
+    positions.resize(static_cast<std::size_t>(n));
+    kv_rows.resize(static_cast<std::size_t>(n));
+    logit_rows.clear();
+    seqs.clear();
     std::int64_t t0 = 0;
     for (const auto& seq : batch.seqs) {
         seqs.push_back({seq.n_tokens, seq.start_pos, seq.slots});
