@@ -352,7 +352,9 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
     }
 
     const bool avx512 = uses_avx512_bf16(isa);
-    const bool amx = isa == Isa::kAmx && w.dtype == DType::kBF16 && m >= cpu::kAmxMinRows;
+    // AMX tiles from kAmxMinRows rows, for bf16 weights and for fp8 ones dequantized to bf16.
+    const bool amx_rows = isa == Isa::kAmx && m >= cpu::kAmxMinRows;
+    const bool amx = amx_rows && w.dtype == DType::kBF16;
     cpu::MatmulOperands op;
     op.m = m;
     op.w = &w;
@@ -387,7 +389,7 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
 
     const std::int64_t group = avx512 ? cpu::panel_group_avx512() : cpu::panel_group_avx2();
     if (is_fp8(w.dtype)) {
-        matmul_fp8(op, avx512, isa == Isa::kAmx, group, pool);
+        matmul_fp8(op, avx512, amx_rows, group, pool);
         return;
     }
     if (amx) {
