@@ -15,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "executor/dp_attention_runner.h"
 #include "executor/model_runner.h"
+#include "executor/overlap_runner.h"
 #include "executor/pipeline_trace.h"
 #include "executor/pp_runner.h"
 #include "executor/tp_batch_runner.h"
@@ -151,6 +152,15 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     } else if (args.enable_dynamic_chunking) {
         TSR_LOG(WARN, "--enable-dynamic-chunking only applies with --pp-size > 1; using fixed chunks");
     }
+    // SGLang's default loop (scheduler.py event_loop_overlap); PP turned it off in the args.
+    if (!args.disable_overlap_schedule) {
+        const char* unsupported = rt.dp_attention(false).enabled() ? "--enable-dp-attention"
+                                  : sc.enable_mixed_chunk          ? "--enable-mixed-chunk"
+                                                                   : nullptr;
+        sc.overlap_schedule = unsupported == nullptr;
+        if (unsupported != nullptr)
+            TSR_LOG(INFO, "overlap scheduling is off: tessera does not overlap steps under {} yet", unsupported);
+    }
     TSR_RETURN_IF_ERROR(sc.validate());
     report_stage(rt, "running");
     return rank;
@@ -183,6 +193,7 @@ struct LeaderRunner::Parts {
     std::unique_ptr<executor::TpLeaderRunner> tp;
     std::unique_ptr<executor::PpFirstStageRunner> pp;
     std::unique_ptr<executor::DpAttentionLeaderRunner> dp_attention;
+    std::unique_ptr<executor::OverlapRunner> overlap;  // last: stopped before what it drives
 };
 
 namespace {
@@ -305,6 +316,12 @@ StatusOr<std::unique_ptr<LeaderRunner>> LeaderRunner::create(ModelRank& rank, co
         if (rt.tp_group) {
             p.tp = std::make_unique<executor::TpLeaderRunner>(*p.local, *rt.tp_group);
             lr->runner_ = p.tp.get();
+        }
+        if (rank.scheduler.overlap_schedule) {
+            p.overlap = std::make_unique<executor::OverlapRunner>(*lr->runner_);
+            lr->runner_ = p.overlap.get();
+            TSR_LOG(INFO, "overlap scheduling: steps run on their own thread while the scheduler prepares the next "
+                          "(--disable-overlap-schedule turns it off)");
         }
     }
     return lr;

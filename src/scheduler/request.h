@@ -68,9 +68,11 @@ struct Req {
     // Launched steps with this request not yet collected. Several only for the chunks of one
     // prompt (chunked pipeline prefill); a step that samples a token is always the last.
     int in_flight_steps = 0;
-    // Its next token is in flight (decode step or final prefill chunk): it may join no other
-    // batch until that step is collected, since the token is the next step's input.
-    bool awaiting_token = false;
+    // Launched steps that sample a token for it (decode steps or the final prefill chunk), not
+    // yet collected. Without overlap scheduling at most one: it may join no other batch until
+    // that step is collected, since the token is the next step's input. With overlap one more
+    // decode step may follow, fed the future token (executor/future_tokens.h).
+    int pending_tokens = 0;
 
     std::int64_t kv_len() const { return static_cast<std::int64_t>(slots.size()); }
     // Input followed by output: what the KV must hold. In decode, kv_len == fill_len() - 1

@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "base/logging.h"
+#include "executor/future_tokens.h"
 
 namespace tessera::scheduler {
 namespace {
@@ -73,6 +74,11 @@ Status SchedulerConfig::validate() const {
         return Status::InvalidArgument("mixed chunks need one step in flight (no pipeline parallelism), got " +
                                        std::to_string(max_in_flight_steps));
     }
+    if (overlap_schedule && (max_in_flight_steps > 1 || enable_mixed_chunk)) {
+        return Status::InvalidArgument(
+            "overlap scheduling needs one step in flight of its own and no mixed chunks (pipeline "
+            "parallelism and --enable-mixed-chunk turn it off)");
+    }
     if (dynamic_chunking && chunked_prefill_size <= 0) {
         return Status::InvalidArgument(fmt::format(
             "dynamic chunking needs chunked prefill: chunked_prefill_size ({}) must be > 0",
@@ -126,7 +132,7 @@ Status Scheduler::add_request(Req req) {
     req.state = ReqState::kWaiting;
     req.finish_reason = FinishReason::kNone;
     req.in_flight_steps = 0;
-    req.awaiting_token = false;
+    req.pending_tokens = 0;
     req.arrival = next_arrival_++;
     auto owned = std::make_unique<Req>(std::move(req));
     waiting_.push_back(owned.get());
@@ -241,6 +247,16 @@ bool Scheduler::alloc_slots(Req& req, std::int64_t n) {
     return true;
 }
 
+void Scheduler::drop_uncomputed_tail(Req& req) {
+    // Overlap: the decode step after the one that finished the request is in flight and
+    // writes the slot of a token past its end. Freeing it now is safe: that step runs before
+    // any later step that might reuse the slot, and its result is dropped.
+    const std::int64_t computed = req.fill_len() - 1;
+    if (req.kv_len() <= computed) return;
+    allocator_->free(std::vector<std::int32_t>(req.slots.begin() + computed, req.slots.end()));
+    req.slots.resize(static_cast<std::size_t>(computed));
+}
+
 void Scheduler::cache_finished_req(Req& req) {
     const std::int64_t kv = req.kv_len();
     const std::int64_t aligned = kv / config_.page_size * config_.page_size;
@@ -306,7 +322,7 @@ Status Scheduler::check_invariants() const {
             const auto it = reqs_.find(seq.rid);
             if (it == reqs_.end() || it->second->arrival != seq.arrival) continue;
             auto& [steps, token_steps] = launched[it->second.get()];
-            if (token_steps > 0)
+            if (token_steps > (config_.overlap_schedule ? 1 : 0))
                 return Status::Internal(fmt::format("request '{}' launched again while awaiting its token", seq.rid));
             ++steps;
             token_steps += seq.need_token ? 1 : 0;
@@ -315,10 +331,10 @@ Status Scheduler::check_invariants() const {
     for (const auto& [rid, r] : reqs_) {
         const auto it = launched.find(r.get());
         const auto [steps, token_steps] = it == launched.end() ? std::pair{0, 0} : it->second;
-        if (steps != r->in_flight_steps || (token_steps > 0) != r->awaiting_token) {
+        if (steps != r->in_flight_steps || token_steps != r->pending_tokens) {
             return Status::Internal(fmt::format(
-                "request '{}': {} steps in flight ({} awaiting) but in_flight_steps {}, awaiting_token {}",
-                rid, steps, token_steps, r->in_flight_steps, r->awaiting_token));
+                "request '{}': {} steps in flight ({} sampling) but in_flight_steps {}, pending_tokens {}",
+                rid, steps, token_steps, r->in_flight_steps, r->pending_tokens));
         }
     }
     const std::int64_t sum = allocator_->available() + cache_->total_size() + own_pages * P;
@@ -335,7 +351,7 @@ Status Scheduler::check_invariants() const {
 StepKind Scheduler::step() {
     merge_last_prefill();
     trim_prefix_cache();  // an abort between steps may have cached its request
-    while (static_cast<int>(in_flight_.size()) < config_.max_in_flight_steps) {
+    while (static_cast<int>(in_flight_.size()) < in_flight_limit()) {
         if (!launch_next_batch()) break;
     }
     if (in_flight_.empty()) {
@@ -547,7 +563,7 @@ void Scheduler::launch_prefill(const std::vector<PrefillItem>& items, const std:
                              .truncated = it.truncated});
         ++r.in_flight_steps;
         if (!it.truncated) {
-            r.awaiting_token = true;
+            ++r.pending_tokens;
             prefilling_.push_back(&r);
         }
     }
@@ -606,7 +622,11 @@ std::vector<Req*> Scheduler::decode_micro_batch(const std::vector<Req*>& reqs) c
     }
     std::vector<Req*> batch;
     for (Req* r : reqs) {
-        if (r->awaiting_token) continue;
+        // Overlap: the one step in flight samples its token, which this step is fed; unless
+        // that token is its last by length (a stop token is only known when it comes).
+        const bool can_follow = config_.overlap_schedule && r->pending_tokens == 1 &&
+                                static_cast<std::int64_t>(r->output_ids.size()) + 1 < r->max_new_tokens;
+        if (r->pending_tokens > 0 && !can_follow) continue;
         batch.push_back(r);
         if (cap > 0 && static_cast<std::int64_t>(batch.size()) == cap) break;
     }
@@ -684,8 +704,10 @@ void Scheduler::launch_decode(const std::vector<Req*>& reqs) {
 void Scheduler::add_decode_seq(Req& r, executor::ForwardBatch& batch, InFlightStep& step) {
     const std::int64_t pos = r.kv_len();
     TSR_CHECK(alloc_slots(r, 1)) << "decode slot allocation failed after check_decode_mem";
+    // Past the known tokens: the one the step in flight samples (overlap scheduling).
+    const std::int32_t token = pos < r.fill_len() ? r.fill_id(pos) : executor::kFutureToken;
     batch.seqs.push_back({.rid = r.rid,
-                          .tokens = {r.fill_id(pos)},
+                          .tokens = {token},
                           .start_pos = pos,
                           .slots = r.slots,
                           .need_token = true,
@@ -693,7 +715,7 @@ void Scheduler::add_decode_seq(Req& r, executor::ForwardBatch& batch, InFlightSt
                           .output_ids = r.output_ids});
     step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = true, .decode = true});
     ++r.in_flight_steps;
-    r.awaiting_token = true;
+    ++r.pending_tokens;
 }
 
 void Scheduler::launch(const executor::ForwardBatch& batch, InFlightStep step) {
@@ -722,7 +744,7 @@ StepKind Scheduler::collect_oldest() {
         Req* r = find_live(seq);
         if (r != nullptr) {
             --r->in_flight_steps;
-            if (seq.need_token) r->awaiting_token = false;
+            if (seq.need_token) --r->pending_tokens;
         }
         reqs.push_back(r);
     }
@@ -797,6 +819,7 @@ bool Scheduler::apply_decode_token(Req& r, const executor::SampledToken& tok) {
     r.check_finished();
     const bool finished = r.finished();
     if (finished) {
+        drop_uncomputed_tail(r);
         cache_finished_req(r);
         r.state = ReqState::kFinished;
     }

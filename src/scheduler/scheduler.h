@@ -7,6 +7,8 @@
 // With one step in flight this is the plain loop (launch, collect, repeat); with more it is
 // SGLang's pipeline-parallel loop (reference §6.3, §6.4): a request whose next token is in
 // flight waits for it, but successive chunks of one long prompt are in flight together.
+// Overlap scheduling is the one-stage case of it with one exception: the next decode step is
+// launched while the last one runs, fed the tokens that one is sampling.
 // Owns the KV slot bookkeeping (SlotAllocator + PrefixCache); the K/V data itself lives
 // in the executor's KvPool, addressed by the slots in each ForwardBatch.
 // Not thread-safe: every method runs on the scheduler thread; event sinks are called there
@@ -64,6 +66,12 @@ struct SchedulerConfig {
     // not pause while prompts are computed and its weight reads ride on the prefill's. Only
     // with chunked prefill and one step in flight.
     bool enable_mixed_chunk = false;
+    // Overlap scheduling (SGLang's default; off with --disable-overlap-schedule): one decode
+    // step more is launched while the last one runs, fed the tokens that one will sample
+    // (kFutureToken), so the runner (an executor::OverlapRunner) never waits for the
+    // scheduler. Needs max_in_flight_steps 1 (no PP) and no mixed chunks. A request that stops
+    // on an eos token wastes one decode step, whose token is dropped.
+    bool overlap_schedule = false;
     // --enable-dynamic-chunking (reference §7): sizes each prefill chunk instead of the fixed
     // chunked_prefill_size. Unset: fixed chunks.
     std::optional<ChunkSizePredictor> dynamic_chunking;
@@ -154,6 +162,7 @@ class Scheduler {
         Status launch_status;  // a failed launch is reported when the step is collected
     };
 
+    int in_flight_limit() const { return config_.overlap_schedule ? 2 : config_.max_in_flight_steps; }
     void merge_last_prefill();
     bool launch_next_batch();
     std::int64_t prefill_chunk_budget() const;
@@ -182,6 +191,7 @@ class Scheduler {
     void evict_if_needed(std::int64_t n_tokens);
     void trim_prefix_cache();
     bool alloc_slots(Req& req, std::int64_t n);
+    void drop_uncomputed_tail(Req& req);
     void cache_finished_req(Req& req);
     void cache_unfinished_req(Req& req);
     void release_kv_no_insert(Req& req);
@@ -206,7 +216,7 @@ class Scheduler {
 
     std::unordered_map<std::string, std::unique_ptr<Req>> reqs_;  // every unfinished request
     std::vector<Req*> waiting_;       // policy-ordered queue; no KV held
-    std::vector<Req*> running_;       // decoding; those awaiting a token sit out a step
+    std::vector<Req*> running_;       // decoding; those awaiting a token sit out a step (see overlap_schedule)
     std::vector<Req*> last_prefill_;  // prefilled last step, join running_ next step
     std::vector<Req*> prefilling_;    // final prefill chunk in flight (count as running)
     Req* chunked_req_ = nullptr;      // partially prefilled, continued first next round

@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include "executor/future_tokens.h"
+
 namespace tessera::scheduler {
 namespace {
 
@@ -68,8 +70,10 @@ class FakeRunner final : public executor::BatchRunner {
     std::vector<ForwardBatch> launched;   // every launched batch, in order
     int max_in_flight = 0;
     // A sequence launched while an earlier sequence of its rid that samples a token is
-    // still in flight: its input token is not known yet.
+    // still in flight: its input token is not known yet. Unless it is fed as a future token
+    // (overlap scheduling), which collect() resolves as the OverlapRunner does.
     int dependency_violations = 0;
+    int future_fed = 0;
     // Sequences launched while an earlier chunk of the same rid is in flight, and those of
     // them that do not continue it exactly (start_pos, or the slots of the earlier part).
     int overlapped_chunks = 0;
@@ -85,7 +89,8 @@ class FakeRunner final : public executor::BatchRunner {
                     if (q.rid == s.rid) prev = &q;
             if (prev == nullptr) continue;
             if (prev->need_token) {
-                ++dependency_violations;
+                const bool future = s.tokens == Tokens{executor::kFutureToken};
+                ++(future ? future_fed : dependency_violations);
                 continue;
             }
             ++overlapped_chunks;
@@ -101,9 +106,12 @@ class FakeRunner final : public executor::BatchRunner {
     StatusOr<std::vector<SampledToken>> collect() override {
         if (!queued) return BatchRunner::collect();
         if (pending_.empty()) return Status::Internal("collect() without a launched step");
-        const ForwardBatch batch = std::move(pending_.front());
+        ForwardBatch batch = std::move(pending_.front());
         pending_.pop_front();
-        return run(batch);
+        const Status resolved = futures_.resolve(batch);
+        StatusOr<std::vector<SampledToken>> result = resolved.ok() ? run(batch) : StatusOr<std::vector<SampledToken>>(resolved);
+        futures_.record(batch, result);
+        return result;
     }
     // Launched, not yet collected sequences of `rid` (only those sampling a token).
     int in_flight(const std::string& rid, bool token_only = false) const {
@@ -148,11 +156,17 @@ class FakeRunner final : public executor::BatchRunner {
             }
             std::uint64_t h = s.start_pos == 0 ? kChainSeed : kv_[s.slots[s.start_pos - 1]];
             for (std::size_t i = 0; i < s.tokens.size(); ++i) {
+                EXPECT_GE(s.tokens[i], 0) << s.rid << ": a future token reached the model";
                 const std::int64_t pos = s.start_pos + static_cast<std::int64_t>(i);
                 h = mix(h, s.tokens[i], pos);
                 kv_[s.slots[pos]] = h;
             }
             if (!s.need_token) ++n_partial_chunks;
+            // A decode step feeds the last output token (resolved from the step before under
+            // overlap scheduling, which appends it to output_ids as well).
+            if (s.tokens.size() == 1 && !s.output_ids.empty()) {
+                EXPECT_EQ(s.tokens[0], s.output_ids.back()) << s.rid << " at " << s.start_pos;
+            }
             std::uint64_t acc = 0;
             for (const std::int32_t slot : s.slots) acc = attend(acc, kv_[slot]);
             out.push_back({.token = s.need_token ? to_token(acc) : -1});
@@ -164,6 +178,7 @@ class FakeRunner final : public executor::BatchRunner {
  private:
     std::vector<std::uint64_t> kv_;  // per slot: the chained hash standing in for K/V
     std::deque<ForwardBatch> pending_;  // queued mode: launched, not yet collected
+    executor::FutureTokens futures_;
     std::set<std::string> failed_rids_;
 };
 
@@ -848,6 +863,136 @@ TEST_P(SchedulerTest, MixedChunkCarriesTheRunningBatch) {
         EXPECT_EQ(b_prefill_steps, 3);  // 150 tokens in chunks of at most 63 (mixed) or 64
         EXPECT_EQ(a_steps_during_b_prefill, mixed ? b_prefill_steps : 0);
     }
+}
+
+// Decode sequences launched per rid.
+std::map<std::string, int> decode_seqs(const FakeRunner& runner) {
+    std::map<std::string, int> n;
+    for (const ForwardBatch& b : runner.launched)
+        for (const auto& q : b.seqs)
+            if (q.tokens.size() == 1 && q.need_token && q.start_pos > 0) ++n[q.rid];
+    return n;
+}
+
+TEST_P(SchedulerTest, OverlapScheduleGivesTheSerialOutputs) {
+    std::vector<Req> reqs = workload(8, 10, 12);
+    reqs.push_back(make_req("long", prompt(50, 200), 9));
+    reqs.push_back(make_req("one", prompt(51, 9), 1));
+    reqs.push_back(make_req("two", prompt(52, 9), 2));
+    Req stop = make_req("stop", prompt(31, 12), 10, /*ignore_eos=*/false);
+    stop.eos_token_ids = {expected(make_req("p", prompt(31, 12), 10))[3]};
+    reqs.push_back(stop);
+    SchedulerConfig cfg = roomy(page());
+    cfg.chunked_prefill_size = 64;
+    const auto serial = run_and_check(cfg, reqs, nullptr, /*queued=*/true);
+    EXPECT_EQ(last_->runner_.future_fed, 0);
+
+    cfg.overlap_schedule = true;
+    auto overlapped = run_and_check(cfg, reqs, nullptr, /*queued=*/true);
+    const FakeRunner& runner = last_->runner_;
+    EXPECT_EQ(runner.max_in_flight, 2);
+    EXPECT_EQ(runner.dependency_violations, 0);
+    EXPECT_GT(runner.future_fed, 20);
+    for (const Req& r : reqs) {
+        EXPECT_EQ(overlapped[r.rid].tokens, serial.at(r.rid).tokens) << r.rid;
+        EXPECT_EQ(overlapped[r.rid].reason, serial.at(r.rid).reason) << r.rid;
+    }
+    EXPECT_EQ(overlapped["stop"].reason, FinishReason::kStop);
+    ASSERT_EQ(overlapped["stop"].tokens.size(), 4u);
+    // No step is launched past a request's length limit; a stop token costs one step at most.
+    const auto n_decode = decode_seqs(runner);
+    for (const Req& r : reqs) {
+        if (r.rid == "stop") continue;
+        EXPECT_EQ(n_decode.count(r.rid) ? n_decode.at(r.rid) : 0, r.max_new_tokens - 1) << r.rid;
+    }
+    EXPECT_LE(n_decode.at("stop"), 4);
+    EXPECT_GE(n_decode.at("stop"), 3);
+}
+
+TEST_P(SchedulerTest, OverlapCachesAStoppedRequestAsTheSerialLoopDoes) {
+    // When the eos token comes, the next decode step is already in flight: the K/V it writes
+    // (of the eos token) is not the request's, and the tree keeps what serial decoding keeps.
+    Req stop = make_req("stop", prompt(31, 12), 10, /*ignore_eos=*/false);
+    stop.eos_token_ids = {expected(make_req("p", prompt(31, 12), 10))[3]};
+    std::int64_t cached[2] = {};
+    for (const bool overlap : {false, true}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.overlap_schedule = overlap;
+        auto results = run_and_check(cfg, {stop}, nullptr, /*queued=*/true);
+        ASSERT_EQ(results["stop"].tokens.size(), 4u);
+        cached[overlap] = last_->sched_.stats().evictable_tokens;
+    }
+    EXPECT_EQ(cached[1], cached[0]);
+    EXPECT_EQ(cached[1], (12 + 4 - 1) / page() * page());
+}
+
+TEST_P(SchedulerTest, OverlapRetractionResumesWithTheSameOutputs) {
+    auto reqs = workload(8, 24, 60);
+    auto free_run = run_and_check(roomy(page()), reqs);
+    SchedulerConfig tight = roomy(page());
+    tight.max_total_num_tokens = 256;
+    tight.new_token_ratio.schedule_conservativeness = 0.3;
+    tight.overlap_schedule = true;
+    auto pressed = run_and_check(tight, reqs, nullptr, /*queued=*/true);
+    EXPECT_GT(last_->sched_.stats().total_retracted_reqs, 0);
+    EXPECT_GT(last_->runner_.future_fed, 0);
+    for (const Req& r : reqs) EXPECT_EQ(free_run[r.rid].tokens, pressed[r.rid].tokens) << r.rid;
+}
+
+TEST_P(SchedulerTest, OverlapAbortAndFailureWithTwoStepsInFlight) {
+    SchedulerConfig cfg = roomy(page());
+    cfg.overlap_schedule = true;
+    Harness h(cfg, /*queued=*/true);
+    const Req a = make_req("a", prompt(1, 10), 40);
+    h.add(a);
+    h.add(make_req("b", prompt(2, 10), 40));
+    const auto step_until = [&h](const std::function<bool()>& done) {
+        for (int i = 0; i < 200 && !done(); ++i) {
+            h.sched_.step();
+            const Status s = h.sched_.check_invariants();
+            EXPECT_TRUE(s.ok()) << s.to_string();
+        }
+        return done();
+    };
+    // Between steps one step is in flight: the decode step launched, fed a future token,
+    // while the one before it ran.
+    ASSERT_TRUE(step_until([&] { return h.results_["b"].tokens.size() >= 3 && h.runner_.in_flight("b") == 1; }));
+    EXPECT_EQ(h.runner_.launched.back().seqs.back().tokens, Tokens{executor::kFutureToken});
+    const std::size_t n_b = h.results_["b"].tokens.size();
+    EXPECT_TRUE(h.sched_.abort("b"));
+    h.expect_pool_whole();
+    const Req b2 = make_req("b", prompt(3, 40), 6);  // the rid again, while the old steps run
+    h.add(b2, "b2");
+    h.run();
+    EXPECT_EQ(h.results_["b"].reason, FinishReason::kAbort);
+    EXPECT_EQ(h.results_["b"].tokens.size(), n_b);
+    EXPECT_EQ(h.results_["a"].tokens, expected(a));
+    EXPECT_EQ(h.results_["b2"].tokens, expected(b2));
+
+    // A failed step fails the step fed its tokens too; both requests end, the pool is whole,
+    // and the loop goes on.
+    h.add(make_req("c", prompt(4, 10), 30));
+    ASSERT_TRUE(step_until([&] { return h.results_["c"].tokens.size() >= 2 && h.runner_.in_flight("c") == 1; }));
+    h.runner_.fail_next = true;
+    h.sched_.step();
+    EXPECT_EQ(h.results_["c"].reason, FinishReason::kAbort);
+    h.run();
+    const Req d = make_req("d", prompt(5, 10), 8);
+    h.add(d);
+    h.run();
+    EXPECT_EQ(h.results_["d"].tokens, expected(d));
+}
+
+TEST(SchedulerConfigTest, OverlapNeedsOneStepInFlightAndNoMixedChunks) {
+    SchedulerConfig cfg = roomy(1);
+    cfg.overlap_schedule = true;
+    EXPECT_TRUE(cfg.validate().ok());
+    cfg.max_in_flight_steps = 2;
+    EXPECT_FALSE(cfg.validate().ok());
+    cfg.max_in_flight_steps = 1;
+    cfg.chunked_prefill_size = 64;
+    cfg.enable_mixed_chunk = true;
+    EXPECT_FALSE(cfg.validate().ok());
 }
 
 TEST(SchedulerConfigTest, MixedChunkNeedsOneStepInFlight) {

@@ -265,7 +265,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     value(app, t, "--radix-eviction-policy", a.radix_eviction_policy, "prefix cache eviction", kNotYet)
         ->check(CLI::IsMember({"lru", "lfu", "slru", "priority"}));
     flag(app, t, "--disable-overlap-schedule", a.disable_overlap_schedule,
-         "no CPU/compute overlap (tessera never overlaps scheduling with the forward pass)", kYes);
+         "run each step to completion before scheduling the next (turns off overlap scheduling)", kYes);
     value(app, t, "--num-continuous-decode-steps", a.num_continuous_decode_steps, "decode steps per schedule",
           kNotYet);
     value(app, t, "--scheduler-recv-interval", a.scheduler_recv_interval, "steps between request polls", kNotYet);

@@ -1,0 +1,68 @@
+#include "executor/overlap_runner.h"
+
+#include <utility>
+
+namespace tessera::executor {
+
+OverlapRunner::OverlapRunner(BatchRunner& inner) : inner_(inner), thread_([this] { loop(); }) {}
+
+OverlapRunner::~OverlapRunner() {
+    {
+        std::lock_guard lock(mu_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+StatusOr<std::vector<SampledToken>> OverlapRunner::run(const ForwardBatch& batch) {
+    TSR_RETURN_IF_ERROR(launch(batch));
+    return collect();
+}
+
+Status OverlapRunner::launch(const ForwardBatch& batch) {
+    {
+        std::lock_guard lock(mu_);
+        queued_.push_back(batch);
+    }
+    cv_.notify_all();
+    return Status::Ok();
+}
+
+StatusOr<std::vector<SampledToken>> OverlapRunner::collect() {
+    std::unique_lock lock(mu_);
+    if (queued_.empty() && done_.empty() && !busy_) return Status::Internal("collect() without a launched step");
+    cv_.wait(lock, [this] { return !done_.empty(); });
+    Done done = std::move(done_.front());
+    done_.pop_front();
+    lock.unlock();
+    if (!done.fatal.ok()) note_failure(done.fatal);
+    return std::move(done.result);
+}
+
+void OverlapRunner::loop() {
+    for (;;) {
+        ForwardBatch batch;
+        {
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [this] { return stopping_ || !queued_.empty(); });
+            if (queued_.empty()) return;  // stopping, and every launched step has run
+            batch = std::move(queued_.front());
+            queued_.pop_front();
+            busy_ = true;
+        }
+        Status resolved = futures_.resolve(batch);
+        StatusOr<std::vector<SampledToken>> result =
+            resolved.ok() ? inner_.run(batch) : StatusOr<std::vector<SampledToken>>(std::move(resolved));
+        futures_.record(batch, result);
+        Done done{.result = std::move(result), .fatal = inner_.fatal_error()};
+        {
+            std::lock_guard lock(mu_);
+            done_.push_back(std::move(done));
+            busy_ = false;
+        }
+        cv_.notify_all();
+    }
+}
+
+}  // namespace tessera::executor

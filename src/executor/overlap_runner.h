@@ -1,0 +1,52 @@
+#pragma once
+// executor/overlap_runner.h — overlap scheduling (SGLang's default, scheduler.py
+// event_loop_overlap): steps run on a thread of their own, so the scheduler thread applies
+// step n's results (events to the clients, KV bookkeeping) and forms step n+1 while step n
+// computes, and step n+1 is already queued when step n ends. Decode tokens of n+1 that n
+// samples are passed as kFutureToken and resolved here, in launch order. Wraps the rank's
+// runner (the local model or the TP leader); --disable-overlap-schedule leaves it out.
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "executor/forward_batch.h"
+#include "executor/future_tokens.h"
+
+namespace tessera::executor {
+
+class OverlapRunner final : public BatchRunner {
+ public:
+    // `inner` must outlive this runner; from now on only this runner's thread calls it.
+    explicit OverlapRunner(BatchRunner& inner);
+    ~OverlapRunner() override;  // waits for the steps launched and stops the thread
+    OverlapRunner(const OverlapRunner&) = delete;
+    OverlapRunner& operator=(const OverlapRunner&) = delete;
+
+    StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override;
+    // Queues the step and returns at once.
+    Status launch(const ForwardBatch& batch) override;
+    // Waits for the oldest launched step.
+    StatusOr<std::vector<SampledToken>> collect() override;
+
+ private:
+    struct Done {
+        StatusOr<std::vector<SampledToken>> result;
+        Status fatal;  // the inner runner's fatal error right after this step
+    };
+    void loop();
+
+    BatchRunner& inner_;
+    FutureTokens futures_;  // the step thread's only
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<ForwardBatch> queued_;
+    std::deque<Done> done_;
+    bool busy_ = false;  // a step is running
+    bool stopping_ = false;
+    std::thread thread_;  // last: starts once the members above exist
+};
+
+}  // namespace tessera::executor
