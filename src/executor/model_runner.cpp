@@ -4,11 +4,12 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "base/thread_pool.h"
 #include "executor/step_codec.h"
 
 namespace tessera::executor {
 
-SampledToken sample_row(std::vector<float>& row, const SequenceSampling& s, const std::vector<std::int32_t>& output_ids,
+SampledToken sample_row(std::span<float> row, const SequenceSampling& s, const std::vector<std::int32_t>& output_ids,
                         std::vector<std::pair<float, std::int32_t>>& scratch) {
     const auto vocab = static_cast<std::int64_t>(row.size());
     for (const auto& [token, bias] : s.logit_bias)
@@ -57,15 +58,31 @@ StatusOr<std::vector<SampledToken>> ModelRunner::run(const ForwardBatch& batch,
     TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
     input.dp_attention = dp_attention;
     TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &logits_));
-    const std::int64_t vocab = model_.config().vocab_size;
+    return sample_batch(batch, logits_, model_.config().vocab_size, pool_, scratch_);
+}
+
+StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std::span<float> logits,
+                                                 std::int64_t vocab, ThreadPool* pool, SamplingScratch& scratch) {
     std::vector<SampledToken> out(batch.seqs.size());
-    std::int64_t row = 0;
-    for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
-        const auto& seq = batch.seqs[i];
-        if (!seq.need_token) continue;
-        row_.assign(logits_.begin() + row * vocab, logits_.begin() + (row + 1) * vocab);
-        out[i] = sample_row(row_, seq.sampling, seq.output_ids, scratch_);
-        ++row;
+    std::vector<std::size_t> sampled;  // the sequences that need a token; row k is sampled[k]'s
+    for (std::size_t i = 0; i < batch.seqs.size(); ++i)
+        if (batch.seqs[i].need_token) sampled.push_back(i);
+    const auto n_rows = static_cast<std::int64_t>(sampled.size());
+    if (static_cast<std::int64_t>(logits.size()) < n_rows * vocab)
+        return Status::Internal("fewer logits rows than sequences needing a token");
+    const int n_threads = pool != nullptr && n_rows > 1 ? pool->size() : 1;
+    if (static_cast<int>(scratch.size()) < n_threads) scratch.resize(static_cast<std::size_t>(n_threads));
+    auto sample_rows = [&](int worker, int n_workers) {
+        for (std::int64_t k = n_rows * worker / n_workers; k < n_rows * (worker + 1) / n_workers; ++k) {
+            const ForwardSequence& seq = batch.seqs[sampled[k]];
+            out[sampled[k]] = sample_row(logits.subspan(static_cast<std::size_t>(k * vocab), static_cast<std::size_t>(vocab)),
+                                         seq.sampling, seq.output_ids, scratch[worker]);
+        }
+    };
+    if (n_threads > 1) {
+        pool->run(sample_rows);
+    } else {
+        sample_rows(0, 1);
     }
     return out;
 }

@@ -4,6 +4,7 @@
 // sampling, log-probabilities). Owned and called by the rank's scheduler thread.
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "executor/forward_batch.h"
@@ -15,6 +16,9 @@ class ThreadPool;
 }
 
 namespace tessera::executor {
+
+// Buffers of sample_batch, one per thread of the pool.
+using SamplingScratch = std::vector<std::vector<std::pair<float, std::int32_t>>>;
 
 class ModelRunner final : public BatchRunner {
  public:
@@ -31,16 +35,22 @@ class ModelRunner final : public BatchRunner {
     ThreadPool* pool_;
     std::vector<std::int32_t> tokens_;
     std::vector<float> logits_;
-    std::vector<float> row_;
-    std::vector<std::pair<float, std::int32_t>> scratch_;
+    SamplingScratch scratch_;
 };
 
 // The sampling of one logits row f32 [vocab] for one sequence, as ModelRunner does it:
 // penalties over `output_ids`, then log-probabilities (of the penalised logits, before
 // temperature) when asked, then the seeded sampler. The RNG of step n is seeded from
 // (seed, n), so a request samples the same tokens whatever it is batched with.
-SampledToken sample_row(std::vector<float>& row, const SequenceSampling& sampling,
+SampledToken sample_row(std::span<float> row, const SequenceSampling& sampling,
                         const std::vector<std::int32_t>& output_ids,
                         std::vector<std::pair<float, std::int32_t>>& scratch);
+
+// sample_row for every sequence of `batch` that needs a token, on its row of `logits`
+// (f32 [rows x vocab], one row per such sequence, in batch order; penalties are applied in
+// place). The rows are split over the pool's threads: a batch's sampling is otherwise a
+// serial tail of its step. One SampledToken per sequence (token -1 where none is sampled).
+StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std::span<float> logits,
+                                                 std::int64_t vocab, ThreadPool* pool, SamplingScratch& scratch);
 
 }  // namespace tessera::executor

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "base/thread_pool.h"
 #include "executor/step_codec.h"
 
 namespace tessera::executor {
@@ -73,6 +74,46 @@ TEST(SampleRowTest, SeededStepsRepeat) {
     }
     EXPECT_EQ(a, b);
     EXPECT_GT(std::set<std::int32_t>(a.begin(), a.end()).size(), 5u) << "uniform logits must spread";
+}
+
+TEST(SampleBatchTest, RowsSplitOverThreadsSampleAsOneThreadDoes) {
+    constexpr std::int64_t kVocab = 300;
+    ForwardBatch batch;
+    for (int i = 0; i < 9; ++i) {
+        ForwardSequence seq;
+        seq.rid = "r" + std::to_string(i);
+        seq.need_token = i % 4 != 1;  // rows only for the sequences that sample
+        seq.sampling.params.temperature = i % 3 == 0 ? 0.0f : 0.7f;
+        seq.sampling.params.seed = static_cast<std::uint64_t>(i);
+        seq.sampling.frequency_penalty = i % 2 == 0 ? 0.4f : 0.0f;
+        seq.sampling.top_logprobs = i == 4 ? 3 : 0;
+        seq.output_ids = {i, 2 * i, 7};
+        batch.seqs.push_back(std::move(seq));
+    }
+    const std::int64_t n_rows = 7;
+    std::vector<float> logits(static_cast<std::size_t>(n_rows * kVocab));
+    for (std::size_t j = 0; j < logits.size(); ++j) logits[j] = std::sin(0.37f * static_cast<float>(j)) * 4.0f;
+    std::vector<float> serial_logits = logits;
+    SamplingScratch scratch;
+    auto serial = sample_batch(batch, serial_logits, kVocab, nullptr, scratch);
+    ThreadPool pool(2);
+    auto split = sample_batch(batch, logits, kVocab, &pool, scratch);
+    ASSERT_TRUE(serial.ok());
+    ASSERT_TRUE(split.ok());
+    std::set<std::int32_t> distinct;
+    for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+        EXPECT_EQ((*split)[i].token, (*serial)[i].token) << i;
+        EXPECT_EQ((*split)[i].top_logprobs, (*serial)[i].top_logprobs) << i;
+        EXPECT_EQ((*split)[i].token < 0, !batch.seqs[i].need_token) << i;
+        distinct.insert((*split)[i].token);
+    }
+    EXPECT_GT(distinct.size(), 4u);  // rows are told apart: each sequence reads its own row
+    // Row k is the k-th sampling sequence's: r3 (the third; greedy, no penalty) takes row 2's argmax.
+    const auto row2 = std::span<const float>(serial_logits).subspan(2 * kVocab, kVocab);
+    EXPECT_EQ((*serial)[3].token, std::max_element(row2.begin(), row2.end()) - row2.begin());
+    EXPECT_EQ((*split)[4].top_logprobs.size(), 3u);
+    std::vector<float> short_logits(static_cast<std::size_t>((n_rows - 1) * kVocab));
+    EXPECT_FALSE(sample_batch(batch, short_logits, kVocab, &pool, scratch).ok());
 }
 
 TEST(StepWireTest, DpAttentionCountsTravelAheadOfTheStep) {

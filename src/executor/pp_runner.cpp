@@ -224,8 +224,7 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
 
     std::vector<std::int32_t> tokens;
     std::vector<float> out;
-    std::vector<float> row;
-    std::vector<std::pair<float, std::int32_t>> scratch;
+    SamplingScratch scratch;
     for (std::int64_t step = 0;;) {
         std::vector<std::uint8_t> bytes;
         std::vector<float> hidden_in;
@@ -269,17 +268,7 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
             TSR_RETURN_IF_ERROR(post_step(*next, links.dp_attention ? message : std::move(bytes), std::move(out)));
             out = {};
         } else if (back) {
-            std::vector<SampledToken> sampled(batch.seqs.size());
-            std::int64_t r = 0;
-            for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
-                const ForwardSequence& seq = batch.seqs[i];
-                if (!seq.need_token) continue;
-                if (static_cast<std::int64_t>(out.size()) < (r + 1) * vocab)
-                    return Status::Internal("last stage produced fewer logits rows than sequences needing a token");
-                row.assign(out.begin() + r * vocab, out.begin() + (r + 1) * vocab);
-                sampled[i] = sample_row(row, seq.sampling, seq.output_ids, scratch);
-                ++r;
-            }
+            TSR_ASSIGN_OR_RETURN(std::vector<SampledToken> sampled, sample_batch(batch, out, vocab, pool, scratch));
             std::vector<std::uint8_t> result = encode_results(sampled);
             const auto n_result = static_cast<std::int64_t>(result.size());
             TSR_RETURN_IF_ERROR(back->post(n_result, 0, std::move(result), {}, kTagResultHeader, kTagResult, kTagResult));
