@@ -2,14 +2,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace tessera::kernels {
 
 std::int32_t argmax(const float* logits, std::int64_t vocab) {
-    std::int64_t best = 0;
-    for (std::int64_t i = 1; i < vocab; ++i)
-        if (logits[i] > logits[best]) best = i;
-    return static_cast<std::int32_t>(best);
+    // Two passes that vectorise: the largest value over independent lanes, then the first
+    // index holding it. A single compare-and-select pass is one dependent chain of a few
+    // cycles per logit, a visible part of a large batch's decode step.
+    constexpr std::int64_t kLanes = 16;
+    constexpr float kLowest = -std::numeric_limits<float>::infinity();
+    float lane_max[kLanes];
+    std::fill(lane_max, lane_max + kLanes, kLowest);
+    std::int64_t i = 0;
+    for (; i + kLanes <= vocab; i += kLanes)
+        for (std::int64_t j = 0; j < kLanes; ++j) lane_max[j] = std::max(lane_max[j], logits[i + j]);
+    float best = kLowest;
+    for (const float m : lane_max) best = std::max(best, m);
+    for (; i < vocab; ++i) best = std::max(best, logits[i]);
+    for (i = 0; i < vocab; ++i)
+        if (logits[i] == best) return static_cast<std::int32_t>(i);
+    return 0;  // nothing above -inf (or only NaN)
 }
 
 std::int32_t sample(const float* logits, std::int64_t vocab, const SamplingParams& params, Rng& rng,

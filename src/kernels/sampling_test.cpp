@@ -1,5 +1,8 @@
 #include "kernels/sampling.h"
 
+#include <cmath>
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -24,6 +27,27 @@ TEST(SamplingTest, GreedyPicksTheFirstMaximum) {
     auto h = histogram(kLogits, SamplingParams{}, 10);
     EXPECT_EQ(h.size(), 1u);
     EXPECT_EQ(h[1], 10);
+}
+
+TEST(SamplingTest, ArgmaxFindsTheFirstMaximumAcrossLanesAndTail) {
+    for (const std::int64_t vocab : {1, 15, 16, 17, 37, 4099}) {
+        std::vector<float> logits(static_cast<std::size_t>(vocab));
+        for (std::int64_t i = 0; i < vocab; ++i) logits[i] = std::sin(static_cast<float>(i) * 1.7f);
+        std::int64_t want = 0;
+        for (std::int64_t i = 1; i < vocab; ++i)
+            if (logits[i] > logits[want]) want = i;
+        EXPECT_EQ(argmax(logits.data(), vocab), want) << vocab;
+        // A maximum in the tail, and the same value again later and earlier in another lane.
+        logits.back() = 5.0f;
+        EXPECT_EQ(argmax(logits.data(), vocab), vocab - 1) << vocab;
+        if (vocab > 3) {
+            logits[2] = 5.0f;
+            EXPECT_EQ(argmax(logits.data(), vocab), 2) << vocab;
+        }
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> with_nan = {nan, -3.0f, 7.0f, nan, 1.0f};
+    EXPECT_EQ(argmax(with_nan.data(), 5), 2);  // NaN is never the maximum
 }
 
 TEST(SamplingTest, TopKKeepsOnlyTheKMostLikely) {
