@@ -152,6 +152,8 @@ TEST_P(MatmulPaths, LargeShapesMatchReference) {
     check_paths({1, 300, 1025}, GetParam(), &pool, 0, 0, 302);
     // Two row tiles of the AMX kernel's blocks with a short second one, two K blocks and a tail.
     check_paths({100, 70, 2100}, GetParam(), &pool, 0, 3, 303);
+    // fp8 on AMX: more K than one dequantized chunk (2048 steps), so chunks add into y.
+    check_paths({24, 40, 4200}, GetParam(), &pool, 0, 0, 304);
 }
 
 // More rows than one pass over the weight takes (the row blocks of a long prefill), with
