@@ -272,7 +272,10 @@ void Scheduler::cache_finished_req(Req& req) {
 void Scheduler::cache_unfinished_req(Req& req) {
     // Without a radix tree there is nothing to share; the request keeps its slots.
     if (config_.disable_radix_cache) return;
-    const std::int64_t aligned = req.kv_len() / config_.page_size * config_.page_size;
+    // Only positions whose K/V is computed: with overlap a decode step may already be in
+    // flight past the prompt.
+    const std::int64_t computed = std::min(req.kv_len(), req.fill_len() - 1);
+    const std::int64_t aligned = computed / config_.page_size * config_.page_size;
     const std::vector<std::int32_t> tokens = req.fill_ids(0, aligned);
     cache_->insert(tokens, std::span(req.slots).first(static_cast<std::size_t>(aligned)));
     // Duplicates were freed by insert: switch to the tree's slots and lock the new end.
@@ -591,11 +594,22 @@ bool Scheduler::check_decode_mem(const std::vector<Req*>& reqs) {
 }
 
 std::vector<Req*> Scheduler::update_running_batch() {
-    if (running_.empty()) {
+    // Overlap: the requests whose last prompt chunk is in flight decode in the next step too,
+    // fed the token that chunk samples (SGLang's overlap loop merges the last prefill batch
+    // into the running batch before its result is processed).
+    const bool with_prefilling = config_.overlap_schedule && !prefilling_.empty();
+    if (running_.empty() && !with_prefilling) {
         batch_is_full_ = false;
         return {};
     }
-    std::vector<Req*> batch = decode_micro_batch(running_);
+    std::vector<Req*> batch;
+    if (with_prefilling) {
+        std::vector<Req*> candidates = running_;
+        candidates.insert(candidates.end(), prefilling_.begin(), prefilling_.end());
+        batch = decode_micro_batch(candidates);
+    } else {
+        batch = decode_micro_batch(running_);
+    }
     if (batch.empty()) return {};
     const std::size_t initial = running_.size();
     if (!check_decode_mem(batch)) {
@@ -789,6 +803,7 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
         r.output_ids.push_back(tok.token);
         r.check_finished();
         if (r.finished()) {
+            drop_uncomputed_tail(r);
             cache_finished_req(r);
             r.state = ReqState::kFinished;
         } else {

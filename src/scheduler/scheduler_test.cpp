@@ -74,6 +74,7 @@ class FakeRunner final : public executor::BatchRunner {
     // (overlap scheduling), which collect() resolves as the OverlapRunner does.
     int dependency_violations = 0;
     int future_fed = 0;
+    int future_fed_after_prefill = 0;  // of them, fed the first token of a prompt in flight
     // Sequences launched while an earlier chunk of the same rid is in flight, and those of
     // them that do not continue it exactly (start_pos, or the slots of the earlier part).
     int overlapped_chunks = 0;
@@ -91,6 +92,7 @@ class FakeRunner final : public executor::BatchRunner {
             if (prev->need_token) {
                 const bool future = s.tokens == Tokens{executor::kFutureToken};
                 ++(future ? future_fed : dependency_violations);
+                if (future && prev->output_ids.empty()) ++future_fed_after_prefill;
                 continue;
             }
             ++overlapped_chunks;
@@ -893,6 +895,7 @@ TEST_P(SchedulerTest, OverlapScheduleGivesTheSerialOutputs) {
     EXPECT_EQ(runner.max_in_flight, 2);
     EXPECT_EQ(runner.dependency_violations, 0);
     EXPECT_GT(runner.future_fed, 20);
+    EXPECT_GT(runner.future_fed_after_prefill, 0);  // new requests decode in the step after their prompt
     for (const Req& r : reqs) {
         EXPECT_EQ(overlapped[r.rid].tokens, serial.at(r.rid).tokens) << r.rid;
         EXPECT_EQ(overlapped[r.rid].reason, serial.at(r.rid).reason) << r.rid;
@@ -912,18 +915,48 @@ TEST_P(SchedulerTest, OverlapScheduleGivesTheSerialOutputs) {
 TEST_P(SchedulerTest, OverlapCachesAStoppedRequestAsTheSerialLoopDoes) {
     // When the eos token comes, the next decode step is already in flight: the K/V it writes
     // (of the eos token) is not the request's, and the tree keeps what serial decoding keeps.
-    Req stop = make_req("stop", prompt(31, 12), 10, /*ignore_eos=*/false);
-    stop.eos_token_ids = {expected(make_req("p", prompt(31, 12), 10))[3]};
-    std::int64_t cached[2] = {};
-    for (const bool overlap : {false, true}) {
-        SchedulerConfig cfg = roomy(page());
-        cfg.overlap_schedule = overlap;
-        auto results = run_and_check(cfg, {stop}, nullptr, /*queued=*/true);
-        ASSERT_EQ(results["stop"].tokens.size(), 4u);
-        cached[overlap] = last_->sched_.stats().evictable_tokens;
+    // Also when the eos is the prompt's own token, sampled by the prefill step.
+    for (const std::size_t eos_at : {3u, 0u}) {
+        Req stop = make_req("stop", prompt(31, 12), 10, /*ignore_eos=*/false);
+        stop.eos_token_ids = {expected(make_req("p", prompt(31, 12), 10))[eos_at]};
+        std::int64_t cached[2] = {};
+        for (const bool overlap : {false, true}) {
+            SchedulerConfig cfg = roomy(page());
+            cfg.overlap_schedule = overlap;
+            auto results = run_and_check(cfg, {stop}, nullptr, /*queued=*/true);
+            ASSERT_EQ(results["stop"].tokens.size(), eos_at + 1);
+            if (overlap) EXPECT_GT(last_->runner_.future_fed, 0);  // a wasted step was launched
+            cached[overlap] = last_->sched_.stats().evictable_tokens;
+        }
+        EXPECT_EQ(cached[1], cached[0]) << eos_at;
+        EXPECT_EQ(cached[1], (12 + static_cast<std::int64_t>(eos_at)) / page() * page()) << eos_at;
     }
-    EXPECT_EQ(cached[1], cached[0]);
-    EXPECT_EQ(cached[1], (12 + 4 - 1) / page() * page());
+}
+
+TEST_P(SchedulerTest, OverlapCachesOnlyComputedPositionsOfAPrompt) {
+    // When a prompt's step is collected, the request's first decode step is already in flight
+    // and holds the slot past the prompt. Had the tree taken that slot, a failed decode step
+    // would leave it unwritten for the next request with the same text.
+    SchedulerConfig cfg = roomy(page());
+    cfg.overlap_schedule = true;
+    Harness h(cfg, /*queued=*/true);
+    const Req a = make_req("a", prompt(7, 31), 20);
+    h.add(a);
+    h.sched_.step();  // a's prompt collected; its first decode step in flight
+    ASSERT_EQ(h.results_["a"].tokens.size(), 1u);
+    ASSERT_EQ(h.runner_.in_flight("a"), 1);
+    h.runner_.fail_next = true;
+    h.sched_.step();  // that step fails
+    EXPECT_EQ(h.results_["a"].reason, FinishReason::kAbort);
+    h.run();
+    Tokens text = a.input_ids;
+    text.push_back(h.results_["a"].tokens[0]);
+    for (int i = 0; i < 9; ++i) text.push_back(100 + i);
+    const Req b = make_req("b", text, 5);
+    h.add(b);
+    h.run();  // FakeRunner checks that b reads no unwritten slot
+    EXPECT_EQ(h.results_["b"].tokens, expected(b));
+    EXPECT_EQ(h.results_["b"].cached_tokens, 31 / page() * page());
 }
 
 TEST_P(SchedulerTest, OverlapRetractionResumesWithTheSameOutputs) {
