@@ -233,6 +233,15 @@ class Harness {
         ASSERT_TRUE(sched_.idle());
         expect_pool_whole();
     }
+    // Steps (checking the invariants after each) until `done`, at most 200; returns done().
+    bool step_until(const std::function<bool()>& done) {
+        for (int i = 0; i < 200 && !done(); ++i) {
+            sched_.step();
+            const Status s = sched_.check_invariants();
+            EXPECT_TRUE(s.ok()) << s.to_string();
+        }
+        return done();
+    }
     void expect_pool_whole() {
         const Status s = sched_.check_invariants();
         EXPECT_TRUE(s.ok()) << s.to_string();
@@ -280,9 +289,23 @@ Tokens expected(const Req& req) {
     return out;
 }
 
+// Request "stop", whose eos id is the token it produces k-th (from 0): it stops after k + 1.
+Req stops_at(std::size_t k) {
+    Req r = make_req("stop", prompt(31, 12), 10, /*ignore_eos=*/false);
+    r.eos_token_ids = {expected(make_req("p", prompt(31, 12), 10))[k]};
+    return r;
+}
+
 SchedulerConfig roomy(std::int64_t page) {
     return {.max_total_num_tokens = 4096, .page_size = page, .max_running_requests = 64,
             .decode_log_interval = 5};
+}
+
+// roomy() with overlap scheduling.
+SchedulerConfig overlapped(std::int64_t page) {
+    SchedulerConfig cfg = roomy(page);
+    cfg.overlap_schedule = true;
+    return cfg;
 }
 
 std::vector<Req> workload(int n, std::int64_t base_len, std::int64_t max_new) {
@@ -561,9 +584,7 @@ std::vector<std::int64_t> prefill_chunks(const FakeRunner& runner, const std::st
 TEST_P(SchedulerTest, PipelinedStepsGiveTheSerialOutputs) {
     std::vector<Req> reqs = workload(8, 10, 12);
     reqs.push_back(make_req("long", prompt(50, 200), 9));
-    Req stop = make_req("stop", prompt(31, 12), 10, /*ignore_eos=*/false);
-    stop.eos_token_ids = {expected(make_req("p", prompt(31, 12), 10))[3]};
-    reqs.push_back(stop);
+    reqs.push_back(stops_at(3));
     SchedulerConfig cfg = roomy(page());
     cfg.chunked_prefill_size = 64;
     const auto serial = run_and_check(cfg, reqs, nullptr, /*queued=*/true);
@@ -667,15 +688,7 @@ TEST_P(SchedulerTest, AbortWithStepsInFlightIgnoresTheirResults) {
     const Req a = make_req("a", prompt(1, 10), 40);
     h.add(a);
     h.add(make_req("b", prompt(2, 10), 40));
-    const auto step_until = [&h](const std::function<bool()>& done) {
-        for (int i = 0; i < 200 && !done(); ++i) {
-            h.sched_.step();
-            const Status s = h.sched_.check_invariants();
-            EXPECT_TRUE(s.ok()) << s.to_string();
-        }
-        return done();
-    };
-    ASSERT_TRUE(step_until([&] { return h.results_["b"].tokens.size() >= 3 && h.runner_.in_flight("b") > 0; }));
+    ASSERT_TRUE(h.step_until([&] { return h.results_["b"].tokens.size() >= 3 && h.runner_.in_flight("b") > 0; }));
     EXPECT_FALSE(h.sched_.idle());
     EXPECT_FALSE(h.sched_.flush_cache());
     const std::size_t n_b = h.results_["b"].tokens.size();
@@ -686,7 +699,7 @@ TEST_P(SchedulerTest, AbortWithStepsInFlightIgnoresTheirResults) {
     const Req b2 = make_req("b", prompt(3, 40), 6);
     h.add(b2, "b2");
     h.add(make_req("long", prompt(4, 200), 5));
-    ASSERT_TRUE(step_until([&] { return h.runner_.in_flight("long") >= 2; }));
+    ASSERT_TRUE(h.step_until([&] { return h.runner_.in_flight("long") >= 2; }));
     EXPECT_TRUE(h.sched_.abort("long"));
     h.expect_pool_whole();
     h.run();
@@ -881,9 +894,7 @@ TEST_P(SchedulerTest, OverlapScheduleGivesTheSerialOutputs) {
     reqs.push_back(make_req("long", prompt(50, 200), 9));
     reqs.push_back(make_req("one", prompt(51, 9), 1));
     reqs.push_back(make_req("two", prompt(52, 9), 2));
-    Req stop = make_req("stop", prompt(31, 12), 10, /*ignore_eos=*/false);
-    stop.eos_token_ids = {expected(make_req("p", prompt(31, 12), 10))[3]};
-    reqs.push_back(stop);
+    reqs.push_back(stops_at(3));
     SchedulerConfig cfg = roomy(page());
     cfg.chunked_prefill_size = 64;
     const auto serial = run_and_check(cfg, reqs, nullptr, /*queued=*/true);
@@ -917,8 +928,7 @@ TEST_P(SchedulerTest, OverlapCachesAStoppedRequestAsTheSerialLoopDoes) {
     // (of the eos token) is not the request's, and the tree keeps what serial decoding keeps.
     // Also when the eos is the prompt's own token, sampled by the prefill step.
     for (const std::size_t eos_at : {3u, 0u}) {
-        Req stop = make_req("stop", prompt(31, 12), 10, /*ignore_eos=*/false);
-        stop.eos_token_ids = {expected(make_req("p", prompt(31, 12), 10))[eos_at]};
+        const Req stop = stops_at(eos_at);
         std::int64_t cached[2] = {};
         for (const bool overlap : {false, true}) {
             SchedulerConfig cfg = roomy(page());
@@ -937,9 +947,7 @@ TEST_P(SchedulerTest, OverlapCachesOnlyComputedPositionsOfAPrompt) {
     // When a prompt's step is collected, the request's first decode step is already in flight
     // and holds the slot past the prompt. Had the tree taken that slot, a failed decode step
     // would leave it unwritten for the next request with the same text.
-    SchedulerConfig cfg = roomy(page());
-    cfg.overlap_schedule = true;
-    Harness h(cfg, /*queued=*/true);
+    Harness h(overlapped(page()), /*queued=*/true);
     const Req a = make_req("a", prompt(7, 31), 20);
     h.add(a);
     h.sched_.step();  // a's prompt collected; its first decode step in flight
@@ -972,24 +980,14 @@ TEST_P(SchedulerTest, OverlapRetractionResumesWithTheSameOutputs) {
     for (const Req& r : reqs) EXPECT_EQ(free_run[r.rid].tokens, pressed[r.rid].tokens) << r.rid;
 }
 
-TEST_P(SchedulerTest, OverlapAbortAndFailureWithTwoStepsInFlight) {
-    SchedulerConfig cfg = roomy(page());
-    cfg.overlap_schedule = true;
-    Harness h(cfg, /*queued=*/true);
+TEST_P(SchedulerTest, OverlapAbortAndFailureOfAStepFedAFutureToken) {
+    Harness h(overlapped(page()), /*queued=*/true);
     const Req a = make_req("a", prompt(1, 10), 40);
     h.add(a);
     h.add(make_req("b", prompt(2, 10), 40));
-    const auto step_until = [&h](const std::function<bool()>& done) {
-        for (int i = 0; i < 200 && !done(); ++i) {
-            h.sched_.step();
-            const Status s = h.sched_.check_invariants();
-            EXPECT_TRUE(s.ok()) << s.to_string();
-        }
-        return done();
-    };
     // Between steps one step is in flight: the decode step launched, fed a future token,
     // while the one before it ran.
-    ASSERT_TRUE(step_until([&] { return h.results_["b"].tokens.size() >= 3 && h.runner_.in_flight("b") == 1; }));
+    ASSERT_TRUE(h.step_until([&] { return h.results_["b"].tokens.size() >= 3 && h.runner_.in_flight("b") == 1; }));
     EXPECT_EQ(h.runner_.launched.back().seqs.back().tokens, Tokens{executor::kFutureToken});
     const std::size_t n_b = h.results_["b"].tokens.size();
     EXPECT_TRUE(h.sched_.abort("b"));
@@ -1005,7 +1003,7 @@ TEST_P(SchedulerTest, OverlapAbortAndFailureWithTwoStepsInFlight) {
     // A failed step fails the step fed its tokens too; both requests end, the pool is whole,
     // and the loop goes on.
     h.add(make_req("c", prompt(4, 10), 30));
-    ASSERT_TRUE(step_until([&] { return h.results_["c"].tokens.size() >= 2 && h.runner_.in_flight("c") == 1; }));
+    ASSERT_TRUE(h.step_until([&] { return h.results_["c"].tokens.size() >= 2 && h.runner_.in_flight("c") == 1; }));
     h.runner_.fail_next = true;
     h.sched_.step();
     EXPECT_EQ(h.results_["c"].reason, FinishReason::kAbort);
