@@ -36,7 +36,7 @@ StatusOr<std::vector<SampledToken>> OverlapRunner::collect() {
     Done done = std::move(done_.front());
     done_.pop_front();
     lock.unlock();
-    if (!done.fatal.ok()) note_failure(done.fatal);
+    if (!done.fatal.ok()) (void)note_failure(done.fatal);
     return std::move(done.result);
 }
 

@@ -935,7 +935,9 @@ TEST_P(SchedulerTest, OverlapCachesAStoppedRequestAsTheSerialLoopDoes) {
             cfg.overlap_schedule = overlap;
             auto results = run_and_check(cfg, {stop}, nullptr, /*queued=*/true);
             ASSERT_EQ(results["stop"].tokens.size(), eos_at + 1);
-            if (overlap) EXPECT_GT(last_->runner_.future_fed, 0);  // a wasted step was launched
+            if (overlap) {
+                EXPECT_GT(last_->runner_.future_fed, 0);  // a wasted step was launched
+            }
             cached[overlap] = last_->sched_.stats().evictable_tokens;
         }
         EXPECT_EQ(cached[1], cached[0]) << eos_at;
