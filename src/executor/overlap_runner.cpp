@@ -24,6 +24,7 @@ Status OverlapRunner::launch(const ForwardBatch& batch) {
     {
         std::lock_guard lock(mu_);
         queued_.push_back(batch);
+        ++uncollected_;
     }
     cv_.notify_all();
     return Status::Ok();
@@ -31,10 +32,11 @@ Status OverlapRunner::launch(const ForwardBatch& batch) {
 
 StatusOr<std::vector<SampledToken>> OverlapRunner::collect() {
     std::unique_lock lock(mu_);
-    if (queued_.empty() && done_.empty() && !busy_) return Status::Internal("collect() without a launched step");
+    if (uncollected_ == 0) return Status::Internal("collect() without a launched step");
     cv_.wait(lock, [this] { return !done_.empty(); });
     Done done = std::move(done_.front());
     done_.pop_front();
+    --uncollected_;
     lock.unlock();
     if (!done.fatal.ok()) (void)note_failure(done.fatal);
     return std::move(done.result);
@@ -49,7 +51,6 @@ void OverlapRunner::loop() {
             if (queued_.empty()) return;  // stopping, and every launched step has run
             batch = std::move(queued_.front());
             queued_.pop_front();
-            busy_ = true;
         }
         Status resolved = futures_.resolve(batch);
         StatusOr<std::vector<SampledToken>> result =
@@ -59,7 +60,6 @@ void OverlapRunner::loop() {
         {
             std::lock_guard lock(mu_);
             done_.push_back(std::move(done));
-            busy_ = false;
         }
         cv_.notify_all();
     }

@@ -7,6 +7,7 @@
 // runner (the local model or the TP leader); --disable-overlap-schedule leaves it out.
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -44,7 +45,7 @@ class OverlapRunner final : public BatchRunner {
     std::condition_variable cv_;
     std::deque<ForwardBatch> queued_;
     std::deque<Done> done_;
-    bool busy_ = false;  // a step is running
+    std::int64_t uncollected_ = 0;  // launched, not yet collected
     bool stopping_ = false;
     std::thread thread_;  // last: starts once the members above exist
 };
