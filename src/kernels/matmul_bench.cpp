@@ -185,7 +185,9 @@ int main(int argc, char** argv) {
     }
 
     const std::pair<std::int64_t, std::int64_t> shapes[] = {
-        {1024, 2048}, {1024, 3072}, {3072, 1024}, {1024, 151936}};
+        {1024, 2048}, {1024, 3072}, {3072, 1024}, {1024, 151936},
+        // The small preset's fused projections: qkv, o, gate_up.
+        {1024, 4096}, {2048, 1024}, {1024, 6144}};
     for (const auto& [k, n] : shapes) {
         if (opt.only_n != 0 && n != opt.only_n) continue;
         std::vector<float> w(static_cast<std::size_t>(n * k));

@@ -150,10 +150,17 @@ TEST_P(MatmulPaths, LargeShapesMatchReference) {
     check_paths({20, 200, 1100}, GetParam(), nullptr, 0, 0, 300);
     check_paths({13, 130, 777}, GetParam(), &pool, 1, 1, 301);
     check_paths({1, 300, 1025}, GetParam(), &pool, 0, 0, 302);
-    // Two row tiles of the AMX kernel's blocks with a short second one, two K blocks and a tail.
+    // Two row tiles of the AMX kernel's blocks with a short second one, and a tail.
     check_paths({100, 70, 2100}, GetParam(), &pool, 0, 3, 303);
     // fp8 on AMX: more K than one dequantized chunk (2048 steps), so chunks add into y.
     check_paths({24, 40, 4200}, GetParam(), &pool, 0, 0, 304);
+    // AMX: row groups of several row blocks (the input streamed past the weight slice) and a
+    // short last group, K slices whose accumulators park between them, and a tail; enough
+    // panels that the threads split them, not the rows.
+    check_paths({200, 260, 600}, GetParam(), &pool, 0, 0, 305);
+    // AMX: a weight too large for the caches in one call (no pool to split it), so all rows
+    // go together and the accumulators go through y between K blocks; a short last block.
+    check_paths({40, 2100, 1100}, GetParam(), nullptr, 0, 0, 306);
 }
 
 // More rows than one pass over the weight takes (the row blocks of a long prefill), with

@@ -8,9 +8,26 @@
 // outputs × 32 products, as much work as 256 _mm512_dpbf16_ps.
 //
 // Blocking: 2 row tiles × 2 panels of accumulators (tiles 0-3), two A tiles (4, 5) and two B
-// tiles (6, 7): four multiplies per four loads. K goes in blocks of kKcSteps so that a block
-// of the input (512 rows × 1024 columns, 1 MB) stays in L2 while every panel pair of the
-// weight passes over it once: the weight is read from memory once per 512 rows.
+// tiles (6, 7): four multiplies per four loads.
+//
+// A tile load from L2 takes about twice as long as a tile multiply (measured on a Xeon with
+// AMX, operands of real values: a loop of four loads and four multiplies runs at 0.8 of the
+// tile peak from L1 and at 0.5 from L2), and y's row stride is often a multiple of 4 KB,
+// which maps a tile's 16 rows onto one L1 set, so every round trip of the accumulators
+// through y is slow. The loops (choose_blocking) therefore take one of two shapes:
+// - a weight that stays in the caches (a thread's share of a layer's projection): rows go
+//   in small groups whose input, all of K, stays in L2 while every panel pair passes over
+//   it, and the accumulators see y once. With more than one row block in a group, a panel
+//   pair is cut into slices of kSliceSteps that stay in L1 while the group's rows pass over
+//   them (the input tiles go through with the streaming hint, TILELOADDT1, so they do not
+//   push the slice out), and the accumulators park between slices in a per-thread scratch
+//   in tile layout;
+// - a larger weight (a vocabulary's head) would come from memory once per row group: all
+//   rows form one group, K goes in blocks of kKBlockSteps whose input stays in L2, and the
+//   accumulators go through y between blocks.
+// Against the previous kernel (the second shape for every weight), at m = 512 on that host
+// (matmul_bench, the small preset's projections): 0.70-0.92x the time. The sizes are the
+// best of slices of 64-512 steps and groups of 64-768 KB there.
 //
 // Keep this file free of header-inline helpers that a baseline file could also instantiate.
 
@@ -21,6 +38,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/aligned_buffer.h"
 #include "kernels/cpu/amx_tile_config.h"
 #include "kernels/cpu/matmul_impl.h"
 
@@ -32,8 +50,12 @@ constexpr std::int64_t kTileRows = 16;    // rows of an A / C tile
 constexpr std::int64_t kTileSteps = 16;   // bf16 pairs (K steps) of one A / B tile
 constexpr std::int64_t kStepBytes = 64;   // one step of a panel: 16 outputs × 2 bf16
 constexpr std::int64_t kTileBytes = kTileSteps * kStepBytes;
-constexpr std::int64_t kKcSteps = 512;    // K steps per block (1024 input columns)
+constexpr std::int64_t kSliceSteps = 128;                         // of a panel pair, kept in L1 (16 KB)
+constexpr std::int64_t kRowGroupBytes = 192 * 1024;               // a row group's input, all of K
+constexpr std::int64_t kCachedWeightBytes = std::int64_t{4} << 20;  // re-read once per row group
+constexpr std::int64_t kKBlockSteps = 512;                        // 1024 input columns: 1 MB at 512 rows
 constexpr std::int64_t kRowsPerBlock = 2 * kTileRows;
+constexpr std::int64_t kScratchFloatsPerRowBlock = 4 * kTileRows * 16;  // tiles 0-3
 
 // Tiles 0, 1: C of the first row tile × panels 0, 1; 2, 3: the same for the second row tile;
 // 4, 5: A of the two row tiles; 6, 7: B of the two panels. The configuration stays loaded
@@ -73,14 +95,22 @@ struct BlockArgs {
     const std::byte* b_tail;    // [2 panels][1 KB]
 };
 
-template <bool kTwoRowTiles, bool kTwoPanels>
+template <bool kTwoRowTiles, bool kTwoPanels, bool kStreamA>
 void multiply_block(const BlockArgs& t) {
     for (std::int64_t i = 0; i < t.full_tiles; ++i) {
-        _tile_loadd(4, t.a0 + i * kStepBytes, t.a_row_bytes);
+        if constexpr (kStreamA) {
+            _tile_stream_loadd(4, t.a0 + i * kStepBytes, t.a_row_bytes);
+        } else {
+            _tile_loadd(4, t.a0 + i * kStepBytes, t.a_row_bytes);
+        }
         _tile_loadd(6, t.b0 + i * kTileBytes, kStepBytes);
         _tile_dpbf16ps(0, 4, 6);
         if constexpr (kTwoRowTiles) {
-            _tile_loadd(5, t.a1 + i * kStepBytes, t.a_row_bytes);
+            if constexpr (kStreamA) {
+                _tile_stream_loadd(5, t.a1 + i * kStepBytes, t.a_row_bytes);
+            } else {
+                _tile_loadd(5, t.a1 + i * kStepBytes, t.a_row_bytes);
+            }
             _tile_dpbf16ps(2, 5, 6);
         }
         if constexpr (kTwoPanels) {
@@ -105,8 +135,21 @@ void multiply_block(const BlockArgs& t) {
 }
 
 using BlockKernel = void (*)(const BlockArgs&);
-constexpr BlockKernel kBlockKernels[2][2] = {{&multiply_block<false, false>, &multiply_block<false, true>},
-                                             {&multiply_block<true, false>, &multiply_block<true, true>}};
+// [stream A][two row tiles][two panels]
+constexpr BlockKernel kBlockKernels[2][2][2] = {
+    {{&multiply_block<false, false, false>, &multiply_block<false, true, false>},
+     {&multiply_block<true, false, false>, &multiply_block<true, true, false>}},
+    {{&multiply_block<false, false, true>, &multiply_block<false, true, true>},
+     {&multiply_block<true, false, true>, &multiply_block<true, true, true>}}};
+
+// Per-thread parking place of the accumulators between slices: kScratchFloatsPerRowBlock
+// floats per row block, grown on demand.
+float* accumulator_scratch(std::int64_t row_blocks) {
+    thread_local AlignedBuffer scratch;
+    const auto bytes = static_cast<std::size_t>(row_blocks * kScratchFloatsPerRowBlock) * sizeof(float);
+    if (scratch.size() < bytes) scratch = AlignedBuffer(bytes);
+    return scratch.as<float>();
+}
 
 // The tile intrinsics name their tile in the instruction (GCC's macros paste a literal):
 // one case per accumulator tile, OP(tile) being a macro of the literal.
@@ -157,6 +200,22 @@ void store_c(int tile, float* y, std::int64_t y_stride, std::int64_t rows, std::
 
 #undef TSR_FOR_C_TILE
 
+// Loop sizes of one call; see the top of the file.
+struct Blocking {
+    std::int64_t k_block_steps;  // the accumulators go through y between K blocks
+    std::int64_t group_rows;     // rows whose input stays in L2 while the panel pairs pass
+    std::int64_t slice_steps;    // of a panel pair, kept in L1 while a group's rows pass
+};
+
+Blocking choose_blocking(std::int64_t m, std::int64_t a_row_bytes, std::int64_t steps, std::int64_t weight_bytes) {
+    if (weight_bytes > kCachedWeightBytes) return {.k_block_steps = kKBlockSteps, .group_rows = m, .slice_steps = kKBlockSteps};
+    const std::int64_t group_blocks = std::max<std::int64_t>(1, kRowGroupBytes / (a_row_bytes * kRowsPerBlock));
+    const bool several_blocks = group_blocks > 1 && m > kRowsPerBlock;
+    return {.k_block_steps = steps,
+            .group_rows = group_blocks * kRowsPerBlock,
+            .slice_steps = several_blocks ? kSliceSteps : steps};
+}
+
 }  // namespace
 
 void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
@@ -166,65 +225,93 @@ void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::in
     const std::int64_t a_row_bytes = a_stride * 2;
     const auto* a_base = reinterpret_cast<const std::byte*>(a);
     const auto* b_base = static_cast<const std::byte*>(b);
+    const Blocking blocking = choose_blocking(m, a_row_bytes, steps, n_panels * panel_bytes);
+    const bool parks = blocking.slice_steps < blocking.k_block_steps;
+    float* parked = parks ? accumulator_scratch(std::min(m, blocking.group_rows) / kRowsPerBlock + 1) : nullptr;
 
     alignas(64) std::byte a_tail[kRowsPerBlock * kStepBytes];
     alignas(64) std::byte b_tail[2 * kTileBytes];
     alignas(64) float edge[kTileRows * 16];
 
-    for (std::int64_t s0 = 0; s0 < steps; s0 += kKcSteps) {
-        const std::int64_t block_steps = std::min(kKcSteps, steps - s0);
-        const std::int64_t full_tiles = block_steps / kTileSteps;
-        const std::int64_t tail_steps = block_steps % kTileSteps;
-        const std::int64_t tail_step = s0 + full_tiles * kTileSteps;
-        const bool add_to_y = accumulate || s0 > 0;
-        for (std::int64_t p0 = 0; p0 < n_panels; p0 += 2) {
-            const bool two_panels = p0 + 1 < n_panels;
-            const std::byte* b0 = b_base + p0 * panel_bytes + s0 * kStepBytes;
-            const std::byte* b1 = two_panels ? b0 + panel_bytes : nullptr;
-            if (tail_steps > 0) {
-                std::memset(b_tail, 0, sizeof(b_tail));
-                const std::byte* tail0 = b_base + p0 * panel_bytes + tail_step * kStepBytes;
-                std::memcpy(b_tail, tail0, static_cast<std::size_t>(tail_steps * kStepBytes));
-                if (two_panels)
-                    std::memcpy(b_tail + kTileBytes, tail0 + panel_bytes, static_cast<std::size_t>(tail_steps * kStepBytes));
-            }
-            const std::int64_t n_valid0 = n_valid - p0 * kPanelWidth;
-            const std::int64_t n_valid1 = n_valid0 - kPanelWidth;
-            for (std::int64_t r0 = 0; r0 < m; r0 += kRowsPerBlock) {
-                const std::int64_t rows = std::min(kRowsPerBlock, m - r0);
-                const std::int64_t rows0 = std::min(kTileRows, rows);
-                const std::int64_t rows1 = rows - rows0;
-                configure(rows0, rows1);
-                const std::byte* a0 = a_base + r0 * a_row_bytes + s0 * 4;
-                const std::byte* a1 = a0 + kTileRows * a_row_bytes;
-                if (tail_steps > 0) {
-                    std::memset(a_tail, 0, sizeof(a_tail));
-                    for (std::int64_t r = 0; r < rows; ++r)
-                        std::memcpy(a_tail + r * kStepBytes, a_base + (r0 + r) * a_row_bytes + tail_step * 4,
-                                    static_cast<std::size_t>(tail_steps * 4));
-                }
-                float* y0 = y + r0 * y_stride + p0 * kPanelWidth;
-                float* y1 = y0 + kTileRows * y_stride;
-                load_c(0, y0, y_stride, rows0, n_valid0, add_to_y, edge);
-                if (two_panels) load_c(1, y0 + kPanelWidth, y_stride, rows0, n_valid1, add_to_y, edge);
-                if (rows1 > 0) {
-                    load_c(2, y1, y_stride, rows1, n_valid0, add_to_y, edge);
-                    if (two_panels) load_c(3, y1 + kPanelWidth, y_stride, rows1, n_valid1, add_to_y, edge);
-                }
-                const BlockArgs args{.a0 = a0,
-                                     .a1 = a1,
-                                     .a_row_bytes = a_row_bytes,
-                                     .b0 = b0,
-                                     .b1 = b1,
-                                     .full_tiles = full_tiles,
-                                     .a_tail = tail_steps > 0 ? a_tail : nullptr,
-                                     .b_tail = b_tail};
-                kBlockKernels[rows1 > 0][two_panels](args);
-                store_c(0, y0, y_stride, rows0, n_valid0, edge);
-                if (two_panels) store_c(1, y0 + kPanelWidth, y_stride, rows0, n_valid1, edge);
-                if (rows1 > 0) {
-                    store_c(2, y1, y_stride, rows1, n_valid0, edge);
-                    if (two_panels) store_c(3, y1 + kPanelWidth, y_stride, rows1, n_valid1, edge);
+    for (std::int64_t k0 = 0; k0 < steps; k0 += blocking.k_block_steps) {
+        const std::int64_t k1 = std::min(steps, k0 + blocking.k_block_steps);
+        for (std::int64_t g0 = 0; g0 < m; g0 += blocking.group_rows) {
+            const std::int64_t g1 = std::min(m, g0 + blocking.group_rows);
+            const bool stream_a = parks && g1 - g0 > kRowsPerBlock;
+            for (std::int64_t p0 = 0; p0 < n_panels; p0 += 2) {
+                const bool two_panels = p0 + 1 < n_panels;
+                const std::int64_t n_valid0 = n_valid - p0 * kPanelWidth;
+                const std::int64_t n_valid1 = n_valid0 - kPanelWidth;
+                for (std::int64_t s0 = k0; s0 < k1; s0 += blocking.slice_steps) {
+                    const std::int64_t slice_steps = std::min(blocking.slice_steps, k1 - s0);
+                    const std::int64_t full_tiles = slice_steps / kTileSteps;
+                    const std::int64_t tail_steps = slice_steps % kTileSteps;  // only in the last slice
+                    const std::int64_t tail_step = s0 + full_tiles * kTileSteps;
+                    const bool from_y = s0 == k0;  // else from the parked accumulators
+                    const bool to_y = s0 + slice_steps == k1;
+                    const bool add_to_y = accumulate || k0 > 0;
+                    const std::byte* b0 = b_base + p0 * panel_bytes + s0 * kStepBytes;
+                    const std::byte* b1 = two_panels ? b0 + panel_bytes : nullptr;
+                    if (tail_steps > 0) {
+                        std::memset(b_tail, 0, sizeof(b_tail));
+                        const std::byte* tail0 = b_base + p0 * panel_bytes + tail_step * kStepBytes;
+                        std::memcpy(b_tail, tail0, static_cast<std::size_t>(tail_steps * kStepBytes));
+                        if (two_panels)
+                            std::memcpy(b_tail + kTileBytes, tail0 + panel_bytes, static_cast<std::size_t>(tail_steps * kStepBytes));
+                    }
+                    for (std::int64_t r0 = g0; r0 < g1; r0 += kRowsPerBlock) {
+                        const std::int64_t rows = std::min(kRowsPerBlock, g1 - r0);
+                        const std::int64_t rows0 = std::min(kTileRows, rows);
+                        const std::int64_t rows1 = rows - rows0;
+                        configure(rows0, rows1);
+                        const std::byte* a0 = a_base + r0 * a_row_bytes + s0 * 4;
+                        const std::byte* a1 = a0 + kTileRows * a_row_bytes;
+                        if (tail_steps > 0) {
+                            std::memset(a_tail, 0, sizeof(a_tail));
+                            for (std::int64_t r = 0; r < rows; ++r)
+                                std::memcpy(a_tail + r * kStepBytes, a_base + (r0 + r) * a_row_bytes + tail_step * 4,
+                                            static_cast<std::size_t>(tail_steps * 4));
+                        }
+                        float* y0 = y + r0 * y_stride + p0 * kPanelWidth;
+                        float* y1 = y0 + kTileRows * y_stride;
+                        float* park = parked == nullptr ? nullptr
+                                                        : parked + (r0 - g0) / kRowsPerBlock * kScratchFloatsPerRowBlock;
+                        const auto c_in = [&](int tile, float* yc, std::int64_t tile_rows, std::int64_t valid) {
+                            if (from_y) {
+                                load_c(tile, yc, y_stride, tile_rows, valid, add_to_y, edge);
+                            } else {
+                                load_c(tile, park + tile * kTileRows * 16, 16, tile_rows, 16, true, edge);
+                            }
+                        };
+                        const auto c_out = [&](int tile, float* yc, std::int64_t tile_rows, std::int64_t valid) {
+                            if (to_y) {
+                                store_c(tile, yc, y_stride, tile_rows, valid, edge);
+                            } else {
+                                store_c(tile, park + tile * kTileRows * 16, 16, tile_rows, 16, edge);
+                            }
+                        };
+                        c_in(0, y0, rows0, n_valid0);
+                        if (two_panels) c_in(1, y0 + kPanelWidth, rows0, n_valid1);
+                        if (rows1 > 0) {
+                            c_in(2, y1, rows1, n_valid0);
+                            if (two_panels) c_in(3, y1 + kPanelWidth, rows1, n_valid1);
+                        }
+                        const BlockArgs args{.a0 = a0,
+                                             .a1 = a1,
+                                             .a_row_bytes = a_row_bytes,
+                                             .b0 = b0,
+                                             .b1 = b1,
+                                             .full_tiles = full_tiles,
+                                             .a_tail = tail_steps > 0 ? a_tail : nullptr,
+                                             .b_tail = b_tail};
+                        kBlockKernels[stream_a][rows1 > 0][two_panels](args);
+                        c_out(0, y0, rows0, n_valid0);
+                        if (two_panels) c_out(1, y0 + kPanelWidth, rows0, n_valid1);
+                        if (rows1 > 0) {
+                            c_out(2, y1, rows1, n_valid0);
+                            if (two_panels) c_out(3, y1 + kPanelWidth, rows1, n_valid1);
+                        }
+                    }
                 }
             }
         }
