@@ -200,6 +200,55 @@ void store_c(int tile, float* y, std::int64_t y_stride, std::int64_t rows, std::
 
 #undef TSR_FOR_C_TILE
 
+// The accumulators (tiles 0-3) of one row block × panel pair, and where a slice takes them
+// from and leaves them: y, or the block's place in the parked scratch (tile layout).
+struct AccumulatorBlock {
+    float* y0;                // first row, first panel
+    std::int64_t y_stride;
+    float* park;              // kScratchFloatsPerRowBlock floats, or nullptr
+    std::int64_t rows0;       // rows of the first and second row tile
+    std::int64_t rows1;
+    bool two_panels;
+    std::int64_t n_valid0;    // valid columns of y from each panel on
+    std::int64_t n_valid1;
+};
+
+void load_accumulators(const AccumulatorBlock& c, bool from_y, bool add_to_y, float* edge) {
+    const auto in = [&](int tile, std::int64_t row_tile, std::int64_t panel) {
+        const std::int64_t rows = row_tile == 0 ? c.rows0 : c.rows1;
+        if (from_y) {
+            load_c(tile, c.y0 + row_tile * kTileRows * c.y_stride + panel * kPanelWidth, c.y_stride, rows,
+                   panel == 0 ? c.n_valid0 : c.n_valid1, add_to_y, edge);
+        } else {
+            load_c(tile, c.park + tile * kTileRows * 16, 16, rows, 16, true, edge);
+        }
+    };
+    in(0, 0, 0);
+    if (c.two_panels) in(1, 0, 1);
+    if (c.rows1 > 0) {
+        in(2, 1, 0);
+        if (c.two_panels) in(3, 1, 1);
+    }
+}
+
+void store_accumulators(const AccumulatorBlock& c, bool to_y, float* edge) {
+    const auto out = [&](int tile, std::int64_t row_tile, std::int64_t panel) {
+        const std::int64_t rows = row_tile == 0 ? c.rows0 : c.rows1;
+        if (to_y) {
+            store_c(tile, c.y0 + row_tile * kTileRows * c.y_stride + panel * kPanelWidth, c.y_stride, rows,
+                    panel == 0 ? c.n_valid0 : c.n_valid1, edge);
+        } else {
+            store_c(tile, c.park + tile * kTileRows * 16, 16, rows, 16, edge);
+        }
+    };
+    out(0, 0, 0);
+    if (c.two_panels) out(1, 0, 1);
+    if (c.rows1 > 0) {
+        out(2, 1, 0);
+        if (c.two_panels) out(3, 1, 1);
+    }
+}
+
 // Loop sizes of one call; see the top of the file.
 struct Blocking {
     std::int64_t k_block_steps;  // the accumulators go through y between K blocks
@@ -247,7 +296,7 @@ void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::in
                     const std::int64_t full_tiles = slice_steps / kTileSteps;
                     const std::int64_t tail_steps = slice_steps % kTileSteps;  // only in the last slice
                     const std::int64_t tail_step = s0 + full_tiles * kTileSteps;
-                    const bool from_y = s0 == k0;  // else from the parked accumulators
+                    const bool from_y = s0 == k0;  // else from the parked scratch
                     const bool to_y = s0 + slice_steps == k1;
                     const bool add_to_y = accumulate || k0 > 0;
                     const std::byte* b0 = b_base + p0 * panel_bytes + s0 * kStepBytes;
@@ -272,30 +321,17 @@ void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::in
                                 std::memcpy(a_tail + r * kStepBytes, a_base + (r0 + r) * a_row_bytes + tail_step * 4,
                                             static_cast<std::size_t>(tail_steps * 4));
                         }
-                        float* y0 = y + r0 * y_stride + p0 * kPanelWidth;
-                        float* y1 = y0 + kTileRows * y_stride;
-                        float* park = parked == nullptr ? nullptr
-                                                        : parked + (r0 - g0) / kRowsPerBlock * kScratchFloatsPerRowBlock;
-                        const auto c_in = [&](int tile, float* yc, std::int64_t tile_rows, std::int64_t valid) {
-                            if (from_y) {
-                                load_c(tile, yc, y_stride, tile_rows, valid, add_to_y, edge);
-                            } else {
-                                load_c(tile, park + tile * kTileRows * 16, 16, tile_rows, 16, true, edge);
-                            }
-                        };
-                        const auto c_out = [&](int tile, float* yc, std::int64_t tile_rows, std::int64_t valid) {
-                            if (to_y) {
-                                store_c(tile, yc, y_stride, tile_rows, valid, edge);
-                            } else {
-                                store_c(tile, park + tile * kTileRows * 16, 16, tile_rows, 16, edge);
-                            }
-                        };
-                        c_in(0, y0, rows0, n_valid0);
-                        if (two_panels) c_in(1, y0 + kPanelWidth, rows0, n_valid1);
-                        if (rows1 > 0) {
-                            c_in(2, y1, rows1, n_valid0);
-                            if (two_panels) c_in(3, y1 + kPanelWidth, rows1, n_valid1);
-                        }
+                        const AccumulatorBlock c{
+                            .y0 = y + r0 * y_stride + p0 * kPanelWidth,
+                            .y_stride = y_stride,
+                            .park = parked == nullptr ? nullptr
+                                                      : parked + (r0 - g0) / kRowsPerBlock * kScratchFloatsPerRowBlock,
+                            .rows0 = rows0,
+                            .rows1 = rows1,
+                            .two_panels = two_panels,
+                            .n_valid0 = n_valid0,
+                            .n_valid1 = n_valid1};
+                        load_accumulators(c, from_y, add_to_y, edge);
                         const BlockArgs args{.a0 = a0,
                                              .a1 = a1,
                                              .a_row_bytes = a_row_bytes,
@@ -305,12 +341,7 @@ void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::in
                                              .a_tail = tail_steps > 0 ? a_tail : nullptr,
                                              .b_tail = b_tail};
                         kBlockKernels[stream_a][rows1 > 0][two_panels](args);
-                        c_out(0, y0, rows0, n_valid0);
-                        if (two_panels) c_out(1, y0 + kPanelWidth, rows0, n_valid1);
-                        if (rows1 > 0) {
-                            c_out(2, y1, rows1, n_valid0);
-                            if (two_panels) c_out(3, y1 + kPanelWidth, rows1, n_valid1);
-                        }
+                        store_accumulators(c, to_y, edge);
                     }
                 }
             }
