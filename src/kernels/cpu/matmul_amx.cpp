@@ -26,7 +26,7 @@
 //   rows form one group, K goes in blocks of kKBlockSteps whose input stays in L2, and the
 //   accumulators go through y between blocks.
 // Against the previous kernel (the second shape for every weight), at m = 512 on that host
-// (matmul_bench, the small preset's projections): 0.70-0.92x the time. The sizes are the
+// (matmul_bench, the small preset's projections): 0.79-0.94x the time. The sizes are the
 // best of slices of 64-512 steps and groups of 64-768 KB there.
 //
 // Keep this file free of header-inline helpers that a baseline file could also instantiate.
@@ -257,7 +257,9 @@ struct Blocking {
 };
 
 Blocking choose_blocking(std::int64_t m, std::int64_t a_row_bytes, std::int64_t steps, std::int64_t weight_bytes) {
-    if (weight_bytes > kCachedWeightBytes) return {.k_block_steps = kKBlockSteps, .group_rows = m, .slice_steps = kKBlockSteps};
+    if (weight_bytes > kCachedWeightBytes) {
+        return {.k_block_steps = kKBlockSteps, .group_rows = m, .slice_steps = kKBlockSteps};
+    }
     const std::int64_t group_blocks = std::max<std::int64_t>(1, kRowGroupBytes / (a_row_bytes * kRowsPerBlock));
     const bool several_blocks = group_blocks > 1 && m > kRowsPerBlock;
     return {.k_block_steps = steps,
@@ -305,8 +307,10 @@ void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::in
                         std::memset(b_tail, 0, sizeof(b_tail));
                         const std::byte* tail0 = b_base + p0 * panel_bytes + tail_step * kStepBytes;
                         std::memcpy(b_tail, tail0, static_cast<std::size_t>(tail_steps * kStepBytes));
-                        if (two_panels)
-                            std::memcpy(b_tail + kTileBytes, tail0 + panel_bytes, static_cast<std::size_t>(tail_steps * kStepBytes));
+                        if (two_panels) {
+                            std::memcpy(b_tail + kTileBytes, tail0 + panel_bytes,
+                                        static_cast<std::size_t>(tail_steps * kStepBytes));
+                        }
                     }
                     for (std::int64_t r0 = g0; r0 < g1; r0 += kRowsPerBlock) {
                         const std::int64_t rows = std::min(kRowsPerBlock, g1 - r0);
