@@ -40,6 +40,7 @@ struct Options {
     std::int64_t only_n = 0;
     int only_threads = 0;
     bool peaks = true;
+    bool cold = false;  // weights from memory at every m, as an MoE expert's between uses
 };
 
 Options parse(int argc, char** argv) {
@@ -51,6 +52,8 @@ Options parse(int argc, char** argv) {
         };
         if (arg == "--no-peaks") {
             o.peaks = false;
+        } else if (arg == "--cold") {
+            o.cold = true;
         } else if (auto v = value("--m="); !v.empty()) {
             o.only_m = std::stoll(std::string(v));
         } else if (auto v = value("--n="); !v.empty()) {
@@ -103,7 +106,8 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
     const std::vector<std::int64_t> ms =
         opt.only_m != 0 ? std::vector<std::int64_t>{opt.only_m} : std::vector<std::int64_t>{1, 16, 512, 4096};
     for (std::int64_t m : ms) {
-        if (m <= kDecodeRows) {
+        const bool cold = opt.cold || m <= kDecodeRows;
+        if (cold) {
             // Copies share the data pattern; only the addresses matter for caching.
             const std::size_t want =
                 std::min<std::size_t>(kMaxColdCopies, (kColdBytes + bytes - 1) / bytes);
@@ -128,7 +132,7 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
             const int threads = t + 1;
             if (opt.only_threads != 0 && threads != opt.only_threads) continue;
             ThreadPool* pool = pools[t];
-            const std::size_t n_copies = m <= kDecodeRows ? copies.size() : 1;
+            const std::size_t n_copies = cold ? copies.size() : 1;
             std::size_t next = 0;
             matmul(x.data(), m, copies[0], y.data(), pool, opt.isa);  // warm up
             double best = 1e30;
@@ -136,7 +140,7 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
             int reps = 0;
             while (reps < kMinRepetitions || now_seconds() - start < kMinSeconds) {
                 // Per call: small-m calls are short, so time a batch across all copies.
-                const std::size_t batch = m <= kDecodeRows ? n_copies : 1;
+                const std::size_t batch = cold ? n_copies : 1;
                 const double t0 = now_seconds();
                 for (std::size_t b = 0; b < batch; ++b) {
                     matmul(x.data(), m, copies[next], y.data(), pool, opt.isa);
@@ -187,7 +191,9 @@ int main(int argc, char** argv) {
     const std::pair<std::int64_t, std::int64_t> shapes[] = {
         {1024, 2048}, {1024, 3072}, {3072, 1024}, {1024, 151936},
         // The small preset's fused projections: qkv, o, gate_up.
-        {1024, 4096}, {2048, 1024}, {1024, 6144}};
+        {1024, 4096}, {2048, 1024}, {1024, 6144},
+        // The Qwen3-MoE small preset's expert: gate_up, down.
+        {1024, 768}, {384, 1024}};
     for (const auto& [k, n] : shapes) {
         if (opt.only_n != 0 && n != opt.only_n) continue;
         std::vector<float> w(static_cast<std::size_t>(n * k));

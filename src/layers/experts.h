@@ -2,10 +2,12 @@
 // layers/experts.h — the routed experts this rank holds (its EP range, each on its moe_tp
 // slice of the intermediate features), run the CPU way: the tokens routed to one expert are
 // gathered into one matrix and go through that expert's GEMMs together (decode batches and
-// prefill alike, on the packed bf16 / f32 layout of layers::Linear), and each result row is
-// added to its token's output scaled by the token's routing weight (the top-k weighted sum
-// fused into the combine). SGLang's layers/moe/fused_moe_triton (moe_align_block_size
-// groups tokens by expert the same way). Immutable after load; forward() by one thread.
+// prefill alike, on the packed bf16 / f32 layout of layers::Linear); each token's output is
+// the sum of its result rows scaled by its routing weights (the top-k weighted sum fused into
+// the combine). SGLang's layers/moe/fused_moe_triton (moe_align_block_size groups tokens by
+// expert the same way). With several active experts per thread the threads take whole
+// experts (a 64-row expert's GEMMs are too small to split well); with fewer they split each
+// expert's GEMMs. Immutable after load; forward() by one thread.
 
 #include <cstdint>
 #include <string>
@@ -50,6 +52,9 @@ class LocalExperts {
     double expert_flops() const { return experts_.empty() ? 0.0 : experts_[0].flops_per_token(); }
 
  private:
+    void forward_chunk(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
+                       std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const;
+
     std::int64_t hidden_ = 0;
     std::int64_t first_ = 0;
     std::vector<GatedMlp> experts_;

@@ -33,18 +33,31 @@ struct LayerBatch {
 };
 
 // Buffers the layers of one model reuse (one forward at a time).
+// A gated MLP's intermediate rows: gate and up side by side, then SiLU(gate) · up.
+struct MlpBuffers {
+    std::vector<float> gate_up, act;
+};
+
 struct Scratch {
-    std::vector<float> qkv, attn, gate_up, act;
+    std::vector<float> qkv, attn;
+    MlpBuffers mlp;
     std::vector<kernels::AttentionArgs> attention_args;  // one per sequence of the batch
-    // MoE: router logits, top-k weights and ids, one expert's gathered rows and its output,
-    // the shared expert's output, and the all-to-all dispatcher's send/receive buffers.
-    std::vector<float> router_logits, topk_weights, expert_in, expert_out, routed, shared;
+    // MoE: router logits, top-k weights and ids, the shared expert's output, and the
+    // all-to-all dispatcher's send/receive buffers.
+    std::vector<float> router_logits, topk_weights, routed, shared;
     std::vector<std::int32_t> topk_ids, local_ids;
-    // The tokens routed to each local expert (and their weights), grouped by expert:
-    // expert e's entries are [expert_begin[e], expert_begin[e + 1]).
+    // The (token, k) entries routed to each local expert, grouped by expert: expert e's
+    // entries are [expert_begin[e], expert_begin[e + 1]) of expert_tokens and of the result
+    // rows expert_out; expert_slot maps an entry in top-k order to that place (-1: another
+    // rank's). Each thread running experts gathers its expert's rows into its own buffers.
+    struct ExpertWorker {
+        std::vector<float> in;
+        MlpBuffers mlp;
+    };
     std::vector<std::int64_t> expert_begin, expert_fill;
-    std::vector<std::int32_t> expert_tokens;
-    std::vector<float> expert_weights;
+    std::vector<std::int32_t> expert_tokens, expert_slot, expert_order;
+    std::vector<float> expert_out;
+    std::vector<ExpertWorker> expert_workers;
     std::vector<std::uint8_t> send, recv;
     // MLA: the fused input projection, queries, the absorbed form's wide queries and latent
     // outputs, the context's latents and rope keys, kv_b_proj over them, and the naive

@@ -70,12 +70,16 @@ double GatedMlp::flops_per_token() const {
 }
 
 void GatedMlp::forward(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool) const {
+    forward(x, m, out, scratch.mlp, pool);
+}
+
+void GatedMlp::forward(const float* x, std::int64_t m, float* out, MlpBuffers& buffers, ThreadPool* pool) const {
     const std::int64_t width = slice_width();
-    scratch.gate_up.resize(static_cast<std::size_t>(m * 2 * width));
-    scratch.act.resize(static_cast<std::size_t>(m * width));
-    gate_up_.forward(x, m, scratch.gate_up.data(), pool);
-    kernels::silu_and_mul(scratch.gate_up.data(), scratch.act.data(), m, width, pool);
-    down_.forward(scratch.act.data(), m, out, pool);
+    buffers.gate_up.resize(static_cast<std::size_t>(m * 2 * width));
+    buffers.act.resize(static_cast<std::size_t>(m * width));
+    gate_up_.forward(x, m, buffers.gate_up.data(), pool);
+    kernels::silu_and_mul(buffers.gate_up.data(), buffers.act.data(), m, width, pool);
+    down_.forward(buffers.act.data(), m, out, pool);
 }
 
 Status GatedMlp::forward_reduced(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool,

@@ -33,6 +33,8 @@ class GatedMlp {
 
     // out f32 [m, hidden] = this slice's partial result for x f32 [m, hidden].
     void forward(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool) const;
+    // The same on the caller's buffers (several experts at once, one per thread).
+    void forward(const float* x, std::int64_t m, float* out, MlpBuffers& buffers, ThreadPool* pool) const;
     // The same, summed over the TP group.
     Status forward_reduced(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool,
                            const LayerParallel& par) const;

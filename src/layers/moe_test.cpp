@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 
+#include "base/thread_pool.h"
 #include "layers/moe.h"
 #include "loader/safetensors.h"
 #include "loader/weight_source.h"
@@ -110,12 +111,12 @@ class MoeLayerTest : public ::testing::Test {
         return s;
     }
 
-    std::vector<float> run(const MoeSpec& s, const LayerParallel& par) {
+    std::vector<float> run(const MoeSpec& s, const LayerParallel& par, ThreadPool* pool = nullptr) {
         auto moe = MoeLayer::load(*source_, s, par);
         EXPECT_TRUE(moe.ok()) << moe.status().message();
         std::vector<float> out(x_.size());
         Scratch scratch;
-        EXPECT_TRUE(moe->forward(x_.data(), kTokens, out.data(), scratch, nullptr, par).ok());
+        EXPECT_TRUE(moe->forward(x_.data(), kTokens, out.data(), scratch, pool, par).ok());
         return out;
     }
 
@@ -137,6 +138,16 @@ TEST_F(MoeLayerTest, MatchesThePerTokenComputation) {
     for (bool gated : {false, true}) {
         SCOPED_TRACE(gated ? "Qwen2-MoE gated shared expert" : "DeepSeek ungated shared experts");
         expect_near(run(spec(gated), {}), expected(gated, spec(gated).routing), 1e-4f);
+    }
+}
+
+// Two threads take whole experts (9 tokens reach more than two experts per thread); one
+// thread runs them in turn.
+TEST_F(MoeLayerTest, ThreadsTakingWholeExpertsMatchThePerTokenComputation) {
+    for (int threads : {1, 2}) {
+        SCOPED_TRACE(std::to_string(threads) + " threads");
+        ThreadPool pool(threads);
+        expect_near(run(spec(true), {}, &pool), expected(true, spec(true).routing), 1e-4f);
     }
 }
 
