@@ -57,12 +57,16 @@ void split(ThreadPool* pool, std::int64_t n, std::int64_t align, F&& fn) {
 }
 
 // Scratch for x converted for a bf16 kernel; grows, never shrinks. Per calling thread, so
-// concurrent matmul() calls from different threads do not share it.
+// concurrent matmul() calls from different threads do not share it. At least
+// kMinScratchBytes, so that decode-sized inputs (16 rows of 32K columns) never grow it: a
+// thread running whole MoE experts meets their row counts in no set order.
+constexpr std::size_t kMinScratchBytes = std::size_t{1} << 20;
+
 template <typename T>
 T* scratch(std::int64_t elements) {
     thread_local AlignedBuffer buffer;
     const auto bytes = static_cast<std::size_t>(elements) * sizeof(T);
-    if (buffer.size() < bytes) buffer = AlignedBuffer(bytes);
+    if (buffer.size() < bytes) buffer = AlignedBuffer(std::max(bytes, kMinScratchBytes));
     return buffer.as<T>();
 }
 

@@ -98,14 +98,24 @@ void LocalExperts::forward_chunk(const float* x, std::int64_t m, const std::int3
     };
     const int workers = pool == nullptr ? 1 : pool->size();
     if (workers > 1 && order.size() >= kExpertsPerWorker * static_cast<std::size_t>(workers)) {
-        scratch.expert_workers.resize(static_cast<std::size_t>(workers));
+        // Which thread takes which expert varies from step to step: every thread's buffers
+        // hold the busiest expert's rows, grown here, so a decode step allocates nothing.
+        if (scratch.expert_workers.size() < static_cast<std::size_t>(workers))
+            scratch.expert_workers.resize(static_cast<std::size_t>(workers));
+        const std::int64_t most_rows = begin[order.front() + 1] - begin[order.front()];
+        const std::int64_t width = experts_[order.front()].slice_width();
+        for (Scratch::ExpertWorker& w : scratch.expert_workers) {
+            w.in.reserve(static_cast<std::size_t>(most_rows * H));
+            w.mlp.gate_up.reserve(static_cast<std::size_t>(most_rows * 2 * width));
+            w.mlp.act.reserve(static_cast<std::size_t>(most_rows * width));
+        }
         std::atomic<std::size_t> next{0};
         pool->run([&](int worker, int) {
             for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < order.size();)
                 run_expert(order[i], scratch.expert_workers[worker], nullptr);
         });
     } else {
-        scratch.expert_workers.resize(1);
+        if (scratch.expert_workers.empty()) scratch.expert_workers.resize(1);  // never shrunk: see above
         for (std::int32_t e : order) run_expert(e, scratch.expert_workers[0], pool);
     }
 
