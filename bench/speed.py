@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The speed issue's model benchmarks in one alternating run: single-stream decode of the
 dense and Qwen3-MoE `small` presets at contexts 16, 512 and 4096 (bench_decode), and a
-512-token prefill of the dense preset (bench_prefill), --repeats rounds, every benchmark once
+512-token prefill of each (bench_prefill), --repeats rounds, every benchmark once
 per round, so a slow moment of a shared machine hits all of them. Each run measures the
 machine's read bandwidth and bf16 peak itself, so its ratio is against its own moment.
 
@@ -50,7 +50,7 @@ def main():
     bench_dir = os.path.join(os.path.dirname(os.path.abspath(a.tessera)), "bench")
     contexts = [int(c) for c in a.contexts.split(",")]
     models = {arch: model(a.tessera, arch, a.workdir) for arch in ("qwen3", "qwen3-moe")}
-    benches = [("decode", arch, c) for arch in models for c in contexts] + [("prefill", "qwen3", 512)]
+    benches = [("decode", arch, c) for arch in models for c in contexts] + [("prefill", arch, 512) for arch in models]
     results = {b: [] for b in benches}
     for r in range(a.repeats):
         for b in benches:

@@ -2,10 +2,11 @@
 // small LLM, one JSON line per measurement (GFLOP/s and weight GB/s), plus one line of
 // machine peaks to compare with. Decode (m = 1) cycles through enough copies of the weight
 // to defeat the L3 cache, as a real decode step does, and so does a 16-row decode batch;
-// prefill (m = 512, and 4096: a batch of 16 prompts of 256 tokens) reuses one copy.
+// prefill (m = 512, and 4096: a batch of 16 prompts of 256 tokens) reuses one copy, unless
+// --cold asks for the copies at every m (an MoE expert's weight is read once per layer).
 //
 // Usage: matmul_bench [--isa=amx|avx512|avx2|reference] [--m=N (any)] [--n=N] [--dtype=bf16|f32|fp8_e4m3]
-//                     [--threads=N] [--no-peaks]
+//                     [--threads=N] [--no-peaks] [--cold]
 
 #include <algorithm>
 #include <chrono>

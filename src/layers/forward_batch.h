@@ -32,12 +32,12 @@ struct LayerBatch {
     ThreadPool* pool = nullptr;
 };
 
-// Buffers the layers of one model reuse (one forward at a time).
 // A gated MLP's intermediate rows: gate and up side by side, then SiLU(gate) · up.
 struct MlpBuffers {
     std::vector<float> gate_up, act;
 };
 
+// Buffers the layers of one model reuse (one forward at a time).
 struct Scratch {
     std::vector<float> qkv, attn;
     MlpBuffers mlp;
