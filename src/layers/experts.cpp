@@ -35,15 +35,12 @@ namespace {
 // would leave threads idle, with many the per-GEMM hand-offs and the small GEMMs' split
 // cost more than the imbalance.
 constexpr std::size_t kExpertsPerWorker = 2;
-// The result rows of one pass over the experts are bounded: longer batches go in chunks of
-// tokens (a DeepSeek-V3 token's 8 rows of 7168 floats are 229 KB).
-constexpr std::int64_t kMaxResultBytes = std::int64_t{256} << 20;
 
 }  // namespace
 
 void LocalExperts::forward(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
                            std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const {
-    const std::int64_t chunk = std::max<std::int64_t>(1, kMaxResultBytes / (top_k * hidden_ * 4));
+    const std::int64_t chunk = std::max<std::int64_t>(1, pass_bytes_ / (top_k * hidden_ * 4));
     for (std::int64_t t0 = 0; t0 < m; t0 += chunk) {
         const std::int64_t n = std::min(chunk, m - t0);
         forward_chunk(x + t0 * hidden_, n, local_ids + t0 * top_k, weights + t0 * top_k, top_k, out + t0 * hidden_,

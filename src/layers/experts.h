@@ -40,6 +40,11 @@ class LocalExperts {
     void forward(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
                  std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const;
 
+    // One pass over the experts holds the result rows of its tokens (top_k x hidden floats a
+    // token; a DeepSeek-V3 token's are 229 KB): longer batches go in passes of tokens within
+    // this many bytes. Tests lower it to reach several passes.
+    void set_pass_bytes(std::int64_t bytes) { pass_bytes_ = bytes; }
+
     std::int64_t first() const { return first_; }
     std::int64_t count() const { return static_cast<std::int64_t>(experts_.size()); }
     // EPLB moves experts by overwriting slots in place (layers/moe.h MoeLayer::write_slot).
@@ -57,6 +62,7 @@ class LocalExperts {
 
     std::int64_t hidden_ = 0;
     std::int64_t first_ = 0;
+    std::int64_t pass_bytes_ = std::int64_t{256} << 20;
     std::vector<GatedMlp> experts_;
 };
 

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "base/thread_pool.h"
+#include "layers/experts.h"
 #include "layers/moe.h"
 #include "loader/safetensors.h"
 #include "loader/weight_source.h"
@@ -148,6 +149,36 @@ TEST_F(MoeLayerTest, ThreadsTakingWholeExpertsMatchThePerTokenComputation) {
         SCOPED_TRACE(std::to_string(threads) + " threads");
         ThreadPool pool(threads);
         expect_near(run(spec(true), {}, &pool), expected(true, spec(true).routing), 1e-4f);
+    }
+}
+
+// A batch longer than one pass's budget goes through the experts in passes of tokens, on
+// one thread or with threads taking whole experts, and comes out as in one pass.
+TEST_F(MoeLayerTest, PassesOfTokensMatchOnePass) {
+    auto experts = LocalExperts::load(*source_, {.prefix = "mlp.experts.", .num_experts = E, .hidden = H, .intermediate = I},
+                                      0, {0, 1, 2, 3, 4, 5, 6, 7}, Range{0, I});
+    ASSERT_TRUE(experts.ok()) << experts.status().message();
+    std::vector<std::int32_t> ids(kTokens * K);
+    std::vector<float> weights(kTokens * K);
+    for (std::int64_t t = 0; t < kTokens; ++t) {
+        for (std::int64_t j = 0; j < K; ++j) {
+            ids[t * K + j] = static_cast<std::int32_t>((t * 3 + j * 5) % E);
+            weights[t * K + j] = 0.25f + 0.5f * static_cast<float>(j);
+        }
+    }
+    ids[4] = -1;  // another rank's expert
+    const auto run = [&](std::int64_t pass_bytes, ThreadPool* pool) {
+        experts->set_pass_bytes(pass_bytes);
+        std::vector<float> out(kTokens * H, -1.0f);
+        Scratch scratch;
+        experts->forward(x_.data(), kTokens, ids.data(), weights.data(), K, out.data(), scratch, pool);
+        return out;
+    };
+    const std::vector<float> one_pass = run(std::int64_t{1} << 20, nullptr);
+    ThreadPool pool(2);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        SCOPED_TRACE(p == nullptr ? "one thread" : "two threads");
+        expect_near(run(2 * K * H * 4, p), one_pass, 1e-6f);  // passes of 2 tokens, the last of 1
     }
 }
 
