@@ -155,8 +155,8 @@ TEST_F(MoeLayerTest, ThreadsTakingWholeExpertsMatchThePerTokenComputation) {
 // A batch longer than one pass's budget goes through the experts in passes of tokens, on
 // one thread or with threads taking whole experts, and comes out as in one pass.
 TEST_F(MoeLayerTest, PassesOfTokensMatchOnePass) {
-    auto experts = LocalExperts::load(*source_, {.prefix = "mlp.experts.", .num_experts = E, .hidden = H, .intermediate = I},
-                                      0, {0, 1, 2, 3, 4, 5, 6, 7}, Range{0, I});
+    const ExpertsSpec spec{.prefix = "mlp.experts.", .num_experts = E, .hidden = H, .intermediate = I};
+    auto experts = LocalExperts::load(*source_, spec, 0, {0, 1, 2, 3, 4, 5, 6, 7}, Range{0, I});
     ASSERT_TRUE(experts.ok()) << experts.status().message();
     std::vector<std::int32_t> ids(kTokens * K);
     std::vector<float> weights(kTokens * K);
