@@ -40,16 +40,16 @@ constexpr std::size_t kExpertsPerWorker = 2;
 
 void LocalExperts::forward(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
                            std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const {
-    const std::int64_t chunk = std::max<std::int64_t>(1, pass_bytes_ / (top_k * hidden_ * 4));
-    for (std::int64_t t0 = 0; t0 < m; t0 += chunk) {
-        const std::int64_t n = std::min(chunk, m - t0);
-        forward_chunk(x + t0 * hidden_, n, local_ids + t0 * top_k, weights + t0 * top_k, top_k, out + t0 * hidden_,
+    const std::int64_t pass_tokens = std::max<std::int64_t>(1, pass_bytes_ / (top_k * hidden_ * 4));
+    for (std::int64_t t0 = 0; t0 < m; t0 += pass_tokens) {
+        const std::int64_t n = std::min(pass_tokens, m - t0);
+        forward_pass(x + t0 * hidden_, n, local_ids + t0 * top_k, weights + t0 * top_k, top_k, out + t0 * hidden_,
                       scratch, pool);
     }
 }
 
-void LocalExperts::forward_chunk(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
-                                 std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const {
+void LocalExperts::forward_pass(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
+                                std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const {
     const std::int64_t H = hidden_;
     const auto n_experts = static_cast<std::int64_t>(experts_.size());
     // A counting sort of the entries by expert, in token order within an expert, into flat

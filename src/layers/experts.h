@@ -57,8 +57,8 @@ class LocalExperts {
     double expert_flops() const { return experts_.empty() ? 0.0 : experts_[0].flops_per_token(); }
 
  private:
-    void forward_chunk(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
-                       std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const;
+    void forward_pass(const float* x, std::int64_t m, const std::int32_t* local_ids, const float* weights,
+                      std::int64_t top_k, float* out, Scratch& scratch, ThreadPool* pool) const;
 
     std::int64_t hidden_ = 0;
     std::int64_t first_ = 0;
