@@ -154,12 +154,11 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     }
     // SGLang's default loop (scheduler.py event_loop_overlap); PP turned it off in the args.
     if (!args.disable_overlap_schedule) {
-        const char* unsupported = rt.dp_attention(false).enabled() ? "--enable-dp-attention"
-                                  : sc.enable_mixed_chunk          ? "--enable-mixed-chunk"
-                                                                   : nullptr;
-        sc.overlap_schedule = unsupported == nullptr;
-        if (unsupported != nullptr)
-            TSR_LOG(INFO, "overlap scheduling is off: tessera does not overlap steps under {} yet", unsupported);
+        // The DP-attention groups' lockstep (idle rounds, the agreed stop) runs on the
+        // scheduler's thread, so its steps cannot move to a thread of their own yet.
+        sc.overlap_schedule = !rt.dp_attention(false).enabled();
+        if (!sc.overlap_schedule)
+            TSR_LOG(INFO, "overlap scheduling is off: tessera does not overlap steps under --enable-dp-attention yet");
     }
     TSR_RETURN_IF_ERROR(sc.validate());
     report_stage(rt, "running");

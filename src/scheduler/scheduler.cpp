@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <unordered_set>
+#include <utility>
 
 #include <fmt/core.h>
 
@@ -74,10 +75,9 @@ Status SchedulerConfig::validate() const {
         return Status::InvalidArgument("mixed chunks need one step in flight (no pipeline parallelism), got " +
                                        std::to_string(max_in_flight_steps));
     }
-    if (overlap_schedule && (max_in_flight_steps > 1 || enable_mixed_chunk)) {
+    if (overlap_schedule && max_in_flight_steps > 1) {
         return Status::InvalidArgument(
-            "overlap scheduling needs one step in flight of its own and no mixed chunks (pipeline "
-            "parallelism and --enable-mixed-chunk turn it off)");
+            "overlap scheduling needs one step in flight of its own (pipeline parallelism turns it off)");
     }
     if (dynamic_chunking && chunked_prefill_size <= 0) {
         return Status::InvalidArgument(fmt::format(
@@ -392,7 +392,7 @@ std::int64_t Scheduler::prefill_chunk_budget() const {
 }
 
 std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
-    mix_this_round_ = false;
+    mixed_decode_.clear();
     if ((batch_is_full_ || waiting_.empty()) && chunked_req_ == nullptr) return {};
     // Requests whose final chunk is in flight join the running batch when it is collected;
     // admission counts them already, as their KV reservation is already real.
@@ -433,10 +433,16 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
             running_views.push_back({.max_new_tokens = r->max_new_tokens,
                                      .output_len = static_cast<std::int64_t>(r->output_ids.size())});
     const std::int64_t chunk_size = prefill_chunk_budget();
-    // Mixed only while the decode tokens leave room for a chunk (SGLang would go on with a
-    // budget of nothing); the decoding requests are never part of another step in flight.
-    mix_this_round_ = config_.enable_mixed_chunk && chunk_size > 0 && !running_.empty() &&
-                      static_cast<std::int64_t>(running_.size()) + config_.page_size <= chunk_size;
+    // The running requests that can decode in this round: with overlap scheduling also those
+    // whose token the step in flight samples, and those whose last prompt chunk it computes
+    // (they decode fed that token, as in update_running_batch). Mixed only while the decode
+    // tokens leave room for a chunk (SGLang would go on with a budget of nothing).
+    if (config_.enable_mixed_chunk && chunk_size > 0) {
+        std::vector<Req*> candidates = running_;
+        candidates.insert(candidates.end(), prefilling_.begin(), prefilling_.end());
+        mixed_decode_ = decode_micro_batch(candidates);
+        if (static_cast<std::int64_t>(mixed_decode_.size()) + config_.page_size > chunk_size) mixed_decode_.clear();
+    }
     PoolBudgetView view(*allocator_, *cache_);
     PrefillAdder adder({.page_size = config_.page_size,
                         .max_prefill_tokens = config_.max_prefill_tokens,
@@ -445,7 +451,7 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
                         .max_new_reqs = allocatable,
                         .prefill_max_requests = config_.prefill_max_requests,
                         .clip_max_new_tokens = config_.clip_max_new_tokens,
-                        .mixed_decode_tokens = mix_this_round_ ? static_cast<std::int64_t>(running_.size()) : 0},
+                        .mixed_decode_tokens = static_cast<std::int64_t>(mixed_decode_.size())},
                        running_views, view);
 
     Req* const old_chunked = chunked_req_;
@@ -575,12 +581,11 @@ void Scheduler::launch_prefill(const std::vector<PrefillItem>& items, const std:
 }
 
 std::vector<Req*> Scheduler::mixed_decode_batch() {
-    if (!mix_this_round_) return {};
-    mix_this_round_ = false;
-    // Every running request, if the pool has their next slots; otherwise they decode alone
-    // next round, where update_running_batch retracts as it must.
-    if (!check_decode_mem(running_)) return {};
-    return running_;
+    std::vector<Req*> batch = std::exchange(mixed_decode_, {});
+    // If the pool has their next slots; otherwise they decode alone next round, where
+    // update_running_batch retracts as it must.
+    if (batch.empty() || !check_decode_mem(batch)) return {};
+    return batch;
 }
 
 bool Scheduler::check_decode_mem(const std::vector<Req*>& reqs) {

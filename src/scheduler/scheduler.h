@@ -69,8 +69,9 @@ struct SchedulerConfig {
     // Overlap scheduling (SGLang's default; off with --disable-overlap-schedule): one decode
     // step more is launched while the last one runs, fed the tokens that one will sample
     // (kFutureToken), so the runner (an executor::OverlapRunner) never waits for the
-    // scheduler. Needs max_in_flight_steps 1 (no PP) and no mixed chunks. A request that stops
-    // on an eos token wastes one decode step, whose token is dropped.
+    // scheduler; mixed rounds carry those decode tokens too. Needs max_in_flight_steps 1
+    // (no PP). A request that stops on an eos token wastes one decode step, whose token is
+    // dropped.
     bool overlap_schedule = false;
     // --enable-dynamic-chunking (reference §7): sizes each prefill chunk instead of the fixed
     // chunked_prefill_size. Unset: fixed chunks.
@@ -223,7 +224,7 @@ class Scheduler {
     bool batch_is_full_ = false;      // skip prefill until the running batch shrinks
     std::deque<InFlightStep> in_flight_;  // launched, not yet collected; oldest first
     std::int64_t last_prefill_chunk_size_ = -1;
-    bool mix_this_round_ = false;  // the prefill round being formed carries the running batch
+    std::vector<Req*> mixed_decode_;  // the running requests the prefill round being formed carries
     std::uint64_t next_arrival_ = 0;
 
     std::int64_t forward_ct_decode_ = 0;
