@@ -59,7 +59,7 @@ void rms_norm(const float* x, const float* weight, float* y, std::int64_t rows, 
     });
 }
 
-void store_kv_row(const float* src, void* base, std::int64_t offset, std::int64_t n, DType type) {
+void store_kv_row(const float* src, void* base, std::int64_t offset, std::int64_t n, DType type, float fp8_scale) {
     switch (type) {
         case DType::kBF16: {
             auto* dst = static_cast<std::uint16_t*>(base) + offset;
@@ -69,7 +69,12 @@ void store_kv_row(const float* src, void* base, std::int64_t offset, std::int64_
         case DType::kF8E4M3:
         case DType::kF8E5M2: {
             auto* dst = static_cast<std::uint8_t*>(base) + offset;
-            for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_fp8(src[i], type);
+            if (fp8_scale == 1.0f) {
+                for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_fp8(src[i], type);
+            } else {
+                const float inverse = 1.0f / fp8_scale;
+                for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_fp8(src[i] * inverse, type);
+            }
             return;
         }
         case DType::kF16: {

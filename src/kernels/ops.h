@@ -22,9 +22,10 @@ void rms_norm(const float* x, const float* weight, float* y, std::int64_t rows, 
 void add_inplace(float* x, const float* residual, std::int64_t n);
 
 // Writes n values of src into a K/V cache at element `offset` of `base`, in `type`: f32, bf16
-// (round to nearest even) or fp8 with scale 1, as SGLang stores an fp8 KV cache without
-// checkpoint scales, but clamped to the largest finite value where a plain cast gives NaN.
-void store_kv_row(const float* src, void* base, std::int64_t offset, std::int64_t n, DType type);
+// (round to nearest even) or fp8 as src / fp8_scale (the checkpoint's k_scale or v_scale; 1
+// without), clamped to the largest finite value where a plain cast gives NaN.
+void store_kv_row(const float* src, void* base, std::int64_t offset, std::int64_t n, DType type,
+                  float fp8_scale = 1.0f);
 
 // Rotary position embedding, in place on x f32 [n_tokens, n_heads, head_dim] (token rows
 // `token_stride` floats apart, 0 = n_heads·head_dim). Token t is at positions[t]; the angle

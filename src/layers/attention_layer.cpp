@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
 #include "loader/weight_source.h"
+#include "tensor/dtype.h"
 
 namespace tessera::layers {
 
@@ -33,6 +35,7 @@ StatusOr<GqaAttention> GqaAttention::load(const loader::WeightSource& source, co
     TSR_ASSIGN_OR_RETURN(a.o_proj_, Linear::load(source, {{{s.prefix + "o_proj.weight", s.hidden}},
                                                           s.heads * hd, q_rows.begin, q_rows.count, false,
                                                           s.compute_dtype}));
+    TSR_ASSIGN_OR_RETURN(a.kv_scales_, load_kv_scales(source, s.prefix));
     return a;
 }
 
@@ -51,6 +54,8 @@ Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_ca
     scratch.qkv.resize(static_cast<std::size_t>(n * qkv_dim));
     scratch.attn.resize(static_cast<std::size_t>(n * q_dim));
     qkv_proj_.forward(h, n, scratch.qkv.data(), batch.pool);
+    const float k_scale = is_fp8(kv_dtype) ? kv_scales_.k : 1.0f;
+    const float v_scale = is_fp8(kv_dtype) ? kv_scales_.v : 1.0f;
     // Per token: q/k norms, the rotation with this pass's angles, K/V into the token's cache row.
     const auto finish_qkv = [&](std::int64_t t_begin, std::int64_t t_end) {
         for (std::int64_t t = t_begin; t < t_end; ++t) {
@@ -65,8 +70,8 @@ Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_ca
             kernels::rope_rotate(q, heads_, head_dim_, cos, sin, /*neox=*/true);
             kernels::rope_rotate(k, kv_heads_, head_dim_, cos, sin, /*neox=*/true);
             const std::int64_t row = batch.kv_rows[t] * kv_dim;
-            kernels::store_kv_row(k, k_cache, row, kv_dim, kv_dtype);
-            kernels::store_kv_row(k + kv_dim, v_cache, row, kv_dim, kv_dtype);
+            kernels::store_kv_row(k, k_cache, row, kv_dim, kv_dtype, k_scale);
+            kernels::store_kv_row(k + kv_dim, v_cache, row, kv_dim, kv_dtype, v_scale);
         }
     };
     if (batch.pool != nullptr && n >= 8) {
@@ -91,9 +96,12 @@ Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_ca
         if (seq.n_tokens > 0) args_list.push_back(args);
         first += seq.n_tokens;
     }
+    // Cached K and V are k / k_scale and v / v_scale: the scores take k_scale, the output v_scale.
     const kernels::AttentionShape shape{heads_, kv_heads_, head_dim_,
-                                        1.0f / std::sqrt(static_cast<float>(head_dim_))};
+                                        k_scale / std::sqrt(static_cast<float>(head_dim_))};
     kernels::attention_batch(args_list, shape, batch.pool);
+    if (v_scale != 1.0f)
+        for (float& x : std::span(scratch.attn).first(static_cast<std::size_t>(n * q_dim))) x *= v_scale;
     o_proj_.forward(scratch.attn.data(), n, out, batch.pool);
     return par.all_reduce({out, static_cast<std::size_t>(n * o_proj_.out_features())});
 }

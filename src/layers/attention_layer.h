@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "layers/forward_batch.h"
+#include "layers/kv_scales.h"
 #include "layers/linear.h"
 #include "layers/parallel.h"
 
@@ -35,6 +36,8 @@ class GqaAttention {
     Status forward(const float* h, const LayerBatch& batch, void* k_cache, void* v_cache, DType kv_dtype,
                    float* out, Scratch& scratch, const LayerParallel& par) const;
 
+    // The checkpoint's fp8 KV cache scales (applied only when kv_dtype is fp8).
+    const KvScales& kv_scales() const { return kv_scales_; }
     std::int64_t local_heads() const { return heads_; }
     std::int64_t local_kv_heads() const { return kv_heads_; }
     std::size_t weight_bytes() const { return qkv_proj_.weight_bytes() + o_proj_.weight_bytes(); }
@@ -46,6 +49,7 @@ class GqaAttention {
     Linear qkv_proj_;                   // [(heads + 2·kv_heads)·head_dim, hidden]
     std::vector<float> q_norm_, k_norm_;  // f32 [head_dim] (qk_norm) or empty
     Linear o_proj_;                     // [hidden, heads·head_dim], row parallel
+    KvScales kv_scales_;
 };
 
 }  // namespace tessera::layers

@@ -4,12 +4,15 @@
 #include <span>
 #include <variant>
 
+#include <fmt/core.h>
+
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "dist/pp_partition.h"
 #include "kernels/ops.h"
 #include "layers/attention_layer.h"
 #include "layers/embedding.h"
+#include "layers/kv_scales.h"
 #include "layers/logits_head.h"
 #include "layers/mla_attention.h"
 #include "layers/mlp.h"
@@ -114,6 +117,9 @@ class Decoder final : public Model {
     // The logits rows of this rank's group from the hidden states `last_` (n_out rows).
     Status logits_forward(std::int64_t n_out, const BatchInput& batch, ThreadPool* pool, std::vector<float>* out);
     Status init_eplb(const LoadOptions& options);
+    // The fp8 KV cache's scales at start-up: how many layers took the checkpoint's, and a
+    // warning where they run on 1.0.
+    void log_kv_scales(const WeightSource& source, const std::string& kv_cache_dtype) const;
     StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> load_attention(const WeightSource& source,
                                                                                     const std::string& prefix,
                                                                                     const DecoderSpec& spec) const;
@@ -215,6 +221,7 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
         }
         source.drop_resident_pages();  // this layer's file bytes are packed now
     }
+    if (is_fp8(kv_dtype_) && output_rank_) log_kv_scales(source, options.kv_cache_dtype);
     TSR_ASSIGN_OR_RETURN(auto heads,
                          layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, attn_par_.tp));
     n_heads_ = heads.q_heads.count;
@@ -234,6 +241,33 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
         eplb_->attach(std::move(moe_layers), par_);
     }
     return Status::Ok();
+}
+
+void Decoder::log_kv_scales(const WeightSource& source, const std::string& kv_cache_dtype) const {
+    int scaled = 0, mla_scaled = 0;
+    const layers::KvScales* first = nullptr;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+        if (const auto* gqa = std::get_if<layers::GqaAttention>(&layers_[i].attention)) {
+            if (!gqa->kv_scales().from_checkpoint) continue;
+            ++scaled;
+            if (first == nullptr) first = &gqa->kv_scales();
+        } else if (layers::has_kv_scales(source, fmt::format("model.layers.{}.self_attn.", stage_.layer_begin + i))) {
+            ++mla_scaled;
+        }
+    }
+    const auto total = layers_.size();
+    if (first != nullptr) {
+        TSR_LOG(INFO, "{} KV cache: k_scale / v_scale from the checkpoint in {} of {} layers (the first: k {}, v {})",
+                kv_cache_dtype, scaled, total, first->k, first->v);
+    }
+    if (mla_scaled > 0) {
+        TSR_LOG(WARN, "{} KV cache: the checkpoint's k_scale / v_scale of {} MLA layers are not applied (scale 1.0): "
+                "tessera's MLA cache takes no scales yet", kv_cache_dtype, mla_scaled);
+    } else if (scaled < static_cast<int>(total)) {
+        TSR_LOG(WARN, "{} KV cache with a scaling factor of 1.0 in {} of {} layers: the checkpoint has no k_scale / "
+                "v_scale there; if that is not intended, check that its KV cache scales are saved",
+                kv_cache_dtype, static_cast<int>(total) - scaled, total);
+    }
 }
 
 StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> Decoder::load_attention(

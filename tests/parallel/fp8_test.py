@@ -14,11 +14,18 @@ kv: --kv-cache-dtype bf16 / fp8_e4m3 / fp8_e5m2 on f32 Qwen3 (K and V) and DeepS
   move the logits by their rounding only (at most KV_E4M3_FACTOR / KV_E5M2_FACTOR times what
   a bf16 cache moves them; e5m2 more than e4m3), they do move them (the cache really is
   fp8), and they hold twice the tokens of a bf16 cache.
+kv_scales: the same f32 Qwen3 with K and V made 1024x larger (k_norm and v_proj up, q_norm and
+  o_proj down: the same logits), beyond e4m3's range: with the checkpoint's k_scale / v_scale
+  of 1024 the e4m3 cache is back within the bound of the kv case; without them it is far
+  outside (the scales are what keeps it there); a bf16 cache ignores them; TP2 gives one
+  rank's tokens.
 """
 
 import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -103,7 +110,6 @@ def misaligned(tessera, workdir):
 
 
 def kv(tessera, workdir):
-    import re
     ok = True
     prompt = ",".join(str((i * 7919 + 13) % 1000) for i in range(300))
     for arch in ("qwen3", "deepseek-v3"):
@@ -147,8 +153,96 @@ def kv(tessera, workdir):
     return ok
 
 
+def write_f32_safetensors(path, tensors):
+    header, offset = {}, 0
+    for name, array in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(encoded)) + encoded)
+        for array in tensors.values():
+            f.write(np.ascontiguousarray(array, dtype="<f4").tobytes())
+
+
+KV_AMPLITUDE = 1024.0  # e4m3 saturates at 448
+
+
+def kv_scales(tessera, workdir):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reference"))
+    from torch_reference import read_safetensors  # noqa: E402
+    base = os.path.join(workdir, "qwen3_f32")
+    shutil.rmtree(base, ignore_errors=True)
+    subprocess.run([tessera, "make-model", "--arch", "qwen3", "--preset", "tiny", "--dtype", "f32", "--seed", "11",
+                    "--out", base], check=True, capture_output=True)
+    tensors = read_safetensors(os.path.join(base, "model.safetensors"))
+    a = KV_AMPLITUDE
+    factors = {"self_attn.k_norm.weight": a, "self_attn.q_norm.weight": 1 / a, "self_attn.v_proj.weight": a,
+               "self_attn.o_proj.weight": 1 / a}
+    for name in list(tensors):
+        factor = factors.get(name.split(".", 3)[-1])
+        if factor is not None:
+            tensors[name] = tensors[name] * np.float32(factor)
+    models = {}
+    for label, scales in (("loud", False), ("loud_scaled", True)):
+        out = os.path.join(workdir, label)
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(base, out)
+        written = dict(tensors)
+        if scales:
+            for name in tensors:
+                if name.endswith("self_attn.k_norm.weight"):
+                    prefix = name[:-len("k_norm.weight")]
+                    written[prefix + "k_scale"] = np.array(a, dtype=np.float32)
+                    written[prefix + "v_scale"] = np.array(a, dtype=np.float32)
+        write_f32_safetensors(os.path.join(out, "model.safetensors"), written)
+        models[label] = out
+    prompt = ",".join(str((i * 7919 + 13) % 1000) for i in range(300))
+
+    def logits(model, kv_dtype):
+        path = os.path.join(workdir, f"{os.path.basename(model)}_{kv_dtype}.npy")
+        cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", prompt, "--max-new-tokens", "1",
+               "--threads", "1", "--json", "--kv-cache-dtype", kv_dtype, "--logits-out", path]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
+        return np.load(path), p.stderr
+
+    exact, _ = logits(base, "auto")
+    std = float(exact.std())
+
+    def error(x):
+        return float(np.abs(x - exact).mean()) / std
+
+    unit = error(logits(base, "bf16")[0])
+    same = error(logits(models["loud"], "auto")[0])
+    scaled, log = logits(models["loud_scaled"], "fp8_e4m3")
+    unscaled = error(logits(models["loud"], "fp8_e4m3")[0])
+    bf16_ignores = np.array_equal(logits(models["loud_scaled"], "bf16")[0], logits(models["loud"], "bf16")[0])
+    counted = re.search(r"k_scale / v_scale from the checkpoint in (\d+) of \1 layers", log) is not None
+    checks = [
+        (f"K and V x{a:g} with f32 K/V: the same logits ({same:.2e} of std)", same < 1e-3),
+        (f"e4m3 with k_scale = v_scale = {a:g}: {error(scaled) / unit:.1f} x the bf16 cache's error "
+         f"(bound {KV_E4M3_FACTOR})", 0 < error(scaled) <= KV_E4M3_FACTOR * unit),
+        (f"e4m3 without the scales: {unscaled / unit:.1f} x (must exceed the bound)", unscaled > KV_E4M3_FACTOR * unit),
+        ("a bf16 cache ignores the scales", bf16_ignores),
+        ("the start-up log counts the scaled layers", counted),
+    ]
+    for label, good in checks:
+        print(f"{label}: {'ok' if good else 'FAIL'}")
+    # Every rank scales its heads' K and V alike: TP2 decodes one rank's tokens.
+    flags = ["--kv-cache-dtype", "fp8_e4m3"]
+    one, two = (os.path.join(workdir, f"scaled_tp{n}.npy") for n in (1, 2))
+    base_ids = generate(tessera, models["loud_scaled"], flags, one)
+    tp2 = same_as_one_rank("TP2, e4m3 cache with the checkpoint's scales",
+                           generate(tessera, models["loud_scaled"], flags + ["--tp", "2"], two), base_ids, two, one)
+    return all(good for _, good in checks) and tp2
+
+
 def main():
-    return run_case({"equivalence": equivalence, "misaligned": misaligned, "kv": kv, "eplb": eplb})
+    return run_case({"equivalence": equivalence, "misaligned": misaligned, "kv": kv, "kv_scales": kv_scales,
+                     "eplb": eplb})
 
 
 if __name__ == "__main__":
