@@ -34,7 +34,8 @@ def run_json(cmd):
 def model(tessera, arch, workdir):
     out = os.path.join(workdir, f"{arch}-small-bf16")
     if not os.path.exists(os.path.join(out, "config.json")):
-        subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "small", "--tokenizer", "none",
+        # With the family's tokenizer, so that serve_bound.py and startup_rss.py can serve it.
+        subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "small",
                         "--seed", "0", "--dtype", "bf16", "--out", out], check=True, capture_output=True)
     return out
 
