@@ -153,13 +153,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
         TSR_LOG(WARN, "--enable-dynamic-chunking only applies with --pp-size > 1; using fixed chunks");
     }
     // SGLang's default loop (scheduler.py event_loop_overlap); PP turned it off in the args.
-    if (!args.disable_overlap_schedule) {
-        // The DP-attention groups' lockstep (idle rounds, the agreed stop) runs on the
-        // scheduler's thread, so its steps cannot move to a thread of their own yet.
-        sc.overlap_schedule = !rt.dp_attention(false).enabled();
-        if (!sc.overlap_schedule)
-            TSR_LOG(INFO, "overlap scheduling is off: tessera does not overlap steps under --enable-dp-attention yet");
-    }
+    sc.overlap_schedule = !args.disable_overlap_schedule;
     TSR_RETURN_IF_ERROR(sc.validate());
     report_stage(rt, "running");
     return rank;
@@ -316,12 +310,12 @@ StatusOr<std::unique_ptr<LeaderRunner>> LeaderRunner::create(ModelRank& rank, co
             p.tp = std::make_unique<executor::TpLeaderRunner>(*p.local, *rt.tp_group);
             lr->runner_ = p.tp.get();
         }
-        if (rank.scheduler.overlap_schedule) {
-            p.overlap = std::make_unique<executor::OverlapRunner>(*lr->runner_);
-            lr->runner_ = p.overlap.get();
-            TSR_LOG(INFO, "overlap scheduling: steps run on their own thread while the scheduler prepares the next "
-                          "(--disable-overlap-schedule turns it off)");
-        }
+    }
+    if (rank.scheduler.overlap_schedule) {
+        p.overlap = std::make_unique<executor::OverlapRunner>(*lr->runner_);
+        lr->runner_ = p.overlap.get();
+        TSR_LOG(INFO, "overlap scheduling: steps run on their own thread while the scheduler prepares the next "
+                      "(--disable-overlap-schedule turns it off)");
     }
     return lr;
 }
@@ -330,6 +324,8 @@ Status LeaderRunner::stop() {
     if (stopped_) return Status::Ok();
     stopped_ = true;
     Status s = Status::Ok();
+    // Steps launched and never collected (a failed request path) finish before what runs them stops.
+    if (parts_->overlap) parts_->overlap->wait_idle();
     if (parts_->pp) s = parts_->pp->stop();
     if (parts_->dp_attention) s = parts_->dp_attention->stop();
     if (parts_->tp) s = parts_->tp->stop_followers();

@@ -25,6 +25,7 @@ Status OverlapRunner::launch(const ForwardBatch& batch) {
         std::lock_guard lock(mu_);
         queued_.push_back(batch);
         ++uncollected_;
+        ++unfinished_;
     }
     cv_.notify_all();
     return Status::Ok();
@@ -42,6 +43,24 @@ StatusOr<std::vector<SampledToken>> OverlapRunner::collect() {
     return std::move(done.result);
 }
 
+void OverlapRunner::wait_idle() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return unfinished_ == 0; });
+}
+
+StatusOr<bool> OverlapRunner::idle_step() {
+    {
+        std::lock_guard lock(mu_);
+        if (uncollected_ > 0)
+            return Status::Internal("an idle round was asked for while " + std::to_string(uncollected_) +
+                                    " launched steps are not collected");
+    }
+    StatusOr<bool> busy = inner_.idle_step();
+    rounds_.fetch_add(1, std::memory_order_release);
+    if (!inner_.fatal_error().ok()) (void)note_failure(inner_.fatal_error());
+    return busy;
+}
+
 void OverlapRunner::loop() {
     for (;;) {
         ForwardBatch batch;
@@ -57,9 +76,11 @@ void OverlapRunner::loop() {
             resolved.ok() ? inner_.run(batch) : StatusOr<std::vector<SampledToken>>(std::move(resolved));
         futures_.record(batch, result);
         Done done{.result = std::move(result), .fatal = inner_.fatal_error()};
+        rounds_.fetch_add(1, std::memory_order_release);
         {
             std::lock_guard lock(mu_);
             done_.push_back(std::move(done));
+            --unfinished_;
         }
         cv_.notify_all();
     }

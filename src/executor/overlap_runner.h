@@ -4,8 +4,12 @@
 // step n's results (events to the clients, KV bookkeeping) and forms step n+1 while step n
 // computes, and step n+1 is already queued when step n ends. Decode tokens of n+1 that n
 // samples are passed as kFutureToken and resolved here, in launch order. Wraps the rank's
-// runner (the local model or the TP leader); --disable-overlap-schedule leaves it out.
+// runner (the local model, the TP leader or a DP-attention group's leader); with
+// --disable-overlap-schedule it is left out. A lockstep runner's idle rounds (DP-attention)
+// run on the caller's thread: the driver joins one only when nothing is launched, so the step
+// thread is then done with the inner runner.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -31,6 +35,18 @@ class OverlapRunner final : public BatchRunner {
     Status launch(const ForwardBatch& batch) override;
     // Waits for the oldest launched step.
     StatusOr<std::vector<SampledToken>> collect() override;
+    // Waits until every launched step has run (collected or not): the inner runner is then
+    // free for its owner to stop.
+    void wait_idle();
+
+    bool lockstep() const override { return inner_.lockstep(); }
+    // Rounds run so far: the steps the thread finished and the idle rounds.
+    std::int64_t rounds() const override { return rounds_.load(std::memory_order_acquire); }
+    // Fails when a step is launched and not collected (the driver joins idle rounds only when
+    // its scheduler has nothing in flight).
+    StatusOr<bool> idle_step() override;
+    LockstepStats lockstep_stats() const override { return inner_.lockstep_stats(); }
+    bool lockstep_stopping() const override { return inner_.lockstep_stopping(); }
 
  private:
     struct Done {
@@ -46,6 +62,8 @@ class OverlapRunner final : public BatchRunner {
     std::deque<ForwardBatch> queued_;
     std::deque<Done> done_;
     std::int64_t uncollected_ = 0;  // launched, not yet collected
+    std::int64_t unfinished_ = 0;   // launched, not yet run to the end
+    std::atomic<std::int64_t> rounds_{0};
     bool stopping_ = false;
     std::thread thread_;  // last: starts once the members above exist
 };

@@ -116,5 +116,73 @@ TEST(OverlapRunnerTest, CollectWithoutALaunchAndShutdownWithStepsQueuedDoNotHang
     EXPECT_EQ(inner.seen.size(), 2u);
 }
 
+// A DP-attention group's leader: its idle rounds are counted, and reported busy while `busy`.
+class LockstepInner final : public BatchRunner {
+ public:
+    StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override {
+        ++runs;
+        return std::vector<SampledToken>(batch.seqs.size(), SampledToken{.token = 1});
+    }
+    bool lockstep() const override { return true; }
+    StatusOr<bool> idle_step() override {
+        ++idle_rounds;
+        return busy;
+    }
+    LockstepStats lockstep_stats() const override { return {.forwards = 11, .idle_steps = 3, .tokens = 40}; }
+    bool lockstep_stopping() const override { return true; }
+    int runs = 0, idle_rounds = 0;
+    bool busy = true;
+};
+
+// The engine loop's contract: rounds() moves when a collected step ran, idle rounds run on the
+// caller's thread only when nothing is launched, and the lockstep queries reach the inner runner.
+TEST(OverlapRunnerTest, IdleRoundsOfALockstepRunnerRunWhenNothingIsLaunched) {
+    LockstepInner inner;
+    OverlapRunner runner(inner);
+    EXPECT_TRUE(runner.lockstep());
+    EXPECT_TRUE(runner.lockstep_stopping());
+    EXPECT_EQ(runner.lockstep_stats().idle_steps, 3);
+    EXPECT_EQ(runner.rounds(), 0);
+    auto busy = runner.idle_step();
+    ASSERT_TRUE(busy.ok());
+    EXPECT_TRUE(*busy);
+    EXPECT_EQ(inner.idle_rounds, 1);
+    EXPECT_EQ(runner.rounds(), 1);
+
+    ASSERT_TRUE(runner.launch(decode({{"a", 5}})).ok());
+    ASSERT_TRUE(runner.launch(decode({{"a", kFutureToken}})).ok());
+    EXPECT_FALSE(runner.idle_step().ok());  // steps are launched: the round is refused, not interleaved
+    EXPECT_EQ(inner.idle_rounds, 1);
+    ASSERT_TRUE(runner.collect().ok());
+    EXPECT_GE(runner.rounds(), 2);
+    EXPECT_FALSE(runner.idle_step().ok());
+    ASSERT_TRUE(runner.collect().ok());
+    EXPECT_EQ(runner.rounds(), 3);
+    inner.busy = false;
+    busy = runner.idle_step();
+    ASSERT_TRUE(busy.ok());
+    EXPECT_FALSE(*busy);
+    EXPECT_EQ(inner.idle_rounds, 2);
+    EXPECT_EQ(inner.runs, 2);
+    EXPECT_EQ(runner.rounds(), 4);
+}
+
+TEST(OverlapRunnerTest, WaitIdleReturnsOnceLaunchedStepsRan) {
+    InnerRunner inner;
+    inner.hold = true;
+    OverlapRunner runner(inner);
+    ASSERT_TRUE(runner.launch(decode({{"a", 1}})).ok());
+    ASSERT_TRUE(runner.launch(decode({{"b", 2}})).ok());
+    inner.wait_started(1);
+    inner.release();
+    runner.wait_idle();  // neither is collected
+    {
+        std::lock_guard lock(inner.mu);
+        EXPECT_EQ(inner.seen.size(), 2u);
+    }
+    EXPECT_TRUE(runner.collect().ok());
+    EXPECT_TRUE(runner.collect().ok());
+}
+
 }  // namespace
 }  // namespace tessera::executor

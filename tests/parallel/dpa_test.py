@@ -243,9 +243,14 @@ def serve_layout(tessera, model, workdir, name, flags, expected):
             return False
         got = concurrently(port, PROMPTS)
         tokens, idle = group_counters(port, groups)
-        good = got == expected and all(t > 0 for t in tokens)
+        # Overlap scheduling is on unless PP turns it off (SGLang's rule).
+        with open(log.name) as f:
+            overlapped = "overlap scheduling: steps run on their own thread" in f.read()
+        overlap_ok = overlapped == ("--pp-size" not in flags)
+        good = got == expected and all(t > 0 for t in tokens) and overlap_ok
         print(f"{name}: 8 concurrent requests {'same as' if got == expected else 'DIFFER from'} one rank; tokens per "
-              f"group {tokens}, idle steps {idle} {'ok' if good else 'FAIL'}")
+              f"group {tokens}, idle steps {idle}, overlap scheduling {'on' if overlapped else 'off'} "
+              f"{'ok' if good else 'FAIL'}")
         if got != expected:
             print(f"  one rank: {expected}\n  layout:   {got}")
         return good
