@@ -39,6 +39,7 @@ StatusOr<std::vector<SampledToken>> OverlapRunner::collect() {
     done_.pop_front();
     --uncollected_;
     lock.unlock();
+    rounds_.fetch_add(1, std::memory_order_relaxed);
     if (!done.fatal.ok()) (void)note_failure(done.fatal);
     return std::move(done.result);
 }
@@ -56,7 +57,7 @@ StatusOr<bool> OverlapRunner::idle_step() {
                                     " launched steps are not collected");
     }
     StatusOr<bool> busy = inner_.idle_step();
-    rounds_.fetch_add(1, std::memory_order_release);
+    rounds_.fetch_add(1, std::memory_order_relaxed);
     if (!inner_.fatal_error().ok()) (void)note_failure(inner_.fatal_error());
     return busy;
 }
@@ -76,7 +77,6 @@ void OverlapRunner::loop() {
             resolved.ok() ? inner_.run(batch) : StatusOr<std::vector<SampledToken>>(std::move(resolved));
         futures_.record(batch, result);
         Done done{.result = std::move(result), .fatal = inner_.fatal_error()};
-        rounds_.fetch_add(1, std::memory_order_release);
         {
             std::lock_guard lock(mu_);
             done_.push_back(std::move(done));

@@ -40,8 +40,10 @@ class OverlapRunner final : public BatchRunner {
     void wait_idle();
 
     bool lockstep() const override { return inner_.lockstep(); }
-    // Rounds run so far: the steps the thread finished and the idle rounds.
-    std::int64_t rounds() const override { return rounds_.load(std::memory_order_acquire); }
+    // Rounds so far: the steps collected and the idle rounds. Not the steps the thread has
+    // run: the driver compares rounds() around a scheduler step to see whether it ran one,
+    // and a step launched then may finish at any time.
+    std::int64_t rounds() const override { return rounds_.load(std::memory_order_relaxed); }
     // Fails when a step is launched and not collected (the driver joins idle rounds only when
     // its scheduler has nothing in flight).
     StatusOr<bool> idle_step() override;
@@ -63,7 +65,7 @@ class OverlapRunner final : public BatchRunner {
     std::deque<Done> done_;
     std::int64_t uncollected_ = 0;  // launched, not yet collected
     std::int64_t unfinished_ = 0;   // launched, not yet run to the end
-    std::atomic<std::int64_t> rounds_{0};
+    std::atomic<std::int64_t> rounds_{0};  // the caller's: collect() and idle_step()
     bool stopping_ = false;
     std::thread thread_;  // last: starts once the members above exist
 };
