@@ -1,6 +1,7 @@
 #include "front/engine.h"
 
 #include <chrono>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -119,7 +120,8 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.sampling.params.seed = p.seed ? *p.seed : seed_rng_();
     // The output stream is created on the scheduler thread when the request arrives there.
     pending_[req.rid] = std::move(on_event);
-    stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0};
+    stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,
+                               p.stream_interval > 0 ? p.stream_interval : config_.stream_interval};
     Command c{Command::Kind::kAdd, std::move(req), {}};
     inbox_.push_back(std::move(c));
     cv_.notify_all();
@@ -197,9 +199,11 @@ void Engine::loop() {
                         sp = stream_params_[rid];
                         stream_params_.erase(rid);
                     }
-                    streams_.emplace(rid, Stream{std::move(cb),
-                                                 tokenizer::OutputStream(tokenizer_, sp.skip_special_tokens, sp.stop),
-                                                 sp.logprobs, false});
+                    streams_.emplace(rid, Stream{.on_event = std::move(cb),
+                                                 .output = tokenizer::OutputStream(tokenizer_, sp.skip_special_tokens,
+                                                                                   sp.stop),
+                                                 .logprobs = sp.logprobs,
+                                                 .interval = sp.interval});
                     c.req.sink = [this](const scheduler::ReqEvent& e) { on_req_event(e); };
                     Status s = scheduler_.add_request(std::move(c.req));
                     if (!s.ok()) {
@@ -323,6 +327,20 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         stream.done = true;
     }
     const bool last = stream.done;
+    if (stream.interval > 1) {
+        // Gathered until the token that opens the next chunk, or the end.
+        if (e.token) ++stream.tokens;
+        server::GenerationEvent& held = stream.held;
+        held.text += ev.text;
+        held.token_ids.insert(held.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+        for (auto& lp : ev.logprobs) held.logprobs.push_back(std::move(lp));
+        held.usage = ev.usage;
+        held.finish_reason = std::move(ev.finish_reason);
+        held.matched_stop = std::move(ev.matched_stop);
+        held.error = std::move(ev.error);
+        if (!last && stream.tokens % stream.interval != 1) return;
+        ev = std::exchange(held, {});
+    }
     stream.on_event(std::move(ev));
     if (last) {
         if (e.finished) streams_.erase(it);

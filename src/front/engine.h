@@ -44,6 +44,7 @@ struct EngineConfig {
     std::shared_ptr<eplb::BalancednessReport> balancedness;
     // Why the expert distribution endpoints cannot work with this launch ("" when they can).
     std::string expert_record_unavailable;
+    int stream_interval = 1;  // --stream-interval
 };
 
 class Engine final : public server::Backend {
@@ -86,12 +87,19 @@ class Engine final : public server::Backend {
         bool skip_special_tokens = true;
         std::vector<std::string> stop;
         bool logprobs = false;
+        int interval = 1;
     };
     struct Stream {
         server::EventCallback on_event;
         tokenizer::OutputStream output;
         bool logprobs = false;
         bool done = false;
+        // --stream-interval (SGLang scheduler_output_processor_mixin.py stream_output_generation):
+        // with an interval k > 1 an event goes out at output tokens 1, k + 1, 2k + 1, ... and at
+        // the end, carrying every token since the one before; `held` gathers them meanwhile.
+        int interval = 1;
+        std::int64_t tokens = 0;
+        server::GenerationEvent held;
     };
 
     StatusOr<std::vector<std::int32_t>> prompt_ids(const server::GenerationInput& input) const;

@@ -34,6 +34,9 @@ struct GenerationParams {
     int top_logprobs = 0;
     // OpenAI's logit_bias: added to the token's logit before sampling (-100 bans, +100 forces).
     std::vector<std::pair<std::int32_t, float>> logit_bias;
+    // Output tokens per event while streaming (SGLang's sampling_params.stream_interval);
+    // 0: the server's --stream-interval.
+    int stream_interval = 0;
 };
 
 struct GenerationInput {

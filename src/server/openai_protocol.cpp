@@ -501,6 +501,8 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     }
     if (auto v = s.boolean("ignore_eos")) p.ignore_eos = *v;
     if (auto v = s.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+    if (auto v = s.integer("stream_interval", 1, std::numeric_limits<std::int32_t>::max()))
+        p.stream_interval = static_cast<int>(*v);
     read_logit_bias(s, p);
     if (auto v = s.integer("sampling_seed", std::numeric_limits<std::int64_t>::min(),
                            std::numeric_limits<std::int64_t>::max()))

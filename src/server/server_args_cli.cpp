@@ -273,7 +273,9 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
          "run the running requests' decode tokens in the same forward as a prefill chunk (needs chunked prefill)",
          kYes);
     value(app, t, "--decode-log-interval", a.decode_log_interval, "decode steps between log lines", kYes);
-    value(app, t, "--stream-interval", a.stream_interval, "tokens between stream chunks", kNotYet);
+    value(app, t, "--stream-interval", a.stream_interval,
+          "output tokens per streamed chunk (the first token is sent alone); a request's own "
+          "sampling_params.stream_interval overrides it", kServe);
     flag(app, t, "--enable-metrics", a.enable_metrics, "Prometheus metrics", kServe);
     value(app, t, "--kv-cache-dtype", a.kv_cache_dtype,
           "KV cache element type: auto (the model's dtype), bf16, fp8_e4m3 or fp8_e5m2 (one byte per value: twice "

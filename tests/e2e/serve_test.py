@@ -92,6 +92,7 @@ def pool_is_whole(port, wait_s=5.0):
 # the `tessera generate` runs its answers are compared with.
 MODEL_FLAGS = []
 SAME_LAYOUT_AS_GENERATE = True  # False under EP: `generate` below runs plain TP
+STREAM_INTERVAL = 1  # the server's --stream-interval
 
 
 def main():
@@ -114,8 +115,11 @@ def main():
     os.makedirs(a.workdir, exist_ok=True)
     model = make_tiny_model(tessera, a.workdir, a.arch, ["--fp8-block", str(a.fp8_block)] if a.fp8_block else [])
     MODEL_FLAGS.extend(["--kv-cache-dtype", a.kv_cache_dtype])
-    global SAME_LAYOUT_AS_GENERATE
+    global SAME_LAYOUT_AS_GENERATE, STREAM_INTERVAL
     SAME_LAYOUT_AS_GENERATE = a.ep == 1 and a.moe_a2a_backend == "none"
+    for arg in a.serve_arg:
+        if arg.startswith("--stream-interval="):
+            STREAM_INTERVAL = int(arg.split("=", 1)[1])
     port = free_port()
     log = open(os.path.join(a.workdir, "server.log"), "w")
     server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
@@ -383,6 +387,24 @@ def run_checks(tessera, model, port, tp):
             "ignore_eos": True} if temperature else {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}})
         check(f"/generate at temperature {temperature} equals tessera generate",
               status == 200 and body["output_ids"] == expected, f"{status} {body} vs {expected}")
+
+    # --stream-interval k (and a request's sampling_params.stream_interval): a chunk goes out
+    # at output tokens 1, k + 1, 2k + 1, ... and at the end, each with every token since the
+    # last; the ids are those of the unstreamed request.
+    def chunk_ends(k, n):
+        return [t for t in range(1, n + 1) if k == 1 or t % k == 1 or t == n]
+
+    status, body = post(port, "/generate", {"input_ids": prompt_ids, "sampling_params": {
+        "max_new_tokens": 10, "temperature": 0, "ignore_eos": True}})
+    whole = body["output_ids"] if status == 200 else body
+    for label, extra in ((f"the server's --stream-interval {STREAM_INTERVAL}", {}),
+                         ("sampling_params.stream_interval 4", {"stream_interval": 4})):
+        events, done = stream(port, "/generate", {"input_ids": prompt_ids, "stream": True, "sampling_params": {
+            "max_new_tokens": 10, "temperature": 0, "ignore_eos": True, **extra}})
+        lengths = [len(e["output_ids"]) for e in events]
+        want = chunk_ends(extra.get("stream_interval", STREAM_INTERVAL), 10)
+        check(f"{label}: chunks end at tokens {want}, with the unstreamed ids",
+              done and lengths == want and events and events[-1]["output_ids"] == whole, f"{lengths} {whole}")
 
     # Chat, non-streaming and streaming, give the same text.
     chat = {"model": "tiny", "messages": [{"role": "user", "content": "Tell me about tessellation."}],
