@@ -829,6 +829,23 @@ TEST(SchedulerValidationTest, RejectsBadRequestsAndConfigs) {
     EXPECT_TRUE(bad.validate().ok());
 }
 
+// Launched steps that compute a chunk of `prefilling`'s prompt, and of them those that also
+// carry a sequence of `decoding`.
+std::pair<int, int> steps_carrying(const FakeRunner& runner, const std::string& prefilling,
+                                   const std::string& decoding) {
+    int chunks = 0, carrying = 0;
+    for (const ForwardBatch& batch : runner.launched) {
+        bool chunk = false, has_decoding = false;
+        for (const auto& q : batch.seqs) {
+            chunk = chunk || (q.rid == prefilling && q.tokens.size() > 1);
+            has_decoding = has_decoding || q.rid == decoding;
+        }
+        chunks += chunk ? 1 : 0;
+        carrying += chunk && has_decoding ? 1 : 0;
+    }
+    return {chunks, carrying};
+}
+
 // --enable-mixed-chunk: a prompt arriving while another request decodes is prefilled in steps
 // that also carry the running request's decode token, with the chunk budget lowered by one
 // token per running request; every output still equals the reference chain. Without the flag
@@ -865,16 +882,7 @@ TEST_P(SchedulerTest, MixedChunkCarriesTheRunningBatch) {
         EXPECT_EQ(h.results_["a"].tokens, expected(a)) << "mixed " << mixed;
         EXPECT_EQ(h.results_["b"].tokens, expected(b)) << "mixed " << mixed;
         // While b's prompt was computed, a decoded in every step (mixed) or in none.
-        int b_prefill_steps = 0, a_steps_during_b_prefill = 0;
-        for (const ForwardBatch& batch : h.runner_.launched) {
-            bool b_prefill = false, has_a = false;
-            for (const auto& q : batch.seqs) {
-                b_prefill = b_prefill || (q.rid == "b" && q.tokens.size() > 1);
-                has_a = has_a || q.rid == "a";
-            }
-            b_prefill_steps += b_prefill ? 1 : 0;
-            if (b_prefill && has_a) ++a_steps_during_b_prefill;
-        }
+        const auto [b_prefill_steps, a_steps_during_b_prefill] = steps_carrying(h.runner_, "b", "a");
         EXPECT_EQ(b_prefill_steps, 3);  // 150 tokens in chunks of at most 63 (mixed) or 64
         EXPECT_EQ(a_steps_during_b_prefill, mixed ? b_prefill_steps : 0);
     }
@@ -924,16 +932,7 @@ TEST_P(SchedulerTest, OverlapMixedChunkCarriesTheRunningBatch) {
     EXPECT_EQ(h.results_["b"].tokens, expected(b));
     EXPECT_EQ(h.runner_.dependency_violations, 0);
     EXPECT_EQ(h.runner_.max_in_flight, 2);
-    int b_prefill_steps = 0, a_steps_during_b_prefill = 0;
-    for (const ForwardBatch& batch : h.runner_.launched) {
-        bool b_prefill = false, has_a = false;
-        for (const auto& q : batch.seqs) {
-            b_prefill = b_prefill || (q.rid == "b" && q.tokens.size() > 1);
-            has_a = has_a || q.rid == "a";
-        }
-        b_prefill_steps += b_prefill ? 1 : 0;
-        if (b_prefill && has_a) ++a_steps_during_b_prefill;
-    }
+    const auto [b_prefill_steps, a_steps_during_b_prefill] = steps_carrying(h.runner_, "b", "a");
     EXPECT_EQ(b_prefill_steps, 3);  // 150 tokens in chunks of at most 63
     EXPECT_EQ(a_steps_during_b_prefill, b_prefill_steps);
     EXPECT_EQ(mixed_future_steps(h.runner_).first, b_prefill_steps);

@@ -109,6 +109,16 @@ def misaligned(tessera, workdir):
     return good
 
 
+def prompt_logits(tessera, model, prompt, kv_dtype, path):
+    """The logits of every row of a teacher-forced prompt with this KV cache type, and the log."""
+    cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", prompt, "--max-new-tokens", "1",
+           "--threads", "1", "--json", "--kv-cache-dtype", kv_dtype, "--logits-out", path]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
+    return np.load(path), p.stderr
+
+
 def kv(tessera, workdir):
     ok = True
     prompt = ",".join(str((i * 7919 + 13) % 1000) for i in range(300))
@@ -119,13 +129,8 @@ def kv(tessera, workdir):
                         "--out", model], check=True, capture_output=True)
         logits, capacity = {}, {}
         for kv_dtype in ("auto", "bf16", "fp8_e4m3", "fp8_e5m2"):
-            path = os.path.join(workdir, f"{arch}_kv_{kv_dtype}.npy")
-            cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", prompt, "--max-new-tokens", "1",
-                   "--threads", "1", "--json", "--kv-cache-dtype", kv_dtype, "--logits-out", path]
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-            if p.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
-            logits[kv_dtype] = np.load(path)
+            logits[kv_dtype], _ = prompt_logits(tessera, model, prompt, kv_dtype,
+                                                os.path.join(workdir, f"{arch}_kv_{kv_dtype}.npy"))
             # --logits-out runs the model directly; the scheduler's memory plan logs the capacity.
             cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", "1,2,3", "--max-new-tokens", "1",
                    "--threads", "1", "--kv-cache-dtype", kv_dtype]
@@ -201,13 +206,8 @@ def kv_scales(tessera, workdir):
     prompt = ",".join(str((i * 7919 + 13) % 1000) for i in range(300))
 
     def logits(model, kv_dtype):
-        path = os.path.join(workdir, f"{os.path.basename(model)}_{kv_dtype}.npy")
-        cmd = [tessera, "generate", "--model-path", model, "--prompt-ids", prompt, "--max-new-tokens", "1",
-               "--threads", "1", "--json", "--kv-cache-dtype", kv_dtype, "--logits-out", path]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if p.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
-        return np.load(path), p.stderr
+        return prompt_logits(tessera, model, prompt, kv_dtype,
+                             os.path.join(workdir, f"{os.path.basename(model)}_{kv_dtype}.npy"))
 
     exact, _ = logits(base, "auto")
     std = float(exact.std())
