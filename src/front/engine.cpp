@@ -33,7 +33,8 @@ Engine::Engine(EngineConfig config, const tokenizer::Tokenizer& tokenizer,
       runner_(runner),
       scheduler_(config_.scheduler, runner),
       seed_rng_(config_.random_seed),
-      stats_(scheduler_.stats()) {}  // /metrics before the first step shows the empty pool
+      stats_(scheduler_.stats()),  // /metrics before the first step shows the empty pool
+      recv_skipper_(config_.scheduler_recv_interval) {}
 
 Engine::~Engine() { stop(); }
 
@@ -185,7 +186,7 @@ void Engine::loop() {
                 // costs little CPU and a new request waits at most that long for the others.
                 cv_.wait_for(lock, std::chrono::milliseconds(1 << std::min(idle_rounds_, 3)), ready);
             }
-            commands.swap(inbox_);
+            if (recv_skipper_.should_receive(last_step_)) commands.swap(inbox_);
         }
         for (auto& c : commands) {
             switch (c.kind) {
@@ -237,7 +238,7 @@ void Engine::loop() {
             }
         }
         const std::int64_t rounds = runner_.rounds();
-        scheduler_.step();
+        last_step_ = scheduler_.step();
         peers_busy_ = false;
         if (runner_.lockstep() && runner_.rounds() == rounds) {
             auto busy = runner_.idle_step();

@@ -22,6 +22,7 @@
 #include "scheduler/scheduler.h"
 #include "server/backend.h"
 #include "tokenizer/chat_template.h"
+#include "front/recv_skipper.h"
 #include "tokenizer/output_stream.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,7 +45,8 @@ struct EngineConfig {
     std::shared_ptr<eplb::BalancednessReport> balancedness;
     // Why the expert distribution endpoints cannot work with this launch ("" when they can).
     std::string expert_record_unavailable;
-    int stream_interval = 1;  // --stream-interval
+    int stream_interval = 1;          // --stream-interval
+    int scheduler_recv_interval = 1;  // --scheduler-recv-interval
 };
 
 class Engine final : public server::Backend {
@@ -127,6 +129,8 @@ class Engine final : public server::Backend {
     // Lockstep runner only: the last round had another group's work, so join the next at once.
     bool peers_busy_ = false;  // scheduler thread only
     int idle_rounds_ = 0;      // consecutive rounds with no work anywhere; scheduler thread only
+    RecvSkipper recv_skipper_;                                    // scheduler thread only
+    scheduler::StepKind last_step_ = scheduler::StepKind::kIdle;  // scheduler thread only
     std::optional<bool> flush_result_;                                    // GUARDED_BY(mu_)
     std::optional<Status> record_result_;                                 // GUARDED_BY(mu_)
     Status fatal_;                                                        // GUARDED_BY(mu_)

@@ -114,6 +114,8 @@ Status ServerArgs::resolve() {
         return invalid("--pp-async-batch-depth must be >= 0, got " + str(pp_async_batch_depth));
     if (*page_size < 1) return invalid("--page-size must be at least 1, got " + str(*page_size));
     if (stream_interval < 1) return invalid("--stream-interval must be at least 1, got " + str(stream_interval));
+    if (scheduler_recv_interval < 1)
+        return invalid("--scheduler-recv-interval must be at least 1, got " + str(scheduler_recv_interval));
     if (chunked_prefill_size && *chunked_prefill_size > 0 && *chunked_prefill_size % *page_size != 0)
         return invalid("chunked_prefill_size must be divisible by page_size: --chunked-prefill-size " +
                        str(*chunked_prefill_size) + " with --page-size " + str(*page_size));

@@ -268,7 +268,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
          "run each step to completion before scheduling the next (turns off overlap scheduling)", kYes);
     value(app, t, "--num-continuous-decode-steps", a.num_continuous_decode_steps, "decode steps per schedule",
           kNotYet);
-    value(app, t, "--scheduler-recv-interval", a.scheduler_recv_interval, "steps between request polls", kNotYet);
+    value(app, t, "--scheduler-recv-interval", a.scheduler_recv_interval,
+          "decode steps between reads of new requests (a prefill step always reads after it)", kServe);
     flag(app, t, "--enable-mixed-chunk", a.enable_mixed_chunk,
          "run the running requests' decode tokens in the same forward as a prefill chunk (needs chunked prefill)",
          kYes);

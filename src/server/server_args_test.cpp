@@ -175,6 +175,8 @@ TEST(ServerArgsTest, EveryValidationRule) {
         {"micro batch size", [](ServerArgs& a) { a.pp_max_micro_batch_size = 0; },
          "--pp-max-micro-batch-size must be at least 1"},
         {"stream interval", [](ServerArgs& a) { a.stream_interval = 0; }, "--stream-interval must be at least 1"},
+        {"recv interval", [](ServerArgs& a) { a.scheduler_recv_interval = 0; },
+         "--scheduler-recv-interval must be at least 1"},
         {"chunk vs page", [](ServerArgs& a) { a.chunked_prefill_size = 100; a.page_size = 64; },
          "chunked_prefill_size must be divisible by page_size"},
         {"conservativeness", [](ServerArgs& a) { a.schedule_conservativeness = -0.5; },
