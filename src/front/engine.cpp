@@ -119,6 +119,7 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_.count(req.rid) != 0) return Status::InvalidArgument("request id " + req.rid + " is already running");
     req.sampling.params.seed = p.seed ? *p.seed : seed_rng_();
+    req.priority = p.priority;
     // The output stream is created on the scheduler thread when the request arrives there.
     pending_[req.rid] = std::move(on_event);
     stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,

@@ -212,6 +212,13 @@ void read_logit_bias(FieldReader& r, GenerationParams& p) {
     }
 }
 
+// "priority" beside the sampling fields, on every route as in SGLang's request types.
+void read_priority(FieldReader& r, GenerationParams& p) {
+    if (auto v = r.integer("priority", std::numeric_limits<std::int32_t>::min(),
+                           std::numeric_limits<std::int32_t>::max()))
+        p.priority = static_cast<std::int32_t>(*v);
+}
+
 // Sampling fields shared by the OpenAI routes (and, with OpenAI names, SGLang's extras).
 void read_openai_sampling(FieldReader& r, ApiKind kind, const ProtocolOptions& o,
                           GenerationParams& p) {
@@ -238,6 +245,7 @@ void read_openai_sampling(FieldReader& r, ApiKind kind, const ProtocolOptions& o
     if (auto v = r.number("presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*v);
     if (auto v = r.boolean("ignore_eos")) p.ignore_eos = *v;
     if (auto v = r.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+    read_priority(r, p);
     if (const Json* rf = r.get("response_format")) {
         if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")
             r.fail("response_format", "only {\"type\": \"text\"} is supported by this server");
@@ -477,6 +485,7 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     if (auto v = r.boolean("return_logprob")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs_num", 0, o.max_top_logprobs)) out.top_logprobs = static_cast<int>(*v);
     base.params.max_new_tokens = 128;  // SGLang's SamplingParams default
+    read_priority(r, base.params);
     const Json* sp = r.get("sampling_params");
     if (!sp || !r.ok()) return;
     if (!sp->is_object()) {

@@ -67,6 +67,21 @@ TEST(OpenAiProtocolTest, ChatRequestBecomesChatJson) {
     EXPECT_FALSE(o.request.stream);
 }
 
+// SGLang's request field "priority", on every route; an integer only.
+TEST(OpenAiProtocolTest, PriorityOnEveryRoute) {
+    auto c = chat(R"({"messages": [{"role": "user", "content": "x"}], "priority": 7})");
+    ASSERT_TRUE(c.ok()) << c.error->message;
+    EXPECT_EQ(c.request.requests[0].params.priority, 7);
+    auto p = completion(R"({"prompt": "x", "priority": -3})");
+    ASSERT_TRUE(p.ok()) << p.error->message;
+    EXPECT_EQ(p.request.requests[0].params.priority, -3);
+    auto g = generate(R"({"text": "x", "priority": 12})");
+    ASSERT_TRUE(g.ok()) << g.error->message;
+    EXPECT_EQ(g.request.requests[0].params.priority, 12);
+    EXPECT_EQ(generate(R"({"text": "x"})").request.requests[0].params.priority, 0);
+    expect_error(generate(R"({"text": "x", "priority": "high"})"), "priority");
+}
+
 TEST(OpenAiProtocolTest, ChatDefaultsAndN) {
     auto o = chat(R"({"messages": [{"role": "user", "content": "x"}], "n": 3, "stream": true,
         "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2,

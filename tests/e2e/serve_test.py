@@ -143,6 +143,7 @@ def main():
         if a.tp == 1 and a.pp == 1:
             check_memory_pressure(tessera, model, port, a.workdir)
             check_cache_cap(tessera, model, a.workdir)
+            check_priority_order(tessera, model, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
@@ -278,6 +279,45 @@ def check_cache_cap(tessera, model, workdir):
             "max_new_tokens": 2, "temperature": 0}})
         cached = body["meta_info"].get("cached_tokens", 0) if status == 200 else -1
         check("the most recent prompt is still reused under the cap", cached >= 40, f"{status} {str(body)[:300]}")
+    finally:
+        stop_server(server)
+        log.close()
+
+
+def check_priority_order(tessera, model, workdir):
+    """--schedule-policy priority with one running request: while a long request runs, a
+    request of priority 0 and then one of priority 10 queue; the second is admitted first
+    (higher values first), so it finishes first."""
+    port = free_port()
+    log_path = os.path.join(workdir, "server_priority.log")
+    log = open(log_path, "w")
+    server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
+                               "--port", str(port), "--threads", "1", "--max-total-tokens", "16384",
+                               "--schedule-policy", "priority", "--max-running-requests", "1", "--random-seed", "1"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    try:
+        if not wait_ready(port, server):
+            check("priority-policy server starts", False, open(log_path).read()[-2000:])
+            return
+        finished = {}
+
+        def send(name, priority, tokens):
+            status, _ = post(port, "/generate", {"input_ids": [5, 6, 7], "priority": priority, "sampling_params": {
+                "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}})
+            finished[name] = (status, time.monotonic())
+
+        threads = [threading.Thread(target=send, args=("long", 0, 1500))]
+        threads[0].start()
+        time.sleep(0.3)
+        for name, priority in (("low", 0), ("high", 10)):
+            threads.append(threading.Thread(target=send, args=(name, priority, 16)))
+            threads[-1].start()
+            time.sleep(0.1)
+        for t in threads:
+            t.join(120)
+        ok = all(finished.get(n, (0,))[0] == 200 for n in ("long", "low", "high"))
+        check("--schedule-policy priority: the later, higher-priority request finishes first",
+              ok and finished["high"][1] < finished["low"][1], str(finished))
     finally:
         stop_server(server)
         log.close()
