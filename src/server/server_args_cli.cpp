@@ -280,7 +280,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     flag(app, t, "--enable-metrics", a.enable_metrics, "Prometheus metrics", kServe);
     value(app, t, "--kv-cache-dtype", a.kv_cache_dtype,
           "KV cache element type: auto (the model's dtype), bf16, fp8_e4m3 or fp8_e5m2 (one byte per value: twice "
-          "the tokens; scale 1, values clamped to the format's range)",
+          "the tokens; the checkpoint's k_scale / v_scale, else 1; values clamped to the format's range)",
           kYes)
         ->check(CLI::IsMember({"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
                                "fp4_mx_block16", "fp4_e2m1"}));
