@@ -433,14 +433,10 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
             running_views.push_back({.max_new_tokens = r->max_new_tokens,
                                      .output_len = static_cast<std::int64_t>(r->output_ids.size())});
     const std::int64_t chunk_size = prefill_chunk_budget();
-    // The running requests that can decode in this round: with overlap scheduling also those
-    // whose token the step in flight samples, and those whose last prompt chunk it computes
-    // (they decode fed that token, as in update_running_batch). Mixed only while the decode
-    // tokens leave room for a chunk (SGLang would go on with a budget of nothing).
+    // The round carries the decode tokens of every request ready for one, while they leave
+    // room for a chunk (SGLang would go on with a budget of nothing).
     if (config_.enable_mixed_chunk && chunk_size > 0) {
-        std::vector<Req*> candidates = running_;
-        candidates.insert(candidates.end(), prefilling_.begin(), prefilling_.end());
-        mixed_decode_ = decode_micro_batch(candidates);
+        mixed_decode_ = ready_to_decode();
         if (static_cast<std::int64_t>(mixed_decode_.size()) + config_.page_size > chunk_size) mixed_decode_.clear();
     }
     PoolBudgetView view(*allocator_, *cache_);
@@ -598,23 +594,23 @@ bool Scheduler::check_decode_mem(const std::vector<Req*>& reqs) {
     return allocator_->available() >= needed;
 }
 
-std::vector<Req*> Scheduler::update_running_batch() {
+std::vector<Req*> Scheduler::ready_to_decode() const {
     // Overlap: the requests whose last prompt chunk is in flight decode in the next step too,
     // fed the token that chunk samples (SGLang's overlap loop merges the last prefill batch
-    // into the running batch before its result is processed).
-    const bool with_prefilling = config_.overlap_schedule && !prefilling_.empty();
-    if (running_.empty() && !with_prefilling) {
+    // into the running batch before its result is processed). Without overlap scheduling
+    // they await their token, and decode_micro_batch would skip them anyway.
+    if (!config_.overlap_schedule || prefilling_.empty()) return decode_micro_batch(running_);
+    std::vector<Req*> candidates = running_;
+    candidates.insert(candidates.end(), prefilling_.begin(), prefilling_.end());
+    return decode_micro_batch(candidates);
+}
+
+std::vector<Req*> Scheduler::update_running_batch() {
+    if (running_.empty() && (!config_.overlap_schedule || prefilling_.empty())) {
         batch_is_full_ = false;
         return {};
     }
-    std::vector<Req*> batch;
-    if (with_prefilling) {
-        std::vector<Req*> candidates = running_;
-        candidates.insert(candidates.end(), prefilling_.begin(), prefilling_.end());
-        batch = decode_micro_batch(candidates);
-    } else {
-        batch = decode_micro_batch(running_);
-    }
+    std::vector<Req*> batch = ready_to_decode();
     if (batch.empty()) return {};
     const std::size_t initial = running_.size();
     if (!check_decode_mem(batch)) {

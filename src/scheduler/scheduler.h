@@ -170,6 +170,9 @@ class Scheduler {
     std::vector<PrefillItem> get_new_batch_prefill();
     bool alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_chunked);
     void launch_prefill(const std::vector<PrefillItem>& items, const std::vector<Req*>& decode);
+    // The requests that can decode in the step being formed (decode_micro_batch over the
+    // running ones and, with overlap scheduling, those whose last prompt chunk is in flight).
+    std::vector<Req*> ready_to_decode() const;
     std::vector<Req*> mixed_decode_batch();
     void add_decode_seq(Req& r, executor::ForwardBatch& batch, InFlightStep& step);
     // A decode token's result; true when it finished the request.
