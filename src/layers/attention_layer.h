@@ -36,8 +36,9 @@ class GqaAttention {
     Status forward(const float* h, const LayerBatch& batch, void* k_cache, void* v_cache, DType kv_dtype,
                    float* out, Scratch& scratch, const LayerParallel& par) const;
 
-    // The checkpoint's fp8 KV cache scales (applied only when kv_dtype is fp8).
+    // The fp8 KV cache scales (applied only when kv_dtype is fp8).
     const KvScales& kv_scales() const { return kv_scales_; }
+    void set_kv_scales(KvScales scales) { kv_scales_ = std::move(scales); }
     std::int64_t local_heads() const { return heads_; }
     std::int64_t local_kv_heads() const { return kv_heads_; }
     std::size_t weight_bytes() const { return qkv_proj_.weight_bytes() + o_proj_.weight_bytes(); }

@@ -1,7 +1,6 @@
 #include "layers/kv_scales.h"
 
 #include <algorithm>
-#include <array>
 #include <optional>
 #include <span>
 
@@ -11,14 +10,10 @@
 namespace tessera::layers {
 namespace {
 
-struct ScaleNames {
-    std::array<const char*, 3> k;
-    std::array<const char*, 3> v;
-    const char* kv;
-};
-constexpr ScaleNames kNames{{"k_scale", "attn.k_scale", "k_proj.k_scale"},
-                            {"v_scale", "attn.v_scale", "v_proj.v_scale"},
-                            "kv_scale"};
+constexpr const char* kGqaK[] = {"k_scale", "attn.k_scale", "k_proj.k_scale", "kv_scale"};
+constexpr const char* kGqaV[] = {"v_scale", "attn.v_scale", "v_proj.v_scale"};
+constexpr const char* kMlaK[] = {"attn_mqa.k_scale", "k_proj.k_scale"};
+constexpr const char* kMlaV[] = {"attn_mqa.v_scale", "v_proj.v_scale"};
 
 // The value of the first of `names` under `prefix`, if the checkpoint has one.
 StatusOr<std::optional<float>> read_scale(const loader::WeightSource& source, const std::string& prefix,
@@ -37,27 +32,25 @@ StatusOr<std::optional<float>> read_scale(const loader::WeightSource& source, co
     return std::optional<float>();
 }
 
+StatusOr<KvScales> load_scales(const loader::WeightSource& source, const std::string& prefix,
+                               std::span<const char* const> k_names, std::span<const char* const> v_names) {
+    TSR_ASSIGN_OR_RETURN(std::optional<float> k, read_scale(source, prefix, k_names));
+    TSR_ASSIGN_OR_RETURN(std::optional<float> v, read_scale(source, prefix, v_names));
+    const float k_value = k.value_or(-1.0f), v_value = v.value_or(-1.0f);
+    if (k_value > 0.0f && v_value > 0.0f) return KvScales{k_value, v_value, "the checkpoint"};
+    if (k_value <= 0.0f && v_value <= 0.0f) return KvScales{};
+    const float both = std::max(k_value, v_value);
+    return KvScales{both, both, "the checkpoint"};
+}
+
 }  // namespace
 
 StatusOr<KvScales> load_kv_scales(const loader::WeightSource& source, const std::string& prefix) {
-    TSR_ASSIGN_OR_RETURN(std::optional<float> k, read_scale(source, prefix, kNames.k));
-    TSR_ASSIGN_OR_RETURN(std::optional<float> v, read_scale(source, prefix, kNames.v));
-    if (!k) {
-        const std::array<const char*, 1> kv{kNames.kv};
-        TSR_ASSIGN_OR_RETURN(k, read_scale(source, prefix, kv));
-    }
-    const float k_value = k.value_or(-1.0f), v_value = v.value_or(-1.0f);
-    if (k_value > 0.0f && v_value > 0.0f) return KvScales{k_value, v_value, true};
-    if (k_value <= 0.0f && v_value <= 0.0f) return KvScales{};
-    const float both = std::max(k_value, v_value);
-    return KvScales{both, both, true};
+    return load_scales(source, prefix, kGqaK, kGqaV);
 }
 
-bool has_kv_scales(const loader::WeightSource& source, const std::string& prefix) {
-    const auto any = [&](std::span<const char* const> names) {
-        return std::any_of(names.begin(), names.end(), [&](const char* n) { return source.contains(prefix + n); });
-    };
-    return any(kNames.k) || any(kNames.v) || source.contains(prefix + kNames.kv);
+StatusOr<KvScales> load_mla_kv_scales(const loader::WeightSource& source, const std::string& prefix) {
+    return load_scales(source, prefix, kMlaK, kMlaV);
 }
 
 }  // namespace tessera::layers

@@ -8,6 +8,9 @@
 //   <attn>.v_proj.v_scale, and the deprecated single <attn>.kv_scale (taken as k_scale);
 //   both positive: used as they are; neither (absent or not positive): 1; one of them: the
 //   larger value for both.
+// DeepSeek's MLA attention keeps them on its attn_mqa module (models/deepseek_v2.py
+// load_weights maps ModelOpt's k_proj / v_proj names there). Its cache holds one latent that
+// serves as keys and values, stored divided by k_scale as SGLang's MLA backends store it.
 // Only per-tensor scales: a tensor of more than one value is refused.
 
 #include <string>
@@ -23,13 +26,12 @@ namespace tessera::layers {
 struct KvScales {
     float k = 1.0f;
     float v = 1.0f;
-    bool from_checkpoint = false;  // some scale was found (else both are 1)
+    // Where they came from: "" (nowhere: both 1), "the checkpoint" or "the --quantization-param-path file".
+    std::string source;
 };
 
 // `prefix`: the attention module, "model.layers.{i}.self_attn.".
 StatusOr<KvScales> load_kv_scales(const loader::WeightSource& source, const std::string& prefix);
-
-// Whether the checkpoint holds any KV scale tensor under `prefix` (for layers that cannot use them).
-bool has_kv_scales(const loader::WeightSource& source, const std::string& prefix);
+StatusOr<KvScales> load_mla_kv_scales(const loader::WeightSource& source, const std::string& prefix);
 
 }  // namespace tessera::layers

@@ -57,6 +57,7 @@ StatusOr<MlaAttention> MlaAttention::load(const loader::WeightSource& source, co
     TSR_ASSIGN_OR_RETURN(a.o_proj_, Linear::load(source, {{{p + "o_proj.weight", s.hidden}}, s.heads * dv,
                                                           heads.begin * dv, heads.count * dv, false,
                                                           s.compute_dtype}));
+    TSR_ASSIGN_OR_RETURN(a.kv_scales_, load_mla_kv_scales(source, p));
     return a;
 }
 
@@ -87,6 +88,7 @@ Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cach
     const std::int64_t q_in = mla_.q_lora_rank > 0 ? mla_.q_lora_rank : heads_ * qk;  // q part of in_proj
     scratch.mla_proj.resize(static_cast<std::size_t>(n * proj_width));
     in_proj_.forward(h, n, scratch.mla_proj.data(), batch.pool);
+    const float cache_scale = is_fp8(cache_dtype) ? kv_scales_.k : 1.0f;
     // Per token: the latent's norm, the rope key, the cache row; the q_a norm.
     const auto finish_kv = [&](std::int64_t t_begin, std::int64_t t_end) {
         for (std::int64_t t = t_begin; t < t_end; ++t) {
@@ -97,7 +99,7 @@ Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cach
             kernels::rope_rotate(kv + r, 1, dr, batch.rope_cos + t * dr / 2, batch.rope_sin + t * dr / 2,
                                  /*neox=*/false);
             for (std::int64_t i = 0; i < dr; ++i) kv[r + i] *= rope_magnitude_;
-            kernels::store_kv_row(kv, cache, batch.kv_rows[t] * width, width, cache_dtype);
+            kernels::store_kv_row(kv, cache, batch.kv_rows[t] * width, width, cache_dtype, cache_scale);
         }
     };
     if (batch.pool != nullptr && n >= 8) {
@@ -135,10 +137,10 @@ Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cach
             while (end < batch.seqs.size() && is_absorbed(batch.seqs[end])) tokens += batch.seqs[end++].n_tokens;
             if (tokens > 0)
                 absorbed(scratch.mla_q.data(), batch.seqs.subspan(i, end - i), first, cache, cache_dtype,
-                         scratch.attn.data(), scratch, batch.pool);
+                         cache_scale, scratch.attn.data(), scratch, batch.pool);
         } else if (tokens > 0) {
-            naive(scratch.mla_q.data(), batch.seqs[i], first, cache, cache_dtype, scratch.attn.data(), scratch,
-                  batch.pool);
+            naive(scratch.mla_q.data(), batch.seqs[i], first, cache, cache_dtype, cache_scale, scratch.attn.data(),
+                  scratch, batch.pool);
         }
         first += tokens;
         i = end;
@@ -148,7 +150,8 @@ Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cach
 }
 
 void MlaAttention::absorbed(const float* q, std::span<const SeqSpan> seqs, std::int64_t first, const void* cache,
-                            DType cache_dtype, float* attn, Scratch& scratch, ThreadPool* pool) const {
+                            DType cache_dtype, float cache_scale, float* attn, Scratch& scratch,
+                            ThreadPool* pool) const {
     const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
     const std::int64_t qk = dn + dr, dv = mla_.v_head_dim, width = r + dr;
     std::int64_t n = 0;
@@ -182,7 +185,11 @@ void MlaAttention::absorbed(const float* q, std::span<const SeqSpan> seqs, std::
                                     seq.start_pos, scratch.mla_head_out.data() + t * heads_ * r});
         t += seq.n_tokens;
     }
-    kernels::mla_attention_absorbed(scratch.mla_runs, {heads_, r, dr, scale_}, pool);
+    // Scores and the weighted latent of the cached values, scaled back to the latent's.
+    kernels::mla_attention_absorbed(scratch.mla_runs, {heads_, r, dr, scale_ * cache_scale}, pool);
+    if (cache_scale != 1.0f) {
+        for (float& x : scratch.mla_head_out) x *= cache_scale;
+    }
     // Each head's weighted latent through its W_UV, into attn [n, heads · v].
     for_heads([&](std::int64_t hd) {
         w_uv_[hd].forward(scratch.mla_head_out.data() + hd * r, n, attn + first * heads_ * dv + hd * dv, nullptr,
@@ -191,7 +198,7 @@ void MlaAttention::absorbed(const float* q, std::span<const SeqSpan> seqs, std::
 }
 
 void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache,
-                         DType cache_dtype, float* attn, Scratch& scratch, ThreadPool* pool) const {
+                         DType cache_dtype, float cache_scale, float* attn, Scratch& scratch, ThreadPool* pool) const {
     const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
     const std::int64_t width = r + dr, ctx = seq.start_pos + seq.n_tokens;
     // The context's latents and rope keys, then K_nope and V of every head from kv_b_proj.
@@ -205,6 +212,10 @@ void MlaAttention::naive(const float* q, const SeqSpan& seq, std::int64_t first,
         convert_to_f32(row, cache_dtype, latent, static_cast<std::size_t>(r));
         convert_to_f32(row + r * static_cast<std::int64_t>(dtype_size(cache_dtype)), cache_dtype, k_pe,
                        static_cast<std::size_t>(dr));
+        if (cache_scale != 1.0f) {
+            for (std::int64_t i = 0; i < r; ++i) latent[i] *= cache_scale;
+            for (std::int64_t i = 0; i < dr; ++i) k_pe[i] *= cache_scale;
+        }
     }
     scratch.mla_kv.resize(static_cast<std::size_t>(ctx * kv_b_proj_.out_features()));
     kv_b_proj_.forward(scratch.mla_latent.data(), ctx, scratch.mla_kv.data(), pool);

@@ -4,7 +4,9 @@
 //   c_q = rms_norm(q_a_proj x) → q = q_b_proj c_q   (or q = q_proj x without q_lora_rank)
 //   [c_kv ; k_pe] = kv_a_proj_with_mqa x, c_kv = rms_norm(c_kv)   (k_pe: no norm)
 //   q_pe, k_pe rotated on interleaved pairs (yarn: times rope_magnitude)
-//   cached per token: the row [c_kv ; k_pe], one for all heads (KvKind::kLatent)
+//   cached per token: the row [c_kv ; k_pe], one for all heads (KvKind::kLatent); an fp8
+//     cache holds it divided by the checkpoint's k_scale, which scales the scores and the
+//     weighted latent back (the latent is keys and values both)
 //   prefill (a run of several tokens): naive form, k_nope and v per head = kv_b_proj c_kv
 //   decode (one token): absorbed form, q̂ = W_UK^T q_nope against the latent rows, the
 //     weighted latent through W_UV (both slices of kv_b_proj, kept per head)
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "layers/forward_batch.h"
+#include "layers/kv_scales.h"
 #include "layers/linear.h"
 #include "layers/parallel.h"
 #include "loader/model_config.h"
@@ -48,6 +51,9 @@ class MlaAttention {
     Status forward(const float* h, const LayerBatch& batch, void* latent_cache, DType cache_dtype, float* out,
                    Scratch& scratch, const LayerParallel& par, MlaForm form = MlaForm::kAuto) const;
 
+    // The fp8 cache's scales (attn_mqa.k_scale / v_scale): the latent takes k.
+    const KvScales& kv_scales() const { return kv_scales_; }
+    void set_kv_scales(KvScales scales) { kv_scales_ = std::move(scales); }
     std::int64_t local_heads() const { return heads_; }
     std::int64_t cache_width() const { return mla_.kv_lora_rank + mla_.qk_rope_head_dim; }
     std::size_t weight_bytes() const;
@@ -56,10 +62,11 @@ class MlaAttention {
  private:
     // Consecutive sequences of the batch (their tokens from row `first` on) in one pass: the
     // absorbed products over all their tokens and one attention call, split over the threads.
+    // `cache_scale`: what the cache's values are multiplied by to give the latent.
     void absorbed(const float* q, std::span<const SeqSpan> seqs, std::int64_t first, const void* cache,
-                  DType cache_dtype, float* attn, Scratch& scratch, ThreadPool* pool) const;
+                  DType cache_dtype, float cache_scale, float* attn, Scratch& scratch, ThreadPool* pool) const;
     void naive(const float* q, const SeqSpan& seq, std::int64_t first, const void* cache, DType cache_dtype,
-               float* attn, Scratch& scratch, ThreadPool* pool) const;
+               float cache_scale, float* attn, Scratch& scratch, ThreadPool* pool) const;
 
     loader::MlaConfig mla_;
     std::int64_t heads_ = 0;  // this rank's
@@ -73,6 +80,7 @@ class MlaAttention {
     std::vector<Linear> w_uk_t_;   // per head [kv_lora_rank, nope]: q_nope → latent space
     std::vector<Linear> w_uv_;     // per head [v, kv_lora_rank]: latent → value
     Linear o_proj_;                // [hidden, heads·v], row parallel
+    KvScales kv_scales_;
 };
 
 }  // namespace tessera::layers

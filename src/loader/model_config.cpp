@@ -236,6 +236,7 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<
         return Status::InvalidArgument(file + ": missing \"architectures\" list");
     }
     c.architecture = j["architectures"][0].get<std::string>();
+    if (j.contains("model_type") && j["model_type"].is_string()) c.model_type = j["model_type"].get<std::string>();
     const auto entry = std::find_if(known.begin(), known.end(),
                                     [&](const ArchitectureFamily& a) { return c.architecture == a.architecture; });
     if (entry == known.end()) {

@@ -93,6 +93,7 @@ struct Fp8Quantization {
 
 struct ModelConfig {
     std::string architecture;  // architectures[0]
+    std::string model_type;    // "" when config.json has none
     ModelFamily family = ModelFamily::kLlama;
     std::int64_t hidden_size = 0;
     std::int64_t intermediate_size = 0;

@@ -16,6 +16,7 @@
 #include "layers/logits_head.h"
 #include "layers/mla_attention.h"
 #include "layers/mlp.h"
+#include "loader/kv_cache_scales_file.h"
 #include "models/eplb_manager.h"
 
 namespace tessera::models {
@@ -117,9 +118,11 @@ class Decoder final : public Model {
     // The logits rows of this rank's group from the hidden states `last_` (n_out rows).
     Status logits_forward(std::int64_t n_out, const BatchInput& batch, ThreadPool* pool, std::vector<float>* out);
     Status init_eplb(const LoadOptions& options);
-    // The fp8 KV cache's scales at start-up: how many layers took the checkpoint's, and a
-    // warning where they run on 1.0.
-    void log_kv_scales(const WeightSource& source, const std::string& kv_cache_dtype) const;
+    // --quantization-param-path's factors of this rank's layers (empty when none apply).
+    StatusOr<std::vector<float>> kv_scales_from_file(const LoadOptions& options) const;
+    // The fp8 KV cache's scales at start-up: how many layers took the checkpoint's or the
+    // file's, and a warning where they run on 1.0.
+    void log_kv_scales(const std::string& kv_cache_dtype) const;
     StatusOr<std::variant<layers::GqaAttention, layers::MlaAttention>> load_attention(const WeightSource& source,
                                                                                     const std::string& prefix,
                                                                                     const DecoderSpec& spec) const;
@@ -195,6 +198,7 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
     const ModelConfig& c = config_;
     stage_ = stage;
     const std::int64_t hidden = c.hidden_size;
+    TSR_ASSIGN_OR_RETURN(const std::vector<float> file_kv_scales, kv_scales_from_file(options));
     if (stage_.first) {
         TSR_ASSIGN_OR_RETURN(embedding_, layers::VocabParallelEmbedding::load(source, "model.embed_tokens.weight",
                                                                             c.vocab_size, hidden, embed_par_));
@@ -221,7 +225,14 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
         }
         source.drop_resident_pages();  // this layer's file bytes are packed now
     }
-    if (is_fp8(kv_dtype_) && output_rank_) log_kv_scales(source, options.kv_cache_dtype);
+    // The file's factors replace the checkpoint's: SGLang loads them after the weights
+    // (model_runner.py load_kv_cache_scales).
+    for (std::size_t i = 0; i < file_kv_scales.size() && i < layers_.size(); ++i) {
+        const float factor = file_kv_scales[i];
+        std::visit([&](auto& a) { a.set_kv_scales({factor, factor, "the --quantization-param-path file"}); },
+                   layers_[i].attention);
+    }
+    if (is_fp8(kv_dtype_) && output_rank_) log_kv_scales(options.kv_cache_dtype);
     TSR_ASSIGN_OR_RETURN(auto heads,
                          layers::shard_attention(c.num_attention_heads, c.num_key_value_heads, attn_par_.tp));
     n_heads_ = heads.q_heads.count;
@@ -243,30 +254,48 @@ Status Decoder::load(const WeightSource& source, const StageInfo& stage, const D
     return Status::Ok();
 }
 
-void Decoder::log_kv_scales(const WeightSource& source, const std::string& kv_cache_dtype) const {
-    int scaled = 0, mla_scaled = 0;
+StatusOr<std::vector<float>> Decoder::kv_scales_from_file(const LoadOptions& options) const {
+    if (options.quantization_param_path.empty()) return std::vector<float>();
+    // As SGLang (model_runner.py): the file serves an fp8_e4m3 cache only.
+    if (options.kv_cache_dtype != "fp8_e4m3") {
+        if (output_rank_)
+            TSR_LOG(INFO, "--quantization-param-path {} has no effect with --kv-cache-dtype {}: it gives the scales "
+                    "of an fp8_e4m3 cache", options.quantization_param_path, options.kv_cache_dtype);
+        return std::vector<float>();
+    }
+    TSR_ASSIGN_OR_RETURN(std::vector<float> all,
+                         loader::read_kv_cache_scales_file(options.quantization_param_path,
+                                                           {options.tp_rank, options.tp_size,
+                                                            static_cast<int>(config_.num_hidden_layers),
+                                                            config_.model_type}));
+    return std::vector<float>(all.begin() + stage_.layer_begin, all.begin() + stage_.layer_end);
+}
+
+void Decoder::log_kv_scales(const std::string& kv_cache_dtype) const {
+    int scaled = 0, mla_split = 0;
     const layers::KvScales* first = nullptr;
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-        if (const auto* gqa = std::get_if<layers::GqaAttention>(&layers_[i].attention)) {
-            if (!gqa->kv_scales().from_checkpoint) continue;
-            ++scaled;
-            if (first == nullptr) first = &gqa->kv_scales();
-        } else if (layers::has_kv_scales(source, fmt::format("model.layers.{}.self_attn.", stage_.layer_begin + i))) {
-            ++mla_scaled;
-        }
+    for (const DecoderLayer& layer : layers_) {
+        const layers::KvScales& scales = std::visit([](const auto& a) -> const layers::KvScales& {
+            return a.kv_scales();
+        }, layer.attention);
+        if (scales.source.empty()) continue;
+        ++scaled;
+        if (first == nullptr) first = &scales;
+        if (std::holds_alternative<layers::MlaAttention>(layer.attention) && scales.v != scales.k) ++mla_split;
     }
     const auto total = layers_.size();
     if (first != nullptr) {
-        TSR_LOG(INFO, "{} KV cache: k_scale / v_scale from the checkpoint in {} of {} layers (the first: k {}, v {})",
-                kv_cache_dtype, scaled, total, first->k, first->v);
+        TSR_LOG(INFO, "{} KV cache: k_scale / v_scale from {} in {} of {} layers (the first: k {}, v {})",
+                kv_cache_dtype, first->source, scaled, total, first->k, first->v);
     }
-    if (mla_scaled > 0) {
-        TSR_LOG(WARN, "{} KV cache: the checkpoint's k_scale / v_scale of {} MLA layers are not applied (scale 1.0): "
-                "tessera's MLA cache takes no scales yet", kv_cache_dtype, mla_scaled);
-    } else if (scaled < static_cast<int>(total)) {
+    if (mla_split > 0) {
+        TSR_LOG(WARN, "{} KV cache: {} MLA layers have a v_scale other than their k_scale; their latent is keys and "
+                "values both, and is stored and read with k_scale", kv_cache_dtype, mla_split);
+    }
+    if (scaled < static_cast<int>(total)) {
         TSR_LOG(WARN, "{} KV cache with a scaling factor of 1.0 in {} of {} layers: the checkpoint has no k_scale / "
-                "v_scale there; if that is not intended, check that its KV cache scales are saved",
-                kv_cache_dtype, static_cast<int>(total) - scaled, total);
+                "v_scale there; if that is not intended, check that its KV cache scales are saved, or give them "
+                "with --quantization-param-path", kv_cache_dtype, static_cast<int>(total) - scaled, total);
     }
 }
 

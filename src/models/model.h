@@ -120,6 +120,8 @@ struct LoadOptions {
     std::string quantization;
     // --kv-cache-dtype: auto (the compute dtype), bf16 / bfloat16, fp8_e4m3, fp8_e5m2.
     std::string kv_cache_dtype = "auto";
+    // --quantization-param-path: SGLang's JSON of per-layer KV cache scales ("" for none).
+    std::string quantization_param_path;
     // Tensor parallelism: this rank's place in its TP group, and the group (nullptr when
     // tp_size is 1). The model keeps only its shard of every weight.
     int tp_rank = 0;

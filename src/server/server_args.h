@@ -84,6 +84,7 @@ struct ServerArgs {
     int stream_interval = 1;
     bool enable_metrics = false;
     std::string kv_cache_dtype = "auto";
+    std::string quantization_param_path;
     std::string quantization;
 
     // MoE / EP / EPLB (§1.3)

@@ -280,10 +280,15 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     flag(app, t, "--enable-metrics", a.enable_metrics, "Prometheus metrics", kServe);
     value(app, t, "--kv-cache-dtype", a.kv_cache_dtype,
           "KV cache element type: auto (the model's dtype), bf16, fp8_e4m3 or fp8_e5m2 (one byte per value: twice "
-          "the tokens; the checkpoint's k_scale / v_scale, else 1; values clamped to the format's range)",
+          "the tokens; the checkpoint's k_scale / v_scale or --quantization-param-path's, else 1; values clamped "
+          "to the format's range)",
           kYes)
         ->check(CLI::IsMember({"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
                                "fp4_mx_block16", "fp4_e2m1"}));
+    value(app, t, "--quantization-param-path", a.quantization_param_path,
+          "SGLang's JSON of KV cache scaling factors per TP rank and layer, for --kv-cache-dtype fp8_e4m3 (taken "
+          "as k_scale and v_scale; replaces the checkpoint's)",
+          kYes);
     value(app, t, "--quantization", a.quantization,
           "weight quantization: fp8 quantizes an unquantized checkpoint's linear weights to e4m3 in 128 x 128 "
           "blocks at load (FP8 checkpoints are detected from config.json without it)",
