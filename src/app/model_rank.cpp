@@ -133,6 +133,11 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.prefill_max_requests = args.prefill_max_requests.value_or(-1);
     sc.context_len = rank->context_len;
     sc.schedule_policy = parse_policy(args.schedule_policy);
+    sc.schedule_low_priority_values_first = args.schedule_low_priority_values_first;
+    sc.enable_priority_scheduling = args.enable_priority_scheduling;
+    sc.enable_priority_preemption = args.enable_priority_scheduling && !args.disable_priority_preemption;
+    sc.priority_preemption_threshold = args.priority_scheduling_preemption_threshold;
+    sc.retract_by_priority = args.retraction_policy == "priority";
     sc.disable_radix_cache = args.disable_radix_cache;
     sc.max_cached_tokens = args.max_cached_tokens.value_or(
         scheduler::default_max_cached_tokens(capacity, request.kv_bytes_per_token));

@@ -119,7 +119,18 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_.count(req.rid) != 0) return Status::InvalidArgument("request id " + req.rid + " is already running");
     req.sampling.params.seed = p.seed ? *p.seed : seed_rng_();
-    req.priority = p.priority;
+    // SGLang's scheduler.py _set_or_validate_priority.
+    const scheduler::SchedulerConfig& sc = config_.scheduler;
+    if (sc.enable_priority_scheduling) {
+        req.priority = p.priority ? *p.priority
+                                  : config_.default_priority_value.value_or(
+                                        scheduler::PriorityOrder{sc.schedule_low_priority_values_first}.worst());
+    } else if (p.priority && config_.abort_on_priority_when_disabled) {
+        return Status(StatusCode::kUnavailable,
+                      "Using priority is disabled for this server. Please send a new request without a priority.");
+    } else {
+        req.priority = p.priority.value_or(0);  // read by --schedule-policy priority only
+    }
     // The output stream is created on the scheduler thread when the request arrives there.
     pending_[req.rid] = std::move(on_event);
     stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,

@@ -46,6 +46,10 @@ struct EngineConfig {
     // Why the expert distribution endpoints cannot work with this launch ("" when they can).
     std::string expert_record_unavailable;
     int stream_interval = 1;          // --stream-interval
+    // A request's priority (scheduler.enable_priority_scheduling: when it gives none, this,
+    // else the worst) and, without priority scheduling, whether giving one is refused.
+    std::optional<std::int64_t> default_priority_value;
+    bool abort_on_priority_when_disabled = false;
     int scheduler_recv_interval = 1;  // --scheduler-recv-interval
 };
 

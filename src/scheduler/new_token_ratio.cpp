@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 #include <utility>
 
 namespace tessera::scheduler {
@@ -20,11 +21,14 @@ double ratio_after_retraction(std::int64_t total_decoded, std::int64_t total_max
     return std::min(1.0, num / static_cast<double>(total_max_new_tokens + 1));
 }
 
-std::vector<std::size_t> retraction_order(std::span<const RetractCandidate> running) {
+std::vector<std::size_t> retraction_order(std::span<const RetractCandidate> running,
+                                          std::optional<PriorityOrder> by_priority) {
     std::vector<std::size_t> order(running.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
+    const std::int64_t worse = by_priority ? -by_priority->sign() : 0;
     const auto key = [&](std::size_t i) {
-        return std::pair<std::int64_t, std::int64_t>(running[i].output_len, -running[i].input_len);
+        return std::tuple<std::int64_t, std::int64_t, std::int64_t>(running[i].priority * worse, running[i].output_len,
+                                                                    -running[i].input_len);
     };
     // Descending, stable (the batch that SGLang keeps), then popped from the back.
     std::stable_sort(order.begin(), order.end(),

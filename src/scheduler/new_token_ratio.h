@@ -7,8 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
+
+#include "scheduler/priority_preemption.h"
 
 namespace tessera::scheduler {
 
@@ -51,11 +54,15 @@ double ratio_after_retraction(std::int64_t total_decoded, std::int64_t total_max
 struct RetractCandidate {
     std::int64_t output_len = 0;
     std::int64_t input_len = 0;  // the original prompt length
+    std::int64_t priority = 0;   // read under --retraction-policy priority only
 };
 
-// Retraction policy "length": the order in which running requests are retracted — fewest
-// output tokens first, then longest input first; among exact ties the later request in the
-// batch goes first (SGLang sorts descending, stable, and pops from the end).
-std::vector<std::size_t> retraction_order(std::span<const RetractCandidate> running);
+// The order in which running requests are retracted. --retraction-policy length (no
+// `by_priority`): fewest output tokens first, then longest input first; among exact ties the
+// later request in the batch goes first (SGLang sorts descending, stable, and pops from the
+// end). priority: the worst priority first, then as length (SGLang's schedule_batch.py
+// retract_decode with the key (priority · −sign, length key)).
+std::vector<std::size_t> retraction_order(std::span<const RetractCandidate> running,
+                                          std::optional<PriorityOrder> by_priority = std::nullopt);
 
 }  // namespace tessera::scheduler

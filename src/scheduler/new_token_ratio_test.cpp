@@ -41,5 +41,17 @@ TEST(NewTokenRatioTest, RetractsShortestOutputThenLongestInputFirst) {
     EXPECT_EQ(retraction_order(running), (std::vector<std::size_t>{4, 2, 1, 3, 0}));
 }
 
+TEST(NewTokenRatioTest, PriorityRetractionTakesTheWorstPriorityFirstThenLength) {
+    std::vector<RetractCandidate> running = {
+        {.output_len = 10, .input_len = 5, .priority = 1},  // 0
+        {.output_len = 2, .input_len = 5, .priority = 9},   // 1
+        {.output_len = 2, .input_len = 50, .priority = 1},  // 2
+        {.output_len = 7, .input_len = 5, .priority = 1},   // 3
+    };
+    EXPECT_EQ(retraction_order(running, PriorityOrder{}), (std::vector<std::size_t>{2, 3, 0, 1}));
+    EXPECT_EQ(retraction_order(running, PriorityOrder{.low_values_first = true}),
+              (std::vector<std::size_t>{1, 2, 3, 0}));
+}
+
 }  // namespace
 }  // namespace tessera::scheduler

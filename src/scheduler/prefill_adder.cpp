@@ -18,6 +18,11 @@ PrefillAdder::PrefillAdder(const PrefillBudget& budget, std::span<const RunningR
     }
 }
 
+void PrefillAdder::release_running(double reserved) {
+    rem_total_token_offset_ -= reserved;
+    ++budget_.max_new_reqs;
+}
+
 std::int64_t PrefillAdder::ceil_paged(std::int64_t n) const {
     return (n + budget_.page_size - 1) / budget_.page_size * budget_.page_size;
 }

@@ -82,6 +82,11 @@ class PrefillAdder {
     // caller unlocks it when the request releases its KV).
     AddReqResult add_one_req(const PrefillCandidate& req);
 
+    // A running request was preempted for a waiting one (SGLang's preempt_to_schedule): its
+    // slot and its reservation of future tokens (`reserved`, as counted at construction) are
+    // free. The caller frees its KV.
+    void release_running(double reserved);
+
     const std::vector<AdmittedPrefill>& can_run() const { return can_run_; }
     // The admitted request that is truncated (chunked), if any.
     std::optional<std::size_t> chunked_id() const;

@@ -48,7 +48,9 @@ struct Req {
     std::vector<std::int32_t> eos_token_ids;   // the model's eos ids
     bool ignore_eos = false;                   // disables both lists above (SGLang semantics)
     executor::SequenceSampling sampling;
-    int priority = 0;        // used by --schedule-policy priority
+    // --enable-priority-scheduling and --schedule-policy priority: better first (higher values,
+    // or lower under --schedule-low-priority-values-first). The front fills in a default.
+    std::int64_t priority = 0;
     ReqEventSink sink;       // may be empty (no events)
 
     // ---- owned by the scheduler -------------------------------------------------------
@@ -62,8 +64,9 @@ struct Req {
     FinishReason finish_reason = FinishReason::kNone;
     std::string finish_error;               // cause of an abort, empty otherwise
     std::uint64_t arrival = 0;              // order of add_request (fcfs key)
+    std::uint64_t queue_entry = 0;          // order of (re)joining the waiting queue
     std::int64_t cached_tokens = 0;         // prefix-cache hit of the first admission
-    std::int64_t n_retracted = 0;           // times retracted under KV pressure
+    std::int64_t n_retracted = 0;           // times retracted under KV pressure or preempted
     bool admitted_once = false;
     // Launched steps with this request not yet collected. Several only for the chunks of one
     // prompt (chunked pipeline prefill); a step that samples a token is always the last.

@@ -4,6 +4,8 @@
 #include <numeric>
 #include <string>
 
+#include "scheduler/priority_preemption.h"
+
 namespace tessera::scheduler {
 
 StatusOr<SchedulePolicy> parse_schedule_policy(std::string_view name) {
@@ -48,26 +50,37 @@ std::vector<std::size_t> order_waiting_queue(SchedulePolicy policy,
         std::stable_sort(order.begin(), order.end(),
                          [&](std::size_t a, std::size_t b) { return key(queue[a]) < key(queue[b]); });
     };
+    // Better priorities first: higher values unless --schedule-low-priority-values-first.
+    const PriorityOrder priorities{options.low_priority_values_first};
+    const std::int64_t sign = priorities.sign();
     switch (effective_policy(policy, queue.size(), options.radix_cache_enabled)) {
         case SchedulePolicy::kFcfs:
+            if (options.priority_scheduling) {
+                by([sign](const WaitingReqView& r) {
+                    return std::pair<std::int64_t, std::uint64_t>(sign * r.priority, r.queue_entry);
+                });
+            }
             break;
         case SchedulePolicy::kLpm:
             by([](const WaitingReqView& r) { return -r.prefix_len; });
             break;
         case SchedulePolicy::kLof:
-            by([](const WaitingReqView& r) { return -r.max_new_tokens; });
+            if (options.priority_scheduling) {
+                by([sign](const WaitingReqView& r) {
+                    return std::pair<std::int64_t, std::int64_t>(sign * r.priority, -r.max_new_tokens);
+                });
+            } else {
+                by([](const WaitingReqView& r) { return -r.max_new_tokens; });
+            }
             break;
         case SchedulePolicy::kRandom:
             std::shuffle(order.begin(), order.end(), rng);
             break;
-        case SchedulePolicy::kPriority: {
-            // Higher values first unless --schedule-low-priority-values-first; then arrival.
-            const std::int64_t sign = options.low_priority_values_first ? 1 : -1;
+        case SchedulePolicy::kPriority:
             by([sign](const WaitingReqView& r) {
-                return std::pair<std::int64_t, std::uint64_t>(sign * r.priority, r.arrival);
+                return std::pair<std::int64_t, std::uint64_t>(sign * r.priority, r.queue_entry);
             });
             break;
-        }
     }
     return order;
 }

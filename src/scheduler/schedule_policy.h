@@ -37,15 +37,18 @@ SchedulePolicy effective_policy(SchedulePolicy policy, std::size_t queue_len,
                                 bool radix_cache_enabled);
 
 struct WaitingReqView {
-    std::uint64_t arrival = 0;
-    std::int64_t prefix_len = 0;  // cached-prefix match length (lpm only)
+    std::uint64_t queue_entry = 0;  // when it (last) joined the queue
+    std::int64_t prefix_len = 0;    // cached-prefix match length (lpm only)
     std::int64_t max_new_tokens = 0;
-    int priority = 0;
+    std::int64_t priority = 0;
 };
 
 struct PolicyOptions {
     bool radix_cache_enabled = true;
     bool low_priority_values_first = false;  // --schedule-low-priority-values-first
+    // --enable-priority-scheduling: fcfs and lof order by priority first (SGLang's
+    // SchedulePolicy._sort_by_priority_and_fcfs, _sort_by_longest_output).
+    bool priority_scheduling = false;
 };
 
 using PolicyRng = std::mt19937_64;

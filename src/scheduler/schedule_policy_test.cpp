@@ -29,8 +29,8 @@ TEST(SchedulePolicyTest, ParsesSglangNamesAndRejectsUnimplemented) {
 }
 
 TEST(SchedulePolicyTest, LpmSortsByPrefixAndKeepsQueueOrderOnTies) {
-    std::vector<WaitingReqView> q = {{.arrival = 0, .prefix_len = 4}, {.arrival = 1, .prefix_len = 16},
-                                     {.arrival = 2, .prefix_len = 4}, {.arrival = 3, .prefix_len = 32}};
+    std::vector<WaitingReqView> q = {{.queue_entry = 0, .prefix_len = 4}, {.queue_entry = 1, .prefix_len = 16},
+                                     {.queue_entry = 2, .prefix_len = 4}, {.queue_entry = 3, .prefix_len = 32}};
     EXPECT_EQ(order(SchedulePolicy::kLpm, q), (std::vector<std::size_t>{3, 1, 0, 2}));
 }
 
@@ -48,9 +48,9 @@ TEST(SchedulePolicyTest, LpmFallsBackToFcfsWithoutCacheOrWithALongQueue) {
 }
 
 TEST(SchedulePolicyTest, LofPriorityAndRandom) {
-    std::vector<WaitingReqView> q = {{.arrival = 0, .max_new_tokens = 8, .priority = 1},
-                                     {.arrival = 1, .max_new_tokens = 64, .priority = 5},
-                                     {.arrival = 2, .max_new_tokens = 16, .priority = 5}};
+    std::vector<WaitingReqView> q = {{.queue_entry = 0, .max_new_tokens = 8, .priority = 1},
+                                     {.queue_entry = 1, .max_new_tokens = 64, .priority = 5},
+                                     {.queue_entry = 2, .max_new_tokens = 16, .priority = 5}};
     EXPECT_EQ(order(SchedulePolicy::kLof, q), (std::vector<std::size_t>{1, 2, 0}));
     EXPECT_EQ(order(SchedulePolicy::kPriority, q), (std::vector<std::size_t>{1, 2, 0}));
     EXPECT_EQ(order(SchedulePolicy::kPriority, q, {.low_priority_values_first = true}),
@@ -60,6 +60,21 @@ TEST(SchedulePolicyTest, LofPriorityAndRandom) {
     EXPECT_EQ(r1, r2);  // seeded
     std::sort(r1.begin(), r1.end());
     for (std::size_t i = 0; i < r1.size(); ++i) EXPECT_EQ(r1[i], i);
+}
+
+TEST(SchedulePolicyTest, PrioritySchedulingOrdersFcfsAndLofByPriorityFirst) {
+    // Entry 3 rejoined the queue last (a retracted request), entry 0 is the oldest.
+    std::vector<WaitingReqView> q = {{.queue_entry = 3, .max_new_tokens = 8, .priority = 5},
+                                     {.queue_entry = 0, .max_new_tokens = 16, .priority = 1},
+                                     {.queue_entry = 1, .max_new_tokens = 64, .priority = 5},
+                                     {.queue_entry = 2, .max_new_tokens = 32, .priority = 1}};
+    const PolicyOptions on{.priority_scheduling = true};
+    EXPECT_EQ(order(SchedulePolicy::kFcfs, q), (std::vector<std::size_t>{0, 1, 2, 3}));  // off: queue order
+    EXPECT_EQ(order(SchedulePolicy::kFcfs, q, on), (std::vector<std::size_t>{2, 0, 1, 3}));
+    EXPECT_EQ(order(SchedulePolicy::kLof, q, on), (std::vector<std::size_t>{2, 0, 3, 1}));
+    const PolicyOptions low_first{.low_priority_values_first = true, .priority_scheduling = true};
+    EXPECT_EQ(order(SchedulePolicy::kFcfs, q, low_first), (std::vector<std::size_t>{1, 3, 2, 0}));
+    EXPECT_EQ(order(SchedulePolicy::kLof, q, low_first), (std::vector<std::size_t>{3, 1, 2, 0}));
 }
 
 }  // namespace

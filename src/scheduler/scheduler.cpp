@@ -11,6 +11,7 @@
 #include "base/check.h"
 #include "base/logging.h"
 #include "executor/future_tokens.h"
+#include "scheduler/priority_preemption.h"
 
 namespace tessera::scheduler {
 namespace {
@@ -71,6 +72,10 @@ Status SchedulerConfig::validate() const {
         return Status::InvalidArgument(fmt::format("max_in_flight_steps ({}) must be >= 1", max_in_flight_steps));
     if (max_micro_batch_size < 0)
         return Status::InvalidArgument(fmt::format("max_micro_batch_size ({}) must be >= 0", max_micro_batch_size));
+    if ((enable_priority_preemption || retract_by_priority) && !enable_priority_scheduling)
+        return Status::InvalidArgument("priority preemption and retraction need enable_priority_scheduling");
+    if (enable_priority_scheduling && schedule_policy != SchedulePolicy::kFcfs && schedule_policy != SchedulePolicy::kLof)
+        return Status::InvalidArgument("priority scheduling orders the fcfs and lof policies only");
     if (enable_mixed_chunk && max_in_flight_steps > 1) {
         return Status::InvalidArgument("mixed chunks need one step in flight (no pipeline parallelism), got " +
                                        std::to_string(max_in_flight_steps));
@@ -134,6 +139,7 @@ Status Scheduler::add_request(Req req) {
     req.in_flight_steps = 0;
     req.pending_tokens = 0;
     req.arrival = next_arrival_++;
+    req.queue_entry = req.arrival;
     auto owned = std::make_unique<Req>(std::move(req));
     waiting_.push_back(owned.get());
     const std::string rid = owned->rid;
@@ -377,6 +383,9 @@ bool Scheduler::launch_next_batch() {
         launch_prefill(items, mixed_decode_batch());
         return true;
     }
+    // A preemption waits for the steps in flight that hold its victims; launching another
+    // decode step would keep them in flight.
+    if (preemption_waits_ && !in_flight_.empty()) return false;
     const std::vector<Req*> decode = update_running_batch();
     if (decode.empty()) return false;
     launch_decode(decode);
@@ -393,12 +402,16 @@ std::int64_t Scheduler::prefill_chunk_budget() const {
 
 std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
     mixed_decode_.clear();
+    preemption_waits_ = false;
+    // A full batch may make room by preemption: every round looks (SGLang resets batch_is_full).
+    const bool preemption = config_.enable_priority_preemption;
+    if (preemption) batch_is_full_ = false;
     if ((batch_is_full_ || waiting_.empty()) && chunked_req_ == nullptr) return {};
     // Requests whose final chunk is in flight join the running batch when it is collected;
     // admission counts them already, as their KV reservation is already real.
     const auto running_bs = static_cast<std::int64_t>(running_.size() + prefilling_.size());
     const std::int64_t allocatable = config_.max_running_requests - running_bs;
-    if (allocatable <= 0 && chunked_req_ == nullptr) {
+    if (allocatable <= 0 && chunked_req_ == nullptr && !preemption) {
         batch_is_full_ = true;
         return {};
     }
@@ -406,19 +419,20 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
     // Order the queue (in place, as SGLang: the order persists across rounds).
     const bool radix = !config_.disable_radix_cache;
     const SchedulePolicy policy = effective_policy(config_.schedule_policy, waiting_.size(), radix);
-    if (policy != SchedulePolicy::kFcfs) {
+    if (policy != SchedulePolicy::kFcfs || config_.enable_priority_scheduling) {
         std::vector<WaitingReqView> views;
         views.reserve(waiting_.size());
         for (const Req* r : waiting_) {
             const std::int64_t prefix =
                 policy == SchedulePolicy::kLpm ? static_cast<std::int64_t>(match(*r).slots.size()) : 0;
-            views.push_back({.arrival = r->arrival, .prefix_len = prefix,
+            views.push_back({.queue_entry = r->queue_entry, .prefix_len = prefix,
                              .max_new_tokens = r->max_new_tokens, .priority = r->priority});
         }
         const auto order = order_waiting_queue(
             policy, views,
             {.radix_cache_enabled = radix,
-             .low_priority_values_first = config_.schedule_low_priority_values_first},
+             .low_priority_values_first = config_.schedule_low_priority_values_first,
+             .priority_scheduling = config_.enable_priority_scheduling},
             rng_);
         std::vector<Req*> sorted;
         sorted.reserve(waiting_.size());
@@ -444,7 +458,7 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
                         .max_prefill_tokens = config_.max_prefill_tokens,
                         .chunked_prefill_size = chunk_size,
                         .new_token_ratio = ratio_.value(),
-                        .max_new_reqs = allocatable,
+                        .max_new_reqs = std::max<std::int64_t>(allocatable, 0),
                         .prefill_max_requests = config_.prefill_max_requests,
                         .clip_max_new_tokens = config_.clip_max_new_tokens,
                         .mixed_decode_tokens = static_cast<std::int64_t>(mixed_decode_.size())},
@@ -459,22 +473,29 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
                                .last_node = old_chunked->last_node});
     }
     std::unordered_map<std::size_t, kvcache::MatchResult> admitted_matches;
+    std::vector<Req*> preempted;
     for (std::size_t i = 0; i < waiting_.size(); ++i) {
         const Req& r = *waiting_[i];
         kvcache::MatchResult m = radix ? match(r) : kvcache::MatchResult{};
         const auto prefix = static_cast<std::int64_t>(m.slots.size());
+        const PrefillCandidate candidate{.id = i,
+                                         .prefix_len = prefix,
+                                         .extend_input_len = r.fill_len() - prefix,
+                                         .max_new_tokens = r.max_new_tokens,
+                                         .last_node = m.last_node};
         const std::size_t before = adder.can_run().size();
-        const AddReqResult res = adder.add_one_req({.id = i,
-                                                    .prefix_len = prefix,
-                                                    .extend_input_len = r.fill_len() - prefix,
-                                                    .max_new_tokens = r.max_new_tokens,
-                                                    .last_node = m.last_node});
+        AddReqResult res = adder.add_one_req(candidate);
+        // Only a full running batch makes room by preemption, not a full KV pool (SGLang's
+        // scheduler.py _get_new_batch_prefill_raw).
+        if (res == AddReqResult::kReqLimit && preemption && preempt_for(r, candidate.extend_input_len, adder, preempted))
+            res = adder.add_one_req(candidate);
         if (adder.can_run().size() > before) admitted_matches.emplace(i, std::move(m));
         if (res != AddReqResult::kContinue) {
             if (res == AddReqResult::kNoToken || res == AddReqResult::kReqLimit) batch_is_full_ = true;
             break;
         }
     }
+    for (Req* r : preempted) requeue(*r);
     if (adder.can_run().empty()) return {};
 
     // Admitted requests take their matched prefix (the adder holds its lock for them).
@@ -507,6 +528,52 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
     if (!alloc_prefill_slots(items, old_chunked)) return {};
     last_prefill_chunk_size_ = chunk_size;
     return items;
+}
+
+bool Scheduler::preempt_for(const Req& incoming, std::int64_t extend_len, PrefillAdder& adder,
+                            std::vector<Req*>& preempted) {
+    const std::int64_t clip = config_.clip_max_new_tokens;
+    const auto remaining = [clip](const Req& r) {
+        return std::min(r.max_new_tokens - static_cast<std::int64_t>(r.output_ids.size()), clip);
+    };
+    std::vector<PreemptionCandidate> candidates;
+    candidates.reserve(running_.size());
+    for (const Req* r : running_)
+        candidates.push_back({.priority = r->priority, .queue_entry = r->queue_entry, .remaining_tokens = remaining(*r)});
+    const double needed = static_cast<double>(extend_len + std::min(incoming.max_new_tokens, clip)) -
+                          adder.rem_total_tokens();
+    const PriorityOrder order{config_.schedule_low_priority_values_first};
+    const std::vector<std::size_t> chosen = choose_preemption({.priority = incoming.priority, .tokens_needed = needed},
+                                                              candidates, order, config_.priority_preemption_threshold,
+                                                              ratio_.value());
+    if (chosen.empty()) return false;
+    std::vector<Req*> victims;
+    for (const std::size_t i : chosen) victims.push_back(running_[i]);
+    // A victim's KV may be written or read by a step in flight: wait for it to be collected.
+    if (std::any_of(victims.begin(), victims.end(), [](const Req* r) { return r->in_flight_steps > 0; })) {
+        preemption_waits_ = true;
+        return false;
+    }
+    for (Req* victim : victims) {
+        adder.release_running(static_cast<double>(remaining(*victim)) * ratio_.value());
+        erase_ptr(running_, victim);
+        erase_ptr(mixed_decode_, victim);
+        release_kv_no_insert(*victim);
+        ++victim->n_retracted;
+        preempted.push_back(victim);
+    }
+    total_preempted_ += static_cast<std::int64_t>(victims.size());
+    std::string names;
+    for (const Req* r : victims) names += fmt::format("{}'{}' (priority {})", names.empty() ? "" : ", ", r->rid, r->priority);
+    TSR_LOG_C(INFO, "sched", "Preempted {} running request(s) for request '{}' (priority {}): {}", victims.size(),
+              incoming.rid, incoming.priority, names);
+    return true;
+}
+
+void Scheduler::requeue(Req& req) {
+    req.state = ReqState::kWaiting;
+    req.queue_entry = next_arrival_++;
+    waiting_.push_back(&req);
 }
 
 bool Scheduler::alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_chunked) {
@@ -657,8 +724,12 @@ void Scheduler::retract_decode(std::vector<Req*>& batch) {
     cands.reserve(running_.size());
     for (const Req* r : running_)
         cands.push_back({.output_len = static_cast<std::int64_t>(r->output_ids.size()),
-                         .input_len = static_cast<std::int64_t>(r->input_ids.size())});
-    const std::vector<std::size_t> order = retraction_order(cands);
+                         .input_len = static_cast<std::int64_t>(r->input_ids.size()),
+                         .priority = r->priority});
+    const std::vector<std::size_t> order =
+        retraction_order(cands, config_.retract_by_priority
+                                    ? std::optional<PriorityOrder>(PriorityOrder{config_.schedule_low_priority_values_first})
+                                    : std::nullopt);
     std::vector<Req*> remaining = running_;
     std::vector<Req*> retracted;
     std::size_t next = 0;
@@ -681,7 +752,6 @@ void Scheduler::retract_decode(std::vector<Req*>& batch) {
         release_kv_no_insert(*victim);
         // Use the memory freed by the release at once; keep room for a few steps of the rest.
         evict_if_needed(static_cast<std::int64_t>(remaining.size()) * config_.retract_decode_steps);
-        victim->state = ReqState::kWaiting;
         ++victim->n_retracted;
         retracted.push_back(victim);
     }
@@ -703,7 +773,7 @@ void Scheduler::retract_decode(std::vector<Req*>& batch) {
               "KV cache pool is full. Retract requests. #retracted_reqs: {}, #new_token_ratio: "
               "{:.4f} -> {:.4f}",
               retracted.size(), old_ratio, ratio_.value());
-    waiting_.insert(waiting_.end(), retracted.begin(), retracted.end());
+    for (Req* r : retracted) requeue(*r);
     drop_finished();
 }
 
@@ -899,6 +969,7 @@ SchedulerStats Scheduler::stats() const {
     s.new_token_ratio = ratio_.value();
     s.num_retracted_reqs = last_num_retracted_;
     s.total_retracted_reqs = total_retracted_;
+    s.total_preempted_reqs = total_preempted_;
     s.prompt_tokens_total = prompt_tokens_total_;
     s.cached_tokens_total = cached_tokens_total_;
     s.generation_tokens_total = generation_tokens_total_;

@@ -51,6 +51,15 @@ struct SchedulerConfig {
     // -1: no cap, as SGLang (the cache may fill the whole pool).
     std::int64_t max_cached_tokens = -1;
     bool schedule_low_priority_values_first = false;
+    // --enable-priority-scheduling (SGLang scheduler.py): fcfs / lof order the queue by
+    // priority first; with preemption (unless --disable-priority-preemption), a waiting request
+    // that finds the running batch full (max_running_requests) preempts running ones whose
+    // priority is worse by more than the threshold: their KV is freed and they queue again,
+    // keeping their output. --retraction-policy priority retracts the worst priority first.
+    bool enable_priority_scheduling = false;
+    bool enable_priority_preemption = false;
+    std::int64_t priority_preemption_threshold = 10;  // --priority-scheduling-preemption-threshold
+    bool retract_by_priority = false;
     NewTokenRatioParams new_token_ratio;     // includes --schedule-conservativeness
     int retract_decode_steps = kRetractDecodeSteps;
     std::int64_t clip_max_new_tokens = kClipMaxNewTokens;
@@ -95,6 +104,7 @@ struct SchedulerStats {
     double new_token_ratio = 0.0;
     std::int64_t num_retracted_reqs = 0;     // in the last retraction
     std::int64_t total_retracted_reqs = 0;   // sglang:num_retractions
+    std::int64_t total_preempted_reqs = 0;   // by priority preemption
     std::int64_t prompt_tokens_total = 0;
     std::int64_t cached_tokens_total = 0;
     std::int64_t generation_tokens_total = 0;
@@ -169,6 +179,12 @@ class Scheduler {
     std::int64_t prefill_chunk_budget() const;
     std::vector<PrefillItem> get_new_batch_prefill();
     bool alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_chunked);
+    // Priority preemption for `incoming` (extend_len tokens to compute) when the running batch
+    // is full: frees the victims' KV and their reservations in `adder`, moves them to
+    // `preempted`. False when no set of running requests qualifies, or when one that would
+    // is in a step in flight (then preemption_waits_ holds decode launches until it is not).
+    bool preempt_for(const Req& incoming, std::int64_t extend_len, PrefillAdder& adder, std::vector<Req*>& preempted);
+    void requeue(Req& req);
     void launch_prefill(const std::vector<PrefillItem>& items, const std::vector<Req*>& decode);
     // The requests that can decode in the step being formed (decode_micro_batch over the
     // running ones and, with overlap scheduling, those whose last prompt chunk is in flight).
@@ -224,6 +240,7 @@ class Scheduler {
     std::vector<Req*> last_prefill_;  // prefilled last step, join running_ next step
     std::vector<Req*> prefilling_;    // final prefill chunk in flight (count as running)
     Req* chunked_req_ = nullptr;      // partially prefilled, continued first next round
+    bool preemption_waits_ = false;   // a preemption needs the steps in flight collected first
     bool batch_is_full_ = false;      // skip prefill until the running batch shrinks
     std::deque<InFlightStep> in_flight_;  // launched, not yet collected; oldest first
     std::int64_t last_prefill_chunk_size_ = -1;
@@ -237,6 +254,7 @@ class Scheduler {
     double last_cache_hit_rate_ = 0.0;
     std::int64_t last_num_retracted_ = 0;
     std::int64_t total_retracted_ = 0;
+    std::int64_t total_preempted_ = 0;
     std::int64_t prompt_tokens_total_ = 0;
     std::int64_t cached_tokens_total_ = 0;
     std::int64_t generation_tokens_total_ = 0;

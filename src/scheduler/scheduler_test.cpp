@@ -214,6 +214,7 @@ class Harness {
             EXPECT_EQ(ev.rid, rid);
             if (ev.token) r.tokens.push_back(ev.token->token);
             if (ev.finished) {
+                finish_order_.push_back(key);
                 EXPECT_EQ(r.reason, FinishReason::kNone) << rid << " finished twice";
                 r.reason = ev.finish_reason;
                 r.cached_tokens = ev.cached_tokens;
@@ -256,6 +257,7 @@ class Harness {
     FakeRunner runner_;
     Scheduler sched_;
     std::map<std::string, Result> results_;
+    std::vector<std::string> finish_order_;
     std::int64_t max_running_ = 0;
 };
 
@@ -787,6 +789,50 @@ TEST_P(SchedulerTest, DynamicChunkingSizesEachChunkByItsHistory) {
     EXPECT_EQ(h->runner_.overlapped_chunks, static_cast<int>(want.size()) - 1);
     EXPECT_EQ(h->runner_.chunk_mismatches, 0);
     EXPECT_EQ(h->sched_.stats().prefill_chunk_size, last_budget);
+}
+
+// Two requests fill the running batch (max_running_requests 2) and decode; a third arrives
+// with priority `incoming`. Returns the harness after everything finished, outputs checked.
+std::unique_ptr<Harness> run_priority_case(std::int64_t page, bool overlap, bool preemption, std::int64_t incoming) {
+    SchedulerConfig cfg = roomy(page);
+    cfg.max_running_requests = 2;
+    cfg.overlap_schedule = overlap;
+    cfg.enable_priority_scheduling = true;
+    cfg.enable_priority_preemption = preemption;
+    auto h = std::make_unique<Harness>(cfg, /*queued=*/true);
+    std::vector<Req> reqs = {make_req("low", prompt(1, 20), 40), make_req("mid", prompt(2, 20), 40),
+                             make_req("high", prompt(3, 20), 8)};
+    reqs[0].priority = 0;
+    reqs[1].priority = 5;
+    reqs[2].priority = incoming;
+    h->add(reqs[0]);
+    h->add(reqs[1]);
+    EXPECT_TRUE(h->step_until([&] { return h->results_["low"].tokens.size() >= 4 && h->results_["mid"].tokens.size() >= 4; }));
+    h->add(reqs[2]);
+    h->run();
+    for (const Req& r : reqs) {
+        EXPECT_EQ(h->results_[r.rid].tokens, expected(r)) << r.rid;
+        EXPECT_EQ(h->results_[r.rid].reason, FinishReason::kLength) << r.rid;
+    }
+    EXPECT_LE(h->max_running_, 2);
+    EXPECT_EQ(h->runner_.dependency_violations, 0);
+    return h;
+}
+
+TEST_P(SchedulerTest, PriorityPreemptionMakesRoomAndThePreemptedResume) {
+    for (const bool overlap : {false, true}) {
+        // 20 − 0 > 10: the worst running request ("low") gives its place and KV, queues again,
+        // and finishes with the tokens it would have produced anyway.
+        auto h = run_priority_case(page(), overlap, /*preemption=*/true, 20);
+        EXPECT_EQ(h->sched_.stats().total_preempted_reqs, 1) << "overlap " << overlap;
+        EXPECT_EQ(h->finish_order_, (std::vector<std::string>{"high", "mid", "low"})) << "overlap " << overlap;
+        // Not beyond the threshold (10 − 0 is not > 10), or preemption off: "high" waits.
+        for (const auto& [preemption, incoming] : {std::pair{true, std::int64_t{10}}, std::pair{false, std::int64_t{20}}}) {
+            h = run_priority_case(page(), overlap, preemption, incoming);
+            EXPECT_EQ(h->sched_.stats().total_preempted_reqs, 0) << "overlap " << overlap;
+            EXPECT_EQ(h->finish_order_.back(), "high") << "overlap " << overlap;
+        }
+    }
 }
 
 TEST(SchedulerValidationTest, RejectsBadRequestsAndConfigs) {

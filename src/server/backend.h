@@ -37,9 +37,9 @@ struct GenerationParams {
     // Output tokens per event while streaming (SGLang's sampling_params.stream_interval);
     // 0: the server's --stream-interval.
     int stream_interval = 0;
-    // The request's "priority" (SGLang's request field): what --schedule-policy priority orders
-    // the waiting queue by; other policies ignore it.
-    std::int32_t priority = 0;
+    // The request's "priority" (SGLang's request field), when it gives one: what
+    // --enable-priority-scheduling (and --schedule-policy priority) order and preempt by.
+    std::optional<std::int32_t> priority;
 };
 
 struct GenerationInput {

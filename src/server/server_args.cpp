@@ -129,6 +129,14 @@ Status ServerArgs::resolve() {
     if (gpu_id_step < 1) return invalid("--gpu-id-step must be >= 1, got " + str(gpu_id_step));
     if (enable_priority_scheduling && !one_of(schedule_policy, {"fcfs", "lof"}))
         return invalid("--enable-priority-scheduling requires --schedule-policy fcfs or lof, got " + schedule_policy);
+    // SGLang's warnings (check_server_args), as start-up notes.
+    if (enable_priority_scheduling && !default_priority_value)
+        notes.push_back("--enable-priority-scheduling without --default-priority-value: a request without a priority "
+                        "gets the worst one");
+    if (!enable_priority_scheduling && disable_priority_preemption)
+        notes.push_back("--disable-priority-preemption has no effect without --enable-priority-scheduling");
+    if (!enable_priority_scheduling && default_priority_value)
+        notes.push_back("--default-priority-value has no effect without --enable-priority-scheduling");
     if (retraction_policy == "priority" && !enable_priority_scheduling)
         return invalid("--retraction-policy priority requires --enable-priority-scheduling");
     if (mem_fraction_static && (*mem_fraction_static <= 0.0 || *mem_fraction_static > 1.0))

@@ -69,6 +69,10 @@ struct ServerArgs {
     int prefill_decode_interval = 0;
     std::string schedule_policy = "fcfs";
     bool enable_priority_scheduling = false;
+    bool disable_priority_preemption = false;
+    std::optional<int> default_priority_value;
+    bool abort_on_priority_when_disabled = false;
+    bool schedule_low_priority_values_first = false;
     int priority_scheduling_preemption_threshold = 10;
     std::string retraction_policy = "length";
     double schedule_conservativeness = 1.0;

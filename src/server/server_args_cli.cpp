@@ -251,10 +251,24 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     value(app, t, "--prefill-decode-interval", a.prefill_decode_interval, "decode rounds between prefills", kNotYet);
     value(app, t, "--schedule-policy", a.schedule_policy, "waiting-queue order", kYes)
         ->check(CLI::IsMember({"lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key"}));
-    flag(app, t, "--enable-priority-scheduling", a.enable_priority_scheduling, "schedule by request priority", kNotYet);
+    flag(app, t, "--enable-priority-scheduling", a.enable_priority_scheduling,
+         "order the waiting queue by request priority (higher values first), and let a request preempt running "
+         "ones of a worse priority when the running batch is full",
+         kYes);
+    flag(app, t, "--disable-priority-preemption", a.disable_priority_preemption,
+         "priority scheduling without preemption", kYes);
+    optional(app, t, "--default-priority-value", a.default_priority_value,
+             "the priority of a request that gives none (default: the worst)", kYes);
+    flag(app, t, "--abort-on-priority-when-disabled", a.abort_on_priority_when_disabled,
+         "without priority scheduling, refuse requests that give a priority (503)", kYes);
+    flag(app, t, "--schedule-low-priority-values-first", a.schedule_low_priority_values_first,
+         "lower priority values are better", kYes);
     value(app, t, "--priority-scheduling-preemption-threshold", a.priority_scheduling_preemption_threshold,
-          "min priority gap to preempt", kNotYet);
-    value(app, t, "--retraction-policy", a.retraction_policy, "which requests to retract when KV is full", kNotYet)
+          "a request preempts running ones whose priority is worse by more than this", kYes);
+    value(app, t, "--retraction-policy", a.retraction_policy,
+          "which running requests give up their KV when it is full: length (fewest outputs first) or priority "
+          "(the worst priority first)",
+          kYes)
         ->check(CLI::IsMember({"length", "priority"}));
     value(app, t, "--schedule-conservativeness", a.schedule_conservativeness, "admission conservativeness", kYes);
     optional(app, t, "--page-size", a.page_size, "tokens per KV page (default 1)", kYes);

@@ -64,12 +64,20 @@ TEST(FlagTableTest, ValidationRunsBeforeTheUnimplementedCheck) {
         Parsed p = parse(same);
         EXPECT_TRUE(p.status.ok()) << same.front() << ": " << p.status.to_string();
     }
-    Parsed priority = parse({"--enable-priority-scheduling"});
-    EXPECT_EQ(priority.status.code(), StatusCode::kUnimplemented);
-    EXPECT_EQ(priority.status.message().rfind("--enable-priority-scheduling true: tessera does not implement it yet", 0),
+    Parsed fusion = parse({"--enforce-shared-experts-fusion"});
+    EXPECT_EQ(fusion.status.code(), StatusCode::kUnimplemented);
+    EXPECT_EQ(fusion.status.message().rfind("--enforce-shared-experts-fusion true: tessera does not implement it yet", 0),
               0u)
-        << priority.status.message();
-    EXPECT_NE(priority.status.message().find("or give false"), std::string::npos) << priority.status.message();
+        << fusion.status.message();
+    EXPECT_NE(fusion.status.message().find("or give false"), std::string::npos) << fusion.status.message();
+    // Priority scheduling runs; SGLang's warnings become start-up notes.
+    Parsed priority = parse({"--enable-priority-scheduling", "--schedule-policy", "lof", "--retraction-policy", "priority"});
+    EXPECT_TRUE(priority.status.ok()) << priority.status.to_string();
+    EXPECT_EQ(priority.args.notes, std::vector<std::string>{"--enable-priority-scheduling without --default-priority-value: "
+                                                            "a request without a priority gets the worst one"});
+    Parsed idle = parse({"--default-priority-value", "3", "--disable-priority-preemption"});
+    EXPECT_TRUE(idle.status.ok()) << idle.status.to_string();
+    EXPECT_EQ(idle.args.notes.size(), 2u);
     EXPECT_TRUE(parse({"--tp", "2", "--dp", "2", "--enable-dp-attention"}).status.ok()) << "DP-attention runs";
     EXPECT_TRUE(parse({"--dp", "2"}).status.ok()) << "replicas run";
     Parsed bootstrap = parse({"--dp", "2", "--load-balance-method", "follow_bootstrap_room"});

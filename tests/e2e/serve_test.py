@@ -144,6 +144,7 @@ def main():
             check_memory_pressure(tessera, model, port, a.workdir)
             check_cache_cap(tessera, model, a.workdir)
             check_priority_order(tessera, model, a.workdir)
+            check_priority_preemption(tessera, model, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
@@ -321,6 +322,71 @@ def check_priority_order(tessera, model, workdir):
     finally:
         stop_server(server)
         log.close()
+
+
+def start_side_server(tessera, model, workdir, name, flags):
+    """A server of its own for one check; returns (process, port, log path), or None if it did
+    not start (the check failed)."""
+    port = free_port()
+    log_path = os.path.join(workdir, f"server_{name}.log")
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
+                                   "--port", str(port), "--threads", "1", "--max-total-tokens", "16384",
+                                   "--random-seed", "1", *flags], stdout=log, stderr=subprocess.STDOUT)
+    if not wait_ready(port, server):
+        check(f"{name} server starts", False, open(log_path).read()[-2000:])
+        stop_server(server)
+        return None
+    return server, port, log_path
+
+
+def check_priority_preemption(tessera, model, workdir):
+    """--enable-priority-scheduling with one running request: a request of priority 50 arrives
+    while one of priority 0 decodes; it preempts it (50 - 0 > the threshold 10), finishes
+    first, and the preempted one resumes and completes. With --abort-on-priority-when-disabled
+    and no priority scheduling, a request that gives a priority is refused with SGLang's 503."""
+    started = start_side_server(tessera, model, workdir, "preemption",
+                                ["--enable-priority-scheduling", "--max-running-requests", "1"])
+    if started is None:
+        return
+    server, port, log_path = started
+    try:
+        finished = {}
+
+        def send(name, priority, tokens):
+            status, body = post(port, "/generate", {"input_ids": [5, 6, 7], "priority": priority, "sampling_params": {
+                "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}})
+            finished[name] = (status, time.monotonic(), body.get("meta_info", {}).get("completion_tokens")
+                              if isinstance(body, dict) else None)
+
+        threads = [threading.Thread(target=send, args=("low", 0, 1500))]
+        threads[0].start()
+        time.sleep(0.3)
+        threads.append(threading.Thread(target=send, args=("high", 50, 16)))
+        threads[-1].start()
+        for t in threads:
+            t.join(120)
+        ok = all(finished.get(n, (0,))[0] == 200 for n in ("low", "high"))
+        check("--enable-priority-scheduling: the higher-priority request preempts the running one and finishes "
+              "first; the preempted one completes", ok and finished["high"][1] < finished["low"][1]
+              and finished["low"][2] == 1500, str(finished))
+        log = open(log_path).read()
+        check("the preemption is logged", "Preempted 1 running request(s) for request" in log, log[-1500:])
+    finally:
+        stop_server(server)
+    started = start_side_server(tessera, model, workdir, "priority_refused", ["--abort-on-priority-when-disabled"])
+    if started is None:
+        return
+    server, port, _ = started
+    try:
+        status, body = post(port, "/generate", {"input_ids": [5, 6, 7], "priority": 3,
+                                                "sampling_params": {"max_new_tokens": 2}})
+        check("--abort-on-priority-when-disabled: a request with a priority gets 503",
+              status == 503 and "Using priority is disabled for this server" in json.dumps(body), f"{status} {body}")
+        status, _ = post(port, "/generate", {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}})
+        check("... and one without is served", status == 200, str(status))
+    finally:
+        stop_server(server)
 
 
 def check_stalled_rank(tessera, model, workdir):
