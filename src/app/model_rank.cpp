@@ -128,6 +128,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.max_total_num_tokens = n_slots;
     sc.page_size = *args.page_size;
     sc.max_running_requests = plan.max_running_requests;
+    sc.max_queued_requests = args.max_queued_requests.value_or(-1);
     sc.max_prefill_tokens = args.max_prefill_tokens;
     sc.chunked_prefill_size = chunked;
     sc.prefill_max_requests = args.prefill_max_requests.value_or(-1);

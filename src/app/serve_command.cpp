@@ -117,7 +117,6 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     if (ho.api_key.empty() && !server::is_loopback_host(public_host))
         TSR_LOG(WARN, "listening on {} without an API key: anyone who can reach it can use it; set --api-key "
                 "(or TESSERA_API_KEY)", public_host);
-    if (args.max_queued_requests) ho.max_pending_requests = *args.max_queued_requests;
     server::HttpServer http(engine, ho);
     if (Status s = http.start(); !s.ok()) return fail(s);
     std::unique_ptr<gateway::Gateway> front;

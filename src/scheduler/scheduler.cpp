@@ -72,6 +72,9 @@ Status SchedulerConfig::validate() const {
         return Status::InvalidArgument(fmt::format("max_in_flight_steps ({}) must be >= 1", max_in_flight_steps));
     if (max_micro_batch_size < 0)
         return Status::InvalidArgument(fmt::format("max_micro_batch_size ({}) must be >= 0", max_micro_batch_size));
+    if (max_queued_requests < -1)
+        return Status::InvalidArgument(fmt::format("max_queued_requests ({}) must be -1 (no cap) or >= 0",
+                                                   max_queued_requests));
     if ((enable_priority_preemption || retract_by_priority) && !enable_priority_scheduling)
         return Status::InvalidArgument("priority preemption and retraction need enable_priority_scheduling");
     if (enable_priority_scheduling && schedule_policy != SchedulePolicy::kFcfs && schedule_policy != SchedulePolicy::kLof)
@@ -128,6 +131,7 @@ Status Scheduler::add_request(Req req) {
     }
     if (req.max_new_tokens < 0)
         return Status::InvalidArgument(fmt::format("max_new_tokens ({}) must be >= 0", req.max_new_tokens));
+    TSR_RETURN_IF_ERROR(make_room_in_queue(req.priority));
     // Same clamp as SGLang: input + output must fit one request's context.
     req.max_new_tokens = std::min(req.max_new_tokens, max_req_len_ - n_in - 1);
     req.output_ids.clear();
@@ -145,6 +149,24 @@ Status Scheduler::add_request(Req req) {
     const std::string rid = owned->rid;
     reqs_.emplace(rid, std::move(owned));
     return Status::Ok();
+}
+
+Status Scheduler::make_room_in_queue(std::int64_t priority) {
+    const std::int64_t cap = config_.max_queued_requests;
+    if (cap < 0 || static_cast<std::int64_t>(waiting_.size()) < cap) return Status::Ok();
+    if (config_.enable_priority_scheduling && !waiting_.empty()) {
+        // The worst waiting request, the latest to join among equals.
+        const std::int64_t sign = PriorityOrder{config_.schedule_low_priority_values_first}.sign();
+        const auto key = [sign](const Req* r) { return std::pair(sign * r->priority, r->queue_entry); };
+        Req* worst = *std::max_element(waiting_.begin(), waiting_.end(),
+                                       [&](const Req* a, const Req* b) { return key(a) < key(b); });
+        if (sign * priority < sign * worst->priority) {
+            finish(*worst, FinishReason::kAbort, "The request is aborted by a higher priority request.");
+            drop_finished();
+            return Status::Ok();
+        }
+    }
+    return Status(StatusCode::kUnavailable, "The request queue is full.");
 }
 
 bool Scheduler::abort(std::string_view rid) {

@@ -40,6 +40,11 @@ struct SchedulerConfig {
     std::int64_t max_total_num_tokens = 0;   // KV slots (memory plan), multiple of page_size
     std::int64_t page_size = 1;
     std::int64_t max_running_requests = 0;
+    // --max-queued-requests: the most requests waiting (not running) at once; -1: no cap. A
+    // request beyond it is refused ("The request queue is full."), or, under priority
+    // scheduling, takes the place of the worst waiting request if it is better (SGLang's
+    // scheduler.py _abort_on_queued_limit). Requests retracted or preempted always requeue.
+    std::int64_t max_queued_requests = -1;
     std::int64_t max_prefill_tokens = 16384;
     std::int64_t chunked_prefill_size = -1;  // -1: no chunking
     std::int64_t prefill_max_requests = -1;  // -1: no cap
@@ -127,7 +132,8 @@ class Scheduler {
     Scheduler& operator=(const Scheduler&) = delete;
 
     // Queues a request. InvalidArgument for an empty or duplicate rid, an empty or too long
-    // prompt (no event is emitted then). max_new_tokens is clamped to the context budget.
+    // prompt, Unavailable beyond max_queued_requests (no event is emitted then).
+    // max_new_tokens is clamped to the context budget.
     Status add_request(Req req);
     // Finishes the request with reason "abort" and releases its KV; false if unknown.
     bool abort(std::string_view rid);
@@ -185,6 +191,8 @@ class Scheduler {
     // is in a step in flight (then preemption_waits_ holds decode launches until it is not).
     bool preempt_for(const Req& incoming, std::int64_t extend_len, PrefillAdder& adder, std::vector<Req*>& preempted);
     void requeue(Req& req);
+    // Whether a request of `priority` may join the queue; may evict a worse waiting request.
+    Status make_room_in_queue(std::int64_t priority);
     void launch_prefill(const std::vector<PrefillItem>& items, const std::vector<Req*>& decode);
     // The requests that can decode in the step being formed (decode_micro_batch over the
     // running ones and, with overlap scheduling, those whose last prompt chunk is in flight).

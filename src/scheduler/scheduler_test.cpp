@@ -835,6 +835,41 @@ TEST_P(SchedulerTest, PriorityPreemptionMakesRoomAndThePreemptedResume) {
     }
 }
 
+TEST_P(SchedulerTest, QueuedRequestsBeyondTheCapAreRefusedOrDisplaceAWorseOne) {
+    for (const bool priority : {false, true}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.max_running_requests = 1;
+        cfg.max_queued_requests = 2;
+        cfg.enable_priority_scheduling = priority;
+        Harness h(cfg);
+        Req running = make_req("running", prompt(1, 10), 30);
+        h.add(running);
+        ASSERT_TRUE(h.step_until([&] { return !h.results_["running"].tokens.empty(); }));
+        std::vector<Req> queued = {make_req("a", prompt(2, 10), 4), make_req("b", prompt(3, 10), 4)};
+        queued[0].priority = 5;
+        queued[1].priority = 1;
+        for (const Req& r : queued) h.add(r);
+        Req equal = make_req("equal", prompt(4, 10), 4);
+        equal.priority = 1;  // not better than the worst waiting one ("b")
+        const Status full = h.sched_.add_request(equal);
+        EXPECT_EQ(full.code(), StatusCode::kUnavailable);
+        EXPECT_EQ(full.message(), "The request queue is full.");
+        Req better = make_req("better", prompt(5, 10), 4);
+        better.priority = 2;
+        if (!priority) {
+            EXPECT_EQ(h.sched_.add_request(better).message(), "The request queue is full.");
+            h.run();
+            EXPECT_EQ(h.results_["b"].reason, FinishReason::kLength);
+            continue;
+        }
+        h.add(better);  // displaces "b", which finishes aborted with SGLang's message
+        EXPECT_EQ(h.results_["b"].reason, FinishReason::kAbort);
+        h.run();
+        for (const Req& r : {running, queued[0], better}) EXPECT_EQ(h.results_[r.rid].tokens, expected(r)) << r.rid;
+        EXPECT_EQ(h.finish_order_, (std::vector<std::string>{"b", "running", "a", "better"}));
+    }
+}
+
 TEST(SchedulerValidationTest, RejectsBadRequestsAndConfigs) {
     SchedulerConfig cfg = roomy(1);
     cfg.context_len = 64;

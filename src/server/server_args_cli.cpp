@@ -239,7 +239,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     // Memory and scheduling (§1.2).
     optional(app, t, "--mem-fraction-static", a.mem_fraction_static, "(weights + KV pool) / rank memory", kYes);
     optional(app, t, "--max-running-requests", a.max_running_requests, "cap on running requests", kYes);
-    optional(app, t, "--max-queued-requests", a.max_queued_requests, "cap on queued requests", kServe);
+    optional(app, t, "--max-queued-requests", a.max_queued_requests,
+             "the most requests waiting to run at once (per scheduler); beyond it a request gets 503, or under "
+             "priority scheduling displaces the worst waiting one if it is better",
+             kServe);
     optional(app, t, "--max-total-tokens", a.max_total_tokens, "cap on the KV pool size in tokens", kYes)
         ->transform(human_readable_int());
     optional(app, t, "--chunked-prefill-size", a.chunked_prefill_size, "max tokens per prefill chunk; -1 disables",

@@ -145,6 +145,7 @@ def main():
             check_cache_cap(tessera, model, a.workdir)
             check_priority_order(tessera, model, a.workdir)
             check_priority_preemption(tessera, model, a.workdir)
+            check_queue_cap(tessera, model, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
@@ -385,6 +386,42 @@ def check_priority_preemption(tessera, model, workdir):
               status == 503 and "Using priority is disabled for this server" in json.dumps(body), f"{status} {body}")
         status, _ = post(port, "/generate", {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}})
         check("... and one without is served", status == 200, str(status))
+    finally:
+        stop_server(server)
+
+
+def check_queue_cap(tessera, model, workdir):
+    """--max-queued-requests 1 with one running request (SGLang's _abort_on_queued_limit): with
+    one request waiting, an equal newcomer gets 503 "The request queue is full."; a better one
+    (priority scheduling) takes the waiting one's place, which ends with 503."""
+    started = start_side_server(tessera, model, workdir, "queue_cap",
+                                ["--enable-priority-scheduling", "--max-running-requests", "1",
+                                 "--max-queued-requests", "1"])
+    if started is None:
+        return
+    server, port, _ = started
+    try:
+        results = {}
+
+        def send(name, priority, tokens):
+            results[name] = post(port, "/generate", {"input_ids": [5, 6, 7], "priority": priority, "sampling_params": {
+                "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}})
+
+        threads = []
+        for name, priority, tokens, pause in (("running", 0, 3000, 0.3), ("waiting", 0, 4, 0.2), ("equal", 0, 4, 0.2),
+                                              ("better", 5, 4, 0.0)):
+            threads.append(threading.Thread(target=send, args=(name, priority, tokens)))
+            threads[-1].start()
+            time.sleep(pause)
+        for t in threads:
+            t.join(120)
+        status = {name: results.get(name, (0, None))[0] for name in ("running", "waiting", "equal", "better")}
+        text = {name: json.dumps(results.get(name, (0, None))[1]) for name in status}
+        check("--max-queued-requests: an equal newcomer to a full queue gets 503",
+              status["equal"] == 503 and "The request queue is full." in text["equal"], f"{status} {text['equal']}")
+        check("... a better one displaces the waiting request (503 for it), and both others finish",
+              status["waiting"] == 503 and "aborted by a higher priority request" in text["waiting"]
+              and status["better"] == 200 and status["running"] == 200, f"{status} {text['waiting'][:200]}")
     finally:
         stop_server(server)
 
