@@ -113,6 +113,12 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ho.api_key = args.effective_api_key();
     ho.admin_api_key = args.admin_api_key;
     ho.allowed_hosts = args.allowed_host_list();
+    if (!args.reasoning_parser.empty()) {
+        auto format = server::reasoning_format(args.reasoning_parser);
+        if (!format.ok()) return fail(format.status());
+        ho.reasoning = std::move(format).value();
+        ho.template_opens_reasoning = server::template_opens_reasoning((*tok)->chat_template());
+    }
     const std::string& public_host = rank.runtime.scheduler_index() == 0 ? args.host : ho.host;
     if (ho.api_key.empty() && !server::is_loopback_host(public_host))
         TSR_LOG(WARN, "listening on {} without an API key: anyone who can reach it can use it; set --api-key "

@@ -661,6 +661,8 @@ class HttpServer::Impl {
         if (running_) return Status::InvalidArgument("the HTTP server is already running");
         state_->protocol.served_model_name = state_->backend.served_model_name();
         state_->protocol.max_model_len = state_->backend.max_model_len();
+        state_->protocol.reasoning = o.reasoning;
+        state_->protocol.template_opens_reasoning = o.template_opens_reasoning;
 
         error_code ec;
         tcp::resolver resolver(ioc_);

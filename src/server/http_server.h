@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "server/reasoning_parser.h"
 
 namespace tessera::server {
 
@@ -22,8 +23,8 @@ struct HttpServerOptions {
     std::string host = "127.0.0.1";
     int port = 30000;  // 0: any free port (read it back with HttpServer::port())
     int n_io_threads = 1;
-    // Generation requests admitted at once (--max-queued-requests); beyond it → 503 with
-    // Retry-After, so memory stays bounded.
+    // Generation requests open at once; beyond it → 503 with Retry-After, so memory stays
+    // bounded.
     std::int64_t max_pending_requests = 4096;
     std::size_t max_body_bytes = 32u << 20;  // larger bodies → 413
     std::size_t max_header_bytes = 16u << 10;  // larger headers → 431
@@ -40,6 +41,9 @@ struct HttpServerOptions {
     std::string api_key;
     std::string admin_api_key;
     std::vector<std::string> allowed_hosts;
+    // --reasoning-parser, and whether the chat template opens the think block itself.
+    std::optional<ReasoningFormat> reasoning;
+    bool template_opens_reasoning = false;
 
     Status validate() const;
 };

@@ -405,6 +405,17 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
         }
     }
     base.input.chat_json = dump(chat);
+    // serving_chat.py: the reasoning parser runs unless the request turns it off; the output
+    // starts inside the reasoning when the format or the template says so, or the request's
+    // thinking switch (chat_template_kwargs) is on.
+    const bool separate = r.boolean("separate_reasoning").value_or(true);
+    if (auto v = r.boolean("stream_reasoning")) out.stream_reasoning = *v;
+    if (o.reasoning && separate) {
+        out.reasoning = o.reasoning;
+        const std::string& key = o.reasoning->request_switch;
+        const auto on = !key.empty() && chat.contains(key) ? chat[key] : Json();
+        out.force_reasoning = o.template_opens_reasoning || (on.is_boolean() && on.get<bool>());
+    }
     base.params.max_new_tokens = -1;  // chat default: up to the context length
     read_openai_sampling(r, ApiKind::kChatCompletion, o, base.params);
     if (auto v = r.boolean("logprobs")) out.logprobs = *v;

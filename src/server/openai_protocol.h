@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "server/backend.h"
+#include "server/reasoning_parser.h"
 
 namespace tessera::server {
 
@@ -44,6 +45,10 @@ struct ProtocolOptions {
     std::int64_t max_model_len = 0;  // 0: unknown (max_tokens is then capped at 2^31 - 1)
     int max_n = 128;                 // OpenAI's limit on n
     int max_top_logprobs = 20;       // OpenAI's limit on top_logprobs
+    // --reasoning-parser (unset: chat content is the whole output), and whether the chat
+    // template itself opens the think block.
+    std::optional<ReasoningFormat> reasoning;
+    bool template_opens_reasoning = false;
 };
 
 // A validated request: one GenerationRequest per choice (n > 1 → ids "<id>-<i>").
@@ -56,6 +61,11 @@ struct ParsedRequest {
     bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;
     int top_logprobs = 0;
+    // Chat with --reasoning-parser and the request's separate_reasoning (default true): how
+    // each choice's output splits into reasoning_content and content.
+    std::optional<ReasoningFormat> reasoning;
+    bool force_reasoning = false;  // the output starts inside the reasoning
+    bool stream_reasoning = true;  // the request's stream_reasoning
     std::vector<GenerationRequest> requests;
 };
 
@@ -107,6 +117,7 @@ class ResponseBuilder {
         bool sent_role = false;            // chat streaming: the role delta went out
         std::size_t text_offset = 0;       // completions logprobs: offset of the next token
         std::chrono::steady_clock::time_point finished_at;
+        std::optional<ReasoningDetector> reasoning;  // streaming chat with a reasoning parser
     };
 
     std::string stream_chunk(std::size_t index, const GenerationEvent& event);
@@ -120,6 +131,8 @@ class ResponseBuilder {
     bool stream_;
     bool include_usage_;
     bool logprobs_;
+    std::optional<ReasoningFormat> reasoning_;
+    bool force_reasoning_;
     std::vector<std::string> request_ids_;
     std::chrono::steady_clock::time_point start_;
     std::vector<Choice> choices_;

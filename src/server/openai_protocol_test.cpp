@@ -336,6 +336,66 @@ TEST(ResponseBuilderTest, ChatStreamingRoleThenContentThenUsage) {
     EXPECT_EQ(payloads[4], "[DONE]");
 }
 
+// --reasoning-parser qwen3: the think block goes to reasoning_content, whole or streamed.
+ParseOutcome reasoning_chat(const std::string& body, bool template_opens = false) {
+    ProtocolOptions o = options();
+    o.reasoning = reasoning_format("qwen3").value();
+    o.template_opens_reasoning = template_opens;
+    return parse_request(ApiKind::kChatCompletion, body, o, "chatcmpl-1");
+}
+
+Json chat_body(const ParseOutcome& o, const std::vector<std::string>& pieces) {
+    ResponseBuilder b(o.request);
+    for (std::size_t i = 0; i < pieces.size(); ++i)
+        b.add_event(0, event(pieces[i], {static_cast<std::int32_t>(i)}, static_cast<std::int64_t>(i + 1),
+                             i + 1 == pieces.size() ? std::optional<std::string>("stop") : std::nullopt));
+    return Json::parse(b.body());
+}
+
+TEST(ResponseBuilderTest, ReasoningContentWholeAndStreamed) {
+    const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+    Json j = chat_body(reasoning_chat("{" + messages + "}"), {"<think>\nSum", " it.</think>", "\n\n4"});
+    EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "Sum it.");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "4");
+    // separate_reasoning false: the text as generated; no parser: the same.
+    j = chat_body(reasoning_chat("{" + messages + R"(, "separate_reasoning": false})"), {"<think>a</think>b"});
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "<think>a</think>b");
+    EXPECT_TRUE(j["choices"][0]["message"]["reasoning_content"].is_null());
+    j = chat_body(chat("{" + messages + "}"), {"<think>a</think>b"});
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "<think>a</think>b");
+    // The output starts inside the reasoning when the request turns thinking on, or the
+    // template opens the block; not otherwise.
+    const std::vector<std::string> opened = {"a", "</think>b"};
+    j = chat_body(reasoning_chat("{" + messages + R"(, "chat_template_kwargs": {"enable_thinking": true}})"), opened);
+    EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "a");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "b");
+    j = chat_body(reasoning_chat("{" + messages + "}", /*template_opens=*/true), opened);
+    EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "a");
+    j = chat_body(reasoning_chat("{" + messages + "}"), opened);
+    EXPECT_TRUE(j["choices"][0]["message"]["reasoning_content"].is_null());
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "a</think>b");
+
+    auto o = reasoning_chat("{" + messages + R"(, "stream": true})");
+    ResponseBuilder b(o.request);
+    std::string out;
+    const std::vector<std::string> pieces = {"<th", "ink>Sum", " it.</th", "ink>4", ""};
+    for (std::size_t i = 0; i < pieces.size(); ++i)
+        out += b.add_event(0, event(pieces[i], {1}, static_cast<std::int64_t>(i + 1),
+                                    i + 1 == pieces.size() ? std::optional<std::string>("stop") : std::nullopt));
+    std::string reasoning, content;
+    for (const std::string& payload : sse_payloads(out)) {
+        if (payload == "[DONE]") continue;
+        const Json delta = Json::parse(payload)["choices"][0]["delta"];
+        EXPECT_FALSE(delta.contains("reasoning_content") && delta.contains("content") &&
+                     !delta["content"].get<std::string>().empty())
+            << "one kind per chunk: " << payload;
+        if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+        if (delta.contains("content")) content += delta["content"].get<std::string>();
+    }
+    EXPECT_EQ(reasoning, "Sum it.");
+    EXPECT_EQ(content, "4");
+}
+
 TEST(ResponseBuilderTest, CompletionLogprobs) {
     auto o = completion(R"({"prompt": "x", "logprobs": 1})");
     ResponseBuilder b(o.request);

@@ -79,9 +79,14 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       stream_(request.stream),
       include_usage_(request.include_usage),
       logprobs_(request.logprobs),
+      reasoning_(request.reasoning),
+      force_reasoning_(request.force_reasoning),
       start_(std::chrono::steady_clock::now()),
       choices_(request.requests.size()) {
     for (const GenerationRequest& r : request.requests) request_ids_.push_back(r.request_id);
+    if (reasoning_ && stream_) {
+        for (Choice& c : choices_) c.reasoning.emplace(*reasoning_, force_reasoning_, request.stream_reasoning);
+    }
 }
 
 std::string ResponseBuilder::add_event(std::size_t index, const GenerationEvent& event) {
@@ -160,12 +165,33 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         if (include_usage_) chunk["usage"] = nullptr;
         out += sse(chunk);
     }
-    if (event.text.empty() && event.logprobs.empty() && !final) return out;
+    // The reasoning part of this piece goes out first, in a chunk of its own
+    // (serving_chat.py _process_reasoning_stream).
+    std::string content = event.text;
+    if (chat && c.reasoning) {
+        ReasoningParts parts = c.reasoning->parse_increment(event.text);
+        if (final) {
+            ReasoningParts held = c.reasoning->finish();
+            parts.reasoning += held.reasoning;
+            parts.normal += held.normal;
+        }
+        if (!parts.reasoning.empty()) {
+            Json chunk = base;
+            chunk["choices"] = Json::array({Json{{"index", index},
+                                                 {"delta", Json{{"reasoning_content", parts.reasoning}}},
+                                                 {"logprobs", nullptr},
+                                                 {"finish_reason", nullptr}}});
+            if (include_usage_) chunk["usage"] = nullptr;
+            out += sse(chunk);
+        }
+        content = std::move(parts.normal);
+    }
+    if (content.empty() && event.logprobs.empty() && !final) return out;
 
     Json choice = Json::object();
     choice["index"] = index;
     if (chat) {
-        choice["delta"] = event.text.empty() ? Json::object() : Json{{"content", event.text}};
+        choice["delta"] = content.empty() ? Json::object() : Json{{"content", content}};
         choice["logprobs"] = logprobs_ && !event.logprobs.empty() ? chat_logprobs(event.logprobs) : Json(nullptr);
     } else {
         choice["text"] = event.text;
@@ -255,9 +281,12 @@ std::string ResponseBuilder::body() const {
         Json choice = Json::object();
         choice["index"] = i;
         if (chat) {
+            ReasoningParts parts{"", c.text};
+            if (reasoning_) parts = ReasoningDetector(*reasoning_, force_reasoning_, true).parse_all(c.text);
             choice["message"] = Json{{"role", "assistant"},
-                                     {"content", c.text},
-                                     {"reasoning_content", nullptr},
+                                     {"content", std::move(parts.normal)},
+                                     {"reasoning_content", parts.reasoning.empty() ? Json(nullptr)
+                                                                                   : Json(std::move(parts.reasoning))},
                                      {"tool_calls", nullptr}};
             choice["logprobs"] = logprobs_ ? chat_logprobs(c.logprobs) : Json(nullptr);
         } else {

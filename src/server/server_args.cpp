@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/env.h"
+#include "server/reasoning_parser.h"
 
 namespace tessera::server {
 
@@ -141,6 +142,7 @@ Status ServerArgs::resolve() {
         return invalid("--retraction-policy priority requires --enable-priority-scheduling");
     if (mem_fraction_static && (*mem_fraction_static <= 0.0 || *mem_fraction_static > 1.0))
         return invalid("--mem-fraction-static must be in (0, 1], got " + std::to_string(*mem_fraction_static));
+    if (!reasoning_parser.empty()) TSR_RETURN_IF_ERROR(server::reasoning_format(reasoning_parser).status());
     if (max_queued_requests && *max_queued_requests < 1)
         return invalid("--max-queued-requests must be at least 1, got " + str(*max_queued_requests));
     if (max_running_requests && *max_running_requests < 1)

@@ -87,6 +87,7 @@ struct ServerArgs {
     int decode_log_interval = 40;
     int stream_interval = 1;
     bool enable_metrics = false;
+    std::string reasoning_parser;  // --reasoning-parser ("" for none)
     std::string kv_cache_dtype = "auto";
     std::string quantization_param_path;
     std::string quantization;

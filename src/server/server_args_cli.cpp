@@ -302,6 +302,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           kYes)
         ->check(CLI::IsMember({"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
                                "fp4_mx_block16", "fp4_e2m1"}));
+    value(app, t, "--reasoning-parser", a.reasoning_parser,
+          "split a chat completion's reasoning into reasoning_content: deepseek-r1, deepseek-v3, glm45, kimi, qwen3, "
+          "qwen3-thinking or step3",
+          kServe);
     value(app, t, "--quantization-param-path", a.quantization_param_path,
           "SGLang's JSON of KV cache scaling factors per TP rank and layer, for --kv-cache-dtype fp8_e4m3 (taken "
           "as k_scale and v_scale; replaces the checkpoint's)",

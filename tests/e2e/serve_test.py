@@ -146,6 +146,7 @@ def main():
             check_priority_order(tessera, model, a.workdir)
             check_priority_preemption(tessera, model, a.workdir)
             check_queue_cap(tessera, model, a.workdir)
+            check_reasoning_parser(tessera, model, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
@@ -422,6 +423,34 @@ def check_queue_cap(tessera, model, workdir):
         check("... a better one displaces the waiting request (503 for it), and both others finish",
               status["waiting"] == 503 and "aborted by a higher priority request" in text["waiting"]
               and status["better"] == 200 and status["running"] == 200, f"{status} {text['waiting'][:200]}")
+    finally:
+        stop_server(server)
+
+
+def check_reasoning_parser(tessera, model, workdir):
+    """--reasoning-parser qwen3 over HTTP: with thinking switched on (chat_template_kwargs
+    enable_thinking), the output starts inside the reasoning, so with no end tag (a random
+    model) all of it is reasoning_content, whole or streamed; separate_reasoning false gives
+    the same text as content."""
+    started = start_side_server(tessera, model, workdir, "reasoning", ["--reasoning-parser", "qwen3"])
+    if started is None:
+        return
+    server, port, _ = started
+    try:
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": "Think about tiles."}], "max_tokens": 12,
+                "temperature": 0, "ignore_eos": True, "chat_template_kwargs": {"enable_thinking": True}}
+        status, raw = post(port, "/v1/chat/completions", dict(chat, separate_reasoning=False))
+        status2, split = post(port, "/v1/chat/completions", chat)
+        events, done = stream(port, "/v1/chat/completions", dict(chat, stream=True))
+        ok = status == 200 and status2 == 200 and done
+        text = raw["choices"][0]["message"]["content"] if ok else ""
+        message = split["choices"][0]["message"] if ok else {}
+        streamed = "".join(e["choices"][0]["delta"].get("reasoning_content", "") for e in events if e.get("choices"))
+        content = "".join(e["choices"][0]["delta"].get("content", "") or "" for e in events if e.get("choices"))
+        check("--reasoning-parser qwen3: forced reasoning goes to reasoning_content, whole and streamed",
+              ok and text and message.get("reasoning_content") == text.strip() and message.get("content") == ""
+              and streamed.strip() == text.strip() and content == "",
+              f"{status} {status2} raw={text!r} split={message} streamed={streamed!r} content={content!r}")
     finally:
         stop_server(server)
 

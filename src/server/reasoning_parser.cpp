@@ -1,0 +1,109 @@
+#include "server/reasoning_parser.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+namespace tessera::server {
+namespace {
+
+std::string strip(std::string_view s) {
+    const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+    std::size_t b = 0, e = s.size();
+    while (b < e && is_space(s[b])) ++b;
+    while (e > b && is_space(s[e - 1])) --e;
+    return std::string(s.substr(b, e - b));
+}
+
+std::string rstrip(std::string_view s) {
+    std::size_t e = s.size();
+    while (e > 0 && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\n' || s[e - 1] == '\r')) --e;
+    return std::string(s.substr(0, e));
+}
+
+std::string erase_all(std::string text, std::string_view what) {
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at)) text.erase(at, what.size());
+    return text;
+}
+
+const std::array<ReasoningFormat, 7> kFormats = {{
+    {"deepseek-r1", "<think>", "</think>", true, ""},
+    {"deepseek-v3", "<think>", "</think>", false, "thinking"},
+    {"glm45", "<think>", "</think>", false, "enable_thinking"},
+    {"kimi", "\xE2\x97\x81think\xE2\x96\xB7", "\xE2\x97\x81/think\xE2\x96\xB7", false, ""},  // ◁think▷ ◁/think▷
+    {"qwen3", "<think>", "</think>", false, "enable_thinking"},
+    {"qwen3-thinking", "<think>", "</think>", true, ""},
+    {"step3", "<think>", "</think>", true, ""},
+}};
+
+}  // namespace
+
+StatusOr<ReasoningFormat> reasoning_format(std::string_view name) {
+    for (const ReasoningFormat& f : kFormats)
+        if (f.name == name) return f;
+    std::string names;
+    for (const ReasoningFormat& f : kFormats) names += (names.empty() ? "" : ", ") + f.name;
+    return Status::InvalidArgument("--reasoning-parser " + std::string(name) + ": tessera parses " + names +
+                                   " (SGLang's other parsers are not implemented)");
+}
+
+bool template_opens_reasoning(std::string_view chat_template) {
+    // The template's source spells the newlines as escapes inside its string literals.
+    return chat_template.find("<|im_start|>assistant\\n<think>\\n") != std::string_view::npos ||
+           chat_template.find("<|im_start|>assistant\n<think>\n") != std::string_view::npos;
+}
+
+ReasoningDetector::ReasoningDetector(const ReasoningFormat& format, bool force_reasoning, bool stream_reasoning)
+    : start_(format.think_start),
+      end_(format.think_end),
+      in_reasoning_(force_reasoning || format.always_reasoning),
+      stream_reasoning_(stream_reasoning) {}
+
+ReasoningParts ReasoningDetector::parse_all(std::string_view text) const {
+    if (!in_reasoning_ && text.find(start_) == std::string_view::npos) return {"", std::string(text)};
+    const std::string processed = strip(erase_all(std::string(text), start_));
+    const std::size_t end = processed.find(end_);
+    if (end == std::string::npos) return {processed, ""};  // cut off before the end tag
+    return {processed.substr(0, end), strip(std::string_view(processed).substr(end + end_.size()))};
+}
+
+ReasoningParts ReasoningDetector::parse_increment(std::string_view piece) {
+    buffer_ += piece;
+    std::string current = buffer_;
+    // A proper prefix of either tag: wait for more.
+    for (const std::string* tag : {&start_, &end_}) {
+        if (tag->size() > current.size() && tag->compare(0, current.size(), current) == 0) return {};
+    }
+    if (!stripped_start_ && current.find(start_) != std::string::npos) {
+        current = erase_all(std::move(current), start_);
+        buffer_ = current;  // held reasoning no longer carries the tag
+        stripped_start_ = true;
+        in_reasoning_ = true;
+    }
+    if (in_reasoning_) {
+        const std::size_t end = current.find(end_);
+        if (end != std::string::npos) {
+            buffer_.clear();
+            in_reasoning_ = false;
+            return {rstrip(std::string_view(current).substr(0, end)), current.substr(end + end_.size())};
+        }
+        if (!stream_reasoning_) return {};
+        // Unlike SGLang, the start of an end tag at the tail waits too: the tag may come in
+        // pieces of text that do not start with it (several tokens per streamed chunk).
+        std::size_t keep = std::min(current.size(), end_.size() - 1);
+        while (keep > 0 && end_.compare(0, keep, current, current.size() - keep, keep) != 0) --keep;
+        buffer_ = current.substr(current.size() - keep);
+        current.resize(current.size() - keep);
+        return {std::move(current), ""};
+    }
+    buffer_.clear();
+    return {"", std::move(current)};
+}
+
+ReasoningParts ReasoningDetector::finish() {
+    std::string held = std::exchange(buffer_, {});
+    if (in_reasoning_) return {std::move(held), ""};
+    return {"", std::move(held)};
+}
+
+}  // namespace tessera::server
