@@ -80,9 +80,21 @@ StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationI
 Status Engine::submit(server::GenerationRequest request, server::EventCallback on_event) {
     if (!ready()) return Status(StatusCode::kUnavailable, "the server is not accepting requests (starting or draining)");
     TSR_ASSIGN_OR_RETURN(auto ids, prompt_ids(request.input));
-    const auto n_prompt = static_cast<std::int64_t>(ids.size());
+    auto n_prompt = static_cast<std::int64_t>(ids.size());
     auto p = request.params;
     if (n_prompt == 0) return Status::InvalidArgument("the prompt is empty");
+    if (config_.allow_auto_truncate) {
+        // SGLang's tokenizer_manager.py _validate_one_request: the prompt keeps its first tokens
+        // and max_tokens shrinks to fit; tessera leaves room for at least one new token.
+        const std::int64_t limit = std::min(config_.context_len, scheduler_.max_req_len());
+        if (n_prompt >= limit) {
+            TSR_LOG(WARN, "The input ({} tokens) is longer than the model's context length ({} tokens). Truncating "
+                    "the input to {} tokens.", n_prompt, limit, limit - 1);
+            ids.resize(static_cast<std::size_t>(limit - 1));
+            n_prompt = limit - 1;
+        }
+        if (p.max_new_tokens >= 0 && n_prompt + p.max_new_tokens > limit) p.max_new_tokens = limit - n_prompt;
+    }
     // No max_tokens in a chat request (max_new_tokens < 0): the rest of the context, as SGLang.
     if (p.max_new_tokens < 0) p.max_new_tokens = std::min(config_.context_len, scheduler_.max_req_len()) - n_prompt;
     if (p.max_new_tokens < 1)

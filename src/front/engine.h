@@ -50,6 +50,7 @@ struct EngineConfig {
     // else the worst) and, without priority scheduling, whether giving one is refused.
     std::optional<std::int64_t> default_priority_value;
     bool abort_on_priority_when_disabled = false;
+    bool allow_auto_truncate = false;  // --allow-auto-truncate
     int scheduler_recv_interval = 1;  // --scheduler-recv-interval
 };
 

@@ -302,6 +302,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           kYes)
         ->check(CLI::IsMember({"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
                                "fp4_mx_block16", "fp4_e2m1"}));
+    flag(app, t, "--allow-auto-truncate", a.allow_auto_truncate,
+         "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
     value(app, t, "--reasoning-parser", a.reasoning_parser,
           "split a chat completion's reasoning into reasoning_content: deepseek-r1, deepseek-v3, glm45, kimi, qwen3, "
           "qwen3-thinking or step3",

@@ -147,6 +147,7 @@ def main():
             check_priority_preemption(tessera, model, a.workdir)
             check_queue_cap(tessera, model, a.workdir)
             check_reasoning_parser(tessera, model, a.workdir)
+            check_auto_truncate(tessera, model, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
@@ -451,6 +452,28 @@ def check_reasoning_parser(tessera, model, workdir):
               ok and text and message.get("reasoning_content") == text.strip() and message.get("content") == ""
               and streamed.strip() == text.strip() and content == "",
               f"{status} {status2} raw={text!r} split={message} streamed={streamed!r} content={content!r}")
+    finally:
+        stop_server(server)
+
+
+def check_auto_truncate(tessera, model, workdir):
+    """--allow-auto-truncate with a 64-token context (63 tokens per request, SGLang's
+    max_req_len): a 100-token prompt keeps its first 62 tokens and gets one new token instead
+    of a 400; 40 tokens asking for 50 get the 22 that fit."""
+    started = start_side_server(tessera, model, workdir, "truncate", ["--allow-auto-truncate", "--context-length", "64"])
+    if started is None:
+        return
+    server, port, _ = started
+    try:
+        def usage(n_prompt, max_tokens):
+            status, body = post(port, "/generate", {"input_ids": [5 + i % 50 for i in range(n_prompt)],
+                                                    "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0,
+                                                                        "ignore_eos": True}})
+            meta = body.get("meta_info", {}) if isinstance(body, dict) else {}
+            return status, meta.get("prompt_tokens"), meta.get("completion_tokens")
+        long, fits = usage(100, 10), usage(40, 50)
+        check("--allow-auto-truncate: a too long prompt is cut to its first 62 tokens; max_tokens shrinks to fit",
+              long == (200, 62, 1) and fits == (200, 40, 22), f"{long} {fits}")
     finally:
         stop_server(server)
 
