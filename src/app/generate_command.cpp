@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/chat_template_file.h"
 #include "app/commands.h"
 #include "app/model_rank.h"
 #include "app/rank_runtime.h"
@@ -267,6 +268,7 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
         auto loaded = tokenizer::Tokenizer::load(o.server.tokenizer_path);
         if (!loaded.ok()) return fail(loaded.status());
         tok = std::move(loaded).value();
+        if (Status s = use_chat_template_file(o.server.chat_template, *tok); !s.ok()) return fail(s);
         prompt = encode_prompt(*tok, o.prompt, o.chat);
     } else {
         prompt = parse_ids(o.prompt_ids);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/chat_template_file.h"
 #include "app/commands.h"
 #include "app/dp_front.h"
 #include "app/model_rank.h"
@@ -46,6 +47,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
 
     auto tok = tokenizer::Tokenizer::load(args.tokenizer_path);
     if (!tok.ok()) return fail(tok.status());
+    if (Status s = use_chat_template_file(args.chat_template, **tok); !s.ok()) return fail(s);
     std::optional<tokenizer::ChatTemplate> chat;
     if (!(*tok)->chat_template().empty()) {
         auto compiled = tokenizer::ChatTemplate::compile((*tok)->chat_template(), (*tok)->bos_token(), (*tok)->eos_token());

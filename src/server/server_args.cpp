@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "base/env.h"
 #include "server/reasoning_parser.h"
@@ -143,6 +144,18 @@ Status ServerArgs::resolve() {
     if (mem_fraction_static && (*mem_fraction_static <= 0.0 || *mem_fraction_static > 1.0))
         return invalid("--mem-fraction-static must be in (0, 1], got " + std::to_string(*mem_fraction_static));
     if (!reasoning_parser.empty()) TSR_RETURN_IF_ERROR(server::reasoning_format(reasoning_parser).status());
+    // SGLang's template_manager.py takes a built-in name, a .jinja file or a .json conversation
+    // template; tessera takes the Jinja file.
+    if (!chat_template.empty()) {
+        const std::string flag = "--chat-template " + chat_template + ": ";
+        if (chat_template.size() >= 5 && chat_template.compare(chat_template.size() - 5, 5, ".json") == 0)
+            return invalid(flag + "SGLang's JSON conversation templates are not implemented; give a Jinja template "
+                                  "file");
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(chat_template, ec))
+            return invalid(flag + "no such file; tessera takes the path of a Jinja chat template (SGLang's built-in "
+                                  "template names are not implemented)");
+    }
     if (max_queued_requests && *max_queued_requests < 1)
         return invalid("--max-queued-requests must be at least 1, got " + str(*max_queued_requests));
     if (max_running_requests && *max_running_requests < 1)

@@ -302,6 +302,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           kYes)
         ->check(CLI::IsMember({"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
                                "fp4_mx_block16", "fp4_e2m1"}));
+    value(app, t, "--chat-template", a.chat_template,
+          "a Jinja chat template file to render chat requests with, in place of the tokenizer's", kYes);
     flag(app, t, "--allow-auto-truncate", a.allow_auto_truncate,
          "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
     value(app, t, "--reasoning-parser", a.reasoning_parser,

@@ -146,6 +146,7 @@ class HfBpeTokenizer final : public Tokenizer {
     std::vector<std::int32_t> eos_token_ids() const override { return eos_ids_; }
     std::optional<std::int32_t> token_to_id(std::string_view token) const override;
     const std::string& chat_template() const override { return chat_template_; }
+    void set_chat_template(std::string source) override { chat_template_ = std::move(source); }
     const std::string& bos_token() const override { return bos_token_; }
     const std::string& eos_token() const override { return eos_token_; }
 

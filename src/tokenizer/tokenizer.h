@@ -51,6 +51,8 @@ class Tokenizer {
     // tokenizer_config.json: the chat template source ("" when absent) and the bos/eos
     // token strings the template may use.
     virtual const std::string& chat_template() const = 0;
+    // --chat-template: another template in place of tokenizer_config.json's.
+    virtual void set_chat_template(std::string source) = 0;
     virtual const std::string& bos_token() const = 0;
     virtual const std::string& eos_token() const = 0;
 };

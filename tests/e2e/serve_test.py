@@ -148,6 +148,7 @@ def main():
             check_queue_cap(tessera, model, a.workdir)
             check_reasoning_parser(tessera, model, a.workdir)
             check_auto_truncate(tessera, model, a.workdir)
+            check_chat_template_file(tessera, model, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
@@ -474,6 +475,30 @@ def check_auto_truncate(tessera, model, workdir):
         long, fits = usage(100, 10), usage(40, 50)
         check("--allow-auto-truncate: a too long prompt is cut to its first 62 tokens; max_tokens shrinks to fit",
               long == (200, 62, 1) and fits == (200, 40, 22), f"{long} {fits}")
+    finally:
+        stop_server(server)
+
+
+def check_chat_template_file(tessera, model, workdir):
+    """--chat-template FILE: chat requests render with that Jinja template, so a chat request
+    and /generate on the text the template makes see the same prompt and give the same tokens."""
+    path = os.path.join(workdir, "angle.jinja")
+    with open(path, "w") as f:
+        f.write("{% for m in messages %}<<{{ m['role'] }}>>{{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}<<assistant>>{% endif %}")
+    started = start_side_server(tessera, model, workdir, "chat_template", ["--chat-template", path])
+    if started is None:
+        return
+    server, port, _ = started
+    try:
+        status, chat = post(port, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                                                           "max_tokens": 6, "temperature": 0, "ignore_eos": True})
+        status2, gen = post(port, "/generate", {"text": "<<user>>hi\n<<assistant>>", "sampling_params": {
+            "max_new_tokens": 6, "temperature": 0, "ignore_eos": True}})
+        ok = status == 200 and status2 == 200
+        check("--chat-template FILE renders chat requests",
+              ok and chat["usage"]["prompt_tokens"] == gen["meta_info"]["prompt_tokens"]
+              and chat["choices"][0]["message"]["content"] == gen["text"], f"{status} {status2} {chat} {gen}")
     finally:
         stop_server(server)
 

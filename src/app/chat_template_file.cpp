@@ -1,0 +1,23 @@
+#include "app/chat_template_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "base/logging.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tessera::app {
+
+Status use_chat_template_file(const std::string& path, tokenizer::Tokenizer& tok) {
+    if (path.empty()) return Status::Ok();
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    if (in) text << in.rdbuf();
+    if (!in || text.str().empty())
+        return Status::InvalidArgument("--chat-template " + path + ": cannot read a template from this file");
+    tok.set_chat_template(text.str());
+    TSR_LOG(INFO, "chat template from {} ({} bytes)", path, text.str().size());
+    return Status::Ok();
+}
+
+}  // namespace tessera::app

@@ -1,0 +1,19 @@
+#pragma once
+// app/chat_template_file.h — --chat-template FILE: chat requests render with that Jinja
+// template instead of the one in tokenizer_config.json (SGLang's template_manager.py
+// _load_jinja_template).
+
+#include <string>
+
+#include "base/status.h"
+
+namespace tessera::tokenizer {
+class Tokenizer;
+}
+
+namespace tessera::app {
+
+// No-op for an empty path.
+Status use_chat_template_file(const std::string& path, tokenizer::Tokenizer& tok);
+
+}  // namespace tessera::app
