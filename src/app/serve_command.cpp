@@ -122,6 +122,11 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         ho.reasoning = std::move(format).value();
         ho.template_opens_reasoning = server::template_opens_reasoning((*tok)->chat_template());
     }
+    if (!args.tool_call_parser.empty()) {
+        auto format = server::tool_call_format(args.tool_call_parser);
+        if (!format.ok()) return fail(format.status());
+        ho.tool_calls = std::move(format).value();
+    }
     const std::string& public_host = rank.runtime.scheduler_index() == 0 ? args.host : ho.host;
     if (ho.api_key.empty() && !server::is_loopback_host(public_host))
         TSR_LOG(WARN, "listening on {} without an API key: anyone who can reach it can use it; set --api-key "

@@ -663,6 +663,7 @@ class HttpServer::Impl {
         state_->protocol.max_model_len = state_->backend.max_model_len();
         state_->protocol.reasoning = o.reasoning;
         state_->protocol.template_opens_reasoning = o.template_opens_reasoning;
+        state_->protocol.tool_calls = o.tool_calls;
 
         error_code ec;
         tcp::resolver resolver(ioc_);

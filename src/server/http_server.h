@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
 
 namespace tessera::server {
 
@@ -44,6 +45,7 @@ struct HttpServerOptions {
     // --reasoning-parser, and whether the chat template opens the think block itself.
     std::optional<ReasoningFormat> reasoning;
     bool template_opens_reasoning = false;
+    std::optional<ToolCallFormat> tool_calls;  // --tool-call-parser
 
     Status validate() const;
 };

@@ -75,6 +75,24 @@ TEST_F(HttpServerTest, ChatNonStreaming) {
     EXPECT_EQ(reqs[0].request_id, j["id"]);
 }
 
+// --reasoning-parser reaches the chat route: with thinking switched on, the whole output of
+// the fake (no end tag) is reasoning.
+TEST_F(HttpServerTest, ReasoningParserSplitsChatOutput) {
+    server_->stop();
+    HttpServerOptions o;
+    o.reasoning = reasoning_format("qwen3").value();
+    o.tool_calls = tool_call_format("qwen25").value();
+    start(o);
+    HttpResponse r = call("POST", "/v1/chat/completions",
+                          kChat + R"(, "chat_template_kwargs": {"enable_thinking": true},
+                          "tools": [{"type": "function", "function": {"name": "add"}}]})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const Json message = r.json()["choices"][0]["message"];
+    EXPECT_EQ(message["reasoning_content"], "t1 t2 t3 t4");
+    EXPECT_EQ(message["content"], "");
+    EXPECT_TRUE(message["tool_calls"].is_null());  // no call in the text
+}
+
 TEST_F(HttpServerTest, ChatStreamingAndKeepAlive) {
     TestClient c(server_->port());
     for (int round = 0; round < 2; ++round) {  // the same connection twice

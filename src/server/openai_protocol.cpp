@@ -390,7 +390,13 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
     if (!normalized) return;
     Json chat = Json::object();
     chat["messages"] = std::move(*normalized);
-    if (auto tools = read_tools(r)) chat["tools"] = std::move(*tools);
+    if (auto tools = read_tools(r)) {
+        if (o.tool_calls) {
+            out.tool_calls = o.tool_calls;
+            for (const Json& t : *tools) out.tool_names.push_back(t["function"]["name"].get<std::string>());
+        }
+        chat["tools"] = std::move(*tools);
+    }
     if (const Json* kwargs = r.get("chat_template_kwargs")) {
         if (!kwargs->is_object()) {
             r.wrong_type<int>("chat_template_kwargs", "an object", *kwargs);

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "server/backend.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
 
 namespace tessera::server {
 
@@ -49,6 +50,7 @@ struct ProtocolOptions {
     // template itself opens the think block.
     std::optional<ReasoningFormat> reasoning;
     bool template_opens_reasoning = false;
+    std::optional<ToolCallFormat> tool_calls;  // --tool-call-parser
 };
 
 // A validated request: one GenerationRequest per choice (n > 1 → ids "<id>-<i>").
@@ -66,6 +68,10 @@ struct ParsedRequest {
     std::optional<ReasoningFormat> reasoning;
     bool force_reasoning = false;  // the output starts inside the reasoning
     bool stream_reasoning = true;  // the request's stream_reasoning
+    // Chat with --tool-call-parser and tools (tool_choice not "none"): the functions a call
+    // may name; empty when calls are not parsed.
+    std::optional<ToolCallFormat> tool_calls;
+    std::vector<std::string> tool_names;
     std::vector<GenerationRequest> requests;
 };
 
@@ -118,6 +124,8 @@ class ResponseBuilder {
         std::size_t text_offset = 0;       // completions logprobs: offset of the next token
         std::chrono::steady_clock::time_point finished_at;
         std::optional<ReasoningDetector> reasoning;  // streaming chat with a reasoning parser
+        std::optional<ToolCallDetector> tools;       // streaming chat with a tool-call parser
+        int n_tool_calls = 0;                        // sent so far (streaming)
     };
 
     std::string stream_chunk(std::size_t index, const GenerationEvent& event);
@@ -133,6 +141,8 @@ class ResponseBuilder {
     bool logprobs_;
     std::optional<ReasoningFormat> reasoning_;
     bool force_reasoning_;
+    std::optional<ToolCallFormat> tool_calls_;
+    std::vector<std::string> tool_names_;
     std::vector<std::string> request_ids_;
     std::chrono::steady_clock::time_point start_;
     std::vector<Choice> choices_;

@@ -396,6 +396,55 @@ TEST(ResponseBuilderTest, ReasoningContentWholeAndStreamed) {
     EXPECT_EQ(content, "4");
 }
 
+// --tool-call-parser qwen25 with a tool offered: calls become tool_calls, "stop" becomes
+// "tool_calls"; without tools in the request nothing is parsed.
+TEST(ResponseBuilderTest, ToolCallsWholeAndStreamed) {
+    ProtocolOptions o = options();
+    o.tool_calls = tool_call_format("qwen25").value();
+    const std::string tools = R"("tools": [{"type": "function", "function": {"name": "add"}}])";
+    const std::string text = "Adding.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+    const auto request = [&](const std::string& extra) {
+        return parse_request(ApiKind::kChatCompletion,
+                             R"({"messages": [{"role": "user", "content": "x"}], )" + extra + "}", o, "chatcmpl-1");
+    };
+    Json j = chat_body(request(tools), {text});
+    const Json& message = j["choices"][0]["message"];
+    EXPECT_EQ(message["content"], "Adding.");
+    ASSERT_EQ(message["tool_calls"].size(), 1u);
+    EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "add");
+    EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"a":1})");
+    EXPECT_EQ(message["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    j = chat_body(request(R"("stream": false)"), {text});  // no tools: plain content
+    EXPECT_EQ(j["choices"][0]["message"]["content"], text);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    j = chat_body(request(tools + R"(, "tool_choice": "none")"), {text});
+    EXPECT_TRUE(j["choices"][0]["message"]["tool_calls"].is_null());
+
+    ResponseBuilder b(request(tools + R"(, "stream": true)").request);
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); i += 9)
+        out += b.add_event(0, event(text.substr(i, 9), {1}, 1));
+    out += b.add_event(0, event("", {2}, 2, "stop"));
+    std::string content, finish;
+    int calls = 0;
+    for (const std::string& payload : sse_payloads(out)) {
+        if (payload == "[DONE]") continue;
+        const Json choice = Json::parse(payload)["choices"][0];
+        if (choice["delta"].contains("content")) content += choice["delta"]["content"].get<std::string>();
+        if (choice["delta"].contains("tool_calls")) {
+            ++calls;
+            EXPECT_EQ(choice["delta"]["tool_calls"][0]["function"]["arguments"], R"({"a":1})");
+            EXPECT_EQ(choice["delta"]["tool_calls"][0]["index"], 0);
+        }
+        if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+    }
+    EXPECT_EQ(content, "Adding.\n");
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(finish, "tool_calls");
+}
+
 TEST(ResponseBuilderTest, CompletionLogprobs) {
     auto o = completion(R"({"prompt": "x", "logprobs": 1})");
     ResponseBuilder b(o.request);

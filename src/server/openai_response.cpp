@@ -23,6 +23,14 @@ Json utf8_bytes(const std::string& s) {
 
 Json or_null(const std::optional<std::string>& v) { return v ? Json(*v) : Json(nullptr); }
 
+// SGLang's ToolCall: "call_" and 24 hex digits.
+Json tool_call_json(ParsedToolCall call, int index) {
+    return Json{{"id", "call_" + random_hex_id().substr(0, 24)},
+                {"index", index},
+                {"type", "function"},
+                {"function", Json{{"name", std::move(call.name)}, {"arguments", std::move(call.arguments)}}}};
+}
+
 // chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}
 Json chat_logprobs(const std::vector<TokenLogprob>& lps) {
     Json content = Json::array();
@@ -81,11 +89,16 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       logprobs_(request.logprobs),
       reasoning_(request.reasoning),
       force_reasoning_(request.force_reasoning),
+      tool_calls_(request.tool_calls),
+      tool_names_(request.tool_names),
       start_(std::chrono::steady_clock::now()),
       choices_(request.requests.size()) {
     for (const GenerationRequest& r : request.requests) request_ids_.push_back(r.request_id);
     if (reasoning_ && stream_) {
         for (Choice& c : choices_) c.reasoning.emplace(*reasoning_, force_reasoning_, request.stream_reasoning);
+    }
+    if (tool_calls_ && !tool_names_.empty() && stream_) {
+        for (Choice& c : choices_) c.tools.emplace(*tool_calls_, tool_names_);
     }
 }
 
@@ -167,6 +180,13 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
     }
     // The reasoning part of this piece goes out first, in a chunk of its own
     // (serving_chat.py _process_reasoning_stream).
+    const auto send_delta = [&](Json delta) {
+        Json chunk = base;
+        chunk["choices"] = Json::array(
+            {Json{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+        if (include_usage_) chunk["usage"] = nullptr;
+        out += sse(chunk);
+    };
     std::string content = event.text;
     if (chat && c.reasoning) {
         ReasoningParts parts = c.reasoning->parse_increment(event.text);
@@ -175,16 +195,18 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
             parts.reasoning += held.reasoning;
             parts.normal += held.normal;
         }
-        if (!parts.reasoning.empty()) {
-            Json chunk = base;
-            chunk["choices"] = Json::array({Json{{"index", index},
-                                                 {"delta", Json{{"reasoning_content", parts.reasoning}}},
-                                                 {"logprobs", nullptr},
-                                                 {"finish_reason", nullptr}}});
-            if (include_usage_) chunk["usage"] = nullptr;
-            out += sse(chunk);
-        }
+        if (!parts.reasoning.empty()) send_delta(Json{{"reasoning_content", parts.reasoning}});
         content = std::move(parts.normal);
+    }
+    // Tool calls after the reasoning, from what is left: each call in a delta of its own once
+    // complete, after the content that came before it.
+    if (chat && c.tools) {
+        ToolCallParts parts = c.tools->parse_increment(content);
+        if (final) parts.normal += c.tools->finish();
+        content = std::move(parts.normal);
+        if (!parts.calls.empty() && !content.empty()) send_delta(Json{{"content", std::exchange(content, {})}});
+        for (ParsedToolCall& call : parts.calls)
+            send_delta(Json{{"tool_calls", Json::array({tool_call_json(std::move(call), c.n_tool_calls++)})}});
     }
     if (content.empty() && event.logprobs.empty() && !final) return out;
 
@@ -199,8 +221,12 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
                                  ? completion_logprobs(event.logprobs, c.text_offset)
                                  : Json(nullptr);
     }
-    choice["finish_reason"] = final ? Json(openai_finish_reason(*event.finish_reason)) : Json(nullptr);
-    choice["matched_stop"] = final ? or_null(event.matched_stop) : Json(nullptr);
+    // serving_chat.py: a stop after tool calls finishes as "tool_calls".
+    const bool tool_stop = final && c.n_tool_calls > 0 && *event.finish_reason == "stop";
+    choice["finish_reason"] = !final ? Json(nullptr)
+                              : tool_stop ? Json("tool_calls")
+                                          : Json(openai_finish_reason(*event.finish_reason));
+    choice["matched_stop"] = final && !tool_stop ? or_null(event.matched_stop) : Json(nullptr);
     Json chunk = std::move(base);
     chunk["choices"] = Json::array({std::move(choice)});
     if (include_usage_) chunk["usage"] = nullptr;
@@ -280,22 +306,39 @@ std::string ResponseBuilder::body() const {
         const Choice& c = choices_[i];
         Json choice = Json::object();
         choice["index"] = i;
+        std::optional<std::string> finish_reason = c.finish_reason;
+        Json matched_stop = or_null(c.matched_stop);
         if (chat) {
             ReasoningParts parts{"", c.text};
             if (reasoning_) parts = ReasoningDetector(*reasoning_, force_reasoning_, true).parse_all(c.text);
+            Json content = std::move(parts.normal);
+            Json tool_calls = nullptr;
+            if (tool_calls_ && !tool_names_.empty()) {
+                ToolCallParts found = ToolCallDetector(*tool_calls_, tool_names_).parse_all(content.get<std::string>());
+                if (!found.calls.empty()) {
+                    content = found.normal.empty() ? Json(nullptr) : Json(std::move(found.normal));
+                    tool_calls = Json::array();
+                    for (ParsedToolCall& call : found.calls)
+                        tool_calls.push_back(tool_call_json(std::move(call), static_cast<int>(tool_calls.size())));
+                    if (finish_reason == "stop") {
+                        finish_reason = "tool_calls";
+                        matched_stop = nullptr;
+                    }
+                }
+            }
             choice["message"] = Json{{"role", "assistant"},
-                                     {"content", std::move(parts.normal)},
+                                     {"content", std::move(content)},
                                      {"reasoning_content", parts.reasoning.empty() ? Json(nullptr)
                                                                                    : Json(std::move(parts.reasoning))},
-                                     {"tool_calls", nullptr}};
+                                     {"tool_calls", std::move(tool_calls)}};
             choice["logprobs"] = logprobs_ ? chat_logprobs(c.logprobs) : Json(nullptr);
         } else {
             choice["text"] = c.text;
             std::size_t offset = 0;
             choice["logprobs"] = logprobs_ ? completion_logprobs(c.logprobs, offset) : Json(nullptr);
         }
-        choice["finish_reason"] = c.finish_reason ? Json(openai_finish_reason(*c.finish_reason)) : Json(nullptr);
-        choice["matched_stop"] = or_null(c.matched_stop);
+        choice["finish_reason"] = finish_reason ? Json(openai_finish_reason(*finish_reason)) : Json(nullptr);
+        choice["matched_stop"] = std::move(matched_stop);
         choices.push_back(std::move(choice));
     }
     root["choices"] = std::move(choices);

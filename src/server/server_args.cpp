@@ -6,6 +6,7 @@
 
 #include "base/env.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
 
 namespace tessera::server {
 
@@ -144,6 +145,7 @@ Status ServerArgs::resolve() {
     if (mem_fraction_static && (*mem_fraction_static <= 0.0 || *mem_fraction_static > 1.0))
         return invalid("--mem-fraction-static must be in (0, 1], got " + std::to_string(*mem_fraction_static));
     if (!reasoning_parser.empty()) TSR_RETURN_IF_ERROR(server::reasoning_format(reasoning_parser).status());
+    if (!tool_call_parser.empty()) TSR_RETURN_IF_ERROR(server::tool_call_format(tool_call_parser).status());
     // SGLang's template_manager.py takes a built-in name, a .jinja file or a .json conversation
     // template; tessera takes the Jinja file.
     if (!chat_template.empty()) {

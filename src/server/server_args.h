@@ -88,6 +88,7 @@ struct ServerArgs {
     int stream_interval = 1;
     bool enable_metrics = false;
     std::string reasoning_parser;  // --reasoning-parser ("" for none)
+    std::string tool_call_parser;  // --tool-call-parser ("" for none)
     std::string chat_template;     // --chat-template: a Jinja template file ("" for the tokenizer's)
     bool allow_auto_truncate = false;
     std::string kv_cache_dtype = "auto";

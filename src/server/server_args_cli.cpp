@@ -306,6 +306,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "a Jinja chat template file to render chat requests with, in place of the tokenizer's", kYes);
     flag(app, t, "--allow-auto-truncate", a.allow_auto_truncate,
          "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
+    value(app, t, "--tool-call-parser", a.tool_call_parser,
+          "turn the function calls a model writes into a chat completion's tool_calls: qwen25 (Qwen 2.5 / Qwen3) "
+          "or deepseekv3",
+          kServe);
     value(app, t, "--reasoning-parser", a.reasoning_parser,
           "split a chat completion's reasoning into reasoning_content: deepseek-r1, deepseek-v3, glm45, kimi, qwen3, "
           "qwen3-thinking or step3",

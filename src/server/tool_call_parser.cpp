@@ -1,0 +1,150 @@
+#include "server/tool_call_parser.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "base/logging.h"
+
+namespace tessera::server {
+namespace {
+
+using Json = nlohmann::json;
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+std::string strip(std::string_view s) {
+    std::size_t b = 0, e = s.size();
+    while (b < e && is_space(s[b])) ++b;
+    while (e > b && is_space(s[e - 1])) --e;
+    return std::string(s.substr(b, e - b));
+}
+
+// The length of the longest proper prefix of `marker` that `text` ends with.
+std::size_t partial_tail(std::string_view text, std::string_view marker) {
+    for (std::size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
+        if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+    return 0;
+}
+
+// DeepSeek's markers use U+FF5C (｜) and U+2581 (▁).
+const std::array<ToolCallFormat, 2> kFormats = {{
+    {"deepseekv3", "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+     "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>",
+     "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+     "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>"},
+    {"qwen25", "<tool_call>", "", "<tool_call>", "</tool_call>"},
+}};
+constexpr std::string_view kDeepSeekSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
+
+}  // namespace
+
+StatusOr<ToolCallFormat> tool_call_format(std::string_view name) {
+    for (const ToolCallFormat& f : kFormats)
+        if (f.name == name) return f;
+    std::string names;
+    for (const ToolCallFormat& f : kFormats) names += (names.empty() ? "" : ", ") + f.name;
+    return Status::InvalidArgument("--tool-call-parser " + std::string(name) + ": tessera parses " + names +
+                                   " (SGLang's other parsers are not implemented)");
+}
+
+ToolCallDetector::ToolCallDetector(ToolCallFormat format, std::vector<std::string> tools)
+    : format_(std::move(format)), tools_(std::move(tools)) {}
+
+bool ToolCallDetector::decode(std::string_view payload, std::vector<ParsedToolCall>& out) const {
+    std::string body = strip(payload);
+    Json actions;
+    if (format_.name == "deepseekv3") {
+        // function<｜tool▁sep｜>NAME\n```json\nARGS\n```
+        const std::size_t sep = body.find(kDeepSeekSep);
+        const std::size_t fence = body.find("\n```json\n");
+        if (sep == std::string::npos || fence == std::string::npos || fence < sep) return false;
+        const std::size_t args_end = body.rfind("\n```");
+        if (args_end == std::string::npos || args_end <= fence) return false;
+        const std::string name = body.substr(sep + kDeepSeekSep.size(), fence - sep - kDeepSeekSep.size());
+        const std::string args = body.substr(fence + 9, args_end - fence - 9);
+        actions = Json{{"name", name}, {"arguments", Json::parse(args, nullptr, false)}};
+        if (actions["arguments"].is_discarded()) return false;
+    } else {
+        actions = Json::parse(body, nullptr, false);
+        if (actions.is_discarded()) {
+            TSR_LOG(WARN, "Failed to parse JSON part: {}", body);
+            return false;
+        }
+    }
+    if (!actions.is_array()) actions = Json::array({actions});
+    bool any = false;
+    for (const Json& action : actions) {
+        if (!action.is_object() || !action.contains("name") || !action["name"].is_string()) continue;
+        const std::string name = action["name"].get<std::string>();
+        if (std::find(tools_.begin(), tools_.end(), name) == tools_.end()) {
+            TSR_LOG(WARN, "Model attempted to call undefined function: {}", name);
+            continue;
+        }
+        // base_format_detector.py parse_base_json: "parameters", else "arguments".
+        const Json args = action.contains("parameters") ? action["parameters"] : action.value("arguments", Json::object());
+        out.push_back({name, args.dump(-1, ' ', false, Json::error_handler_t::replace)});
+        any = true;
+    }
+    return any;
+}
+
+std::string ToolCallDetector::drop_markers(std::string text) const {
+    for (const std::string* marker : {&format_.section_start, &format_.section_end, &format_.call_end}) {
+        if (marker->empty()) continue;
+        for (std::size_t at = text.find(*marker); at != std::string::npos; at = text.find(*marker, at))
+            text.erase(at, marker->size());
+    }
+    return strip(text).empty() ? std::string() : text;
+}
+
+ToolCallParts ToolCallDetector::parse_all(std::string_view text) const {
+    const std::size_t start = text.find(format_.section_start);
+    if (start == std::string_view::npos) return {std::string(text), {}};
+    ToolCallParts parts{strip(text.substr(0, start)), {}};
+    for (std::size_t at = text.find(format_.call_begin, start); at != std::string_view::npos;) {
+        const std::size_t body = at + format_.call_begin.size();
+        const std::size_t end = text.find(format_.call_end, body);
+        if (end == std::string_view::npos) break;
+        decode(text.substr(body, end - body), parts.calls);
+        at = text.find(format_.call_begin, end + format_.call_end.size());
+    }
+    return parts;
+}
+
+ToolCallParts ToolCallDetector::parse_increment(std::string_view piece) {
+    buffer_ += piece;
+    ToolCallParts parts;
+    if (!in_calls_) {
+        const std::size_t start = buffer_.find(format_.section_start);
+        if (start == std::string::npos) {
+            const std::size_t held = partial_tail(buffer_, format_.section_start);
+            parts.normal = buffer_.substr(0, buffer_.size() - held);
+            buffer_.erase(0, buffer_.size() - held);
+            return parts;
+        }
+        parts.normal = buffer_.substr(0, start);
+        buffer_.erase(0, start);
+        in_calls_ = true;
+    }
+    // Complete calls leave the buffer; what lies between them is content unless only markers.
+    for (std::size_t at = buffer_.find(format_.call_begin); at != std::string::npos;
+         at = buffer_.find(format_.call_begin)) {
+        const std::size_t body = at + format_.call_begin.size();
+        const std::size_t end = buffer_.find(format_.call_end, body);
+        if (end == std::string::npos) break;
+        parts.normal += drop_markers(buffer_.substr(0, at));
+        decode(std::string_view(buffer_).substr(body, end - body), parts.calls);
+        buffer_.erase(0, end + format_.call_end.size());
+    }
+    return parts;
+}
+
+std::string ToolCallDetector::finish() {
+    std::string held = std::exchange(buffer_, {});
+    return in_calls_ ? drop_markers(std::move(held)) : held;
+}
+
+}  // namespace tessera::server

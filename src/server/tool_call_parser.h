@@ -1,0 +1,64 @@
+#pragma once
+// server/tool_call_parser.h — --tool-call-parser: the function calls a model writes in its
+// own markup become a chat completion's `tool_calls`, whole or as each call completes
+// (SGLang's function_call/qwen25_detector.py and deepseekv3_detector.py, and
+// base_format_detector.py parse_base_json). Text only: no model, no I/O. A ToolCallDetector
+// belongs to one choice of one response.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tessera::server {
+
+struct ToolCallFormat {
+    std::string name;          // as given to --tool-call-parser
+    std::string section_start; // where the calls begin: text before it is content
+    std::string section_end;   // after the last call ("" when the calls stand alone)
+    std::string call_begin;    // around each call
+    std::string call_end;
+};
+
+// SGLang's names that tessera parses (qwen25: Qwen 2.5 / Qwen3; deepseekv3: DeepSeek-V3);
+// another name is refused, listing these.
+StatusOr<ToolCallFormat> tool_call_format(std::string_view name);
+
+struct ParsedToolCall {
+    std::string name;
+    std::string arguments;  // JSON text
+};
+
+struct ToolCallParts {
+    std::string normal;
+    std::vector<ParsedToolCall> calls;
+};
+
+class ToolCallDetector {
+ public:
+    // `tools`: the request's function names; a call of another name is dropped, as SGLang
+    // does by default.
+    ToolCallDetector(ToolCallFormat format, std::vector<std::string> tools);
+
+    // A whole output: the content before the first call, and every well-formed call.
+    ToolCallParts parse_all(std::string_view text) const;
+    // The next streamed piece: content as it comes (a possible start of the calls held
+    // back), each call once it is complete.
+    ToolCallParts parse_increment(std::string_view piece);
+    // The end of the stream: held-back text that turned out to be content.
+    std::string finish();
+
+ private:
+    // One call's text between call_begin and call_end; false when it is malformed or names
+    // no requested function.
+    bool decode(std::string_view payload, std::vector<ParsedToolCall>& out) const;
+    std::string drop_markers(std::string text) const;
+
+    ToolCallFormat format_;
+    std::vector<std::string> tools_;
+    std::string buffer_;
+    bool in_calls_ = false;
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,79 @@
+// --tool-call-parser: SGLang's qwen25 and deepseekv3 formats, whole and streamed.
+#include "server/tool_call_parser.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace tessera::server {
+namespace {
+
+ToolCallDetector detector(const char* name, std::vector<std::string> tools = {"get_weather", "add"}) {
+    return ToolCallDetector(tool_call_format(name).value(), std::move(tools));
+}
+
+const std::string kQwen =
+    "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+    "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
+
+TEST(ToolCallParserTest, Qwen25WholeOutput) {
+    const ToolCallParts p = detector("qwen25").parse_all(kQwen);
+    EXPECT_EQ(p.normal, "Let me check.");
+    ASSERT_EQ(p.calls.size(), 2u);
+    EXPECT_EQ(p.calls[0].name, "get_weather");
+    EXPECT_EQ(p.calls[0].arguments, R"({"city":"Paris"})");
+    EXPECT_EQ(p.calls[1].arguments, R"({"a":1,"b":2})");
+    // A function the request did not offer, and broken JSON, are dropped; plain text stays.
+    EXPECT_TRUE(detector("qwen25", {"add"}).parse_all(kQwen).calls.size() == 1);
+    EXPECT_TRUE(detector("qwen25").parse_all("<tool_call>\n{\"name\": \n</tool_call>").calls.empty());
+    EXPECT_EQ(detector("qwen25").parse_all("no calls").normal, "no calls");
+}
+
+TEST(ToolCallParserTest, Qwen25StreamedCallsCompleteOneAtATime) {
+    ToolCallDetector d = detector("qwen25");
+    std::string normal;
+    std::vector<std::size_t> calls_after;
+    std::vector<ParsedToolCall> calls;
+    for (std::size_t i = 0; i < kQwen.size(); i += 7) {  // 7-byte pieces split every tag
+        ToolCallParts p = d.parse_increment(std::string_view(kQwen).substr(i, 7));
+        normal += p.normal;
+        for (auto& c : p.calls) calls.push_back(std::move(c));
+        calls_after.push_back(calls.size());
+    }
+    normal += d.finish();
+    EXPECT_EQ(normal, "Let me check.\n");
+    ASSERT_EQ(calls.size(), 2u);
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(calls[1].arguments, R"({"a":1,"b":2})");
+    // The first call is out as soon as it ends, before the second one does (in the last piece).
+    EXPECT_EQ(calls_after[calls_after.size() - 2], 1u);
+}
+
+TEST(ToolCallParserTest, DeepSeekV3) {
+    const std::string begin = "<\xEF\xBD\x9Ctool\xE2\x96\x81", bar = "\xEF\xBD\x9C>";
+    const std::string text = "Sure." + begin + "calls\xE2\x96\x81" "begin" + bar + begin + "call\xE2\x96\x81" "begin" +
+                             bar + "function" + begin.substr(0, 1) + "\xEF\xBD\x9Ctool\xE2\x96\x81sep" + bar +
+                             "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" + begin + "call\xE2\x96\x81" "end" + bar +
+                             begin + "calls\xE2\x96\x81" "end" + bar;
+    const ToolCallParts p = detector("deepseekv3").parse_all(text);
+    EXPECT_EQ(p.normal, "Sure.");
+    ASSERT_EQ(p.calls.size(), 1u);
+    EXPECT_EQ(p.calls[0].name, "get_weather");
+    EXPECT_EQ(p.calls[0].arguments, R"({"city":"Oslo"})");
+    ToolCallDetector d = detector("deepseekv3");
+    ToolCallParts streamed = d.parse_increment(text.substr(0, 20));
+    ToolCallParts rest = d.parse_increment(text.substr(20));
+    EXPECT_EQ(streamed.normal + rest.normal + d.finish(), "Sure.");
+    ASSERT_EQ(rest.calls.size(), 1u);
+    EXPECT_EQ(rest.calls[0].arguments, R"({"city":"Oslo"})");
+}
+
+TEST(ToolCallParserTest, UnknownParserNamesTheOnesThatWork) {
+    const auto f = tool_call_format("llama3");
+    ASSERT_FALSE(f.ok());
+    EXPECT_EQ(f.status().message(),
+              "--tool-call-parser llama3: tessera parses deepseekv3, qwen25 (SGLang's other parsers are not implemented)");
+}
+
+}  // namespace
+}  // namespace tessera::server
