@@ -4,22 +4,10 @@
 #include <array>
 #include <utility>
 
+#include "base/text.h"
+
 namespace tessera::server {
 namespace {
-
-std::string strip(std::string_view s) {
-    const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
-    std::size_t b = 0, e = s.size();
-    while (b < e && is_space(s[b])) ++b;
-    while (e > b && is_space(s[e - 1])) --e;
-    return std::string(s.substr(b, e - b));
-}
-
-std::string rstrip(std::string_view s) {
-    std::size_t e = s.size();
-    while (e > 0 && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\n' || s[e - 1] == '\r')) --e;
-    return std::string(s.substr(0, e));
-}
 
 std::string erase_all(std::string text, std::string_view what) {
     for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at)) text.erase(at, what.size());
@@ -61,10 +49,10 @@ ReasoningDetector::ReasoningDetector(const ReasoningFormat& format, bool force_r
 
 ReasoningParts ReasoningDetector::parse_all(std::string_view text) const {
     if (!in_reasoning_ && text.find(start_) == std::string_view::npos) return {"", std::string(text)};
-    const std::string processed = strip(erase_all(std::string(text), start_));
+    const std::string processed(strip_whitespace(erase_all(std::string(text), start_)));
     const std::size_t end = processed.find(end_);
     if (end == std::string::npos) return {processed, ""};  // cut off before the end tag
-    return {processed.substr(0, end), strip(std::string_view(processed).substr(end + end_.size()))};
+    return {processed.substr(0, end), std::string(strip_whitespace(std::string_view(processed).substr(end + end_.size())))};
 }
 
 ReasoningParts ReasoningDetector::parse_increment(std::string_view piece) {
@@ -85,13 +73,13 @@ ReasoningParts ReasoningDetector::parse_increment(std::string_view piece) {
         if (end != std::string::npos) {
             buffer_.clear();
             in_reasoning_ = false;
-            return {rstrip(std::string_view(current).substr(0, end)), current.substr(end + end_.size())};
+            return {std::string(rstrip_whitespace(std::string_view(current).substr(0, end))),
+                    current.substr(end + end_.size())};
         }
         if (!stream_reasoning_) return {};
         // Unlike SGLang, the start of an end tag at the tail waits too: the tag may come in
         // pieces of text that do not start with it (several tokens per streamed chunk).
-        std::size_t keep = std::min(current.size(), end_.size() - 1);
-        while (keep > 0 && end_.compare(0, keep, current, current.size() - keep, keep) != 0) --keep;
+        const std::size_t keep = marker_start_at_end(current, end_);
         buffer_ = current.substr(current.size() - keep);
         current.resize(current.size() - keep);
         return {std::move(current), ""};

@@ -7,27 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
+#include "base/text.h"
 
 namespace tessera::server {
 namespace {
 
 using Json = nlohmann::json;
-
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-std::string strip(std::string_view s) {
-    std::size_t b = 0, e = s.size();
-    while (b < e && is_space(s[b])) ++b;
-    while (e > b && is_space(s[e - 1])) --e;
-    return std::string(s.substr(b, e - b));
-}
-
-// The length of the longest proper prefix of `marker` that `text` ends with.
-std::size_t partial_tail(std::string_view text, std::string_view marker) {
-    for (std::size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
-        if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-    return 0;
-}
 
 // DeepSeek's markers use U+FF5C (｜) and U+2581 (▁).
 const std::array<ToolCallFormat, 2> kFormats = {{
@@ -54,7 +39,7 @@ ToolCallDetector::ToolCallDetector(ToolCallFormat format, std::vector<std::strin
     : format_(std::move(format)), tools_(std::move(tools)) {}
 
 bool ToolCallDetector::decode(std::string_view payload, std::vector<ParsedToolCall>& out) const {
-    std::string body = strip(payload);
+    std::string body(strip_whitespace(payload));
     Json actions;
     if (format_.name == "deepseekv3") {
         // function<｜tool▁sep｜>NAME\n```json\nARGS\n```
@@ -97,13 +82,13 @@ std::string ToolCallDetector::drop_markers(std::string text) const {
         for (std::size_t at = text.find(*marker); at != std::string::npos; at = text.find(*marker, at))
             text.erase(at, marker->size());
     }
-    return strip(text).empty() ? std::string() : text;
+    return strip_whitespace(text).empty() ? std::string() : text;
 }
 
 ToolCallParts ToolCallDetector::parse_all(std::string_view text) const {
     const std::size_t start = text.find(format_.section_start);
     if (start == std::string_view::npos) return {std::string(text), {}};
-    ToolCallParts parts{strip(text.substr(0, start)), {}};
+    ToolCallParts parts{std::string(strip_whitespace(text.substr(0, start))), {}};
     for (std::size_t at = text.find(format_.call_begin, start); at != std::string_view::npos;) {
         const std::size_t body = at + format_.call_begin.size();
         const std::size_t end = text.find(format_.call_end, body);
@@ -120,7 +105,7 @@ ToolCallParts ToolCallDetector::parse_increment(std::string_view piece) {
     if (!in_calls_) {
         const std::size_t start = buffer_.find(format_.section_start);
         if (start == std::string::npos) {
-            const std::size_t held = partial_tail(buffer_, format_.section_start);
+            const std::size_t held = marker_start_at_end(buffer_, format_.section_start);
             parts.normal = buffer_.substr(0, buffer_.size() - held);
             buffer_.erase(0, buffer_.size() - held);
             return parts;

@@ -289,6 +289,12 @@ def check_cache_cap(tessera, model, workdir):
         log.close()
 
 
+def generate_with_priority(port, priority, tokens):
+    """POST /generate of a fixed 3-token prompt with this priority: greedy, `tokens` long."""
+    return post(port, "/generate", {"input_ids": [5, 6, 7], "priority": priority, "sampling_params": {
+        "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}})
+
+
 def check_priority_order(tessera, model, workdir):
     """--schedule-policy priority with one running request: while a long request runs, a
     request of priority 0 and then one of priority 10 queue; the second is admitted first
@@ -307,8 +313,7 @@ def check_priority_order(tessera, model, workdir):
         finished = {}
 
         def send(name, priority, tokens):
-            status, _ = post(port, "/generate", {"input_ids": [5, 6, 7], "priority": priority, "sampling_params": {
-                "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}})
+            status, _ = generate_with_priority(port, priority, tokens)
             finished[name] = (status, time.monotonic())
 
         threads = [threading.Thread(target=send, args=("long", 0, 1500))]
@@ -358,8 +363,7 @@ def check_priority_preemption(tessera, model, workdir):
         finished = {}
 
         def send(name, priority, tokens):
-            status, body = post(port, "/generate", {"input_ids": [5, 6, 7], "priority": priority, "sampling_params": {
-                "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}})
+            status, body = generate_with_priority(port, priority, tokens)
             finished[name] = (status, time.monotonic(), body.get("meta_info", {}).get("completion_tokens")
                               if isinstance(body, dict) else None)
 
@@ -407,8 +411,7 @@ def check_queue_cap(tessera, model, workdir):
         results = {}
 
         def send(name, priority, tokens):
-            results[name] = post(port, "/generate", {"input_ids": [5, 6, 7], "priority": priority, "sampling_params": {
-                "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}})
+            results[name] = generate_with_priority(port, priority, tokens)
 
         threads = []
         for name, priority, tokens, pause in (("running", 0, 3000, 0.3), ("waiting", 0, 4, 0.2), ("equal", 0, 4, 0.2),
