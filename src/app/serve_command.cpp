@@ -122,6 +122,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         ho.reasoning = std::move(format).value();
         ho.template_opens_reasoning = server::template_opens_reasoning((*tok)->chat_template());
     }
+    ho.default_chat_template_kwargs = args.default_chat_template_kwargs;
     if (!args.tool_call_parser.empty()) {
         auto format = server::tool_call_format(args.tool_call_parser);
         if (!format.ok()) return fail(format.status());

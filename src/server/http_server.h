@@ -46,6 +46,7 @@ struct HttpServerOptions {
     std::optional<ReasoningFormat> reasoning;
     bool template_opens_reasoning = false;
     std::optional<ToolCallFormat> tool_calls;  // --tool-call-parser
+    std::string default_chat_template_kwargs;  // a JSON object, "" for none
 
     Status validate() const;
 };

@@ -397,6 +397,12 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
         }
         chat["tools"] = std::move(*tools);
     }
+    // The server's defaults first (checked at start-up), the request's own on top.
+    if (!o.default_chat_template_kwargs.empty()) {
+        const Json defaults = Json::parse(o.default_chat_template_kwargs, nullptr, false);
+        if (defaults.is_object())
+            for (const auto& [key, value] : defaults.items()) chat[key] = value;
+    }
     if (const Json* kwargs = r.get("chat_template_kwargs")) {
         if (!kwargs->is_object()) {
             r.wrong_type<int>("chat_template_kwargs", "an object", *kwargs);

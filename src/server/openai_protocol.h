@@ -51,6 +51,8 @@ struct ProtocolOptions {
     std::optional<ReasoningFormat> reasoning;
     bool template_opens_reasoning = false;
     std::optional<ToolCallFormat> tool_calls;  // --tool-call-parser
+    // --default-chat-template-kwargs: a JSON object every chat request starts from ("" for none).
+    std::string default_chat_template_kwargs;
 };
 
 // A validated request: one GenerationRequest per choice (n > 1 → ids "<id>-<i>").

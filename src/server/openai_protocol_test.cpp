@@ -445,6 +445,30 @@ TEST(ResponseBuilderTest, ToolCallsWholeAndStreamed) {
     EXPECT_EQ(finish, "tool_calls");
 }
 
+// --default-chat-template-kwargs: every chat request starts from them; its own win. With
+// --reasoning-parser qwen3 the default enable_thinking forces reasoning too.
+TEST(OpenAiProtocolTest, DefaultChatTemplateKwargs) {
+    ProtocolOptions o = options();
+    o.default_chat_template_kwargs = R"({"enable_thinking": true, "style": "terse"})";
+    o.reasoning = reasoning_format("qwen3").value();
+    const auto parse = [&](const std::string& extra) {
+        return parse_request(ApiKind::kChatCompletion, R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}",
+                             o, "chatcmpl-1");
+    };
+    ParseOutcome plain = parse("");
+    ASSERT_TRUE(plain.ok());
+    Json chat = Json::parse(*plain.request.requests[0].input.chat_json);
+    EXPECT_EQ(chat["enable_thinking"], true);
+    EXPECT_EQ(chat["style"], "terse");
+    EXPECT_TRUE(plain.request.force_reasoning);
+    ParseOutcome own = parse(R"(, "chat_template_kwargs": {"enable_thinking": false})");
+    ASSERT_TRUE(own.ok());
+    chat = Json::parse(*own.request.requests[0].input.chat_json);
+    EXPECT_EQ(chat["enable_thinking"], false);
+    EXPECT_EQ(chat["style"], "terse");
+    EXPECT_FALSE(own.request.force_reasoning);
+}
+
 TEST(ResponseBuilderTest, CompletionLogprobs) {
     auto o = completion(R"({"prompt": "x", "logprobs": 1})");
     ResponseBuilder b(o.request);

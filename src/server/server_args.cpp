@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "base/env.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
@@ -146,6 +148,13 @@ Status ServerArgs::resolve() {
         return invalid("--mem-fraction-static must be in (0, 1], got " + std::to_string(*mem_fraction_static));
     if (!reasoning_parser.empty()) TSR_RETURN_IF_ERROR(server::reasoning_format(reasoning_parser).status());
     if (!tool_call_parser.empty()) TSR_RETURN_IF_ERROR(server::tool_call_format(tool_call_parser).status());
+    if (!default_chat_template_kwargs.empty()) {
+        const auto kwargs = nlohmann::json::parse(default_chat_template_kwargs, nullptr, false);
+        if (!kwargs.is_object() || kwargs.contains("messages") || kwargs.contains("tools"))
+            return invalid("--default-chat-template-kwargs " + default_chat_template_kwargs +
+                           ": give a JSON object of template variables (not messages or tools), e.g. "
+                           "'{\"enable_thinking\": false}'");
+    }
     // SGLang's template_manager.py takes a built-in name, a .jinja file or a .json conversation
     // template; tessera takes the Jinja file.
     if (!chat_template.empty()) {

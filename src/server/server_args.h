@@ -90,6 +90,7 @@ struct ServerArgs {
     std::string reasoning_parser;  // --reasoning-parser ("" for none)
     std::string tool_call_parser;  // --tool-call-parser ("" for none)
     std::string chat_template;     // --chat-template: a Jinja template file ("" for the tokenizer's)
+    std::string default_chat_template_kwargs;  // --default-chat-template-kwargs: a JSON object ("" for none)
     bool allow_auto_truncate = false;
     std::string kv_cache_dtype = "auto";
     std::string quantization_param_path;

@@ -304,6 +304,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
                                "fp4_mx_block16", "fp4_e2m1"}));
     value(app, t, "--chat-template", a.chat_template,
           "a Jinja chat template file to render chat requests with, in place of the tokenizer's", kYes);
+    value(app, t, "--default-chat-template-kwargs", a.default_chat_template_kwargs,
+          "a JSON object of chat template variables for every chat request, e.g. '{\"enable_thinking\": false}'; a "
+          "request's chat_template_kwargs override them",
+          kServe);
     flag(app, t, "--allow-auto-truncate", a.allow_auto_truncate,
          "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
     value(app, t, "--tool-call-parser", a.tool_call_parser,
