@@ -73,6 +73,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.default_priority_value = args.default_priority_value;
     ec.abort_on_priority_when_disabled = args.abort_on_priority_when_disabled;
     ec.allow_auto_truncate = args.allow_auto_truncate;
+    ec.request_log = {args.log_requests ? args.log_requests_level : -1, args.log_requests_format == "json"};
     ec.scheduler_recv_interval = static_cast<int>(args.scheduler_recv_interval);
     ec.weight_bytes = static_cast<std::int64_t>(m.weight_bytes());
     ec.kv_bytes_per_token = m.kv_cache_shape().bytes_per_token();

@@ -28,6 +28,7 @@ server::TokenLogprob to_logprob(const tokenizer::Tokenizer& tok, const executor:
 Engine::Engine(EngineConfig config, const tokenizer::Tokenizer& tokenizer,
                std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner)
     : config_(std::move(config)),
+      request_log_(config_.request_log),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
       runner_(runner),
@@ -147,6 +148,7 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     pending_[req.rid] = std::move(on_event);
     stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,
                                p.stream_interval > 0 ? p.stream_interval : config_.stream_interval};
+    request_log_.received(request.request_id, request.input, p, n_prompt);
     Command c{Command::Kind::kAdd, std::move(req), {}};
     inbox_.push_back(std::move(c));
     cv_.notify_all();
@@ -365,6 +367,16 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         held.error = std::move(ev.error);
         if (!last && stream.tokens % stream.interval != 1) return;
         ev = std::exchange(held, {});
+    }
+    if (request_log_.on()) {
+        // One character past what the log shows, so that it knows the output was cut.
+        const std::size_t room = request_log_.output_chars() == std::string::npos
+                                     ? std::string::npos
+                                     : request_log_.output_chars() + 1 - std::min(stream.logged_output.size(),
+                                                                                   request_log_.output_chars() + 1);
+        stream.logged_output.append(ev.text, 0, room);
+        if (last)
+            request_log_.finished(e.rid, ev.finish_reason.value_or("abort"), ev.usage, stream.logged_output);
     }
     stream.on_event(std::move(ev));
     if (last) {

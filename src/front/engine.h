@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "executor/forward_batch.h"
+#include "front/request_log.h"
 #include "scheduler/scheduler.h"
 #include "server/backend.h"
 #include "tokenizer/chat_template.h"
@@ -51,6 +52,7 @@ struct EngineConfig {
     std::optional<std::int64_t> default_priority_value;
     bool abort_on_priority_when_disabled = false;
     bool allow_auto_truncate = false;  // --allow-auto-truncate
+    RequestLogOptions request_log;     // --log-requests, --log-requests-level, --log-requests-format
     int scheduler_recv_interval = 1;  // --scheduler-recv-interval
 };
 
@@ -107,6 +109,7 @@ class Engine final : public server::Backend {
         int interval = 1;
         std::int64_t tokens = 0;
         server::GenerationEvent held;
+        std::string logged_output;  // --log-requests: the output so far, as much as the level shows
     };
 
     StatusOr<std::vector<std::int32_t>> prompt_ids(const server::GenerationInput& input) const;
@@ -117,6 +120,7 @@ class Engine final : public server::Backend {
     void fail_everything(const Status& why);
 
     const EngineConfig config_;
+    const RequestLog request_log_;
     const tokenizer::Tokenizer& tokenizer_;
     const std::optional<tokenizer::ChatTemplate> chat_template_;
     executor::BatchRunner& runner_;  // the scheduler drives it; lockstep runners also get idle steps

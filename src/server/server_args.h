@@ -92,6 +92,9 @@ struct ServerArgs {
     std::string chat_template;     // --chat-template: a Jinja template file ("" for the tokenizer's)
     std::string default_chat_template_kwargs;  // --default-chat-template-kwargs: a JSON object ("" for none)
     bool allow_auto_truncate = false;
+    bool log_requests = false;
+    int log_requests_level = 2;
+    std::string log_requests_format = "text";
     std::string kv_cache_dtype = "auto";
     std::string quantization_param_path;
     std::string quantization;

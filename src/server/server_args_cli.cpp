@@ -308,6 +308,14 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "a JSON object of chat template variables for every chat request, e.g. '{\"enable_thinking\": false}'; a "
           "request's chat_template_kwargs override them",
           kServe);
+    flag(app, t, "--log-requests", a.log_requests, "log every request when received and when finished", kServe);
+    value(app, t, "--log-requests-level", a.log_requests_level,
+          "0: metadata; 1: and sampling parameters; 2: and input / output cut to 2048 characters; 3: all of them",
+          kServe)
+        ->check(CLI::Range(0, 3));
+    value(app, t, "--log-requests-format", a.log_requests_format, "text (readable) or json (one object per line)",
+          kServe)
+        ->check(CLI::IsMember({"text", "json"}));
     flag(app, t, "--allow-auto-truncate", a.allow_auto_truncate,
          "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
     value(app, t, "--tool-call-parser", a.tool_call_parser,

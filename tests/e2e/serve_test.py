@@ -149,6 +149,7 @@ def main():
             check_reasoning_parser(tessera, model, a.workdir)
             check_auto_truncate(tessera, model, a.workdir)
             check_chat_template_file(tessera, model, a.workdir)
+            check_request_log(tessera, model, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
@@ -504,6 +505,33 @@ def check_chat_template_file(tessera, model, workdir):
               and chat["choices"][0]["message"]["content"] == gen["text"], f"{status} {status2} {chat} {gen}")
     finally:
         stop_server(server)
+
+
+def check_request_log(tessera, model, workdir):
+    """--log-requests: a line when a request arrives and one when it ends; level 2 shows the
+    input and the output, level 0 in JSON only metadata."""
+    for level, fmt in ((2, "text"), (0, "json")):
+        started = start_side_server(tessera, model, workdir, f"log_{fmt}",
+                                    ["--log-requests", "--log-requests-level", str(level), "--log-requests-format", fmt])
+        if started is None:
+            return
+        server, port, log_path = started
+        try:
+            status, body = post(port, "/generate", {"text": "hello tiles", "rid": f"logged-{fmt}", "sampling_params": {
+                "max_new_tokens": 4, "temperature": 0, "ignore_eos": True}})
+        finally:
+            stop_server(server)
+        lines = [line.split("[request] ", 1)[1] for line in open(log_path) if "[request] " in line]
+        if fmt == "text":
+            want = [f"Receive: rid=logged-text, prompt_tokens=", "text=hello tiles",
+                    f"Finish: rid=logged-text, finish_reason=length", f"out={body.get('text') if status == 200 else '?'}"]
+            good = status == 200 and len(lines) == 2 and all(any(w in line for line in lines) for w in want)
+        else:
+            events = [json.loads(line) for line in lines]
+            good = (status == 200 and [e.get("event") for e in events] == ["receive", "finish"]
+                    and events[1].get("completion_tokens") == 4 and "text" not in events[0]
+                    and "sampling_params" not in events[0])
+        check(f"--log-requests level {level} ({fmt})", good, "\n".join(lines))
 
 
 def check_stalled_rank(tessera, model, workdir):
