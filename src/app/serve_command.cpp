@@ -124,6 +124,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         ho.template_opens_reasoning = server::template_opens_reasoning((*tok)->chat_template());
     }
     ho.default_chat_template_kwargs = args.default_chat_template_kwargs;
+    ho.stream_include_usage = args.stream_response_default_include_usage;
     if (!args.tool_call_parser.empty()) {
         auto format = server::tool_call_format(args.tool_call_parser);
         if (!format.ok()) return fail(format.status());

@@ -665,6 +665,7 @@ class HttpServer::Impl {
         state_->protocol.template_opens_reasoning = o.template_opens_reasoning;
         state_->protocol.tool_calls = o.tool_calls;
         state_->protocol.default_chat_template_kwargs = o.default_chat_template_kwargs;
+        state_->protocol.stream_include_usage = o.stream_include_usage;
 
         error_code ec;
         tcp::resolver resolver(ioc_);

@@ -47,6 +47,7 @@ struct HttpServerOptions {
     bool template_opens_reasoning = false;
     std::optional<ToolCallFormat> tool_calls;  // --tool-call-parser
     std::string default_chat_template_kwargs;  // a JSON object, "" for none
+    bool stream_include_usage = false;         // --stream-response-default-include-usage
 
     Status validate() const;
 };

@@ -254,8 +254,9 @@ void read_openai_sampling(FieldReader& r, ApiKind kind, const ProtocolOptions& o
 }
 
 // Stream flags shared by the OpenAI routes.
-void read_stream(FieldReader& r, ParsedRequest& out) {
+void read_stream(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out) {
     if (auto v = r.boolean("stream")) out.stream = *v;
+    out.include_usage = out.stream && o.stream_include_usage;  // unless stream_options says
     if (const Json* so = r.get("stream_options")) {
         if (!so->is_object()) {
             r.wrong_type<int>("stream_options", "an object", *so);
@@ -683,12 +684,12 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
         case ApiKind::kChatCompletion:
             parse_chat(r, options, out, base);
             n = read_n(r, options);
-            read_stream(r, out);
+            read_stream(r, options, out);
             break;
         case ApiKind::kCompletion:
             parse_completion(r, options, out, base);
             n = read_n(r, options);
-            read_stream(r, out);
+            read_stream(r, options, out);
             break;
         case ApiKind::kGenerate:
             parse_generate(r, options, out, base, n);

@@ -51,6 +51,9 @@ struct ProtocolOptions {
     std::optional<ReasoningFormat> reasoning;
     bool template_opens_reasoning = false;
     std::optional<ToolCallFormat> tool_calls;  // --tool-call-parser
+    // --stream-response-default-include-usage: streamed responses end with usage unless the
+    // request's stream_options.include_usage says otherwise.
+    bool stream_include_usage = false;
     // --default-chat-template-kwargs: a JSON object every chat request starts from ("" for none).
     std::string default_chat_template_kwargs;
 };

@@ -469,6 +469,20 @@ TEST(OpenAiProtocolTest, DefaultChatTemplateKwargs) {
     EXPECT_FALSE(own.request.force_reasoning);
 }
 
+// --stream-response-default-include-usage: streamed responses carry usage unless the request
+// says no; non-streamed ones are unaffected.
+TEST(OpenAiProtocolTest, StreamUsageByDefault) {
+    ProtocolOptions o = options();
+    o.stream_include_usage = true;
+    const auto parse = [&](const std::string& extra) {
+        return parse_request(ApiKind::kCompletion, R"({"prompt": "x")" + extra + "}", o, "cmpl-1");
+    };
+    EXPECT_TRUE(parse(R"(, "stream": true)").request.include_usage);
+    EXPECT_FALSE(parse(R"(, "stream": true, "stream_options": {"include_usage": false})").request.include_usage);
+    EXPECT_FALSE(parse("").request.include_usage);
+    EXPECT_FALSE(completion(R"({"prompt": "x", "stream": true})").request.include_usage);  // flag off
+}
+
 TEST(ResponseBuilderTest, CompletionLogprobs) {
     auto o = completion(R"({"prompt": "x", "logprobs": 1})");
     ResponseBuilder b(o.request);

@@ -92,6 +92,7 @@ struct ServerArgs {
     std::string chat_template;     // --chat-template: a Jinja template file ("" for the tokenizer's)
     std::string default_chat_template_kwargs;  // --default-chat-template-kwargs: a JSON object ("" for none)
     bool allow_auto_truncate = false;
+    bool stream_response_default_include_usage = false;
     bool log_requests = false;
     int log_requests_level = 2;
     std::string log_requests_format = "text";

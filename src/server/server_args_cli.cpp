@@ -308,6 +308,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "a JSON object of chat template variables for every chat request, e.g. '{\"enable_thinking\": false}'; a "
           "request's chat_template_kwargs override them",
           kServe);
+    flag(app, t, "--stream-response-default-include-usage", a.stream_response_default_include_usage,
+         "streamed chat and completion responses end with usage even without stream_options", kServe);
     flag(app, t, "--log-requests", a.log_requests, "log every request when received and when finished", kServe);
     value(app, t, "--log-requests-level", a.log_requests_level,
           "0: metadata; 1: and sampling parameters; 2: and input / output cut to 2048 characters; 3: all of them",
