@@ -6,7 +6,9 @@
 #include <chrono>
 #include <csignal>
 #include <thread>
+#include <type_traits>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "app/chat_template_file.h"
@@ -30,6 +32,24 @@ void on_signal(int sig) { g_stop_signal.store(sig); }
 int fail(const Status& s) {
     TSR_LOG(ERROR, "{}", s.message());
     return 1;
+}
+
+// --sampling-defaults model: generation_config.json's values for what a chat request leaves out.
+void use_model_sampling_defaults(const loader::SamplingDefaults& d, server::ProtocolOptions& protocol) {
+    std::string used;
+    const auto take = [&](const char* name, const auto& value, auto& into) {
+        if (!value) return;
+        into = static_cast<std::remove_reference_t<decltype(*into)>>(*value);
+        used += fmt::format("{}'{}': {}", used.empty() ? "" : ", ", name, *value);
+    };
+    take("temperature", d.temperature, protocol.chat_temperature);
+    take("top_p", d.top_p, protocol.chat_top_p);
+    take("top_k", d.top_k, protocol.chat_top_k);
+    take("min_p", d.min_p, protocol.chat_min_p);
+    if (!used.empty()) TSR_LOG(INFO, "Using default chat sampling params from model generation config: {{{}}}", used);
+    if (d.repetition_penalty && *d.repetition_penalty != 1.0)
+        TSR_LOG(WARN, "generation_config.json's repetition_penalty {} is not applied: tessera has no repetition "
+                "penalty (frequency_penalty and presence_penalty are)", *d.repetition_penalty);
 }
 
 }  // namespace
@@ -120,15 +140,16 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     if (!args.reasoning_parser.empty()) {
         auto format = server::reasoning_format(args.reasoning_parser);
         if (!format.ok()) return fail(format.status());
-        ho.reasoning = std::move(format).value();
-        ho.template_opens_reasoning = server::template_opens_reasoning((*tok)->chat_template());
+        ho.protocol.reasoning = std::move(format).value();
+        ho.protocol.template_opens_reasoning = server::template_opens_reasoning((*tok)->chat_template());
     }
-    ho.default_chat_template_kwargs = args.default_chat_template_kwargs;
-    ho.stream_include_usage = args.stream_response_default_include_usage;
+    ho.protocol.default_chat_template_kwargs = args.default_chat_template_kwargs;
+    ho.protocol.stream_include_usage = args.stream_response_default_include_usage;
+    if (args.sampling_defaults == "model") use_model_sampling_defaults(m.config().sampling_defaults, ho.protocol);
     if (!args.tool_call_parser.empty()) {
         auto format = server::tool_call_format(args.tool_call_parser);
         if (!format.ok()) return fail(format.status());
-        ho.tool_calls = std::move(format).value();
+        ho.protocol.tool_calls = std::move(format).value();
     }
     const std::string& public_host = rank.runtime.scheduler_index() == 0 ? args.host : ho.host;
     if (ho.api_key.empty() && !server::is_loopback_host(public_host))

@@ -308,6 +308,18 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<
             auto ids = read_token_ids((*gen)["eos_token_id"]);
             if (!ids.empty()) c.eos_token_ids = ids;
         }
+        if (gen.ok()) {
+            const auto number = [&](const char* key) {
+                const json& v = gen->value(key, json());
+                return v.is_number() ? std::optional<double>(v.get<double>()) : std::nullopt;
+            };
+            SamplingDefaults& d = c.sampling_defaults;
+            d.temperature = number("temperature");
+            d.top_p = number("top_p");
+            d.min_p = number("min_p");
+            d.repetition_penalty = number("repetition_penalty");
+            if (const auto k = number("top_k")) d.top_k = static_cast<std::int64_t>(*k);
+        }
     }
     return c;
 }

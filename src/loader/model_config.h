@@ -91,6 +91,13 @@ struct Fp8Quantization {
     std::string activation_scheme = "dynamic";
 };
 
+// generation_config.json's recommended sampling values, those the file sets (SGLang's
+// model_config.py get_default_sampling_params).
+struct SamplingDefaults {
+    std::optional<double> temperature, top_p, min_p, repetition_penalty;
+    std::optional<std::int64_t> top_k;
+};
+
 struct ModelConfig {
     std::string architecture;  // architectures[0]
     std::string model_type;    // "" when config.json has none
@@ -112,6 +119,7 @@ struct ModelConfig {
     std::optional<DType> torch_dtype;
     std::optional<std::int32_t> bos_token_id;
     std::vector<std::int32_t> eos_token_ids;  // config.json, else generation_config.json
+    SamplingDefaults sampling_defaults;        // generation_config.json
     MoeConfig moe;
     MlaConfig mla;
     std::optional<Fp8Quantization> fp8;  // set for an FP8 checkpoint

@@ -659,13 +659,9 @@ class HttpServer::Impl {
         const HttpServerOptions& o = state_->options;
         TSR_RETURN_IF_ERROR(o.validate());
         if (running_) return Status::InvalidArgument("the HTTP server is already running");
+        state_->protocol = o.protocol;
         state_->protocol.served_model_name = state_->backend.served_model_name();
         state_->protocol.max_model_len = state_->backend.max_model_len();
-        state_->protocol.reasoning = o.reasoning;
-        state_->protocol.template_opens_reasoning = o.template_opens_reasoning;
-        state_->protocol.tool_calls = o.tool_calls;
-        state_->protocol.default_chat_template_kwargs = o.default_chat_template_kwargs;
-        state_->protocol.stream_include_usage = o.stream_include_usage;
 
         error_code ec;
         tcp::resolver resolver(ioc_);

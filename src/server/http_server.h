@@ -13,8 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "server/reasoning_parser.h"
-#include "server/tool_call_parser.h"
+#include "server/openai_protocol.h"
 
 namespace tessera::server {
 
@@ -42,12 +41,9 @@ struct HttpServerOptions {
     std::string api_key;
     std::string admin_api_key;
     std::vector<std::string> allowed_hosts;
-    // --reasoning-parser, and whether the chat template opens the think block itself.
-    std::optional<ReasoningFormat> reasoning;
-    bool template_opens_reasoning = false;
-    std::optional<ToolCallFormat> tool_calls;  // --tool-call-parser
-    std::string default_chat_template_kwargs;  // a JSON object, "" for none
-    bool stream_include_usage = false;         // --stream-response-default-include-usage
+    // How requests are read and answered: parsers, defaults (the served name and context
+    // length come from the backend).
+    ProtocolOptions protocol;
 
     Status validate() const;
 };

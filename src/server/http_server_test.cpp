@@ -80,8 +80,8 @@ TEST_F(HttpServerTest, ChatNonStreaming) {
 TEST_F(HttpServerTest, ReasoningParserSplitsChatOutput) {
     server_->stop();
     HttpServerOptions o;
-    o.reasoning = reasoning_format("qwen3").value();
-    o.tool_calls = tool_call_format("qwen25").value();
+    o.protocol.reasoning = reasoning_format("qwen3").value();
+    o.protocol.tool_calls = tool_call_format("qwen25").value();
     start(o);
     HttpResponse r = call("POST", "/v1/chat/completions",
                           kChat + R"(, "chat_template_kwargs": {"enable_thinking": true},

@@ -430,6 +430,10 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
         out.force_reasoning = o.template_opens_reasoning || (on.is_boolean() && on.get<bool>());
     }
     base.params.max_new_tokens = -1;  // chat default: up to the context length
+    if (o.chat_temperature) base.params.temperature = *o.chat_temperature;
+    if (o.chat_top_p) base.params.top_p = *o.chat_top_p;
+    if (o.chat_top_k) base.params.top_k = *o.chat_top_k;
+    if (o.chat_min_p) base.params.min_p = *o.chat_min_p;
     read_openai_sampling(r, ApiKind::kChatCompletion, o, base.params);
     if (auto v = r.boolean("logprobs")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs", 0, o.max_top_logprobs)) {

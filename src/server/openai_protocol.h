@@ -51,6 +51,11 @@ struct ProtocolOptions {
     std::optional<ReasoningFormat> reasoning;
     bool template_opens_reasoning = false;
     std::optional<ToolCallFormat> tool_calls;  // --tool-call-parser
+    // --sampling-defaults model: the model's recommended values for the chat fields a request
+    // leaves out (SGLang's ChatCompletionRequest.to_sampling_params); completions and
+    // /generate keep OpenAI's defaults, as in SGLang.
+    std::optional<float> chat_temperature, chat_top_p, chat_min_p;
+    std::optional<int> chat_top_k;
     // --stream-response-default-include-usage: streamed responses end with usage unless the
     // request's stream_options.include_usage says otherwise.
     bool stream_include_usage = false;

@@ -483,6 +483,33 @@ TEST(OpenAiProtocolTest, StreamUsageByDefault) {
     EXPECT_FALSE(completion(R"({"prompt": "x", "stream": true})").request.include_usage);  // flag off
 }
 
+// --sampling-defaults model: chat fields a request leaves out take the model's values; its
+// own values win; completions keep OpenAI's defaults.
+TEST(OpenAiProtocolTest, ModelSamplingDefaultsForChat) {
+    ProtocolOptions o = options();
+    o.chat_temperature = 0.6f;
+    o.chat_top_p = 0.95f;
+    o.chat_top_k = 20;
+    const auto chat_params = [&](const std::string& extra) {
+        return parse_request(ApiKind::kChatCompletion, R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}",
+                             o, "chatcmpl-1")
+            .request.requests[0]
+            .params;
+    };
+    GenerationParams p = chat_params("");
+    EXPECT_FLOAT_EQ(p.temperature, 0.6f);
+    EXPECT_FLOAT_EQ(p.top_p, 0.95f);
+    EXPECT_EQ(p.top_k, 20);
+    EXPECT_FLOAT_EQ(p.min_p, 0.0f);
+    p = chat_params(R"(, "temperature": 0, "top_k": 5)");
+    EXPECT_FLOAT_EQ(p.temperature, 0.0f);
+    EXPECT_EQ(p.top_k, 5);
+    EXPECT_FLOAT_EQ(p.top_p, 0.95f);
+    p = parse_request(ApiKind::kCompletion, R"({"prompt": "x"})", o, "cmpl-1").request.requests[0].params;
+    EXPECT_FLOAT_EQ(p.temperature, 1.0f);
+    EXPECT_EQ(p.top_k, -1);
+}
+
 TEST(ResponseBuilderTest, CompletionLogprobs) {
     auto o = completion(R"({"prompt": "x", "logprobs": 1})");
     ResponseBuilder b(o.request);

@@ -93,6 +93,7 @@ struct ServerArgs {
     std::string default_chat_template_kwargs;  // --default-chat-template-kwargs: a JSON object ("" for none)
     bool allow_auto_truncate = false;
     bool stream_response_default_include_usage = false;
+    std::string sampling_defaults = "model";  // --sampling-defaults: model | openai
     bool log_requests = false;
     int log_requests_level = 2;
     std::string log_requests_format = "text";

@@ -308,6 +308,11 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "a JSON object of chat template variables for every chat request, e.g. '{\"enable_thinking\": false}'; a "
           "request's chat_template_kwargs override them",
           kServe);
+    value(app, t, "--sampling-defaults", a.sampling_defaults,
+          "model: a chat request's unset temperature / top_p / top_k / min_p come from the model's "
+          "generation_config.json; openai: 1.0 / 1.0 / -1 / 0.0",
+          kServe)
+        ->check(CLI::IsMember({"model", "openai"}));
     flag(app, t, "--stream-response-default-include-usage", a.stream_response_default_include_usage,
          "streamed chat and completion responses end with usage even without stream_options", kServe);
     flag(app, t, "--log-requests", a.log_requests, "log every request when received and when finished", kServe);

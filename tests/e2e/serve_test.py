@@ -13,6 +13,7 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -150,6 +151,7 @@ def main():
             check_auto_truncate(tessera, model, a.workdir)
             check_chat_template_file(tessera, model, a.workdir)
             check_request_log(tessera, model, a.workdir)
+            check_model_sampling_defaults(tessera, model, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
@@ -532,6 +534,42 @@ def check_request_log(tessera, model, workdir):
                     and events[1].get("completion_tokens") == 4 and "text" not in events[0]
                     and "sampling_params" not in events[0])
         check(f"--log-requests level {level} ({fmt})", good, "\n".join(lines))
+
+
+def check_model_sampling_defaults(tessera, model, workdir):
+    """--sampling-defaults model (SGLang's default): a copy of the model whose
+    generation_config.json says temperature 0 answers a chat request that gives none greedily,
+    as one that asks for temperature 0; --sampling-defaults openai samples at 1.0 instead."""
+    greedy_model = os.path.join(workdir, "greedy_default_model")
+    if not os.path.exists(greedy_model):
+        shutil.copytree(model, greedy_model)
+    path = os.path.join(greedy_model, "generation_config.json")
+    config = json.load(open(path))
+    config.update({"temperature": 0.0, "top_p": 0.9})
+    json.dump(config, open(path, "w"))
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "Tiles?"}], "max_tokens": 12, "ignore_eos": True}
+    outputs = {}
+    for mode in ("model", "openai"):
+        started = start_side_server(tessera, greedy_model, workdir, f"sampling_{mode}", ["--sampling-defaults", mode])
+        if started is None:
+            return
+        server, port, log_path = started
+        try:
+            runs = [post(port, "/v1/chat/completions", dict(chat, seed=s)) for s in (1, 2, 3)]
+            greedy = post(port, "/v1/chat/completions", dict(chat, temperature=0))
+            outputs[mode] = ([r[1]["choices"][0]["message"]["content"] for r in runs if r[0] == 200],
+                             greedy[1]["choices"][0]["message"]["content"] if greedy[0] == 200 else None)
+            logged = "Using default chat sampling params from model generation config" in open(log_path).read()
+            check(f"--sampling-defaults {mode}: the start-up line {'is' if mode == 'model' else 'is not'} there",
+                  logged == (mode == "model"))
+        finally:
+            stop_server(server)
+    runs, greedy = outputs["model"]
+    check("--sampling-defaults model: generation_config.json's temperature 0 makes unset chat requests greedy",
+          len(runs) == 3 and all(r == greedy for r in runs), str(outputs["model"]))
+    runs, greedy = outputs["openai"]
+    check("--sampling-defaults openai: they sample (seeds 1-3 are not all the greedy text)",
+          len(runs) == 3 and not all(r == greedy for r in runs), str(outputs["openai"]))
 
 
 def check_stalled_rank(tessera, model, workdir):
