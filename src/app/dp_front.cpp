@@ -12,7 +12,7 @@ std::string url_key(int replica) { return "dp/replica_url/" + std::to_string(rep
 
 StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerArgs& args, const RankRuntime& rt,
                                                            const std::string& replica_host, int replica_port,
-                                                           const tokenizer::Tokenizer& tokenizer) {
+                                                           const tokenizer::Tokenizer* tokenizer) {
     const std::string url = "http://" + replica_host + ":" + std::to_string(replica_port);
     TSR_RETURN_IF_ERROR(rt.store->set(url_key(rt.scheduler_index()), std::vector<std::uint8_t>(url.begin(), url.end())));
     if (rt.scheduler_index() != 0) return std::unique_ptr<gateway::Gateway>();
@@ -35,9 +35,9 @@ StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerA
     o.expert_record_first_worker_only = rt.layout.attn_dp_size() > 1;
     // total_tokens compares prompt lengths in tokens, as SGLang's DP controller does; the
     // other methods do not need them, so they skip the tokenization.
-    if (o.policy == gateway::PolicyKind::kTotalTokens) {
-        o.count_tokens = [&tokenizer](std::string_view text) {
-            return static_cast<std::int64_t>(tokenizer.encode(text, /*add_special_tokens=*/false).size());
+    if (o.policy == gateway::PolicyKind::kTotalTokens && tokenizer) {
+        o.count_tokens = [tokenizer](std::string_view text) {
+            return static_cast<std::int64_t>(tokenizer->encode(text, /*add_special_tokens=*/false).size());
         };
     }
     o.api_key = args.effective_api_key();

@@ -18,9 +18,10 @@ namespace tessera::app {
 
 // Notes this scheduler's engine URL (http://`replica_host`:`replica_port`) at the store; on
 // scheduler 0 also waits for every other one's and returns the started front (null
-// elsewhere), which counts prompt tokens with `tokenizer` (it must outlive the front).
+// elsewhere), which counts prompt tokens with `tokenizer` (it must outlive the front; null
+// under --skip-tokenizer-init: the front estimates them).
 StatusOr<std::unique_ptr<gateway::Gateway>> start_dp_front(const server::ServerArgs& args, const RankRuntime& rt,
                                                            const std::string& replica_host, int replica_port,
-                                                           const tokenizer::Tokenizer& tokenizer);
+                                                           const tokenizer::Tokenizer* tokenizer);
 
 }  // namespace tessera::app

@@ -65,14 +65,19 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         return s.ok() ? 0 : fail(s);
     }
 
-    auto tok = tokenizer::Tokenizer::load(args.tokenizer_path);
-    if (!tok.ok()) return fail(tok.status());
-    if (Status s = use_chat_template_file(args.chat_template, **tok); !s.ok()) return fail(s);
+    // --skip-tokenizer-init: none is loaded (SGLang's), so neither is a chat template.
+    std::unique_ptr<tokenizer::Tokenizer> tok;
     std::optional<tokenizer::ChatTemplate> chat;
-    if (!(*tok)->chat_template().empty()) {
-        auto compiled = tokenizer::ChatTemplate::compile((*tok)->chat_template(), (*tok)->bos_token(), (*tok)->eos_token());
-        if (!compiled.ok()) return fail(compiled.status());
-        chat.emplace(std::move(compiled).value());
+    if (!args.skip_tokenizer_init) {
+        auto loaded = tokenizer::Tokenizer::load(args.tokenizer_path);
+        if (!loaded.ok()) return fail(loaded.status());
+        tok = std::move(loaded).value();
+        if (Status s = use_chat_template_file(args.chat_template, *tok); !s.ok()) return fail(s);
+        if (!tok->chat_template().empty()) {
+            auto compiled = tokenizer::ChatTemplate::compile(tok->chat_template(), tok->bos_token(), tok->eos_token());
+            if (!compiled.ok()) return fail(compiled.status());
+            chat.emplace(std::move(compiled).value());
+        }
     }
     auto leader = LeaderRunner::create(rank, args);
     if (!leader.ok()) return fail(leader.status());
@@ -82,9 +87,12 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.served_model_name = args.served_model_name;
     ec.model_path = args.model_path;
     ec.tokenizer_path = args.tokenizer_path;
+    ec.model_type = m.config().model_type;
+    ec.architecture = m.config().architecture;
     ec.context_len = rank.context_len;
+    ec.vocab_size = m.config().vocab_size;
     ec.eos_token_ids = m.config().eos_token_ids;
-    for (std::int32_t id : (*tok)->eos_token_ids())
+    for (std::int32_t id : tok ? tok->eos_token_ids() : std::vector<std::int32_t>{})
         if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())
             ec.eos_token_ids.push_back(id);
     ec.random_seed = rank.scheduler.random_seed;
@@ -93,7 +101,11 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.default_priority_value = args.default_priority_value;
     ec.abort_on_priority_when_disabled = args.abort_on_priority_when_disabled;
     ec.allow_auto_truncate = args.allow_auto_truncate;
-    ec.request_log = {args.log_requests ? args.log_requests_level : -1, args.log_requests_format == "json"};
+    ec.request_log = {.level = args.log_requests ? args.log_requests_level : -1,
+                      .json = args.log_requests_format == "json",
+                      .targets = args.log_requests_target,
+                      .rank = rank.runtime.coords.global_rank};
+    if (Status s = front::check_request_log_targets(ec.request_log); !s.ok()) return fail(s);
     ec.scheduler_recv_interval = static_cast<int>(args.scheduler_recv_interval);
     ec.weight_bytes = static_cast<std::int64_t>(m.weight_bytes());
     ec.kv_bytes_per_token = m.kv_cache_shape().bytes_per_token();
@@ -123,7 +135,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                                           {"max_cached_tokens", rank.scheduler.max_cached_tokens},
                                           {"dtype", dtype_name(m.compute_dtype())}}
                                .dump();
-    front::Engine engine(ec, **tok, std::move(chat), (*leader)->runner());
+    front::Engine engine(ec, tok.get(), std::move(chat), (*leader)->runner());
     log_startup_line(rank);
     engine.start();
 
@@ -141,11 +153,18 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         auto format = server::reasoning_format(args.reasoning_parser);
         if (!format.ok()) return fail(format.status());
         ho.protocol.reasoning = std::move(format).value();
-        ho.protocol.template_opens_reasoning = server::template_opens_reasoning((*tok)->chat_template());
+        ho.protocol.template_opens_reasoning = tok && server::template_opens_reasoning(tok->chat_template());
     }
     ho.protocol.default_chat_template_kwargs = args.default_chat_template_kwargs;
     ho.protocol.stream_include_usage = args.stream_response_default_include_usage;
     if (args.sampling_defaults == "model") use_model_sampling_defaults(m.config().sampling_defaults, ho.protocol);
+    if (!args.preferred_sampling_params.empty()) {
+        auto preferred = server::parse_preferred_sampling_params(args.preferred_sampling_params, ho.protocol);
+        if (!preferred.ok()) return fail(preferred.status());
+        ho.protocol.preferred_sampling = std::move(preferred).value();
+    }
+    ho.weight_version = args.weight_version;
+    ho.protocol.skip_tokenizer_init = args.skip_tokenizer_init;
     if (!args.tool_call_parser.empty()) {
         auto format = server::tool_call_format(args.tool_call_parser);
         if (!format.ok()) return fail(format.status());
@@ -159,7 +178,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     if (Status s = http.start(); !s.ok()) return fail(s);
     std::unique_ptr<gateway::Gateway> front;
     if (replicas) {
-        auto started = start_dp_front(args, rank.runtime, ho.host, http.port(), **tok);
+        auto started = start_dp_front(args, rank.runtime, ho.host, http.port(), tok.get());
         if (!started.ok()) return fail(started.status());
         front = std::move(started).value();
         TSR_LOG(INFO, "{} {} serving {} on http://{}:{}",

@@ -14,18 +14,19 @@ namespace tessera::front {
 
 namespace {
 
-server::TokenLogprob to_logprob(const tokenizer::Tokenizer& tok, const executor::SampledToken& t) {
+// A token's text is "" without a tokenizer.
+server::TokenLogprob to_logprob(const tokenizer::Tokenizer* tok, const executor::SampledToken& t) {
     server::TokenLogprob lp;
     lp.token = t.token;
-    lp.text = tok.token_bytes(t.token);
+    lp.text = tok ? tok->token_bytes(t.token) : std::string();
     lp.logprob = t.logprob;
-    for (const auto& [id, value] : t.top_logprobs) lp.top.emplace_back(tok.token_bytes(id), value);
+    for (const auto& [id, value] : t.top_logprobs) lp.top.emplace_back(tok ? tok->token_bytes(id) : std::string(), value);
     return lp;
 }
 
 }  // namespace
 
-Engine::Engine(EngineConfig config, const tokenizer::Tokenizer& tokenizer,
+Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
                std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner)
     : config_(std::move(config)),
       request_log_(config_.request_log),
@@ -54,13 +55,15 @@ void Engine::stop() {
 StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationInput& input) const {
     if (input.input_ids) {
         for (std::int32_t id : *input.input_ids) {
-            if (id < 0 || id >= tokenizer_.vocab_size())
+            if (id < 0 || id >= vocab_size())
                 return Status::InvalidArgument("input id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                               std::to_string(tokenizer_.vocab_size()) + ")");
+                                               std::to_string(vocab_size()) + ")");
         }
         return *input.input_ids;
     }
-    if (input.text) return tokenizer_.encode(*input.text, /*add_special_tokens=*/true);
+    if (!tokenizer_)
+        return Status::InvalidArgument("this server runs without a tokenizer (--skip-tokenizer-init): send input_ids");
+    if (input.text) return tokenizer_->encode(*input.text, /*add_special_tokens=*/true);
     if (input.chat_json) {
         if (!chat_template_)
             return Status::InvalidArgument("this model has no chat_template in tokenizer_config.json; use "
@@ -73,7 +76,7 @@ StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationI
         }
         if (!request.contains("add_generation_prompt")) request["add_generation_prompt"] = true;
         TSR_ASSIGN_OR_RETURN(std::string text, chat_template_->render(request));
-        return tokenizer_.encode(text, /*add_special_tokens=*/false);
+        return tokenizer_->encode(text, /*add_special_tokens=*/false);
     }
     return Status::InvalidArgument("the request has no prompt");
 }
@@ -124,9 +127,9 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.sampling.logprobs = p.logprobs || p.top_logprobs > 0;
     req.sampling.top_logprobs = p.top_logprobs;
     for (const auto& [id, bias] : p.logit_bias) {
-        if (id >= tokenizer_.vocab_size())
+        if (id >= vocab_size())
             return Status::InvalidArgument("logit_bias token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                           std::to_string(tokenizer_.vocab_size()) + ")");
+                                           std::to_string(vocab_size()) + ")");
     }
     req.sampling.logit_bias = p.logit_bias;
     std::lock_guard<std::mutex> lock(mu_);
@@ -226,9 +229,10 @@ void Engine::loop() {
                         sp = stream_params_[rid];
                         stream_params_.erase(rid);
                     }
+                    std::optional<tokenizer::OutputStream> output;
+                    if (tokenizer_) output.emplace(*tokenizer_, sp.skip_special_tokens, sp.stop);
                     streams_.emplace(rid, Stream{.on_event = std::move(cb),
-                                                 .output = tokenizer::OutputStream(tokenizer_, sp.skip_special_tokens,
-                                                                                   sp.stop),
+                                                 .output = std::move(output),
                                                  .logprobs = sp.logprobs,
                                                  .interval = sp.interval});
                     c.req.sink = [this](const scheduler::ReqEvent& e) { on_req_event(e); };
@@ -337,7 +341,7 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
     if (e.token) {
         ev.token_ids.push_back(e.token->token);
         if (stream.logprobs) ev.logprobs.push_back(to_logprob(tokenizer_, *e.token));
-        auto delta = stream.output.add(e.token->token);
+        auto delta = stream.output ? stream.output->add(e.token->token) : tokenizer::OutputStream::Delta{};
         ev.text = std::move(delta.text);
         if (delta.matched_stop) {
             // A stop string ended the output: report "stop" now and end the request after the step.
@@ -348,7 +352,7 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         }
     }
     if (e.finished && !stream.done) {
-        ev.text += stream.output.finish();
+        if (stream.output) ev.text += stream.output->finish();
         ev.finish_reason = std::string(scheduler::finish_reason_name(e.finish_reason));
         if (!e.error.empty()) ev.error = Status(StatusCode::kResourceExhausted, std::string(e.error));
         stream.done = true;
@@ -411,6 +415,16 @@ nlohmann::json Engine::server_info() const {
                                 {"new_token_ratio", s.new_token_ratio},
                                 {"num_retractions", s.total_retracted_reqs}}};
     return info;
+}
+
+nlohmann::json Engine::model_info() const {
+    return {{"model_path", config_.model_path},
+            {"tokenizer_path", config_.tokenizer_path},
+            {"is_generation", true},
+            {"model_type", config_.model_type},
+            {"architectures", {config_.architecture}},
+            {"has_image_understanding", false},
+            {"has_audio_understanding", false}};
 }
 
 std::string Engine::metrics_text() const {

@@ -33,7 +33,10 @@ struct EngineConfig {
     std::string served_model_name;
     std::string model_path;
     std::string tokenizer_path;
+    std::string model_type;    // config.json's, for /model_info
+    std::string architecture;  // config.json's architectures[0]
     std::int64_t context_len = 0;
+    std::int64_t vocab_size = 0;  // the model's: token ids at or above it are refused
     std::vector<std::int32_t> eos_token_ids;
     std::uint64_t random_seed = 0;
     scheduler::SchedulerConfig scheduler;
@@ -58,8 +61,9 @@ struct EngineConfig {
 
 class Engine final : public server::Backend {
  public:
-    // `tokenizer` and `runner` must outlive the engine.
-    Engine(EngineConfig config, const tokenizer::Tokenizer& tokenizer,
+    // `tokenizer` (null under --skip-tokenizer-init: token ids in and out, no text) and
+    // `runner` must outlive the engine.
+    Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
            std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner);
     ~Engine() override;
     Engine(const Engine&) = delete;
@@ -75,6 +79,7 @@ class Engine final : public server::Backend {
     std::int64_t max_model_len() const override { return config_.context_len; }
     bool ready() const override { return running_.load() && !draining_.load(); }
     nlohmann::json server_info() const override;
+    nlohmann::json model_info() const override;
     std::string metrics_text() const override;
     Status flush_cache() override;
     Status expert_record(ExpertRecordAction action) override;
@@ -100,7 +105,7 @@ class Engine final : public server::Backend {
     };
     struct Stream {
         server::EventCallback on_event;
-        tokenizer::OutputStream output;
+        std::optional<tokenizer::OutputStream> output;  // none without a tokenizer
         bool logprobs = false;
         bool done = false;
         // --stream-interval (SGLang scheduler_output_processor_mixin.py stream_output_generation):
@@ -121,7 +126,9 @@ class Engine final : public server::Backend {
 
     const EngineConfig config_;
     const RequestLog request_log_;
-    const tokenizer::Tokenizer& tokenizer_;
+    const tokenizer::Tokenizer* tokenizer_;
+    // Ids a request may give: the tokenizer's vocabulary, or without one the model's.
+    std::int64_t vocab_size() const { return tokenizer_ ? tokenizer_->vocab_size() : config_.vocab_size; }
     const std::optional<tokenizer::ChatTemplate> chat_template_;
     executor::BatchRunner& runner_;  // the scheduler drives it; lockstep runners also get idle steps
     scheduler::Scheduler scheduler_;  // scheduler thread only

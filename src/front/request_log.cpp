@@ -1,5 +1,13 @@
 #include "front/request_log.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
@@ -20,19 +28,125 @@ std::string cut(std::string_view text, std::size_t chars) {
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // "Receive: rid=..., prompt_tokens=..." or, as JSON, the fields and "event": "receive".
-void emit(std::string_view label, Json line, bool json) {
+std::string render(std::string_view label, Json line, bool json) {
     if (json) {
         line["event"] = ascii_lower(label);
-        TSR_LOG_C(INFO, "request", "{}", dump(line));
-        return;
+        return dump(line);
     }
     std::string text;
     for (const auto& [key, value] : line.items())
         text += (text.empty() ? "" : ", ") + key + "=" + (value.is_string() ? value.get<std::string>() : dump(value));
-    TSR_LOG_C(INFO, "request", "{}: {}", label, text);
+    return std::string(label) + ": " + text;
+}
+
+constexpr auto kRotation = std::chrono::hours(1);
+
+std::string log_file_path(const std::string& directory, int rank) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "localhost");
+    return (std::filesystem::path(directory) / fmt::format("{}_{}.log", host, rank)).string();
 }
 
 }  // namespace
+
+Status check_request_log_targets(const RequestLogOptions& options) {
+    for (const std::string& target : options.targets) {
+        if (ascii_lower(target) == "stdout") continue;
+        std::error_code ec;
+        std::filesystem::create_directories(target, ec);
+        const std::string path = log_file_path(target, options.rank);
+        std::FILE* f = ec ? nullptr : std::fopen(path.c_str(), "a");
+        if (f == nullptr)
+            return Status::InvalidArgument(fmt::format("--log-requests-target {}: cannot write {} ({}); give stdout or "
+                                                       "a directory this user can create files in",
+                                                       target, path, ec ? ec.message() : "fopen failed"));
+        std::fclose(f);
+    }
+    return Status::Ok();
+}
+
+// The open targets: a line goes to every one, files begin anew every hour.
+class RequestLog::Targets {
+ public:
+    explicit Targets(const RequestLogOptions& options) : clock_(options.clock) {
+        if (!clock_) clock_ = [] { return std::chrono::system_clock::now(); };
+        const auto now = clock_();
+        for (const std::string& target : options.targets) {
+            if (ascii_lower(target) == "stdout") {
+                to_stdout_ = true;
+                continue;
+            }
+            File& f = files_.emplace_back(File{log_file_path(target, options.rank)});
+            open(f, now);
+        }
+    }
+    ~Targets() {
+        for (File& f : files_)
+            if (f.out) std::fclose(f.out);
+    }
+
+    void write(const std::string& line) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (to_stdout_) {
+            std::fwrite(line.data(), 1, line.size(), stdout);
+            std::fputc('\n', stdout);
+            std::fflush(stdout);
+        }
+        const auto now = clock_();
+        for (File& f : files_) {
+            if (now >= f.rollover_at) rotate(f, now);
+            if (!f.out) continue;
+            std::fwrite(line.data(), 1, line.size(), f.out);
+            std::fputc('\n', f.out);
+            std::fflush(f.out);
+        }
+    }
+
+ private:
+    struct File {
+        std::string path;
+        std::FILE* out = nullptr;
+        std::chrono::system_clock::time_point began;
+        std::chrono::system_clock::time_point rollover_at;
+    };
+
+    void open(File& f, std::chrono::system_clock::time_point now) {
+        f.out = std::fopen(f.path.c_str(), "a");
+        if (!f.out) TSR_LOG_C(ERROR, "request", "--log-requests-target: cannot append to {}", f.path);
+        f.began = now;
+        f.rollover_at = now + kRotation;
+    }
+
+    // The finished file is named after the hour it began in: "<path>.2026-12-04_13".
+    void rotate(File& f, std::chrono::system_clock::time_point now) {
+        if (f.out) std::fclose(f.out);
+        const std::time_t began = std::chrono::system_clock::to_time_t(f.began);
+        std::tm local{};
+        localtime_r(&began, &local);
+        char suffix[32];
+        std::strftime(suffix, sizeof(suffix), "%Y-%m-%d_%H", &local);
+        std::error_code ec;
+        std::filesystem::rename(f.path, f.path + "." + suffix, ec);
+        if (ec) TSR_LOG_C(WARN, "request", "--log-requests-target: cannot rename {}: {}", f.path, ec.message());
+        open(f, now);
+    }
+
+    std::mutex mu_;
+    std::function<std::chrono::system_clock::time_point()> clock_;
+    bool to_stdout_ = false;
+    std::vector<File> files_;
+};
+
+RequestLog::RequestLog(RequestLogOptions options) : options_(std::move(options)) {
+    if (on() && options_.json && !options_.targets.empty()) targets_ = std::make_unique<Targets>(options_);
+}
+
+RequestLog::~RequestLog() = default;
+
+void RequestLog::write(const std::string& line) const {
+    if (targets_) return targets_->write(line);
+    TSR_LOG_C(INFO, "request", "{}", line);
+}
 
 std::size_t RequestLog::output_chars() const {
     if (options_.level < 2) return 0;
@@ -58,7 +172,7 @@ void RequestLog::received(std::string_view rid, const server::GenerationInput& i
         if (in.chat_json) line["chat"] = cut(*in.chat_json, chars);
         if (in.input_ids) line["input_ids"] = cut(dump(Json(*in.input_ids)), chars);
     }
-    emit("Receive", std::move(line), options_.json);
+    write(render("Receive", std::move(line), options_.json));
 }
 
 void RequestLog::finished(std::string_view rid, std::string_view finish_reason, const server::Usage& usage,
@@ -70,7 +184,7 @@ void RequestLog::finished(std::string_view rid, std::string_view finish_reason, 
                      {"completion_tokens", usage.completion_tokens},
                      {"cached_tokens", usage.cached_tokens}};
     if (options_.level >= 2) line["out"] = cut(output, output_chars());
-    emit("Finish", std::move(line), options_.json);
+    write(render("Finish", std::move(line), options_.json));
 }
 
 }  // namespace tessera::front

@@ -3,13 +3,21 @@
 // finishes, with as much as --log-requests-level asks (SGLang's server_args.py levels):
 //   0 metadata (rid, token counts, finish reason); 1 and the sampling parameters;
 //   2 and the input and output, each cut to 2048 characters; 3 all of them.
-// --log-requests-format text (readable) or json (one object per line). Used by the engine
-// from the HTTP threads (received) and the scheduler thread (finished); logging is thread-safe.
+// --log-requests-format text (readable) or json (one object per line). --log-requests-target
+// sends the json lines to standard output and/or files in directories instead of the log
+// (SGLang's request_logger.py). Used by the engine from the HTTP threads (received) and the
+// scheduler thread (finished); both are thread-safe.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "base/status.h"
 
 #include "server/backend.h"
 
@@ -18,11 +26,22 @@ namespace tessera::front {
 struct RequestLogOptions {
     int level = -1;  // -1: off
     bool json = false;
+    // "stdout", or a directory: json lines go to <directory>/<host>_<rank>.log, a new file each
+    // hour (the previous one renamed "<name>.YYYY-MM-DD_HH" after the hour it began in, as
+    // SGLang's TimedRotatingFileHandler(when="H")). Empty: the json lines go to the log.
+    std::vector<std::string> targets;
+    int rank = 0;  // of the process that logs, in the file names
+    std::function<std::chrono::system_clock::time_point()> clock;  // tests; unset: the system clock
 };
+
+// Creates each target directory and checks its file can be appended to: what the launch
+// reports before loading weights ("--log-requests-target DIR: ...").
+Status check_request_log_targets(const RequestLogOptions& options);
 
 class RequestLog {
  public:
-    explicit RequestLog(RequestLogOptions options) : options_(options) {}
+    explicit RequestLog(RequestLogOptions options);
+    ~RequestLog();
 
     bool on() const { return options_.level >= 0; }
     // How many characters of a request's output the finish line shows (0: none).
@@ -35,7 +54,11 @@ class RequestLog {
                   std::string_view output) const;
 
  private:
+    class Targets;
+    void write(const std::string& line) const;  // to the targets when json lines have some
+
     RequestLogOptions options_;
+    std::unique_ptr<Targets> targets_;  // null without --log-requests-target
 };
 
 }  // namespace tessera::front

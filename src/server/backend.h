@@ -98,6 +98,9 @@ class Backend {
     virtual std::int64_t max_model_len() const = 0;
     virtual bool ready() const = 0;  // false while starting or draining
     virtual nlohmann::json server_info() const = 0;  // /get_server_info body
+    // /model_info's fields about the model: model_path, tokenizer_path, is_generation,
+    // model_type, architectures, has_image_understanding, has_audio_understanding.
+    virtual nlohmann::json model_info() const = 0;
     virtual std::string metrics_text() const = 0;     // Prometheus text format
     virtual Status flush_cache() = 0;
     // /start_expert_distribution_record, /stop_..., /dump_...: applied on every rank.

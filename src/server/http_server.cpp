@@ -265,6 +265,10 @@ class Session : public std::enable_shared_from_this<Session> {
             if (allow(get, "GET")) respond(200, kJson, models_json());
         } else if (path == "/get_server_info" || path == "/server_info") {
             if (allow(get, "GET")) respond(200, kJson, backend.server_info().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        } else if (path == "/model_info" || path == "/get_model_info") {
+            if (allow(get, "GET")) respond(200, kJson, model_info_json());
+        } else if (path == "/weight_version" || path == "/get_weight_version") {
+            if (allow(get, "GET")) respond(200, kJson, nlohmann::json{{"weight_version", state_->options.weight_version}}.dump());
         } else if (path == "/get_load") {
             if (allow(get, "GET")) respond(200, kJson, load_json(backend.server_info()).dump());
         } else if (path == "/flush_cache") {
@@ -313,6 +317,16 @@ class Session : public std::enable_shared_from_this<Session> {
                              {"token_usage", st.value("token_usage", 0.0)}});
         }
         return loads;
+    }
+
+    // SGLang's GET /model_info (http_server.py model_info): the backend's model fields, the
+    // server's --preferred-sampling-params (null when unset) and --weight-version.
+    std::string model_info_json() const {
+        nlohmann::json info = state_->backend.model_info();
+        const auto& preferred = state_->protocol.preferred_sampling;
+        info["preferred_sampling_params"] = preferred ? nlohmann::json::parse(preferred->json, nullptr, false) : nullptr;
+        info["weight_version"] = state_->options.weight_version;
+        return info.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
 
     std::string models_json() const {

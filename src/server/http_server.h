@@ -44,6 +44,7 @@ struct HttpServerOptions {
     // How requests are read and answered: parsers, defaults (the served name and context
     // length come from the backend).
     ProtocolOptions protocol;
+    std::string weight_version = "default";  // --weight-version, reported by /model_info
 
     Status validate() const;
 };

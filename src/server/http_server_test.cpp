@@ -408,6 +408,33 @@ TEST_F(HttpServerTest, BackendQueueFullIs503) {
     EXPECT_EQ(r.header("retry-after"), "1");
 }
 
+// SGLang's /model_info (and /get_model_info): the backend's model fields, the server's
+// --preferred-sampling-params (null when unset) and --weight-version; /weight_version.
+TEST_F(HttpServerTest, ModelInfoAndWeightVersion) {
+    Json info = call("GET", "/model_info").json();
+    EXPECT_EQ(info["model_path"], "tiny");
+    EXPECT_EQ(info["architectures"][0], "FakeForCausalLM");
+    EXPECT_TRUE(info["preferred_sampling_params"].is_null());
+    EXPECT_EQ(info["weight_version"], "default");
+    EXPECT_EQ(call("POST", "/model_info").status, 405);
+
+    server_->stop();
+    HttpServerOptions o;
+    auto preferred = parse_preferred_sampling_params(R"({"temperature": 0.5, "max_new_tokens": 3})", {});
+    ASSERT_TRUE(preferred.ok());
+    o.protocol.preferred_sampling = *preferred;
+    o.weight_version = "v2";
+    start(o);
+    info = call("GET", "/get_model_info").json();
+    EXPECT_EQ(info["preferred_sampling_params"]["temperature"], 0.5);
+    EXPECT_EQ(info["preferred_sampling_params"]["max_new_tokens"], 3);
+    EXPECT_EQ(info["weight_version"], "v2");
+    EXPECT_EQ(call("GET", "/weight_version").json()["weight_version"], "v2");
+    EXPECT_EQ(call("GET", "/get_weight_version").json()["weight_version"], "v2");
+    ASSERT_EQ(call("POST", "/generate", R"({"text": "abc"})").status, 200);
+    EXPECT_EQ(backend_.requests().back().params.max_new_tokens, 3);
+}
+
 TEST_F(HttpServerTest, HealthModelsInfoFlush) {
     EXPECT_EQ(call("GET", "/health").status, 200);
     EXPECT_EQ(call("GET", "/health_generate").status, 200);

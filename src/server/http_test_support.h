@@ -110,6 +110,9 @@ class FakeBackend : public Backend {
     nlohmann::json server_info() const override {
         return {{"model_path", "tiny"}, {"version", "fake"}};
     }
+    nlohmann::json model_info() const override {
+        return {{"model_path", "tiny"}, {"is_generation", true}, {"architectures", {"FakeForCausalLM"}}};
+    }
     std::string metrics_text() const override {
         return "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"tiny\"} " +
                std::to_string(n_active()) + "\n";

@@ -1,7 +1,11 @@
 #include "server/openai_protocol.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -197,6 +201,7 @@ void read_logit_bias(FieldReader& r, GenerationParams& p) {
     const Json* j = r.get("logit_bias");
     if (j == nullptr) return;
     if (!j->is_object()) return r.fail("logit_bias", "must be an object mapping token ids to biases");
+    p.logit_bias.clear();  // replaces --preferred-sampling-params' map, as a request's keys do
     if (j->size() > kMaxLogitBias)
         return r.fail("logit_bias", "may bias at most " + std::to_string(kMaxLogitBias) + " tokens");
     for (auto it = j->begin(); it != j->end(); ++it) {
@@ -476,6 +481,38 @@ void parse_completion(FieldReader& r, const ProtocolOptions& o, ParsedRequest& o
         r.fail("best_of", "is not supported by this server (use n)");
 }
 
+// SGLang's sampling_params fields that /generate reads.
+constexpr std::array<std::string_view, 15> kNativeSamplingKeys = {
+    "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "stop",
+    "stop_token_ids", "ignore_eos", "skip_special_tokens", "stream_interval", "logit_bias", "sampling_seed", "n"};
+
+// /generate's sampling_params (SGLang's SamplingParams names); sets only the fields given.
+void read_native_sampling(FieldReader& s, const ProtocolOptions& o, GenerationParams& p, int& n) {
+    if (auto v = s.integer("max_new_tokens", 0, max_tokens_limit(o))) p.max_new_tokens = *v;
+    if (auto v = s.number("temperature", 0.0, 100.0)) p.temperature = static_cast<float>(*v);
+    if (auto v = s.number("top_p", 0.0, 1.0, true)) p.top_p = static_cast<float>(*v);
+    if (auto v = s.integer("top_k", -1, std::numeric_limits<std::int32_t>::max())) {
+        if (*v == 0) s.fail("top_k", "must be -1 (disabled) or at least 1, got 0");
+        p.top_k = static_cast<int>(*v);
+    }
+    if (auto v = s.number("min_p", 0.0, 1.0)) p.min_p = static_cast<float>(*v);
+    if (auto v = s.number("frequency_penalty", -2.0, 2.0)) p.frequency_penalty = static_cast<float>(*v);
+    if (auto v = s.number("presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*v);
+    if (auto v = s.strings("stop", kMaxNativeStop)) p.stop = std::move(*v);
+    if (const Json* j = s.get("stop_token_ids")) {
+        if (auto t = s.token_ids("stop_token_ids", *j, true)) p.stop_token_ids = *t;
+    }
+    if (auto v = s.boolean("ignore_eos")) p.ignore_eos = *v;
+    if (auto v = s.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+    if (auto v = s.integer("stream_interval", 1, std::numeric_limits<std::int32_t>::max()))
+        p.stream_interval = static_cast<int>(*v);
+    read_logit_bias(s, p);
+    if (auto v = s.integer("sampling_seed", std::numeric_limits<std::int64_t>::min(),
+                           std::numeric_limits<std::int64_t>::max()))
+        p.seed = static_cast<std::uint64_t>(*v);
+    if (auto v = s.integer("n", 1, o.max_n)) n = static_cast<int>(*v);
+}
+
 void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
                     GenerationRequest& base, int& n) {
     const Json* text = r.get("text");
@@ -512,7 +549,12 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     if (auto v = r.boolean("stream")) out.stream = *v;
     if (auto v = r.boolean("return_logprob")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs_num", 0, o.max_top_logprobs)) out.top_logprobs = static_cast<int>(*v);
-    base.params.max_new_tokens = 128;  // SGLang's SamplingParams default
+    if (o.preferred_sampling) {
+        base.params = o.preferred_sampling->params;
+        n = o.preferred_sampling->n;
+    } else {
+        base.params.max_new_tokens = 128;  // SGLang's SamplingParams default
+    }
     read_priority(r, base.params);
     const Json* sp = r.get("sampling_params");
     if (!sp || !r.ok()) return;
@@ -521,30 +563,7 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
         return;
     }
     FieldReader s(*sp, "sampling_params.");
-    GenerationParams& p = base.params;
-    if (auto v = s.integer("max_new_tokens", 0, max_tokens_limit(o))) p.max_new_tokens = *v;
-    if (auto v = s.number("temperature", 0.0, 100.0)) p.temperature = static_cast<float>(*v);
-    if (auto v = s.number("top_p", 0.0, 1.0, true)) p.top_p = static_cast<float>(*v);
-    if (auto v = s.integer("top_k", -1, std::numeric_limits<std::int32_t>::max())) {
-        if (*v == 0) s.fail("top_k", "must be -1 (disabled) or at least 1, got 0");
-        p.top_k = static_cast<int>(*v);
-    }
-    if (auto v = s.number("min_p", 0.0, 1.0)) p.min_p = static_cast<float>(*v);
-    if (auto v = s.number("frequency_penalty", -2.0, 2.0)) p.frequency_penalty = static_cast<float>(*v);
-    if (auto v = s.number("presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*v);
-    if (auto v = s.strings("stop", kMaxNativeStop)) p.stop = std::move(*v);
-    if (const Json* j = s.get("stop_token_ids")) {
-        if (auto t = s.token_ids("stop_token_ids", *j, true)) p.stop_token_ids = *t;
-    }
-    if (auto v = s.boolean("ignore_eos")) p.ignore_eos = *v;
-    if (auto v = s.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
-    if (auto v = s.integer("stream_interval", 1, std::numeric_limits<std::int32_t>::max()))
-        p.stream_interval = static_cast<int>(*v);
-    read_logit_bias(s, p);
-    if (auto v = s.integer("sampling_seed", std::numeric_limits<std::int64_t>::min(),
-                           std::numeric_limits<std::int64_t>::max()))
-        p.seed = static_cast<std::uint64_t>(*v);
-    n = static_cast<int>(s.integer("n", 1, o.max_n).value_or(1));
+    read_native_sampling(s, o, base.params, n);
     reject_unsupported(s);
     if (!s.ok()) r.fail_with(*s.error());
 }
@@ -682,6 +701,11 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
             return outcome;
         }
     }
+    if (options.skip_tokenizer_init && kind != ApiKind::kGenerate) {
+        outcome.error = invalid("", "this server runs without a tokenizer (--skip-tokenizer-init): send input_ids to "
+                                    "POST /generate, which answers with output_ids");
+        return outcome;
+    }
     GenerationRequest base;
     int n = 1;
     switch (kind) {
@@ -699,18 +723,52 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
             parse_generate(r, options, out, base, n);
             break;
     }
+    if (r.ok() && options.skip_tokenizer_init) {
+        if (base.input.text) r.fail("text", "needs the tokenizer, which --skip-tokenizer-init leaves out; send input_ids");
+        else if (!base.params.stop.empty())
+            r.fail("sampling_params.stop", "strings need the tokenizer, which --skip-tokenizer-init leaves out; use "
+                                           "stop_token_ids");
+        out.token_ids_only = true;
+    }
     if (!r.ok()) {
         outcome.error = r.error();
         return outcome;
     }
     base.params.logprobs = out.logprobs;
     base.params.top_logprobs = out.top_logprobs;
+    if (kind != ApiKind::kGenerate && options.preferred_sampling)
+        base.params.stream_interval = options.preferred_sampling->params.stream_interval;
     for (int i = 0; i < n; ++i) {
         GenerationRequest req = base;
         req.request_id = n == 1 ? out.id : out.id + "-" + std::to_string(i);
         out.requests.push_back(std::move(req));
     }
     return outcome;
+}
+
+StatusOr<PreferredSampling> parse_preferred_sampling_params(std::string_view json, const ProtocolOptions& options) {
+    const Json root = Json::parse(json, nullptr, false);
+    if (!root.is_object()) {
+        return Status::InvalidArgument(fmt::format(
+            "--preferred-sampling-params {}: give a JSON object of sampling parameters, e.g. "
+            "'{{\"temperature\": 0.6, \"top_p\": 0.95}}'", json));
+    }
+    for (const auto& item : root.items()) {
+        if (std::find(kNativeSamplingKeys.begin(), kNativeSamplingKeys.end(), item.key()) == kNativeSamplingKeys.end()) {
+            return Status::InvalidArgument(fmt::format(
+                "--preferred-sampling-params: '{}' is not a sampling parameter tessera applies; it takes {}",
+                item.key(), fmt::join(kNativeSamplingKeys, ", ")));
+        }
+    }
+    PreferredSampling preferred{.json = std::string(json)};
+    preferred.params.max_new_tokens = 128;  // SGLang's SamplingParams default
+    FieldReader reader(root, "");
+    read_native_sampling(reader, options, preferred.params, preferred.n);
+    if (!reader.ok()) return Status::InvalidArgument("--preferred-sampling-params: " + reader.error()->message);
+    if (options.skip_tokenizer_init && !preferred.params.stop.empty())
+        return Status::InvalidArgument("--preferred-sampling-params: 'stop' strings need the tokenizer, which "
+                                       "--skip-tokenizer-init leaves out; use stop_token_ids");
+    return preferred;
 }
 
 }  // namespace tessera::server

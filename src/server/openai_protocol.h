@@ -41,6 +41,15 @@ struct ApiError {
     static ApiError from_status(const Status& status);
 };
 
+// --preferred-sampling-params: a JSON object of SGLang's sampling_params that /generate
+// requests start from (a request's own keys win: SGLang's TokenizerManager
+// _create_tokenized_object merges {**preferred, **request}).
+struct PreferredSampling {
+    std::string json;         // as given, echoed by /model_info
+    GenerationParams params;  // the object read over /generate's defaults
+    int n = 1;
+};
+
 struct ProtocolOptions {
     std::string served_model_name;
     std::int64_t max_model_len = 0;  // 0: unknown (max_tokens is then capped at 2^31 - 1)
@@ -61,7 +70,19 @@ struct ProtocolOptions {
     bool stream_include_usage = false;
     // --default-chat-template-kwargs: a JSON object every chat request starts from ("" for none).
     std::string default_chat_template_kwargs;
+    // The OpenAI routes fill every sampling field they know (SGLang's to_sampling_params), so
+    // of these only stream_interval reaches them.
+    std::optional<PreferredSampling> preferred_sampling;
+    // --skip-tokenizer-init: no tokenizer, so only /generate with input_ids, no stop strings,
+    // and responses carry output_ids without text (SGLang's BatchTokenIDOutput path).
+    bool skip_tokenizer_init = false;
 };
+
+// Reads --preferred-sampling-params: an object whose keys are /generate's sampling_params
+// fields, each checked as a request's would be; any other key is refused (SGLang fails the
+// first request on it instead).
+StatusOr<PreferredSampling> parse_preferred_sampling_params(std::string_view json,
+                                                            const ProtocolOptions& options);
 
 // A validated request: one GenerationRequest per choice (n > 1 → ids "<id>-<i>").
 struct ParsedRequest {
@@ -73,6 +94,7 @@ struct ParsedRequest {
     bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;
     int top_logprobs = 0;
+    bool token_ids_only = false;  // --skip-tokenizer-init: /generate answers output_ids, no text
     // Chat with --reasoning-parser and the request's separate_reasoning (default true): how
     // each choice's output splits into reasoning_content and content.
     std::optional<ReasoningFormat> reasoning;
@@ -149,6 +171,7 @@ class ResponseBuilder {
     bool stream_;
     bool include_usage_;
     bool logprobs_;
+    bool token_ids_only_;
     std::optional<ReasoningFormat> reasoning_;
     bool force_reasoning_;
     std::optional<ToolCallFormat> tool_calls_;

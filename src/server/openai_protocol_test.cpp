@@ -510,6 +510,59 @@ TEST(OpenAiProtocolTest, ModelSamplingDefaultsForChat) {
     EXPECT_EQ(p.top_k, -1);
 }
 
+// --preferred-sampling-params: /generate starts from them and a request's own keys win
+// ({**preferred, **request}); the OpenAI routes take only stream_interval.
+TEST(OpenAiProtocolTest, PreferredSamplingParams) {
+    ProtocolOptions o = options();
+    auto preferred = parse_preferred_sampling_params(
+        R"({"temperature": 0.6, "top_p": 0.9, "max_new_tokens": 7, "n": 2, "stream_interval": 4,
+            "logit_bias": {"5": 1.5}, "stop": ["END"]})", o);
+    ASSERT_TRUE(preferred.ok()) << preferred.status().message();
+    o.preferred_sampling = *preferred;
+    const auto native = [&](const std::string& sampling) {
+        return parse_request(ApiKind::kGenerate, R"({"text": "x")" + sampling + "}", o, "").request;
+    };
+    ParsedRequest r = native("");
+    ASSERT_EQ(r.requests.size(), 2u);
+    GenerationParams p = r.requests[0].params;
+    EXPECT_FLOAT_EQ(p.temperature, 0.6f);
+    EXPECT_FLOAT_EQ(p.top_p, 0.9f);
+    EXPECT_EQ(p.max_new_tokens, 7);
+    EXPECT_EQ(p.stream_interval, 4);
+    EXPECT_EQ(p.stop, std::vector<std::string>{"END"});
+    ASSERT_EQ(p.logit_bias.size(), 1u);
+
+    r = native(R"(, "sampling_params": {"temperature": 0, "n": 1, "logit_bias": {"9": -2}, "stop": []})");
+    ASSERT_EQ(r.requests.size(), 1u);
+    p = r.requests[0].params;
+    EXPECT_FLOAT_EQ(p.temperature, 0.0f);
+    EXPECT_FLOAT_EQ(p.top_p, 0.9f);  // not in the request: the preferred value
+    EXPECT_EQ(p.max_new_tokens, 7);
+    EXPECT_TRUE(p.stop.empty());
+    ASSERT_EQ(p.logit_bias.size(), 1u);  // the request's map replaces the preferred one
+    EXPECT_EQ(p.logit_bias[0].first, 9);
+
+    p = parse_request(ApiKind::kChatCompletion, R"({"messages": [{"role": "user", "content": "x"}]})", o, "c")
+            .request.requests[0]
+            .params;
+    EXPECT_FLOAT_EQ(p.temperature, 1.0f);
+    EXPECT_FLOAT_EQ(p.top_p, 1.0f);
+    EXPECT_EQ(p.stream_interval, 4);
+    EXPECT_TRUE(p.logit_bias.empty());
+
+    const auto refused = [&](const std::string& json) {
+        auto got = parse_preferred_sampling_params(json, options());
+        EXPECT_FALSE(got.ok()) << json;
+        return got.ok() ? std::string() : got.status().message();
+    };
+    EXPECT_NE(refused(R"({"repetition_penalty": 1.1})")
+                  .find("'repetition_penalty' is not a sampling parameter tessera applies; it takes max_new_tokens"),
+              std::string::npos);
+    EXPECT_NE(refused(R"({"top_p": 2})").find("--preferred-sampling-params: 'top_p'"), std::string::npos);
+    EXPECT_NE(refused("[1]").find("give a JSON object of sampling parameters"), std::string::npos);
+    EXPECT_NE(refused("{bad").find("give a JSON object"), std::string::npos);
+}
+
 TEST(ResponseBuilderTest, CompletionLogprobs) {
     auto o = completion(R"({"prompt": "x", "logprobs": 1})");
     ResponseBuilder b(o.request);
@@ -567,6 +620,43 @@ TEST(ResponseBuilderTest, NativeGenerateBodyAndStream) {
     EXPECT_EQ(last["output_ids"], Json::array({1, 2}));
     EXPECT_EQ(last["meta_info"]["finish_reason"]["matched"], "b");
     EXPECT_EQ(payloads[2], "[DONE]");
+}
+
+// --skip-tokenizer-init: only /generate with input_ids and no stop strings; the answer has
+// output_ids and no text, whole and streamed.
+TEST(OpenAiProtocolTest, SkipTokenizerInit) {
+    ProtocolOptions o = options();
+    o.skip_tokenizer_init = true;
+    const auto parse = [&](ApiKind kind, const std::string& body) { return parse_request(kind, body, o, "id-1"); };
+    EXPECT_NE(expect_error(parse(ApiKind::kGenerate, R"({"text": "x"})"), "text").find("--skip-tokenizer-init"),
+              std::string::npos);
+    EXPECT_NE(expect_error(parse(ApiKind::kGenerate, R"({"input_ids": [1], "sampling_params": {"stop": ["a"]}})"),
+                           "sampling_params.stop")
+                  .find("use stop_token_ids"),
+              std::string::npos);
+    EXPECT_NE(expect_error(parse(ApiKind::kChatCompletion, R"({"messages": [{"role": "user", "content": "x"}]})"), "")
+                  .find("send input_ids to POST /generate"),
+              std::string::npos);
+    expect_error(parse(ApiKind::kCompletion, R"({"prompt": [1, 2]})"), "");
+
+    ParseOutcome ok = parse(ApiKind::kGenerate, R"({"input_ids": [1, 2], "sampling_params": {"stop_token_ids": [3]}})");
+    ASSERT_TRUE(ok.ok());
+    ResponseBuilder b(ok.request);
+    b.add_event(0, event("", {7}, 1));
+    b.add_event(0, event("", {8}, 2, "length"));
+    const Json j = Json::parse(b.body());
+    EXPECT_FALSE(j.contains("text"));
+    EXPECT_EQ(j["output_ids"], Json::array({7, 8}));
+
+    ok = parse(ApiKind::kGenerate, R"({"input_ids": [1, 2], "stream": true})");
+    ResponseBuilder sb(ok.request);
+    const Json chunk = Json::parse(sse_payloads(sb.add_event(0, event("", {7}, 1))).at(0));
+    EXPECT_FALSE(chunk.contains("text"));
+    EXPECT_EQ(chunk["output_ids"], Json::array({7}));
+
+    auto preferred = parse_preferred_sampling_params(R"({"stop": ["x"]})", o);
+    ASSERT_FALSE(preferred.ok());
+    EXPECT_NE(preferred.status().message().find("--skip-tokenizer-init"), std::string::npos);
 }
 
 TEST(ResponseBuilderTest, ErrorEvent) {

@@ -87,6 +87,7 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       stream_(request.stream),
       include_usage_(request.include_usage),
       logprobs_(request.logprobs),
+      token_ids_only_(request.token_ids_only),
       reasoning_(request.reasoning),
       force_reasoning_(request.force_reasoning),
       tool_calls_(request.tool_calls),
@@ -153,7 +154,7 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         }
         Json chunk = Json::object();
         if (choices_.size() > 1) chunk["index"] = index;
-        chunk["text"] = c.text + event.text;
+        if (!token_ids_only_) chunk["text"] = c.text + event.text;
         Json ids(c.output_ids);
         for (std::int32_t t : event.token_ids) ids.push_back(t);
         chunk["output_ids"] = std::move(ids);
@@ -290,7 +291,11 @@ std::string ResponseBuilder::body() const {
                 meta["output_token_logprobs"] = std::move(lps);
                 meta["output_top_logprobs"] = std::move(tops);
             }
-            items.push_back(Json{{"text", c.text}, {"output_ids", c.output_ids}, {"meta_info", std::move(meta)}});
+            Json item = Json::object();
+            if (!token_ids_only_) item["text"] = c.text;
+            item["output_ids"] = c.output_ids;
+            item["meta_info"] = std::move(meta);
+            items.push_back(std::move(item));
         }
         return dump(items.size() == 1 ? items[0] : items);
     }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/env.h"
+#include "server/openai_protocol.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
 
@@ -140,6 +141,9 @@ Status ServerArgs::resolve() {
                         "gets the worst one");
     if (!enable_priority_scheduling && disable_priority_preemption)
         notes.push_back("--disable-priority-preemption has no effect without --enable-priority-scheduling");
+    if (!log_requests_target.empty() && (!log_requests || log_requests_format != "json"))
+        notes.push_back("--log-requests-target takes the json lines of --log-requests --log-requests-format json; "
+                        "without them it has no effect");
     if (!enable_priority_scheduling && default_priority_value)
         notes.push_back("--default-priority-value has no effect without --enable-priority-scheduling");
     if (retraction_policy == "priority" && !enable_priority_scheduling)
@@ -155,6 +159,13 @@ Status ServerArgs::resolve() {
                            ": give a JSON object of template variables (not messages or tools), e.g. "
                            "'{\"enable_thinking\": false}'");
     }
+    if (!preferred_sampling_params.empty())
+        TSR_RETURN_IF_ERROR(server::parse_preferred_sampling_params(
+                                preferred_sampling_params, ProtocolOptions{.skip_tokenizer_init = skip_tokenizer_init})
+                                .status());
+    if (skip_tokenizer_init)
+        notes.push_back("skip_tokenizer_init=True: string-based stop conditions (stop, stop_regex) and min_new_tokens "
+                        "are unavailable.");
     // SGLang's template_manager.py takes a built-in name, a .jinja file or a .json conversation
     // template; tessera takes the Jinja file.
     if (!chat_template.empty()) {

@@ -93,10 +93,14 @@ struct ServerArgs {
     std::string default_chat_template_kwargs;  // --default-chat-template-kwargs: a JSON object ("" for none)
     bool allow_auto_truncate = false;
     bool stream_response_default_include_usage = false;
+    bool skip_tokenizer_init = false;  // --skip-tokenizer-init: token ids in and out, no tokenizer loaded
+    std::string preferred_sampling_params;  // --preferred-sampling-params: a JSON object ("" for none)
+    std::string weight_version = "default";  // --weight-version: reported by /model_info
     std::string sampling_defaults = "model";  // --sampling-defaults: model | openai
     bool log_requests = false;
     int log_requests_level = 2;
     std::string log_requests_format = "text";
+    std::vector<std::string> log_requests_target;  // --log-requests-target: stdout and/or directories
     std::string kv_cache_dtype = "auto";
     std::string quantization_param_path;
     std::string quantization;

@@ -74,6 +74,11 @@ template <typename T>
 std::string show(const T& v) {
     if constexpr (std::is_same_v<T, std::string>) return v;
     else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+    else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+        std::string joined;
+        for (const std::string& item : v) joined += (joined.empty() ? "" : " ") + item;
+        return joined;
+    }
     else {
         std::ostringstream out;
         out << v;
@@ -313,6 +318,16 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "generation_config.json; openai: 1.0 / 1.0 / -1 / 0.0",
           kServe)
         ->check(CLI::IsMember({"model", "openai"}));
+    flag(app, t, "--skip-tokenizer-init", a.skip_tokenizer_init,
+         "load no tokenizer: POST /generate takes input_ids and answers output_ids without text; the OpenAI routes "
+         "and stop strings are refused",
+         kServe);
+    value(app, t, "--preferred-sampling-params", a.preferred_sampling_params,
+          "a JSON object of sampling_params that /generate requests start from (their own keys win) and "
+          "/model_info reports, e.g. '{\"temperature\": 0.6, \"top_p\": 0.95}'; of the OpenAI routes' "
+          "fields only stream_interval is taken (they set the others)",
+          kServe);
+    value(app, t, "--weight-version", a.weight_version, "the version of the weights /model_info reports", kServe);
     flag(app, t, "--stream-response-default-include-usage", a.stream_response_default_include_usage,
          "streamed chat and completion responses end with usage even without stream_options", kServe);
     flag(app, t, "--log-requests", a.log_requests, "log every request when received and when finished", kServe);
@@ -323,6 +338,12 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     value(app, t, "--log-requests-format", a.log_requests_format, "text (readable) or json (one object per line)",
           kServe)
         ->check(CLI::IsMember({"text", "json"}));
+    value(app, t, "--log-requests-target", a.log_requests_target,
+          "where the json lines of --log-requests go instead of the log: stdout and/or directories (each gets "
+          "<host>_<rank>.log, begun anew every hour)",
+          kServe)
+        ->expected(1, CLI::detail::expected_max_vector_size)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     flag(app, t, "--allow-auto-truncate", a.allow_auto_truncate,
          "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
     value(app, t, "--tool-call-parser", a.tool_call_parser,

@@ -152,6 +152,8 @@ def main():
             check_chat_template_file(tessera, model, a.workdir)
             check_request_log(tessera, model, a.workdir)
             check_model_sampling_defaults(tessera, model, a.workdir)
+            check_preferred_sampling_params(tessera, model, a.workdir)
+            check_skip_tokenizer_init(tessera, model, port, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
@@ -511,10 +513,14 @@ def check_chat_template_file(tessera, model, workdir):
 
 def check_request_log(tessera, model, workdir):
     """--log-requests: a line when a request arrives and one when it ends; level 2 shows the
-    input and the output, level 0 in JSON only metadata."""
+    input and the output, level 0 in JSON only metadata, written by --log-requests-target to
+    <dir>/<host>_<rank>.log instead of the log."""
+    target = os.path.join(workdir, "request_logs")
+    shutil.rmtree(target, ignore_errors=True)
     for level, fmt in ((2, "text"), (0, "json")):
         started = start_side_server(tessera, model, workdir, f"log_{fmt}",
-                                    ["--log-requests", "--log-requests-level", str(level), "--log-requests-format", fmt])
+                                    ["--log-requests", "--log-requests-level", str(level), "--log-requests-format", fmt,
+                                     *(["--log-requests-target", target] if fmt == "json" else [])])
         if started is None:
             return
         server, port, log_path = started
@@ -524,6 +530,12 @@ def check_request_log(tessera, model, workdir):
         finally:
             stop_server(server)
         lines = [line.split("[request] ", 1)[1] for line in open(log_path) if "[request] " in line]
+        if fmt == "json":
+            check("--log-requests-target: no request lines in the log", not lines, "\n".join(lines))
+            files = os.listdir(target) if os.path.isdir(target) else []
+            check("--log-requests-target writes <host>_<rank>.log", len(files) == 1 and files[0].endswith("_0.log"),
+                  str(files))
+            lines = open(os.path.join(target, files[0])).read().splitlines() if len(files) == 1 else []
         if fmt == "text":
             want = [f"Receive: rid=logged-text, prompt_tokens=", "text=hello tiles",
                     f"Finish: rid=logged-text, finish_reason=length", f"out={body.get('text') if status == 200 else '?'}"]
@@ -570,6 +582,69 @@ def check_model_sampling_defaults(tessera, model, workdir):
     runs, greedy = outputs["openai"]
     check("--sampling-defaults openai: they sample (seeds 1-3 are not all the greedy text)",
           len(runs) == 3 and not all(r == greedy for r in runs), str(outputs["openai"]))
+
+
+def check_preferred_sampling_params(tessera, model, workdir):
+    """--preferred-sampling-params: /generate requests start from them and their own keys win;
+    /model_info reports them with --weight-version and the model's type; a key tessera does
+    not apply stops the launch with a message naming it."""
+    bad = subprocess.run([tessera, "serve", "--model-path", model, "--preferred-sampling-params",
+                          '{"repetition_penalty": 1.1}'], capture_output=True, text=True, timeout=60)
+    check("--preferred-sampling-params with an unknown key stops the launch, naming the key",
+          bad.returncode != 0 and "'repetition_penalty' is not a sampling parameter" in bad.stderr + bad.stdout,
+          (bad.stderr + bad.stdout)[-500:])
+    preferred = {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}
+    started = start_side_server(tessera, model, workdir, "preferred_sampling",
+                                ["--preferred-sampling-params", json.dumps(preferred), "--weight-version", "v7"])
+    if started is None:
+        return
+    server, port, _ = started
+    try:
+        status, info = request(port, "GET", "/model_info")
+        info = json.loads(info) if status == 200 else {}
+        check("/model_info reports the preferred params, the weight version and the model",
+              info.get("preferred_sampling_params") == preferred and info.get("weight_version") == "v7"
+              and info.get("model_type") == "qwen3" and info.get("architectures") == ["Qwen3ForCausalLM"]
+              and info.get("is_generation") is True, str(info))
+        status, bare = post(port, "/generate", {"input_ids": [5, 6, 7]})
+        status_own, own = post(port, "/generate", {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 5}})
+        check("/generate without sampling_params takes the preferred max_new_tokens 3; a request's own 5 wins",
+              status == 200 and status_own == 200 and len(bare.get("output_ids", [])) == 3
+              and len(own.get("output_ids", [])) == 5 and own["output_ids"][:3] == bare["output_ids"],
+              f"{bare} {own}")
+    finally:
+        stop_server(server)
+
+
+def check_skip_tokenizer_init(tessera, model, port, workdir):
+    """--skip-tokenizer-init serves a copy of the model without its tokenizer files: /generate
+    takes input_ids and answers the output_ids the main server samples with the same seed, without text;
+    text prompts, stop strings and the OpenAI routes are refused with a 400."""
+    bare_model = os.path.join(workdir, "model_without_tokenizer")
+    if not os.path.exists(bare_model):
+        shutil.copytree(model, bare_model)
+        for name in os.listdir(bare_model):
+            if name.startswith("tokenizer") or name in ("vocab.json", "merges.txt", "special_tokens_map.json"):
+                os.remove(os.path.join(bare_model, name))
+    started = start_side_server(tessera, bare_model, workdir, "skip_tokenizer", ["--skip-tokenizer-init"])
+    if started is None:
+        return
+    server, side_port, _ = started
+    seeded = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 6, "sampling_seed": 7, "ignore_eos": True}}
+    try:
+        status, body = post(side_port, "/generate", seeded)
+        ref_status, ref = post(port, "/generate", seeded)
+        check("--skip-tokenizer-init: /generate answers output_ids, no text, equal to the main server's",
+              status == 200 and ref_status == 200 and "text" not in body
+              and body.get("output_ids") == ref.get("output_ids") and len(body["output_ids"]) == 6, f"{body} {ref}")
+        refused = [post(side_port, "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 2}}),
+                   post(side_port, "/generate", {"input_ids": [5], "sampling_params": {"stop": ["x"]}}),
+                   post(side_port, "/v1/chat/completions",
+                        {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})]
+        check("--skip-tokenizer-init: text, stop strings and chat are refused with a 400 naming the flag",
+              all(st == 400 and "--skip-tokenizer-init" in json.dumps(b) for st, b in refused), str(refused))
+    finally:
+        stop_server(server)
 
 
 def check_stalled_rank(tessera, model, workdir):
