@@ -347,8 +347,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     flag(app, t, "--allow-auto-truncate", a.allow_auto_truncate,
          "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
     value(app, t, "--tool-call-parser", a.tool_call_parser,
-          "turn the function calls a model writes into a chat completion's tool_calls: qwen25 (Qwen 2.5 / Qwen3) "
-          "or deepseekv3",
+          "turn the function calls a model writes into a chat completion's tool_calls: qwen25 (Qwen 2.5 / Qwen3), "
+          "deepseekv3 or deepseekv31",
           kServe);
     value(app, t, "--reasoning-parser", a.reasoning_parser,
           "split a chat completion's reasoning into reasoning_content: deepseek-r1, deepseek-v3, glm45, kimi, qwen3, "

@@ -14,15 +14,17 @@ namespace {
 
 using Json = nlohmann::json;
 
-// DeepSeek's markers use U+FF5C (｜) and U+2581 (▁).
-const std::array<ToolCallFormat, 2> kFormats = {{
-    {"deepseekv3", "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-     "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>",
-     "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-     "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>"},
+// DeepSeek's markers use U+FF5C (｜) and U+2581 (▁); V3 and V3.1 share them.
+#define TSR_DEEPSEEK_MARKER(what) "<\xEF\xBD\x9Ctool\xE2\x96\x81" what "\xEF\xBD\x9C>"
+const std::array<ToolCallFormat, 3> kFormats = {{
+    {"deepseekv3", TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "end"),
+     TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "end")},
+    {"deepseekv31", TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "end"),
+     TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "end")},
     {"qwen25", "<tool_call>", "", "<tool_call>", "</tool_call>"},
 }};
-constexpr std::string_view kDeepSeekSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81sep\xEF\xBD\x9C>";
+constexpr std::string_view kDeepSeekSep = TSR_DEEPSEEK_MARKER("sep");
+#undef TSR_DEEPSEEK_MARKER
 
 }  // namespace
 
@@ -41,7 +43,14 @@ ToolCallDetector::ToolCallDetector(ToolCallFormat format, std::vector<std::strin
 bool ToolCallDetector::decode(std::string_view payload, std::vector<ParsedToolCall>& out) const {
     std::string body(strip_whitespace(payload));
     Json actions;
-    if (format_.name == "deepseekv3") {
+    if (format_.name == "deepseekv31") {
+        // NAME<｜tool▁sep｜>ARGS (deepseekv31_detector.py)
+        const std::size_t sep = body.find(kDeepSeekSep);
+        if (sep == std::string::npos) return false;
+        actions = Json{{"name", std::string(strip_whitespace(std::string_view(body).substr(0, sep)))},
+                       {"arguments", Json::parse(body.substr(sep + kDeepSeekSep.size()), nullptr, false)}};
+        if (actions["arguments"].is_discarded()) return false;
+    } else if (format_.name == "deepseekv3") {
         // function<｜tool▁sep｜>NAME\n```json\nARGS\n```
         const std::size_t sep = body.find(kDeepSeekSep);
         const std::size_t fence = body.find("\n```json\n");

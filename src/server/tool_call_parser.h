@@ -1,7 +1,7 @@
 #pragma once
 // server/tool_call_parser.h — --tool-call-parser: the function calls a model writes in its
 // own markup become a chat completion's `tool_calls`, whole or as each call completes
-// (SGLang's function_call/qwen25_detector.py and deepseekv3_detector.py, and
+// (SGLang's function_call/qwen25_detector.py, deepseekv3_detector.py, deepseekv31_detector.py and
 // base_format_detector.py parse_base_json). Text only: no model, no I/O. A ToolCallDetector
 // belongs to one choice of one response.
 
@@ -21,7 +21,8 @@ struct ToolCallFormat {
     std::string call_end;
 };
 
-// SGLang's names that tessera parses (qwen25: Qwen 2.5 / Qwen3; deepseekv3: DeepSeek-V3);
+// SGLang's names that tessera parses (qwen25: Qwen 2.5 / Qwen3; deepseekv3: DeepSeek-V3;
+// deepseekv31: DeepSeek-V3.1);
 // another name is refused, listing these.
 StatusOr<ToolCallFormat> tool_call_format(std::string_view name);
 

@@ -1,4 +1,4 @@
-// --tool-call-parser: SGLang's qwen25 and deepseekv3 formats, whole and streamed.
+// --tool-call-parser: SGLang's qwen25, deepseekv3 and deepseekv31 formats, whole and streamed.
 #include "server/tool_call_parser.h"
 
 #include <gtest/gtest.h>
@@ -68,11 +68,42 @@ TEST(ToolCallParserTest, DeepSeekV3) {
     EXPECT_EQ(rest.calls[0].arguments, R"({"city":"Oslo"})");
 }
 
+// DeepSeek-V3.1: NAME<｜tool▁sep｜>ARGS between the same markers as V3, no fences.
+TEST(ToolCallParserTest, DeepSeekV31) {
+    const auto marker = [](const std::string& what) { return "<\xEF\xBD\x9Ctool\xE2\x96\x81" + what + "\xEF\xBD\x9C>"; };
+    const std::string call_begin = marker("call\xE2\x96\x81" "begin"), call_end = marker("call\xE2\x96\x81" "end");
+    const std::string text = "Checking." + marker("calls\xE2\x96\x81" "begin") + call_begin + "get_weather" +
+                             marker("sep") + R"({"city": "Tokyo"})" + call_end + call_begin + "add" + marker("sep") +
+                             R"({"a": 1, "b": 2})" + call_end + marker("calls\xE2\x96\x81" "end");
+    const ToolCallParts p = detector("deepseekv31").parse_all(text);
+    EXPECT_EQ(p.normal, "Checking.");
+    ASSERT_EQ(p.calls.size(), 2u);
+    EXPECT_EQ(p.calls[0].name, "get_weather");
+    EXPECT_EQ(p.calls[0].arguments, R"({"city":"Tokyo"})");
+    EXPECT_EQ(p.calls[1].name, "add");
+    EXPECT_EQ(p.calls[1].arguments, R"({"a":1,"b":2})");
+    // V3's parser does not read V3.1's calls (no "function" and ```json fence).
+    EXPECT_TRUE(detector("deepseekv3").parse_all(text).calls.empty());
+    ToolCallDetector d = detector("deepseekv31");
+    std::vector<ParsedToolCall> streamed;
+    std::string normal;
+    for (std::size_t i = 0; i < text.size(); i += 5) {
+        ToolCallParts part = d.parse_increment(std::string_view(text).substr(i, 5));
+        normal += part.normal;
+        for (auto& c : part.calls) streamed.push_back(std::move(c));
+    }
+    normal += d.finish();
+    EXPECT_EQ(normal, "Checking.");
+    ASSERT_EQ(streamed.size(), 2u);
+    EXPECT_EQ(streamed[1].arguments, R"({"a":1,"b":2})");
+}
+
 TEST(ToolCallParserTest, UnknownParserNamesTheOnesThatWork) {
     const auto f = tool_call_format("llama3");
     ASSERT_FALSE(f.ok());
     EXPECT_EQ(f.status().message(),
-              "--tool-call-parser llama3: tessera parses deepseekv3, qwen25 (SGLang's other parsers are not implemented)");
+              "--tool-call-parser llama3: tessera parses deepseekv3, deepseekv31, qwen25 (SGLang's other parsers are "
+              "not implemented)");
 }
 
 }  // namespace
