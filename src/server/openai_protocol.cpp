@@ -396,12 +396,13 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
     if (!normalized) return;
     Json chat = Json::object();
     chat["messages"] = std::move(*normalized);
-    if (auto tools = read_tools(r)) {
+    const std::optional<Json> tools = read_tools(r);
+    if (tools) {
         if (o.tool_calls) {
             out.tool_calls = o.tool_calls;
             for (const Json& t : *tools) out.tool_names.push_back(t["function"]["name"].get<std::string>());
         }
-        chat["tools"] = std::move(*tools);
+        chat["tools"] = *tools;
     }
     // The server's defaults first (checked at start-up), the request's own on top.
     if (!o.default_chat_template_kwargs.empty()) {
@@ -440,6 +441,9 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
     if (o.chat_top_k) base.params.top_k = *o.chat_top_k;
     if (o.chat_min_p) base.params.min_p = *o.chat_min_p;
     read_openai_sampling(r, ApiKind::kChatCompletion, o, base.params);
+    // serving_chat.py _process_messages: with tools on offer the output keeps its special
+    // tokens, which is where many models' call markers are (Llama 3's <|python_tag|>).
+    if (tools) base.params.skip_special_tokens = false;
     if (auto v = r.boolean("logprobs")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs", 0, o.max_top_logprobs)) {
         if (!out.logprobs && *v > 0) r.fail("top_logprobs", "requires 'logprobs' to be true");

@@ -104,6 +104,17 @@ TEST(OpenAiProtocolTest, ToolChoiceNoneDropsTools) {
         "tools": [{"type": "function", "function": {"name": "f"}}]})");
     ASSERT_TRUE(o.ok());
     EXPECT_FALSE(Json::parse(*o.request.requests[0].input.chat_json).contains("tools"));
+    EXPECT_TRUE(o.request.requests[0].params.skip_special_tokens);
+}
+
+// serving_chat.py: tools on offer keep the special tokens in the output (call markers), even
+// over the request's own skip_special_tokens.
+TEST(OpenAiProtocolTest, ToolsKeepSpecialTokens) {
+    auto o = chat(R"({"messages": [{"role": "user", "content": "x"}], "skip_special_tokens": true,
+        "tools": [{"type": "function", "function": {"name": "f"}}]})");
+    ASSERT_TRUE(o.ok());
+    EXPECT_FALSE(o.request.requests[0].params.skip_special_tokens);
+    EXPECT_TRUE(chat(R"({"messages": [{"role": "user", "content": "x"}]})").request.requests[0].params.skip_special_tokens);
 }
 
 TEST(OpenAiProtocolTest, ChatErrorsNameTheField) {

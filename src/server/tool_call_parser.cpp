@@ -16,19 +16,47 @@ using Json = nlohmann::json;
 
 // DeepSeek's markers use U+FF5C (｜) and U+2581 (▁); V3 and V3.1 share them.
 #define TSR_DEEPSEEK_MARKER(what) "<\xEF\xBD\x9Ctool\xE2\x96\x81" what "\xEF\xBD\x9C>"
-const std::array<ToolCallFormat, 3> kFormats = {{
+const std::array<ToolCallFormat, 5> kFormats = {{
     {"deepseekv3", TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "end"),
      TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "end")},
     {"deepseekv31", TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "end"),
      TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "end")},
+    {"llama3", "<|python_tag|>", "", "", "", /*json_values=*/true, /*calls_may_open_output=*/true},
+    {"mistral", "[TOOL_CALLS]", "", "", "", /*json_values=*/true},
     {"qwen25", "<tool_call>", "", "<tool_call>", "</tool_call>"},
 }};
+
+// Bytes of the JSON object or array that opens `text` (brackets counted outside strings), or
+// npos while it is incomplete (mistral_detector.py _extract_json_value).
+std::size_t json_value_end(std::string_view text) {
+    if (text.empty() || (text[0] != '{' && text[0] != '[')) return std::string_view::npos;
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (escaped) {
+            escaped = false;
+        } else if (c == '\\') {
+            escaped = in_string;
+        } else if (c == '"') {
+            in_string = !in_string;
+        } else if (!in_string && (c == '{' || c == '[')) {
+            ++depth;
+        } else if (!in_string && (c == '}' || c == ']') && --depth == 0) {
+            return i + 1;
+        }
+    }
+    return std::string_view::npos;
+}
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 constexpr std::string_view kDeepSeekSep = TSR_DEEPSEEK_MARKER("sep");
 #undef TSR_DEEPSEEK_MARKER
 
 }  // namespace
 
 StatusOr<ToolCallFormat> tool_call_format(std::string_view name) {
+    if (name == "qwen") name = "qwen25";  // function_call_parser.py maps both to Qwen25Detector
     for (const ToolCallFormat& f : kFormats)
         if (f.name == name) return f;
     std::string names;
@@ -85,6 +113,39 @@ bool ToolCallDetector::decode(std::string_view payload, std::vector<ParsedToolCa
     return any;
 }
 
+std::size_t ToolCallDetector::take_json_calls(std::string_view text, std::vector<ParsedToolCall>& out) const {
+    std::size_t read = 0;
+    while (true) {
+        std::size_t at = read;
+        while (at < text.size() && (is_space(text[at]) || text[at] == ';' || text[at] == ',')) ++at;
+        const std::string_view rest = text.substr(at);
+        if (rest.empty()) return read;
+        std::size_t used = json_value_end(rest);
+        std::string payload;
+        if (used != std::string_view::npos) {
+            payload = rest.substr(0, used);
+        } else if (rest[0] == '{' || rest[0] == '[' || format_.name != "mistral") {
+            return read;  // an incomplete value, or text that is not a call
+        } else {
+            // Mistral's compact form: name[ARGS]{...}, the name one word.
+            constexpr std::string_view kArgs = "[ARGS]";
+            const std::size_t args = rest.find(kArgs);
+            if (args == std::string_view::npos || args == 0 ||
+                std::any_of(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(args), is_space))
+                return read;
+            std::size_t json_at = args + kArgs.size();
+            while (json_at < rest.size() && is_space(rest[json_at])) ++json_at;
+            const std::size_t len = json_value_end(rest.substr(json_at));
+            if (len == std::string_view::npos) return read;
+            const Json arguments = Json::parse(rest.substr(json_at, len), nullptr, false);
+            payload = Json{{"name", std::string(rest.substr(0, args))}, {"arguments", arguments}}.dump();
+            used = json_at + len;
+        }
+        decode(payload, out);
+        read = at + used;
+    }
+}
+
 std::string ToolCallDetector::drop_markers(std::string text) const {
     for (const std::string* marker : {&format_.section_start, &format_.section_end, &format_.call_end}) {
         if (marker->empty()) continue;
@@ -96,6 +157,23 @@ std::string ToolCallDetector::drop_markers(std::string text) const {
 
 ToolCallParts ToolCallDetector::parse_all(std::string_view text) const {
     const std::size_t start = text.find(format_.section_start);
+    if (format_.json_values) {
+        // The calls after the marker (or the whole output when it opens with one); text left
+        // after them joins the content (llama32_detector.py / mistral_detector.py).
+        std::size_t calls_at = 0;
+        std::string_view before;
+        if (start != std::string_view::npos) {
+            before = strip_whitespace(text.substr(0, start));
+            calls_at = start + format_.section_start.size();
+        } else if (!format_.calls_may_open_output || text.substr(0, 1) != "{") {
+            return {std::string(text), {}};
+        }
+        ToolCallParts parts;
+        const std::size_t read = take_json_calls(text.substr(calls_at), parts.calls);
+        const std::string_view after = strip_whitespace(text.substr(calls_at + read));
+        parts.normal = std::string(before) + (!before.empty() && !after.empty() ? " " : "") + std::string(after);
+        return parts;
+    }
     if (start == std::string_view::npos) return {std::string(text), {}};
     ToolCallParts parts{std::string(strip_whitespace(text.substr(0, start))), {}};
     for (std::size_t at = text.find(format_.call_begin, start); at != std::string_view::npos;) {
@@ -111,6 +189,10 @@ ToolCallParts ToolCallDetector::parse_all(std::string_view text) const {
 ToolCallParts ToolCallDetector::parse_increment(std::string_view piece) {
     buffer_ += piece;
     ToolCallParts parts;
+    if (!in_calls_ && !output_started_ && !buffer_.empty()) {
+        output_started_ = true;
+        in_calls_ = format_.calls_may_open_output && buffer_[0] == '{';
+    }
     if (!in_calls_) {
         const std::size_t start = buffer_.find(format_.section_start);
         if (start == std::string::npos) {
@@ -120,8 +202,12 @@ ToolCallParts ToolCallDetector::parse_increment(std::string_view piece) {
             return parts;
         }
         parts.normal = buffer_.substr(0, start);
-        buffer_.erase(0, start);
+        buffer_.erase(0, format_.json_values ? start + format_.section_start.size() : start);
         in_calls_ = true;
+    }
+    if (format_.json_values) {
+        buffer_.erase(0, take_json_calls(buffer_, parts.calls));
+        return parts;
     }
     // Complete calls leave the buffer; what lies between them is content unless only markers.
     for (std::size_t at = buffer_.find(format_.call_begin); at != std::string::npos;

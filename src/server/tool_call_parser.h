@@ -1,8 +1,8 @@
 #pragma once
 // server/tool_call_parser.h — --tool-call-parser: the function calls a model writes in its
 // own markup become a chat completion's `tool_calls`, whole or as each call completes
-// (SGLang's function_call/qwen25_detector.py, deepseekv3_detector.py, deepseekv31_detector.py and
-// base_format_detector.py parse_base_json). Text only: no model, no I/O. A ToolCallDetector
+// (SGLang's function_call/qwen25_detector.py, deepseekv3_detector.py, deepseekv31_detector.py,
+// llama32_detector.py, mistral_detector.py and base_format_detector.py parse_base_json). Text only: no model, no I/O. A ToolCallDetector
 // belongs to one choice of one response.
 
 #include <string>
@@ -19,10 +19,15 @@ struct ToolCallFormat {
     std::string section_end;   // after the last call ("" when the calls stand alone)
     std::string call_begin;    // around each call
     std::string call_end;
+    // The calls follow section_start as JSON values, one after another (separated by ';' or
+    // ','), instead of between call_begin and call_end: Llama 3's {"name", "parameters"},
+    // Mistral's [{"name", "arguments"}, ...] and its compact name[ARGS]{...}.
+    bool json_values = false;
+    bool calls_may_open_output = false;  // Llama 3: an output that begins with '{' is calls
 };
 
 // SGLang's names that tessera parses (qwen25: Qwen 2.5 / Qwen3; deepseekv3: DeepSeek-V3;
-// deepseekv31: DeepSeek-V3.1);
+// deepseekv31: DeepSeek-V3.1; llama3: Llama 3.x; mistral: Mistral / Mixtral);
 // another name is refused, listing these.
 StatusOr<ToolCallFormat> tool_call_format(std::string_view name);
 
@@ -54,12 +59,15 @@ class ToolCallDetector {
     // One call's text between call_begin and call_end; false when it is malformed or names
     // no requested function.
     bool decode(std::string_view payload, std::vector<ParsedToolCall>& out) const;
+    // json_values formats: the calls complete at the front of `text`; returns the bytes read.
+    std::size_t take_json_calls(std::string_view text, std::vector<ParsedToolCall>& out) const;
     std::string drop_markers(std::string text) const;
 
     ToolCallFormat format_;
     std::vector<std::string> tools_;
     std::string buffer_;
     bool in_calls_ = false;
+    bool output_started_ = false;  // some text has come (calls_may_open_output looks at the first)
 };
 
 }  // namespace tessera::server

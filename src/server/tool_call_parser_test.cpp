@@ -1,4 +1,4 @@
-// --tool-call-parser: SGLang's qwen25, deepseekv3 and deepseekv31 formats, whole and streamed.
+// --tool-call-parser: SGLang's qwen25, deepseekv3, deepseekv31, llama3 and mistral formats, whole and streamed.
 #include "server/tool_call_parser.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +7,11 @@
 
 namespace tessera::server {
 namespace {
+
+std::string strip_copy(std::string_view text) {
+    const std::size_t b = text.find_first_not_of(" \n");
+    return b == std::string_view::npos ? std::string() : std::string(text.substr(b, text.find_last_not_of(" \n") + 1 - b));
+}
 
 ToolCallDetector detector(const char* name, std::vector<std::string> tools = {"get_weather", "add"}) {
     return ToolCallDetector(tool_call_format(name).value(), std::move(tools));
@@ -98,12 +103,69 @@ TEST(ToolCallParserTest, DeepSeekV31) {
     EXPECT_EQ(streamed[1].arguments, R"({"a":1,"b":2})");
 }
 
+// Streams `text` in `step`-byte pieces: the content and the calls as they complete.
+ToolCallParts stream(ToolCallDetector d, const std::string& text, std::size_t step) {
+    ToolCallParts all;
+    for (std::size_t i = 0; i < text.size(); i += step) {
+        ToolCallParts part = d.parse_increment(std::string_view(text).substr(i, step));
+        all.normal += part.normal;
+        for (auto& c : part.calls) all.calls.push_back(std::move(c));
+    }
+    all.normal += d.finish();
+    return all;
+}
+
+// Llama 3: JSON objects after <|python_tag|> (or opening the output, when the tag was a special
+// token left out of the text), separated by ';', "parameters" as the arguments.
+TEST(ToolCallParserTest, Llama3) {
+    const std::string tagged = R"(Let me look.<|python_tag|>{"name": "get_weather", "parameters": {"city": "Rome"}}; )"
+                               R"({"name": "add", "parameters": {"a": "}", "b": 2}})";
+    for (const ToolCallParts& p : {detector("llama3").parse_all(tagged), stream(detector("llama3"), tagged, 3)}) {
+        EXPECT_EQ(p.normal, "Let me look.");
+        ASSERT_EQ(p.calls.size(), 2u);
+        EXPECT_EQ(p.calls[0].name, "get_weather");
+        EXPECT_EQ(p.calls[0].arguments, R"({"city":"Rome"})");
+        EXPECT_EQ(p.calls[1].arguments, R"({"a":"}","b":2})");  // a brace inside a string
+    }
+    const std::string bare = R"({"name": "add", "parameters": {"a": 1, "b": 2}} and then some)";
+    for (const ToolCallParts& p : {detector("llama3").parse_all(bare), stream(detector("llama3"), bare, 4)}) {
+        ASSERT_EQ(p.calls.size(), 1u);
+        EXPECT_EQ(p.calls[0].name, "add");
+        EXPECT_EQ(strip_copy(p.normal), "and then some");
+    }
+    // Plain text, and '{' that does not open the output, are content.
+    EXPECT_EQ(detector("llama3").parse_all("x = {1}").normal, "x = {1}");
+    EXPECT_EQ(stream(detector("llama3"), "x = {1}", 2).normal, "x = {1}");
+    // A call still open when the output ends is not a call.
+    EXPECT_TRUE(stream(detector("llama3"), R"(<|python_tag|>{"name": "add", "par)", 5).calls.empty());
+}
+
+// Mistral: [TOOL_CALLS] then a JSON array of calls, or the compact name[ARGS]{...}.
+TEST(ToolCallParserTest, Mistral) {
+    const std::string array = R"(Sure. [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Lyon"}}, )"
+                              R"({"name": "add", "arguments": {"a": 1, "b": 2}}])";
+    for (const ToolCallParts& p : {detector("mistral").parse_all(array), stream(detector("mistral"), array, 6)}) {
+        EXPECT_EQ(strip_copy(p.normal), "Sure.");
+        ASSERT_EQ(p.calls.size(), 2u);
+        EXPECT_EQ(p.calls[0].arguments, R"({"city":"Lyon"})");
+        EXPECT_EQ(p.calls[1].name, "add");
+    }
+    const std::string compact = R"([TOOL_CALLS]get_weather[ARGS]{"city": "Nice"})";
+    for (const ToolCallParts& p : {detector("mistral").parse_all(compact), stream(detector("mistral"), compact, 4)}) {
+        EXPECT_EQ(p.normal, "");
+        ASSERT_EQ(p.calls.size(), 1u);
+        EXPECT_EQ(p.calls[0].name, "get_weather");
+        EXPECT_EQ(p.calls[0].arguments, R"({"city":"Nice"})");
+    }
+    EXPECT_TRUE(detector("mistral", {"add"}).parse_all(compact).calls.empty()) << "not an offered function";
+}
+
 TEST(ToolCallParserTest, UnknownParserNamesTheOnesThatWork) {
-    const auto f = tool_call_format("llama3");
+    const auto f = tool_call_format("pythonic");
     ASSERT_FALSE(f.ok());
     EXPECT_EQ(f.status().message(),
-              "--tool-call-parser llama3: tessera parses deepseekv3, deepseekv31, qwen25 (SGLang's other parsers are "
-              "not implemented)");
+              "--tool-call-parser pythonic: tessera parses deepseekv3, deepseekv31, llama3, mistral, qwen25 (SGLang's "
+              "other parsers are not implemented)");
 }
 
 }  // namespace
