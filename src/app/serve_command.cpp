@@ -165,6 +165,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     }
     ho.weight_version = args.weight_version;
     ho.protocol.skip_tokenizer_init = args.skip_tokenizer_init;
+    ho.protocol.incremental_streaming_output = args.incremental_streaming_output;
     if (!args.tool_call_parser.empty()) {
         auto format = server::tool_call_format(args.tool_call_parser);
         if (!format.ok()) return fail(format.status());

@@ -551,6 +551,7 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
         out.id = rid->get<std::string>();
     }
     if (auto v = r.boolean("stream")) out.stream = *v;
+    out.incremental = out.stream && o.incremental_streaming_output;
     if (auto v = r.boolean("return_logprob")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs_num", 0, o.max_top_logprobs)) out.top_logprobs = static_cast<int>(*v);
     if (o.preferred_sampling) {

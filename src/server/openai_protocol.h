@@ -76,6 +76,9 @@ struct ProtocolOptions {
     // --skip-tokenizer-init: no tokenizer, so only /generate with input_ids, no stop strings,
     // and responses carry output_ids without text (SGLang's BatchTokenIDOutput path).
     bool skip_tokenizer_init = false;
+    // --incremental-streaming-output: a streamed /generate chunk carries only the text and
+    // output_ids new since the previous one (SGLang's default repeats all of them).
+    bool incremental_streaming_output = false;
 };
 
 // Reads --preferred-sampling-params: an object whose keys are /generate's sampling_params
@@ -95,6 +98,7 @@ struct ParsedRequest {
     bool logprobs = false;
     int top_logprobs = 0;
     bool token_ids_only = false;  // --skip-tokenizer-init: /generate answers output_ids, no text
+    bool incremental = false;     // --incremental-streaming-output: /generate chunks carry what is new
     // Chat with --reasoning-parser and the request's separate_reasoning (default true): how
     // each choice's output splits into reasoning_content and content.
     std::optional<ReasoningFormat> reasoning;
@@ -172,6 +176,7 @@ class ResponseBuilder {
     bool include_usage_;
     bool logprobs_;
     bool token_ids_only_;
+    bool incremental_;
     std::optional<ReasoningFormat> reasoning_;
     bool force_reasoning_;
     std::optional<ToolCallFormat> tool_calls_;

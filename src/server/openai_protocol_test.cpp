@@ -633,6 +633,29 @@ TEST(ResponseBuilderTest, NativeGenerateBodyAndStream) {
     EXPECT_EQ(payloads[2], "[DONE]");
 }
 
+// --incremental-streaming-output: each /generate chunk carries what is new; the non-streamed
+// body and the default stream stay cumulative.
+TEST(ResponseBuilderTest, IncrementalStreamingOutput) {
+    ProtocolOptions o = options();
+    o.incremental_streaming_output = true;
+    ParseOutcome streamed = parse_request(ApiKind::kGenerate, R"({"text": "x", "stream": true})", o, "");
+    ResponseBuilder b(streamed.request);
+    std::string out = b.add_event(0, event("ab", {1, 2}, 2));
+    out += b.add_event(0, event("c", {3}, 3, "length"));
+    const auto payloads = sse_payloads(out);
+    ASSERT_EQ(payloads.size(), 3u);
+    EXPECT_EQ(Json::parse(payloads[0])["text"], "ab");
+    EXPECT_EQ(Json::parse(payloads[1])["text"], "c");
+    EXPECT_EQ(Json::parse(payloads[1])["output_ids"], Json::array({3}));
+    EXPECT_EQ(Json::parse(payloads[1])["meta_info"]["completion_tokens"], 3);
+
+    ParseOutcome whole = parse_request(ApiKind::kGenerate, R"({"text": "x"})", o, "");
+    ResponseBuilder w(whole.request);
+    w.add_event(0, event("ab", {1, 2}, 2));
+    w.add_event(0, event("c", {3}, 3, "length"));
+    EXPECT_EQ(Json::parse(w.body())["text"], "abc");
+}
+
 // --skip-tokenizer-init: only /generate with input_ids and no stop strings; the answer has
 // output_ids and no text, whole and streamed.
 TEST(OpenAiProtocolTest, SkipTokenizerInit) {

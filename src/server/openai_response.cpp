@@ -88,6 +88,7 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       include_usage_(request.include_usage),
       logprobs_(request.logprobs),
       token_ids_only_(request.token_ids_only),
+      incremental_(request.incremental),
       reasoning_(request.reasoning),
       force_reasoning_(request.force_reasoning),
       tool_calls_(request.tool_calls),
@@ -131,7 +132,9 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
     if (event.error) return "data: " + ApiError::from_status(*event.error).to_json() + "\n\n";
 
     if (kind_ == ApiKind::kGenerate) {
-        // SGLang's default: cumulative text and output_ids in every chunk.
+        // SGLang's default: cumulative text and output_ids in every chunk; with
+        // --incremental-streaming-output only what this event adds (tokenizer_manager.py
+        // _handle_batch_output).
         Json meta = Json::object();
         meta["id"] = request_ids_[index];
         meta["finish_reason"] = native_finish_reason(event.finish_reason, event.matched_stop,
@@ -154,8 +157,8 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         }
         Json chunk = Json::object();
         if (choices_.size() > 1) chunk["index"] = index;
-        if (!token_ids_only_) chunk["text"] = c.text + event.text;
-        Json ids(c.output_ids);
+        if (!token_ids_only_) chunk["text"] = incremental_ ? event.text : c.text + event.text;
+        Json ids = incremental_ ? Json::array() : Json(c.output_ids);
         for (std::int32_t t : event.token_ids) ids.push_back(t);
         chunk["output_ids"] = std::move(ids);
         chunk["meta_info"] = std::move(meta);

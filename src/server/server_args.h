@@ -93,6 +93,7 @@ struct ServerArgs {
     std::string default_chat_template_kwargs;  // --default-chat-template-kwargs: a JSON object ("" for none)
     bool allow_auto_truncate = false;
     bool stream_response_default_include_usage = false;
+    bool incremental_streaming_output = false;  // --incremental-streaming-output (and the older --stream-output)
     bool skip_tokenizer_init = false;  // --skip-tokenizer-init: token ids in and out, no tokenizer loaded
     std::string preferred_sampling_params;  // --preferred-sampling-params: a JSON object ("" for none)
     std::string weight_version = "default";  // --weight-version: reported by /model_info

@@ -318,6 +318,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "generation_config.json; openai: 1.0 / 1.0 / -1 / 0.0",
           kServe)
         ->check(CLI::IsMember({"model", "openai"}));
+    flag(app, t, "--incremental-streaming-output,--stream-output", a.incremental_streaming_output,
+         "a streamed /generate chunk carries only the text and output_ids new since the previous one, not all of "
+         "them (--stream-output is SGLang's older name)",
+         kServe);
     flag(app, t, "--skip-tokenizer-init", a.skip_tokenizer_init,
          "load no tokenizer: POST /generate takes input_ids and answers output_ids without text; the OpenAI routes "
          "and stop strings are refused",

@@ -602,10 +602,12 @@ def check_preferred_sampling_params(tessera, model, workdir):
     try:
         status, info = request(port, "GET", "/model_info")
         info = json.loads(info) if status == 200 else {}
+        config = json.load(open(os.path.join(model, "config.json")))
         check("/model_info reports the preferred params, the weight version and the model",
               info.get("preferred_sampling_params") == preferred and info.get("weight_version") == "v7"
-              and info.get("model_type") == "qwen3" and info.get("architectures") == ["Qwen3ForCausalLM"]
-              and info.get("is_generation") is True, str(info))
+              and info.get("model_type") == config["model_type"]
+              and info.get("architectures") == config["architectures"][:1] and info.get("is_generation") is True,
+              str(info))
         status, bare = post(port, "/generate", {"input_ids": [5, 6, 7]})
         status_own, own = post(port, "/generate", {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 5}})
         check("/generate without sampling_params takes the preferred max_new_tokens 3; a request's own 5 wins",
@@ -626,7 +628,7 @@ def check_skip_tokenizer_init(tessera, model, port, workdir):
         for name in os.listdir(bare_model):
             if name.startswith("tokenizer") or name in ("vocab.json", "merges.txt", "special_tokens_map.json"):
                 os.remove(os.path.join(bare_model, name))
-    started = start_side_server(tessera, bare_model, workdir, "skip_tokenizer", ["--skip-tokenizer-init"])
+    started = start_side_server(tessera, bare_model, workdir, "skip_tokenizer", ["--skip-tokenizer-init", *MODEL_FLAGS])
     if started is None:
         return
     server, side_port, _ = started
