@@ -165,6 +165,13 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     }
     ho.weight_version = args.weight_version;
     ho.protocol.skip_tokenizer_init = args.skip_tokenizer_init;
+    ho.metric_buckets = {.time_to_first_token = args.bucket_time_to_first_token,
+                         .inter_token_latency = args.bucket_inter_token_latency,
+                         .e2e_request_latency = args.bucket_e2e_request_latency,
+                         // Checked at start-up (ServerArgs::validate).
+                         .prompt_tokens = server::token_histogram_buckets("", args.prompt_tokens_buckets).value(),
+                         .generation_tokens =
+                             server::token_histogram_buckets("", args.generation_tokens_buckets).value()};
     ho.protocol.incremental_streaming_output = args.incremental_streaming_output;
     if (!args.tool_call_parser.empty()) {
         auto format = server::tool_call_format(args.tool_call_parser);

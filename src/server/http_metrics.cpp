@@ -1,6 +1,12 @@
 #include "server/http_metrics.h"
 
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <set>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace tessera::server {
 namespace {
@@ -13,6 +19,22 @@ const std::vector<double> kItlBuckets = {0.002, 0.004, 0.006, 0.008, 0.010, 0.01
                                          0.600, 0.800, 1.0,   2.0,   4.0,   6.0,   8.0};
 const std::vector<double> kE2eBuckets = {0.1, 0.2, 0.4, 0.6, 0.8, 1,   2,   4,   6,   8,   10,
                                          20,  40,  60,  80,  100, 200, 400, 600, 1200, 1800, 2400};
+
+// SGLang's default_bucket_prompt_tokens, for prompt and generation tokens both.
+const std::vector<double> kTokenBuckets = {
+    100,   300,   500,   700,   1000,  1500,  2000,   3000,   4000,   5000,   6000,    7000,
+    8000,  9000,  10000, 12500, 15000, 17500, 20000,  22500,  25000,  27500,  30000,   35000,
+    40000, 60000, 80000, 100000, 200000, 300000, 400000, 600000, 800000, 1000000, 1100000};
+
+std::optional<double> number(const std::string& text) {
+    try {
+        std::size_t used = 0;
+        const double v = std::stod(text, &used);
+        if (used == text.size() && std::isfinite(v)) return v;
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
+}
 
 // Prometheus float rendering ("1.0", "0.25", "+Inf").
 std::string prom_number(double v) {
@@ -35,6 +57,57 @@ std::string escape_label(const std::string& v) {
 }
 
 }  // namespace
+
+StatusOr<std::vector<double>> token_histogram_buckets(std::string_view flag, const std::vector<std::string>& rule) {
+    const auto invalid = [&](const std::string& message) { return Status::InvalidArgument(std::string(flag) + " " + message); };
+    if (rule.empty() || rule[0] == "default") {
+        if (rule.size() > 1)
+            return invalid(fmt::format("default rule should only have one parameter: ['default'], got {}", rule.size()));
+        return kTokenBuckets;
+    }
+    if (rule[0] == "tse") {
+        if (rule.size() != 4)
+            return invalid(fmt::format("TSE rule requires exactly 4 parameters: ['tse', middle, base, count], got {}",
+                                       rule.size()));
+        const auto middle = number(rule[1]), base = number(rule[2]), count = number(rule[3]);
+        if (!middle || !base || !count || *count != std::floor(*count))
+            return invalid("TSE rule parameters must be: ['tse', <float:middle>, <float:base>, <int:count>]");
+        if (*base <= 1) return invalid(fmt::format("TSE base must be larger than 1, got: {}", *base));
+        if (*count <= 0) return invalid(fmt::format("TSE count must be positive, got: {}", *count));
+        if (*middle <= 0) return invalid(fmt::format("TSE middle must be positive, got: {}", *middle));
+        // observability/utils.py two_sides_exponential_buckets.
+        std::set<double> bounds = {*middle};
+        double distance = 1;
+        for (int i = 0; i < static_cast<int>(std::ceil(*count / 2)); ++i) {
+            distance *= *base;
+            bounds.insert(*middle + distance);
+            bounds.insert(std::max(0.0, *middle - distance));
+        }
+        return std::vector<double>(bounds.begin(), bounds.end());
+    }
+    if (rule[0] == "custom") {
+        if (rule.size() < 2) return invalid("custom rule requires at least one bucket value: ['custom', value1, ...]");
+        std::set<double> bounds;
+        for (std::size_t i = 1; i < rule.size(); ++i) {
+            const auto v = number(rule[i]);
+            if (!v) return invalid("custom rule bucket values must be numeric");
+            if (*v < 0) return invalid(fmt::format("custom rule bucket values should be non-negative, got: {}", *v));
+            if (!bounds.insert(*v).second) return invalid("custom rule bucket values should not contain duplicates");
+        }
+        return std::vector<double>(bounds.begin(), bounds.end());
+    }
+    return Status::InvalidArgument(
+        fmt::format("Unsupported {} rule type: '{}'. Must be one of: 'tse', 'default', 'custom'", flag, rule[0]));
+}
+
+Status check_latency_buckets(std::string_view flag, const std::vector<double>& bounds) {
+    for (std::size_t i = 0; i < bounds.size(); ++i) {
+        if (bounds[i] < 0 || (i > 0 && bounds[i] <= bounds[i - 1]))
+            return Status::InvalidArgument(fmt::format("{} {}: give non-negative bounds in increasing order, in seconds",
+                                                       flag, fmt::join(bounds, " ")));
+    }
+    return Status::Ok();
+}
 
 Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -59,11 +132,27 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
     out += fmt::format("{}_count{{{}}} {}\n", name, labels, prom_number(static_cast<double>(count_)));
 }
 
-HttpMetrics::HttpMetrics(std::string model_name)
+namespace {
+const std::vector<double>& or_default(const std::vector<double>& given, const std::vector<double>& fallback) {
+    return given.empty() ? fallback : given;
+}
+}  // namespace
+
+HttpMetrics::HttpMetrics(std::string model_name, const MetricBuckets& buckets)
     : labels_("model_name=\"" + escape_label(model_name) + "\""),
-      ttft_(kTtftBuckets),
-      itl_(kItlBuckets),
-      e2e_(kE2eBuckets) {}
+      ttft_(or_default(buckets.time_to_first_token, kTtftBuckets)),
+      itl_(or_default(buckets.inter_token_latency, kItlBuckets)),
+      e2e_(or_default(buckets.e2e_request_latency, kE2eBuckets)),
+      prompt_(or_default(buckets.prompt_tokens, kTokenBuckets)),
+      uncached_prompt_(or_default(buckets.prompt_tokens, kTokenBuckets)),
+      generation_(or_default(buckets.generation_tokens, kTokenBuckets)) {}
+
+void HttpMetrics::observe_request_tokens(std::int64_t prompt, std::int64_t cached, std::int64_t generated) {
+    std::lock_guard lock(mu_);
+    prompt_.observe(static_cast<double>(prompt));
+    uncached_prompt_.observe(static_cast<double>(prompt - cached));
+    generation_.observe(static_cast<double>(generated));
+}
 
 void HttpMetrics::add_prompt_tokens(std::int64_t n) {
     std::lock_guard lock(mu_);
@@ -107,6 +196,10 @@ std::string HttpMetrics::render() const {
     histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft_);
     histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itl_);
     histogram("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2e_);
+    histogram("prompt_tokens_histogram", "Histogram of prompt token length.", prompt_);
+    histogram("uncached_prompt_tokens_histogram", "Histogram of prompt tokens not taken from the prefix cache.",
+              uncached_prompt_);
+    histogram("generation_tokens_histogram", "Histogram of generation token length.", generation_);
     return out;
 }
 

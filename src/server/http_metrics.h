@@ -1,15 +1,37 @@
 #pragma once
 // server/http_metrics.h — the HTTP (tokenizer-side) Prometheus metrics with SGLang's names:
-// sglang:prompt_tokens_total, sglang:generation_tokens_total (counters) and the
-// time_to_first_token / inter_token_latency / e2e_request_latency histograms, labelled
-// model_name. Thread-safe (one mutex; updates are a few adds).
+// sglang:prompt_tokens_total, sglang:generation_tokens_total (counters), the
+// time_to_first_token / inter_token_latency / e2e_request_latency histograms and the
+// prompt / uncached prompt / generation token histograms, labelled model_name. Thread-safe (one mutex; updates are a few adds).
 
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "base/status.h"
+
 namespace tessera::server {
+
+// Histogram bounds: --bucket-time-to-first-token, --bucket-inter-token-latency and
+// --bucket-e2e-request-latency (seconds), and what --prompt-tokens-buckets and
+// --generation-tokens-buckets resolve to. Empty: SGLang's defaults.
+struct MetricBuckets {
+    std::vector<double> time_to_first_token;
+    std::vector<double> inter_token_latency;
+    std::vector<double> e2e_request_latency;
+    std::vector<double> prompt_tokens;
+    std::vector<double> generation_tokens;
+};
+
+// A token-count bucket rule as SGLang reads it (observability/utils.py generate_buckets, with
+// validate_buckets_rule's checks and messages): "default", "tse <middle> <base> <count>" (two
+// sides exponential around middle) or "custom <bound> ..."; empty is "default".
+StatusOr<std::vector<double>> token_histogram_buckets(std::string_view flag, const std::vector<std::string>& rule);
+
+// Latency bounds given on the command line: they must be non-negative and increase.
+Status check_latency_buckets(std::string_view flag, const std::vector<double>& bounds);
 
 // A Prometheus histogram with fixed upper bounds (seconds); +Inf is implicit.
 class Histogram {
@@ -28,10 +50,12 @@ class Histogram {
 
 class HttpMetrics {
  public:
-    explicit HttpMetrics(std::string model_name);
+    explicit HttpMetrics(std::string model_name, const MetricBuckets& buckets = {});
 
     void add_prompt_tokens(std::int64_t n);
     void add_generation_tokens(std::int64_t n);
+    // A finished request's token counts, into the token histograms.
+    void observe_request_tokens(std::int64_t prompt, std::int64_t cached, std::int64_t generated);
     void observe_time_to_first_token(double seconds);
     // `n_tokens` tokens arrived `seconds` after the previous ones: observes seconds / n, n times.
     void observe_inter_token_latency(double seconds, std::int64_t n_tokens);
@@ -47,6 +71,9 @@ class HttpMetrics {
     Histogram ttft_;                // GUARDED_BY(mu_)
     Histogram itl_;                 // GUARDED_BY(mu_)
     Histogram e2e_;                 // GUARDED_BY(mu_)
+    Histogram prompt_;              // GUARDED_BY(mu_)
+    Histogram uncached_prompt_;     // GUARDED_BY(mu_)
+    Histogram generation_;          // GUARDED_BY(mu_)
 };
 
 }  // namespace tessera::server

@@ -65,7 +65,7 @@ struct ServerState {
         : backend(b),
           options(std::move(o)),
           access{options.api_key, options.admin_api_key, options.host, options.allowed_hosts},
-          metrics(b.served_model_name()) {}
+          metrics(b.served_model_name(), options.metric_buckets) {}
 
     Backend& backend;
     const HttpServerOptions options;
@@ -440,6 +440,7 @@ class Session : public std::enable_shared_from_this<Session> {
             m.observe_e2e_request_latency(seconds_since(g.start));
             m.add_prompt_tokens(ev.usage.prompt_tokens);
             m.add_generation_tokens(ev.usage.completion_tokens);
+            m.observe_request_tokens(ev.usage.prompt_tokens, ev.usage.cached_tokens, ev.usage.completion_tokens);
         }
     }
 

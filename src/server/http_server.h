@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "server/http_metrics.h"
 #include "server/openai_protocol.h"
 
 namespace tessera::server {
@@ -45,6 +46,7 @@ struct HttpServerOptions {
     // length come from the backend).
     ProtocolOptions protocol;
     std::string weight_version = "default";  // --weight-version, reported by /model_info
+    MetricBuckets metric_buckets;             // /metrics histogram bounds
 
     Status validate() const;
 };

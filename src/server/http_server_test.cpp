@@ -498,6 +498,55 @@ TEST_F(HttpServerTest, MetricsHaveSglangNames) {
               std::string::npos) << t;
 }
 
+// --bucket-* and --prompt-tokens-buckets / --generation-tokens-buckets set the histograms'
+// bounds; the token histograms count each finished request's prompt, uncached prompt and
+// generated tokens.
+TEST_F(HttpServerTest, MetricsBucketsAndTokenHistograms) {
+    server_->stop();
+    HttpServerOptions o;
+    o.metric_buckets.time_to_first_token = {0.5, 30};
+    o.metric_buckets.prompt_tokens = token_histogram_buckets("--prompt-tokens-buckets", {"custom", "2", "8"}).value();
+    o.metric_buckets.generation_tokens = {1, 5};
+    start(o);
+    ASSERT_EQ(call("POST", "/v1/completions", R"({"prompt": "abcd", "max_tokens": 3})").status, 200);
+    const std::string t = call("GET", "/metrics").body;
+    for (const char* line : {"sglang:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"30.0\"} 1.0",
+                             "sglang:prompt_tokens_histogram_bucket{model_name=\"tiny\",le=\"2.0\"} 0.0",
+                             "sglang:prompt_tokens_histogram_bucket{model_name=\"tiny\",le=\"8.0\"} 1.0",
+                             "sglang:uncached_prompt_tokens_histogram_count{model_name=\"tiny\"} 1.0",
+                             "sglang:generation_tokens_histogram_bucket{model_name=\"tiny\",le=\"1.0\"} 0.0",
+                             "sglang:generation_tokens_histogram_bucket{model_name=\"tiny\",le=\"5.0\"} 1.0",
+                             "sglang:generation_tokens_histogram_sum{model_name=\"tiny\"} 3.0"})
+        EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
+    EXPECT_EQ(t.find("time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"1200.0\"}"), std::string::npos)
+        << "the default bounds are replaced";
+}
+
+// SGLang's generate_buckets and validate_buckets_rule.
+TEST(MetricBucketsTest, TokenBucketRules) {
+    EXPECT_EQ(token_histogram_buckets("--prompt-tokens-buckets", {}).value().size(), 35u);
+    EXPECT_EQ(token_histogram_buckets("--prompt-tokens-buckets", {"tse", "1000", "2", "8"}).value(),
+              (std::vector<double>{984, 992, 996, 998, 1000, 1002, 1004, 1008, 1016}));
+    EXPECT_EQ(token_histogram_buckets("--prompt-tokens-buckets", {"custom", "500", "10", "50"}).value(),
+              (std::vector<double>{10, 50, 500}));
+    const auto message = [](std::vector<std::string> rule) {
+        auto got = token_histogram_buckets("--generation-tokens-buckets", rule);
+        return got.ok() ? std::string("ok") : got.status().message();
+    };
+    EXPECT_EQ(message({"linear"}), "Unsupported --generation-tokens-buckets rule type: 'linear'. Must be one of: "
+                                   "'tse', 'default', 'custom'");
+    EXPECT_EQ(message({"tse", "1000", "2"}), "--generation-tokens-buckets TSE rule requires exactly 4 parameters: "
+                                             "['tse', middle, base, count], got 3");
+    EXPECT_EQ(message({"tse", "1000", "1", "4"}), "--generation-tokens-buckets TSE base must be larger than 1, got: 1");
+    EXPECT_EQ(message({"custom", "5", "5"}),
+              "--generation-tokens-buckets custom rule bucket values should not contain duplicates");
+    EXPECT_EQ(message({"custom", "x"}), "--generation-tokens-buckets custom rule bucket values must be numeric");
+    EXPECT_EQ(message({"default", "3"}),
+              "--generation-tokens-buckets default rule should only have one parameter: ['default'], got 2");
+    EXPECT_FALSE(check_latency_buckets("--bucket-inter-token-latency", {0.1, 0.05}).ok());
+    EXPECT_TRUE(check_latency_buckets("--bucket-inter-token-latency", {0.05, 0.1}).ok());
+}
+
 TEST_F(HttpServerTest, GracefulStopFinishesStreams) {
     TestClient c(server_->port());
     ASSERT_TRUE(c.send_request("POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 50, "stream": true})"));

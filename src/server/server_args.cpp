@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/env.h"
+#include "server/http_metrics.h"
 #include "server/openai_protocol.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
@@ -159,6 +160,11 @@ Status ServerArgs::resolve() {
                            ": give a JSON object of template variables (not messages or tools), e.g. "
                            "'{\"enable_thinking\": false}'");
     }
+    TSR_RETURN_IF_ERROR(check_latency_buckets("--bucket-time-to-first-token", bucket_time_to_first_token));
+    TSR_RETURN_IF_ERROR(check_latency_buckets("--bucket-inter-token-latency", bucket_inter_token_latency));
+    TSR_RETURN_IF_ERROR(check_latency_buckets("--bucket-e2e-request-latency", bucket_e2e_request_latency));
+    TSR_RETURN_IF_ERROR(token_histogram_buckets("--prompt-tokens-buckets", prompt_tokens_buckets).status());
+    TSR_RETURN_IF_ERROR(token_histogram_buckets("--generation-tokens-buckets", generation_tokens_buckets).status());
     if (!preferred_sampling_params.empty())
         TSR_RETURN_IF_ERROR(server::parse_preferred_sampling_params(
                                 preferred_sampling_params, ProtocolOptions{.skip_tokenizer_init = skip_tokenizer_init})

@@ -74,10 +74,10 @@ template <typename T>
 std::string show(const T& v) {
     if constexpr (std::is_same_v<T, std::string>) return v;
     else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-    else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-        std::string joined;
-        for (const std::string& item : v) joined += (joined.empty() ? "" : " ") + item;
-        return joined;
+    else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<double>>) {
+        std::ostringstream joined;
+        for (std::size_t i = 0; i < v.size(); ++i) joined << (i ? " " : "") << v[i];
+        return joined.str();
     }
     else {
         std::ostringstream out;
@@ -342,6 +342,22 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     value(app, t, "--log-requests-format", a.log_requests_format, "text (readable) or json (one object per line)",
           kServe)
         ->check(CLI::IsMember({"text", "json"}));
+    const auto bounds = [&](const char* name, auto& field, const char* help) {
+        value(app, t, name, field, help, kServe)
+            ->expected(1, CLI::detail::expected_max_vector_size)
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    };
+    bounds("--bucket-time-to-first-token", a.bucket_time_to_first_token,
+           "bounds of /metrics' time-to-first-token histogram, seconds (default SGLang's 0.1 ... 1200)");
+    bounds("--bucket-inter-token-latency", a.bucket_inter_token_latency,
+           "bounds of /metrics' inter-token latency histogram, seconds (default 0.002 ... 8)");
+    bounds("--bucket-e2e-request-latency", a.bucket_e2e_request_latency,
+           "bounds of /metrics' end-to-end latency histogram, seconds (default 0.1 ... 2400)");
+    bounds("--prompt-tokens-buckets", a.prompt_tokens_buckets,
+           "/metrics' prompt token histograms: default, tse MIDDLE BASE COUNT (exponential both sides of MIDDLE) "
+           "or custom BOUND ...");
+    bounds("--generation-tokens-buckets", a.generation_tokens_buckets,
+           "/metrics' generation token histogram: default, tse MIDDLE BASE COUNT or custom BOUND ...");
     value(app, t, "--log-requests-target", a.log_requests_target,
           "where the json lines of --log-requests go instead of the log: stdout and/or directories (each gets "
           "<host>_<rank>.log, begun anew every hour)",
