@@ -62,7 +62,7 @@ std::vector<std::string> splice_launch_command(std::vector<std::string> args) {
 }  // namespace
 
 Status preflight_check(const server::ServerArgs& args) {
-    auto config = models::read_model_config(args.model_path);
+    auto config = models::read_model_config(args.model_path, args.json_model_override_args);
     if (!config.ok()) return Status::Ok();  // the loader reports a bad folder in its own words
     planner::PlanRequest request;
     request.args = args;
@@ -169,7 +169,7 @@ int run_plan(int argc, char** argv) {
     }
     request.dynamic_chunking_smooth_factor = *smooth;
     request.host_memory_bytes = host_memory_bytes();
-    auto config = models::read_model_config(args.model_path);
+    auto config = models::read_model_config(args.model_path, args.json_model_override_args);
     auto spec = device_of(device);
     if (!config.ok() || !spec.ok()) {
         TSR_LOG(ERROR, "{}", (config.ok() ? spec.status() : config.status()).message());

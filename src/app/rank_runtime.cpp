@@ -241,6 +241,7 @@ layers::DpAttentionParallel RankRuntime::dp_attention(bool dp_lm_head) const {
 StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args, const RankRuntime& rt) {
     models::LoadOptions load{args.model_path, args.dtype, args.quantization, args.kv_cache_dtype,
                              args.quantization_param_path};
+    load.json_model_override_args = args.json_model_override_args;
     load.tp_rank = rt.coords.tp_rank;
     load.tp_size = args.tp_size;
     load.tp_group = rt.tp_group.get();

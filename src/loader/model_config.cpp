@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/logging.h"
+
 namespace tessera::loader {
 
 using json = nlohmann::json;
@@ -225,11 +227,28 @@ bool ModelConfig::is_moe_layer(std::int64_t layer) const {
     }
 }
 
-StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<const ArchitectureFamily> known) {
+StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<const ArchitectureFamily> known,
+                                        std::string_view override_json) {
     const fs::path path = fs::path(model_dir) / "config.json";
-    const std::string file = path.string();
+    std::string file = path.string();
     if (!fs::exists(path)) return Status::NotFound(file + ": no config.json in the model folder");
     TSR_ASSIGN_OR_RETURN(json j, read_json(path));
+    if (!override_json.empty()) {
+        const json overrides = json::parse(override_json, nullptr, false);
+        if (!overrides.is_object())
+            return Status::InvalidArgument("--json-model-override-args " + std::string(override_json) +
+                                           ": give a JSON object of config.json fields, e.g. "
+                                           "'{\"max_position_embeddings\": 65536}'");
+        if (!overrides.empty()) {
+            std::string keys;
+            for (const auto& [key, value] : overrides.items()) {
+                j[key] = value;
+                keys += (keys.empty() ? "" : ", ") + key;
+            }
+            TSR_LOG_C(INFO, "loader", "config.json fields replaced by --json-model-override-args: {}", keys);
+            file += " (with --json-model-override-args)";  // errors below may come from an override
+        }
+    }
     ModelConfig c;
     if (!j.contains("architectures") || !j["architectures"].is_array() ||
         j["architectures"].empty() || !j["architectures"][0].is_string()) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -140,7 +141,11 @@ struct ModelConfig {
 // Reads <model_dir>/config.json (and generation_config.json for eos ids when present).
 // `known` lists the runnable architectures (the model registry's table); another one fails
 // naming them. Errors name the file and the field.
-StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<const ArchitectureFamily> known);
+// `override_json` (--json-model-override-args): a JSON object whose top-level fields replace
+// config.json's before it is read, as SGLang's ModelConfig applies them with
+// hf_config.update(); "" or "{}" for none.
+StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<const ArchitectureFamily> known,
+                                        std::string_view override_json = "");
 
 // Rotary inverse frequencies f32 [rope_dim / 2] with rope_scaling folded in.
 std::vector<float> rope_inv_freq(const ModelConfig& config);

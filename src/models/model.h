@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -122,6 +123,8 @@ struct LoadOptions {
     std::string kv_cache_dtype = "auto";
     // --quantization-param-path: SGLang's JSON of per-layer KV cache scales ("" for none).
     std::string quantization_param_path;
+    // --json-model-override-args: config.json fields replaced before it is read ("" for none).
+    std::string json_model_override_args;
     // Tensor parallelism: this rank's place in its TP group, and the group (nullptr when
     // tp_size is 1). The model keeps only its shard of every weight.
     int tp_rank = 0;
@@ -155,6 +158,6 @@ StatusOr<DType> resolve_kv_cache_dtype(const std::string& requested, DType compu
 std::vector<std::string> supported_architectures();
 
 // <model_path>/config.json alone, read as load_model reads it (no weights): for planning.
-StatusOr<loader::ModelConfig> read_model_config(const std::string& model_path);
+StatusOr<loader::ModelConfig> read_model_config(const std::string& model_path, std::string_view override_json = "");
 
 }  // namespace tessera::models

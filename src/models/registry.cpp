@@ -63,8 +63,8 @@ StatusOr<DType> resolve_kv_cache_dtype(const std::string& requested, DType compu
                                    "fp8_e5m2");
 }
 
-StatusOr<loader::ModelConfig> read_model_config(const std::string& model_path) {
-    return loader::load_model_config(model_path, known_architectures());
+StatusOr<loader::ModelConfig> read_model_config(const std::string& model_path, std::string_view override_json) {
+    return loader::load_model_config(model_path, known_architectures(), override_json);
 }
 
 std::vector<std::string> supported_architectures() {
@@ -74,7 +74,8 @@ std::vector<std::string> supported_architectures() {
 }
 
 StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
-    TSR_ASSIGN_OR_RETURN(auto config, loader::load_model_config(options.model_path, known_architectures()));
+    TSR_ASSIGN_OR_RETURN(auto config, loader::load_model_config(options.model_path, known_architectures(),
+                                                                options.json_model_override_args));
     if (!options.quantization.empty() && options.quantization != "fp8")
         return Status::InvalidArgument("--quantization " + options.quantization +
                                        " is not supported: tessera runs fp8 (e4m3, block-wise) and unquantized weights");

@@ -165,6 +165,9 @@ Status ServerArgs::resolve() {
     TSR_RETURN_IF_ERROR(check_latency_buckets("--bucket-e2e-request-latency", bucket_e2e_request_latency));
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--prompt-tokens-buckets", prompt_tokens_buckets).status());
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--generation-tokens-buckets", generation_tokens_buckets).status());
+    if (!nlohmann::json::parse(json_model_override_args, nullptr, false).is_object())
+        return invalid("--json-model-override-args " + json_model_override_args +
+                       ": give a JSON object of config.json fields, e.g. '{\"max_position_embeddings\": 65536}'");
     if (!preferred_sampling_params.empty())
         TSR_RETURN_IF_ERROR(server::parse_preferred_sampling_params(
                                 preferred_sampling_params, ProtocolOptions{.skip_tokenizer_init = skip_tokenizer_init})

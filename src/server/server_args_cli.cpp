@@ -318,6 +318,9 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "generation_config.json; openai: 1.0 / 1.0 / -1 / 0.0",
           kServe)
         ->check(CLI::IsMember({"model", "openai"}));
+    value(app, t, "--json-model-override-args", a.json_model_override_args,
+          "a JSON object of config.json fields that replace the folder's, e.g. '{\"max_position_embeddings\": 65536}'",
+          kYes);
     flag(app, t, "--incremental-streaming-output,--stream-output", a.incremental_streaming_output,
          "a streamed /generate chunk carries only the text and output_ids new since the previous one, not all of "
          "them (--stream-output is SGLang's older name)",

@@ -249,6 +249,27 @@ TEST_F(ModelFolderTest, MissingFolderAndBadConfigFields) {
         << s.message();
 }
 
+// --json-model-override-args: its top-level fields replace config.json's before it is read,
+// and an override that breaks the config is reported as coming from the flag.
+TEST_F(ModelFolderTest, JsonModelOverrideArgsReplaceConfigFields) {
+    const std::string m = make("qwen3");
+    models::LoadOptions options{m, "auto"};
+    options.json_model_override_args = R"({"max_position_embeddings": 77, "rope_theta": 500.0})";
+    auto model = models::load_model(options);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    EXPECT_EQ((*model)->config().max_position_embeddings, 77);
+    EXPECT_EQ((*model)->config().rope_theta, 500.0);
+    auto plain = models::read_model_config(m);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_NE(plain->max_position_embeddings, 77);
+
+    options.json_model_override_args = R"({"num_key_value_heads": 3})";
+    Status s = models::load_model(options).status();
+    EXPECT_NE(s.message().find("(with --json-model-override-args)"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("must be a multiple of num_key_value_heads (3)"), std::string::npos) << s.message();
+    EXPECT_FALSE(models::read_model_config(m, "[1]").ok());
+}
+
 // The KV cache path must give the logits of a full recompute, with any thread count.
 TEST_F(ModelFolderTest, DecodeWithCacheEqualsFullRecompute) {
     for (const std::string arch : {"llama", "qwen2", "qwen3"}) {
