@@ -20,4 +20,19 @@ Status use_chat_template_file(const std::string& path, tokenizer::Tokenizer& tok
     return Status::Ok();
 }
 
+Status use_named_chat_template(const std::string& name, tokenizer::Tokenizer& tok) {
+    if (name.empty()) return Status::Ok();
+    const auto templates = tok.named_chat_templates();
+    const auto it = templates.find(name);
+    if (it == templates.end()) {
+        std::string names;
+        for (const auto& [have, source] : templates) names += (names.empty() ? "" : ", ") + have;
+        return Status::InvalidArgument("--hf-chat-template-name " + name + ": the tokenizer has " +
+                                       (names.empty() ? "no named chat templates" : "the chat templates " + names));
+    }
+    tok.set_chat_template(it->second);
+    TSR_LOG(INFO, "chat template: the tokenizer's \"{}\"", name);
+    return Status::Ok();
+}
+
 }  // namespace tessera::app

@@ -16,4 +16,8 @@ namespace tessera::app {
 // No-op for an empty path.
 Status use_chat_template_file(const std::string& path, tokenizer::Tokenizer& tok);
 
+// --hf-chat-template-name: the tokenizer's template of that name (a name it lacks is refused,
+// listing those it has); no-op for an empty name.
+Status use_named_chat_template(const std::string& name, tokenizer::Tokenizer& tok);
+
 }  // namespace tessera::app

@@ -268,6 +268,7 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
         auto loaded = tokenizer::Tokenizer::load(o.server.tokenizer_path);
         if (!loaded.ok()) return fail(loaded.status());
         tok = std::move(loaded).value();
+        if (Status s = use_named_chat_template(o.server.hf_chat_template_name, *tok); !s.ok()) return fail(s);
         if (Status s = use_chat_template_file(o.server.chat_template, *tok); !s.ok()) return fail(s);
         prompt = encode_prompt(*tok, o.prompt, o.chat);
     } else {

@@ -72,6 +72,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         auto loaded = tokenizer::Tokenizer::load(args.tokenizer_path);
         if (!loaded.ok()) return fail(loaded.status());
         tok = std::move(loaded).value();
+        if (Status s = use_named_chat_template(args.hf_chat_template_name, *tok); !s.ok()) return fail(s);
         if (Status s = use_chat_template_file(args.chat_template, *tok); !s.ok()) return fail(s);
         if (!tok->chat_template().empty()) {
             auto compiled = tokenizer::ChatTemplate::compile(tok->chat_template(), tok->bos_token(), tok->eos_token());

@@ -309,6 +309,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
                                "fp4_mx_block16", "fp4_e2m1"}));
     value(app, t, "--chat-template", a.chat_template,
           "a Jinja chat template file to render chat requests with, in place of the tokenizer's", kYes);
+    value(app, t, "--hf-chat-template-name", a.hf_chat_template_name,
+          "which of the tokenizer's named chat templates renders chat requests (e.g. tool_use, rag); "
+          "--chat-template overrides it",
+          kYes);
     value(app, t, "--default-chat-template-kwargs", a.default_chat_template_kwargs,
           "a JSON object of chat template variables for every chat request, e.g. '{\"enable_thinking\": false}'; a "
           "request's chat_template_kwargs override them",

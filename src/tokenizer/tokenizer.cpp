@@ -147,6 +147,10 @@ class HfBpeTokenizer final : public Tokenizer {
     std::optional<std::int32_t> token_to_id(std::string_view token) const override;
     const std::string& chat_template() const override { return chat_template_; }
     void set_chat_template(std::string source) override { chat_template_ = std::move(source); }
+    std::map<std::string, std::string> named_chat_templates() const override { return named_templates_; }
+    // Transformers' own files beside tokenizer_config.json: chat_template.jinja (the template,
+    // over the config's) and additional_chat_templates/*.jinja (named ones).
+    Status init_chat_template_files(const fs::path& dir);
     const std::string& bos_token() const override { return bos_token_; }
     const std::string& eos_token() const override { return eos_token_; }
 
@@ -178,6 +182,7 @@ class HfBpeTokenizer final : public Tokenizer {
     std::vector<std::uint8_t> id_flags_;    // [vocab_size] kKnown | kSpecial
 
     std::string chat_template_;
+    std::map<std::string, std::string> named_templates_;
     std::string bos_token_;  // "" when the model has none
     std::string eos_token_;
     std::optional<std::int32_t> bos_id_;
@@ -510,8 +515,13 @@ Status HfBpeTokenizer::init_tokenizer_config(const fs::path& path) {
         } else if (it->is_array()) {
             // Named templates: [{"name": "default", "template": "..."}, ...].
             for (const json& t : *it) {
-                if (t.value("name", "") == "default") chat_template_ = t.value("template", "");
+                if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+                named_templates_[t["name"].get<std::string>()] = t.value("template", "");
+                if (t["name"] == "default") chat_template_ = t.value("template", "");
             }
+            // No "default": the first one, as SGLang takes it.
+            if (chat_template_.empty() && !it->empty() && (*it)[0].is_object())
+                chat_template_ = (*it)[0].value("template", "");
         }
     }
     if (!bos_token_.empty()) {
@@ -653,6 +663,27 @@ bool HfBpeTokenizer::is_special(std::int32_t id) const {
     return id >= 0 && id < vocab_size() && (id_flags_[static_cast<std::size_t>(id)] & kSpecial);
 }
 
+Status HfBpeTokenizer::init_chat_template_files(const fs::path& dir) {
+    const auto read_text = [](const fs::path& path) -> StatusOr<std::string> {
+        std::ifstream in(path, std::ios::binary);
+        std::stringstream text;
+        if (in) text << in.rdbuf();
+        if (!in) return Status::InvalidArgument(path.string() + ": cannot read the chat template");
+        return text.str();
+    };
+    if (fs::exists(dir / "chat_template.jinja")) {
+        TSR_ASSIGN_OR_RETURN(chat_template_, read_text(dir / "chat_template.jinja"));
+        named_templates_["default"] = chat_template_;
+    }
+    const fs::path extra = dir / "additional_chat_templates";
+    if (!fs::is_directory(extra)) return Status::Ok();
+    for (const auto& entry : fs::directory_iterator(extra)) {
+        if (entry.path().extension() != ".jinja") continue;
+        TSR_ASSIGN_OR_RETURN(named_templates_[entry.path().stem().string()], read_text(entry.path()));
+    }
+    return Status::Ok();
+}
+
 std::optional<std::int32_t> HfBpeTokenizer::token_to_id(std::string_view token) const {
     if (const auto it = added_ids_.find(std::string(token)); it != added_ids_.end()) {
         return it->second;
@@ -670,6 +701,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& model_di
     auto tokenizer = std::make_unique<HfBpeTokenizer>();
     TSR_RETURN_IF_ERROR(tokenizer->init_tokenizer_json(dir / "tokenizer.json"));
     TSR_RETURN_IF_ERROR(tokenizer->init_tokenizer_config(dir / "tokenizer_config.json"));
+    TSR_RETURN_IF_ERROR(tokenizer->init_chat_template_files(dir));
     TSR_RETURN_IF_ERROR(tokenizer->init_extra_eos(dir / "generation_config.json"));
     TSR_RETURN_IF_ERROR(tokenizer->init_extra_eos(dir / "config.json"));
     return std::unique_ptr<Tokenizer>(std::move(tokenizer));

@@ -6,6 +6,7 @@
 // are thread-safe (the word cache is internally synchronised).
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -48,9 +49,13 @@ class Tokenizer {
     virtual std::vector<std::int32_t> eos_token_ids() const = 0;
     virtual std::optional<std::int32_t> token_to_id(std::string_view token) const = 0;
 
-    // tokenizer_config.json: the chat template source ("" when absent) and the bos/eos
+    // The chat template source ("" when absent): chat_template.jinja in the folder, else
+    // tokenizer_config.json's (its "default" one when it names several); and the bos/eos
     // token strings the template may use.
     virtual const std::string& chat_template() const = 0;
+    // Templates by name: tokenizer_config.json's list of {"name", "template"} and the
+    // folder's additional_chat_templates/NAME.jinja (--hf-chat-template-name picks one).
+    virtual std::map<std::string, std::string> named_chat_templates() const { return {}; }
     // --chat-template: another template in place of tokenizer_config.json's.
     virtual void set_chat_template(std::string source) = 0;
     virtual const std::string& bos_token() const = 0;

@@ -312,6 +312,38 @@ TEST(TinyTokenizer, EosFromAllConfigFilesAndAddBosToken) {
     EXPECT_EQ(tok.value()->chat_template(), "{{ x }}");
 }
 
+// Named templates from tokenizer_config.json's list and additional_chat_templates/*.jinja;
+// chat_template.jinja in the folder is the template, over the config's (as transformers
+// loads them).
+TEST(TinyTokenizer, ChatTemplateFilesAndNamedTemplates) {
+    TinyTokenizerDir dir("templates");
+    dir.write("tokenizer.json", tiny_tokenizer_json(true));
+    dir.write("tokenizer_config.json",
+              {{"chat_template", nlohmann::json::array({{{"name", "tool_use"}, {"template", "T"}},
+                                                       {{"name", "default"}, {"template", "D"}}})}});
+    auto tok = Tokenizer::load(dir.path());
+    ASSERT_TRUE(tok.ok()) << tok.status().message();
+    EXPECT_EQ(tok.value()->chat_template(), "D");
+    EXPECT_EQ(tok.value()->named_chat_templates(),
+              (std::map<std::string, std::string>{{"default", "D"}, {"tool_use", "T"}}));
+
+    std::filesystem::create_directories(std::filesystem::path(dir.path()) / "additional_chat_templates");
+    std::ofstream(std::filesystem::path(dir.path()) / "additional_chat_templates" / "rag.jinja") << "R";
+    std::ofstream(std::filesystem::path(dir.path()) / "chat_template.jinja") << "J";
+    tok = Tokenizer::load(dir.path());
+    ASSERT_TRUE(tok.ok()) << tok.status().message();
+    EXPECT_EQ(tok.value()->chat_template(), "J");
+    EXPECT_EQ(tok.value()->named_chat_templates(),
+              (std::map<std::string, std::string>{{"default", "J"}, {"rag", "R"}, {"tool_use", "T"}}));
+
+    // A list without "default": the first one.
+    dir.write("tokenizer_config.json", {{"chat_template", nlohmann::json::array({{{"name", "a"}, {"template", "A"}}})}});
+    std::filesystem::remove(std::filesystem::path(dir.path()) / "chat_template.jinja");
+    tok = Tokenizer::load(dir.path());
+    ASSERT_TRUE(tok.ok());
+    EXPECT_EQ(tok.value()->chat_template(), "A");
+}
+
 TEST(TinyTokenizer, UnknownSplitPatternIsUnimplementedAndNamesIt) {
     TinyTokenizerDir dir("regex");
     dir.write("tokenizer.json", tiny_tokenizer_json(true, R"(\w+|\s+)"));

@@ -488,27 +488,43 @@ def check_auto_truncate(tessera, model, workdir):
 
 
 def check_chat_template_file(tessera, model, workdir):
-    """--chat-template FILE: chat requests render with that Jinja template, so a chat request
-    and /generate on the text the template makes see the same prompt and give the same tokens."""
+    """--chat-template FILE, and --hf-chat-template-name NAME with the template in the model
+    folder's additional_chat_templates/NAME.jinja: chat requests render with that Jinja
+    template, so a chat request and /generate on the text the template makes see the same
+    prompt and give the same tokens."""
+    angle = ("{% for m in messages %}<<{{ m['role'] }}>>{{ m['content'] }}\n{% endfor %}"
+             "{% if add_generation_prompt %}<<assistant>>{% endif %}")
     path = os.path.join(workdir, "angle.jinja")
     with open(path, "w") as f:
-        f.write("{% for m in messages %}<<{{ m['role'] }}>>{{ m['content'] }}\n{% endfor %}"
-                "{% if add_generation_prompt %}<<assistant>>{% endif %}")
-    started = start_side_server(tessera, model, workdir, "chat_template", ["--chat-template", path])
-    if started is None:
-        return
-    server, port, _ = started
-    try:
-        status, chat = post(port, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
-                                                           "max_tokens": 6, "temperature": 0, "ignore_eos": True})
-        status2, gen = post(port, "/generate", {"text": "<<user>>hi\n<<assistant>>", "sampling_params": {
-            "max_new_tokens": 6, "temperature": 0, "ignore_eos": True}})
-        ok = status == 200 and status2 == 200
-        check("--chat-template FILE renders chat requests",
-              ok and chat["usage"]["prompt_tokens"] == gen["meta_info"]["prompt_tokens"]
-              and chat["choices"][0]["message"]["content"] == gen["text"], f"{status} {status2} {chat} {gen}")
-    finally:
-        stop_server(server)
+        f.write(angle)
+    named_model = os.path.join(workdir, "model_with_named_template")
+    if not os.path.exists(named_model):
+        shutil.copytree(model, named_model)
+        os.makedirs(os.path.join(named_model, "additional_chat_templates"))
+        with open(os.path.join(named_model, "additional_chat_templates", "angle.jinja"), "w") as f:
+            f.write(angle)
+    for name, folder, flags in (("--chat-template FILE", model, ["--chat-template", path]),
+                                ("--hf-chat-template-name", named_model, ["--hf-chat-template-name", "angle"])):
+        started = start_side_server(tessera, folder, workdir, "chat_template", flags)
+        if started is None:
+            return
+        server, port, _ = started
+        try:
+            status, chat = post(port, "/v1/chat/completions", {"model": "tiny", "messages": [
+                {"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0, "ignore_eos": True})
+            status2, gen = post(port, "/generate", {"text": "<<user>>hi\n<<assistant>>", "sampling_params": {
+                "max_new_tokens": 6, "temperature": 0, "ignore_eos": True}})
+            ok = status == 200 and status2 == 200
+            check(f"{name} renders chat requests",
+                  ok and chat["usage"]["prompt_tokens"] == gen["meta_info"]["prompt_tokens"]
+                  and chat["choices"][0]["message"]["content"] == gen["text"], f"{status} {status2} {chat} {gen}")
+        finally:
+            stop_server(server)
+    bad = subprocess.run([tessera, "serve", "--model-path", named_model, "--hf-chat-template-name", "rag"],
+                         capture_output=True, text=True, timeout=60)
+    check("--hf-chat-template-name with a name the tokenizer lacks stops the launch, listing what it has",
+          bad.returncode != 0 and "--hf-chat-template-name rag: the tokenizer has the chat templates angle"
+          in bad.stderr + bad.stdout, (bad.stderr + bad.stdout)[-500:])
 
 
 def check_request_log(tessera, model, workdir):
