@@ -108,6 +108,8 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                       .rank = rank.runtime.coords.global_rank};
     if (Status s = front::check_request_log_targets(ec.request_log); !s.ok()) return fail(s);
     ec.scheduler_recv_interval = static_cast<int>(args.scheduler_recv_interval);
+    // Checked at start-up (ServerArgs::validate).
+    ec.metric_labels = server::metric_labels(args.served_model_name, args.extra_metric_labels).value();
     ec.weight_bytes = static_cast<std::int64_t>(m.weight_bytes());
     ec.kv_bytes_per_token = m.kv_cache_shape().bytes_per_token();
     if (args.expert_balancedness_report_mode == "prometheus" || args.expert_balancedness_report_mode == "both")
@@ -166,6 +168,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     }
     ho.weight_version = args.weight_version;
     ho.protocol.skip_tokenizer_init = args.skip_tokenizer_init;
+    ho.metric_labels = ec.metric_labels;
     ho.metric_buckets = {.time_to_first_token = args.bucket_time_to_first_token,
                          .inter_token_latency = args.bucket_inter_token_latency,
                          .e2e_request_latency = args.bucket_e2e_request_latency,

@@ -433,7 +433,7 @@ std::string Engine::metrics_text() const {
         std::lock_guard<std::mutex> lock(mu_);
         s = stats_;
     }
-    const std::string label = fmt::format("{{model_name=\"{}\"}}", config_.served_model_name);
+    const std::string label = "{" + config_.metric_labels + "}";
     std::string out;
     auto gauge = [&](const char* name, const char* help, double value) {
         out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{} {}\n", name, help, name, name, label, value);

@@ -57,6 +57,7 @@ struct EngineConfig {
     bool allow_auto_truncate = false;  // --allow-auto-truncate
     RequestLogOptions request_log;     // --log-requests, --log-requests-level, --log-requests-format
     int scheduler_recv_interval = 1;  // --scheduler-recv-interval
+    std::string metric_labels;        // server::metric_labels(): model_name and --extra-metric-labels
 };
 
 class Engine final : public server::Backend {

@@ -5,8 +5,11 @@
 #include <optional>
 #include <set>
 
+#include <cctype>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 namespace tessera::server {
 namespace {
@@ -138,8 +141,35 @@ const std::vector<double>& or_default(const std::vector<double>& given, const st
 }
 }  // namespace
 
-HttpMetrics::HttpMetrics(std::string model_name, const MetricBuckets& buckets)
-    : labels_("model_name=\"" + escape_label(model_name) + "\""),
+StatusOr<std::string> metric_labels(const std::string& model_name, const std::string& extra_json) {
+    std::vector<std::pair<std::string, std::string>> labels = {{"model_name", model_name}};
+    if (!extra_json.empty()) {
+        const auto extra = nlohmann::ordered_json::parse(extra_json, nullptr, false);
+        if (!extra.is_object())
+            return Status::InvalidArgument("--extra-metric-labels " + extra_json +
+                                           ": give a JSON object of label names and values, e.g. '{\"cluster\": \"a\"}'");
+        for (const auto& [name, value] : extra.items()) {
+            const bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                               std::all_of(name.begin(), name.end(), [](char c) {
+                                   return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                               });
+            if (!valid || name.rfind("__", 0) == 0 || name == "le")
+                return Status::InvalidArgument("--extra-metric-labels: '" + name +
+                                               "' is not a label name Prometheus accepts (letters, digits and _, not "
+                                               "starting with a digit or __, not le)");
+            const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+            const auto same = std::find_if(labels.begin(), labels.end(), [&](const auto& l) { return l.first == name; });
+            if (same != labels.end()) same->second = text;
+            else labels.emplace_back(name, text);
+        }
+    }
+    std::string out;
+    for (const auto& [name, value] : labels) out += fmt::format("{}{}=\"{}\"", out.empty() ? "" : ",", name, escape_label(value));
+    return out;
+}
+
+HttpMetrics::HttpMetrics(std::string labels, const MetricBuckets& buckets)
+    : labels_(std::move(labels)),
       ttft_(or_default(buckets.time_to_first_token, kTtftBuckets)),
       itl_(or_default(buckets.inter_token_latency, kItlBuckets)),
       e2e_(or_default(buckets.e2e_request_latency, kE2eBuckets)),

@@ -33,6 +33,12 @@ StatusOr<std::vector<double>> token_histogram_buckets(std::string_view flag, con
 // Latency bounds given on the command line: they must be non-negative and increase.
 Status check_latency_buckets(std::string_view flag, const std::vector<double>& bounds);
 
+// The labels every sample carries, as Prometheus text without braces: model_name="..." and
+// --extra-metric-labels' (a JSON object of label names and values, "" for none; a name given
+// there replaces the same one, as SGLang's labels.update does). Refuses names Prometheus does
+// not allow.
+StatusOr<std::string> metric_labels(const std::string& model_name, const std::string& extra_json);
+
 // A Prometheus histogram with fixed upper bounds (seconds); +Inf is implicit.
 class Histogram {
  public:
@@ -50,7 +56,8 @@ class Histogram {
 
 class HttpMetrics {
  public:
-    explicit HttpMetrics(std::string model_name, const MetricBuckets& buckets = {});
+    // `labels`: what metric_labels() renders.
+    explicit HttpMetrics(std::string labels, const MetricBuckets& buckets = {});
 
     void add_prompt_tokens(std::int64_t n);
     void add_generation_tokens(std::int64_t n);

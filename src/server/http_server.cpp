@@ -65,7 +65,8 @@ struct ServerState {
         : backend(b),
           options(std::move(o)),
           access{options.api_key, options.admin_api_key, options.host, options.allowed_hosts},
-          metrics(b.served_model_name(), options.metric_buckets) {}
+          metrics(options.metric_labels.empty() ? metric_labels(b.served_model_name(), "").value() : options.metric_labels,
+                  options.metric_buckets) {}
 
     Backend& backend;
     const HttpServerOptions options;

@@ -47,6 +47,7 @@ struct HttpServerOptions {
     ProtocolOptions protocol;
     std::string weight_version = "default";  // --weight-version, reported by /model_info
     MetricBuckets metric_buckets;             // /metrics histogram bounds
+    std::string metric_labels;                // metric_labels(); "" for model_name alone
 
     Status validate() const;
 };

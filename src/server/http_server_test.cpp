@@ -522,6 +522,26 @@ TEST_F(HttpServerTest, MetricsBucketsAndTokenHistograms) {
         << "the default bounds are replaced";
 }
 
+// --extra-metric-labels: every sample carries them after model_name; a name SGLang's
+// labels.update would replace is replaced; names Prometheus refuses are refused.
+TEST_F(HttpServerTest, ExtraMetricLabels) {
+    server_->stop();
+    HttpServerOptions o;
+    o.metric_labels = metric_labels("tiny", R"({"cluster": "a\"b", "zone": 3})").value();
+    start(o);
+    ASSERT_EQ(call("POST", "/v1/completions", R"({"prompt": "abcd", "max_tokens": 3})").status, 200);
+    const std::string t = call("GET", "/metrics").body;
+    EXPECT_NE(t.find("sglang:prompt_tokens_total{model_name=\"tiny\",cluster=\"a\\\"b\",zone=\"3\"} 4.0"),
+              std::string::npos) << t;
+    EXPECT_NE(t.find("sglang:e2e_request_latency_seconds_bucket{model_name=\"tiny\",cluster=\"a\\\"b\",zone=\"3\","
+                     "le=\"+Inf\"} 1.0"),
+              std::string::npos) << t;
+    EXPECT_EQ(metric_labels("m", R"({"model_name": "n"})").value(), "model_name=\"n\"");
+    EXPECT_FALSE(metric_labels("m", R"({"1x": "a"})").ok());
+    EXPECT_FALSE(metric_labels("m", R"({"__x": "a"})").ok());
+    EXPECT_FALSE(metric_labels("m", "[1]").ok());
+}
+
 // SGLang's generate_buckets and validate_buckets_rule.
 TEST(MetricBucketsTest, TokenBucketRules) {
     EXPECT_EQ(token_histogram_buckets("--prompt-tokens-buckets", {}).value().size(), 35u);

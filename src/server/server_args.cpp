@@ -164,6 +164,7 @@ Status ServerArgs::resolve() {
     TSR_RETURN_IF_ERROR(check_latency_buckets("--bucket-inter-token-latency", bucket_inter_token_latency));
     TSR_RETURN_IF_ERROR(check_latency_buckets("--bucket-e2e-request-latency", bucket_e2e_request_latency));
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--prompt-tokens-buckets", prompt_tokens_buckets).status());
+    TSR_RETURN_IF_ERROR(metric_labels("", extra_metric_labels).status());
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--generation-tokens-buckets", generation_tokens_buckets).status());
     if (!nlohmann::json::parse(json_model_override_args, nullptr, false).is_object())
         return invalid("--json-model-override-args " + json_model_override_args +

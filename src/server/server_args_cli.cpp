@@ -365,6 +365,9 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
            "or custom BOUND ...");
     bounds("--generation-tokens-buckets", a.generation_tokens_buckets,
            "/metrics' generation token histogram: default, tse MIDDLE BASE COUNT or custom BOUND ...");
+    value(app, t, "--extra-metric-labels", a.extra_metric_labels,
+          "a JSON object of labels every /metrics sample carries besides model_name, e.g. '{\"cluster\": \"a\"}'",
+          kServe);
     value(app, t, "--log-requests-target", a.log_requests_target,
           "where the json lines of --log-requests go instead of the log: stdout and/or directories (each gets "
           "<host>_<rank>.log, begun anew every hour)",

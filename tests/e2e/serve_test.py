@@ -611,7 +611,8 @@ def check_preferred_sampling_params(tessera, model, workdir):
           (bad.stderr + bad.stdout)[-500:])
     preferred = {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}
     started = start_side_server(tessera, model, workdir, "preferred_sampling",
-                                ["--preferred-sampling-params", json.dumps(preferred), "--weight-version", "v7"])
+                                ["--preferred-sampling-params", json.dumps(preferred), "--weight-version", "v7",
+                                 "--enable-metrics", "--extra-metric-labels", '{"cluster": "east"}'])
     if started is None:
         return
     server, port, _ = started
@@ -624,6 +625,11 @@ def check_preferred_sampling_params(tessera, model, workdir):
               and info.get("model_type") == config["model_type"]
               and info.get("architectures") == config["architectures"][:1] and info.get("is_generation") is True,
               str(info))
+        _, metrics = request(port, "GET", "/metrics")
+        metrics = metrics.decode()
+        check("--extra-metric-labels: the engine's and the HTTP metrics carry the label",
+              'sglang:num_running_reqs{model_name="tiny",cluster="east"}' in metrics
+              and 'sglang:prompt_tokens_total{model_name="tiny",cluster="east"}' in metrics, metrics[-1500:])
         status, bare = post(port, "/generate", {"input_ids": [5, 6, 7]})
         status_own, own = post(port, "/generate", {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 5}})
         check("/generate without sampling_params takes the preferred max_new_tokens 3; a request's own 5 wins",
