@@ -168,6 +168,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     }
     ho.weight_version = args.weight_version;
     ho.protocol.skip_tokenizer_init = args.skip_tokenizer_init;
+    if (!args.completion_template.empty()) ho.protocol.completion_template = server::completion_template(args.completion_template).value();
     ho.metric_labels = ec.metric_labels;
     ho.metric_buckets = {.time_to_first_token = args.bucket_time_to_first_token,
                          .inter_token_latency = args.bucket_inter_token_latency,

@@ -480,7 +480,20 @@ void parse_completion(FieldReader& r, const ProtocolOptions& o, ParsedRequest& o
         out.top_logprobs = static_cast<int>(*v);
     }
     if (auto v = r.boolean("echo"); v && *v) r.fail("echo", "is not supported by this server");
-    if (auto v = r.string("suffix"); v && !v->empty()) r.fail("suffix", "is not supported by this server");
+    if (auto suffix = r.string("suffix"); suffix && !suffix->empty()) {
+        // serving_completions.py: generate_completion_prompt_from_request.
+        const auto& t = o.completion_template;
+        if (!t) {
+            r.fail("suffix", "needs a fill-in-the-middle template: start the server with --completion-template "
+                             "deepseek_coder, star_coder or qwen_coder");
+        } else if (!base.input.text) {
+            r.fail("suffix", "needs a text prompt (not token ids) to make a fill-in-the-middle prompt");
+        } else {
+            const std::string& prompt = *base.input.text;
+            base.input.text = t->middle_at_end ? t->fim_begin + prompt + t->fim_end + *suffix + t->fim_middle
+                                               : t->fim_begin + prompt + t->fim_middle + *suffix + t->fim_end;
+        }
+    }
     if (auto v = r.integer("best_of", 1, o.max_n); v && *v > 1)
         r.fail("best_of", "is not supported by this server (use n)");
 }
@@ -749,6 +762,22 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
         out.requests.push_back(std::move(req));
     }
     return outcome;
+}
+
+StatusOr<CompletionTemplate> completion_template(std::string_view name) {
+    // DeepSeek's markers use U+FF5C (｜) and U+2581 (▁).
+    static const std::array<CompletionTemplate, 3> kTemplates = {{
+        {"deepseek_coder", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+         "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
+         false},
+        {"star_coder", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", true},
+        {"qwen_coder", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", true},
+    }};
+    for (const CompletionTemplate& t : kTemplates)
+        if (t.name == name) return t;
+    return Status::InvalidArgument("--completion-template " + std::string(name) +
+                                   ": tessera has SGLang's built-in deepseek_coder, star_coder and qwen_coder (not "
+                                   "template files)");
 }
 
 StatusOr<PreferredSampling> parse_preferred_sampling_params(std::string_view json, const ProtocolOptions& options) {

@@ -50,6 +50,18 @@ struct PreferredSampling {
     int n = 1;
 };
 
+// --completion-template: how a completion's prompt and suffix become a fill-in-the-middle
+// prompt (SGLang's code_completion_parser.py).
+struct CompletionTemplate {
+    std::string name;
+    std::string fim_begin, fim_middle, fim_end;
+    bool middle_at_end = false;  // begin prompt end suffix middle; else begin prompt middle suffix end
+};
+
+// SGLang's built-in templates: deepseek_coder, star_coder, qwen_coder; another name is refused,
+// listing them.
+StatusOr<CompletionTemplate> completion_template(std::string_view name);
+
 struct ProtocolOptions {
     std::string served_model_name;
     std::int64_t max_model_len = 0;  // 0: unknown (max_tokens is then capped at 2^31 - 1)
@@ -79,6 +91,9 @@ struct ProtocolOptions {
     // --incremental-streaming-output: a streamed /generate chunk carries only the text and
     // output_ids new since the previous one (SGLang's default repeats all of them).
     bool incremental_streaming_output = false;
+    // --completion-template: a completion's non-empty suffix makes a fill-in-the-middle prompt
+    // (without it a suffix is refused).
+    std::optional<CompletionTemplate> completion_template;
 };
 
 // Reads --preferred-sampling-params: an object whose keys are /generate's sampling_params

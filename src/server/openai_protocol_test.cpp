@@ -633,6 +633,29 @@ TEST(ResponseBuilderTest, NativeGenerateBodyAndStream) {
     EXPECT_EQ(payloads[2], "[DONE]");
 }
 
+// --completion-template: a completion's suffix makes SGLang's fill-in-the-middle prompt; without
+// a template a suffix is refused, naming the flag.
+TEST(OpenAiProtocolTest, CompletionTemplateFillInTheMiddle) {
+    ProtocolOptions o = options();
+    const auto prompt = [&](const std::string& body) {
+        ParseOutcome p = parse_request(ApiKind::kCompletion, body, o, "cmpl-1");
+        return p.ok() ? p.request.requests[0].input.text.value_or("?") : "error: " + p.error->message;
+    };
+    EXPECT_NE(prompt(R"({"prompt": "def f(", "suffix": "return x"})").find("--completion-template"), std::string::npos);
+    o.completion_template = completion_template("qwen_coder").value();
+    EXPECT_EQ(prompt(R"({"prompt": "def f(", "suffix": "return x"})"),
+              "<|fim_prefix|>def f(<|fim_suffix|>return x<|fim_middle|>");
+    EXPECT_EQ(prompt(R"({"prompt": "def f("})"), "def f(");
+    EXPECT_EQ(prompt(R"({"prompt": "def f(", "suffix": ""})"), "def f(");
+    EXPECT_NE(prompt(R"({"prompt": [1, 2], "suffix": "x"})").find("needs a text prompt"), std::string::npos);
+    o.completion_template = completion_template("deepseek_coder").value();
+    EXPECT_EQ(prompt(R"({"prompt": "a", "suffix": "b"})"),
+              "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>a<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>b"
+              "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>");
+    EXPECT_EQ(completion_template("star_coder").value().fim_begin, "<fim_prefix>");
+    EXPECT_FALSE(completion_template("codellama").ok());
+}
+
 // --incremental-streaming-output: each /generate chunk carries what is new; the non-streamed
 // body and the default stream stay cumulative.
 TEST(ResponseBuilderTest, IncrementalStreamingOutput) {

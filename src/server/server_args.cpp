@@ -169,6 +169,7 @@ Status ServerArgs::resolve() {
     if (!nlohmann::json::parse(json_model_override_args, nullptr, false).is_object())
         return invalid("--json-model-override-args " + json_model_override_args +
                        ": give a JSON object of config.json fields, e.g. '{\"max_position_embeddings\": 65536}'");
+    if (!completion_template.empty()) TSR_RETURN_IF_ERROR(server::completion_template(completion_template).status());
     if (!preferred_sampling_params.empty())
         TSR_RETURN_IF_ERROR(server::parse_preferred_sampling_params(
                                 preferred_sampling_params, ProtocolOptions{.skip_tokenizer_init = skip_tokenizer_init})

@@ -309,6 +309,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
                                "fp4_mx_block16", "fp4_e2m1"}));
     value(app, t, "--chat-template", a.chat_template,
           "a Jinja chat template file to render chat requests with, in place of the tokenizer's", kYes);
+    value(app, t, "--completion-template", a.completion_template,
+          "fill-in-the-middle for /v1/completions with a suffix: deepseek_coder, star_coder or qwen_coder", kServe);
     value(app, t, "--hf-chat-template-name", a.hf_chat_template_name,
           "which of the tokenizer's named chat templates renders chat requests (e.g. tool_use, rag); "
           "--chat-template overrides it",
