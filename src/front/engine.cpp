@@ -66,8 +66,9 @@ StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationI
     if (input.text) return tokenizer_->encode(*input.text, /*add_special_tokens=*/true);
     if (input.chat_json) {
         if (!chat_template_)
-            return Status::InvalidArgument("this model has no chat_template in tokenizer_config.json; use "
-                                           "/v1/completions with a prompt");
+            return Status::InvalidArgument("this model has no chat template (tokenizer_config.json, "
+                                           "chat_template.jinja); use /v1/completions with a prompt, or start the "
+                                           "server with --chat-template FILE");
         nlohmann::ordered_json request;
         try {
             request = nlohmann::ordered_json::parse(*input.chat_json);

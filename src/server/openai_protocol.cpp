@@ -444,6 +444,11 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
     // serving_chat.py _process_messages: with tools on offer the output keeps its special
     // tokens, which is where many models' call markers are (Llama 3's <|python_tag|>).
     if (tools) base.params.skip_special_tokens = false;
+    // _patch_reasoning_skip_special_tokens: Mistral's [THINK] markers are special tokens, kept
+    // when the request asks for reasoning.
+    if (o.reasoning && o.reasoning->name == "mistral") {
+        if (auto effort = r.string("reasoning_effort"); effort && *effort != "none") base.params.skip_special_tokens = false;
+    }
     if (auto v = r.boolean("logprobs")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs", 0, o.max_top_logprobs)) {
         if (!out.logprobs && *v > 0) r.fail("top_logprobs", "requires 'logprobs' to be true");

@@ -109,6 +109,24 @@ TEST(OpenAiProtocolTest, ToolChoiceNoneDropsTools) {
 
 // serving_chat.py: tools on offer keep the special tokens in the output (call markers), even
 // over the request's own skip_special_tokens.
+// _patch_reasoning_skip_special_tokens: --reasoning-parser mistral keeps [THINK] (a special
+// token) when the request sets reasoning_effort other than "none".
+TEST(OpenAiProtocolTest, MistralReasoningEffortKeepsSpecialTokens) {
+    ProtocolOptions o = options();
+    o.reasoning = reasoning_format("mistral").value();
+    const auto skip = [&](const std::string& extra) {
+        return parse_request(ApiKind::kChatCompletion,
+                             R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}", o, "c")
+            .request.requests[0]
+            .params.skip_special_tokens;
+    };
+    EXPECT_TRUE(skip(""));
+    EXPECT_TRUE(skip(R"(, "reasoning_effort": "none")"));
+    EXPECT_FALSE(skip(R"(, "reasoning_effort": "high")"));
+    o.reasoning = reasoning_format("qwen3").value();
+    EXPECT_TRUE(skip(R"(, "reasoning_effort": "high")"));
+}
+
 TEST(OpenAiProtocolTest, ToolsKeepSpecialTokens) {
     auto o = chat(R"({"messages": [{"role": "user", "content": "x"}], "skip_special_tokens": true,
         "tools": [{"type": "function", "function": {"name": "f"}}]})");

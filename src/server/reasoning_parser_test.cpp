@@ -78,15 +78,27 @@ TEST(ReasoningParserTest, StreamedPiecesSplitTagsAcrossPieces) {
     EXPECT_EQ(cut.finish().reasoning, "</thi");
 }
 
+// Mistral's [THINK]...[/THINK], only when the model writes it (not forced).
+TEST(ReasoningParserTest, MistralThinkMarkers) {
+    const ReasoningDetector d(format("mistral"), false, true);
+    const ReasoningParts p = d.parse_all("[THINK]plan[/THINK]answer");
+    EXPECT_EQ(p.reasoning, "plan");
+    EXPECT_EQ(p.normal, "answer");
+    EXPECT_EQ(d.parse_all("just an answer").normal, "just an answer");
+}
+
 TEST(ReasoningParserTest, NamesAndTemplates) {
     EXPECT_EQ(format("deepseek-v3").request_switch, "thinking");
     EXPECT_EQ(format("qwen3").request_switch, "enable_thinking");
     EXPECT_TRUE(format("qwen3-thinking").always_reasoning);
+    EXPECT_TRUE(format("minimax").always_reasoning);  // DetectorMap's forced names
+    EXPECT_EQ(format("deepseek-v4").request_switch, "thinking");
     const auto unknown = reasoning_format("gpt-oss");
     ASSERT_FALSE(unknown.ok());
     EXPECT_EQ(unknown.status().message(),
-              "--reasoning-parser gpt-oss: tessera parses deepseek-r1, deepseek-v3, glm45, kimi, qwen3, "
-              "qwen3-thinking, step3 (SGLang's other parsers are not implemented)");
+              "--reasoning-parser gpt-oss: tessera parses deepseek-r1, deepseek-v3, deepseek-v4, glm45, interns1, "
+              "kimi, minimax, mistral, qwen3, qwen3-thinking, step3, step3p5 (SGLang's other parsers are not "
+              "implemented)");
     EXPECT_TRUE(template_opens_reasoning("{{- '<|im_start|>assistant\\n<think>\\n' }}"));
     EXPECT_FALSE(template_opens_reasoning("{{- '<|im_start|>assistant\\n' }}"));
 }

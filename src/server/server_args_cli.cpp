@@ -380,7 +380,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
          "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
     value(app, t, "--tool-call-parser", a.tool_call_parser,
           "turn the function calls a model writes into a chat completion's tool_calls: qwen25 (Qwen 2.5 / Qwen3), "
-          "deepseekv3, deepseekv31, llama3 or mistral",
+          "deepseekv3, deepseekv31, llama3, mistral or pythonic",
           kServe);
     value(app, t, "--reasoning-parser", a.reasoning_parser,
           "split a chat completion's reasoning into reasoning_content: deepseek-r1, deepseek-v3, glm45, kimi, qwen3, "

@@ -8,6 +8,7 @@
 
 #include "base/logging.h"
 #include "base/text.h"
+#include "server/python_calls.h"
 
 namespace tessera::server {
 namespace {
@@ -16,13 +17,15 @@ using Json = nlohmann::json;
 
 // DeepSeek's markers use U+FF5C (｜) and U+2581 (▁); V3 and V3.1 share them.
 #define TSR_DEEPSEEK_MARKER(what) "<\xEF\xBD\x9Ctool\xE2\x96\x81" what "\xEF\xBD\x9C>"
-const std::array<ToolCallFormat, 5> kFormats = {{
+using Layout = ToolCallFormat::Layout;
+const std::array<ToolCallFormat, 6> kFormats = {{
     {"deepseekv3", TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "end"),
      TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "end")},
     {"deepseekv31", TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "end"),
      TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "end")},
-    {"llama3", "<|python_tag|>", "", "", "", /*json_values=*/true, /*calls_may_open_output=*/true},
-    {"mistral", "[TOOL_CALLS]", "", "", "", /*json_values=*/true},
+    {"llama3", "<|python_tag|>", "", "", "", Layout::kJsonValues, /*calls_may_open_output=*/true},
+    {"mistral", "[TOOL_CALLS]", "", "", "", Layout::kJsonValues},
+    {"pythonic", "", "", "", "", Layout::kPythonList},
     {"qwen25", "<tool_call>", "", "<tool_call>", "</tool_call>"},
 }};
 
@@ -96,7 +99,11 @@ bool ToolCallDetector::decode(std::string_view payload, std::vector<ParsedToolCa
             return false;
         }
     }
-    if (!actions.is_array()) actions = Json::array({actions});
+    return take_actions(actions, out);
+}
+
+bool ToolCallDetector::take_actions(const Json& given, std::vector<ParsedToolCall>& out) const {
+    const Json actions = given.is_array() ? given : Json::array({given});
     bool any = false;
     for (const Json& action : actions) {
         if (!action.is_object() || !action.contains("name") || !action["name"].is_string()) continue;
@@ -157,7 +164,16 @@ std::string ToolCallDetector::drop_markers(std::string text) const {
 
 ToolCallParts ToolCallDetector::parse_all(std::string_view text) const {
     const std::size_t start = text.find(format_.section_start);
-    if (format_.json_values) {
+    if (format_.layout == Layout::kPythonList) {
+        // pythonic_detector.py detect_and_parse: the whole output is the list, or it is content.
+        const std::string_view whole = strip_whitespace(text);
+        Json calls;
+        if (!whole.starts_with('[') || !parse_python_calls(whole, calls)) return {std::string(text), {}};
+        ToolCallParts parts;
+        take_actions(calls, parts.calls);
+        return parts;
+    }
+    if (format_.layout == Layout::kJsonValues) {
         // The calls after the marker (or the whole output when it opens with one); text left
         // after them joins the content (llama32_detector.py / mistral_detector.py).
         std::size_t calls_at = 0;
@@ -189,6 +205,7 @@ ToolCallParts ToolCallDetector::parse_all(std::string_view text) const {
 ToolCallParts ToolCallDetector::parse_increment(std::string_view piece) {
     buffer_ += piece;
     ToolCallParts parts;
+    if (format_.layout == Layout::kPythonList) return python_increment();
     if (!in_calls_ && !output_started_ && !buffer_.empty()) {
         output_started_ = true;
         in_calls_ = format_.calls_may_open_output && buffer_[0] == '{';
@@ -202,10 +219,10 @@ ToolCallParts ToolCallDetector::parse_increment(std::string_view piece) {
             return parts;
         }
         parts.normal = buffer_.substr(0, start);
-        buffer_.erase(0, format_.json_values ? start + format_.section_start.size() : start);
+        buffer_.erase(0, format_.layout == Layout::kJsonValues ? start + format_.section_start.size() : start);
         in_calls_ = true;
     }
-    if (format_.json_values) {
+    if (format_.layout == Layout::kJsonValues) {
         buffer_.erase(0, take_json_calls(buffer_, parts.calls));
         return parts;
     }
@@ -219,6 +236,34 @@ ToolCallParts ToolCallDetector::parse_increment(std::string_view piece) {
         decode(std::string_view(buffer_).substr(body, end - body), parts.calls);
         buffer_.erase(0, end + format_.call_end.size());
     }
+    return parts;
+}
+
+ToolCallParts ToolCallDetector::python_increment() {
+    ToolCallParts parts;
+    if (!in_calls_ && !output_started_) {
+        // An output that opens with '[' (after any space) may be the list; anything else is content.
+        const std::string_view text = strip_whitespace(buffer_);
+        if (text.empty()) return parts;
+        output_started_ = true;
+        in_calls_ = text.front() == '[';
+    }
+    if (!in_calls_) {
+        parts.normal = std::exchange(buffer_, {});
+        return parts;
+    }
+    const std::size_t open = buffer_.find('[');
+    const std::size_t len = python_list_end(std::string_view(buffer_).substr(open));
+    if (len == std::string_view::npos) return parts;  // the list is not closed yet
+    Json calls;
+    if (parse_python_calls(std::string_view(buffer_).substr(open, len), calls)) {
+        take_actions(calls, parts.calls);
+        parts.normal = buffer_.substr(open + len);
+    } else {
+        parts.normal = buffer_;  // not a list of calls after all
+    }
+    buffer_.clear();
+    in_calls_ = false;
     return parts;
 }
 

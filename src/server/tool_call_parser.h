@@ -2,12 +2,15 @@
 // server/tool_call_parser.h — --tool-call-parser: the function calls a model writes in its
 // own markup become a chat completion's `tool_calls`, whole or as each call completes
 // (SGLang's function_call/qwen25_detector.py, deepseekv3_detector.py, deepseekv31_detector.py,
-// llama32_detector.py, mistral_detector.py and base_format_detector.py parse_base_json). Text only: no model, no I/O. A ToolCallDetector
+// llama32_detector.py, mistral_detector.py, pythonic_detector.py and base_format_detector.py
+// parse_base_json). Text only: no model, no I/O. A ToolCallDetector
 // belongs to one choice of one response.
 
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "base/status.h"
 
@@ -19,15 +22,18 @@ struct ToolCallFormat {
     std::string section_end;   // after the last call ("" when the calls stand alone)
     std::string call_begin;    // around each call
     std::string call_end;
-    // The calls follow section_start as JSON values, one after another (separated by ';' or
-    // ','), instead of between call_begin and call_end: Llama 3's {"name", "parameters"},
-    // Mistral's [{"name", "arguments"}, ...] and its compact name[ARGS]{...}.
-    bool json_values = false;
+    // How the calls are written: each between call_begin and call_end; as JSON values after
+    // section_start, one after another (separated by ';' or ','): Llama 3's {"name",
+    // "parameters"}, Mistral's [{"name", "arguments"}, ...] and its compact name[ARGS]{...};
+    // or as a Python list of calls, the whole output: [f(a=1), g(b="x")] (pythonic).
+    enum class Layout { kMarkedCalls, kJsonValues, kPythonList };
+    Layout layout = Layout::kMarkedCalls;
     bool calls_may_open_output = false;  // Llama 3: an output that begins with '{' is calls
 };
 
 // SGLang's names that tessera parses (qwen25: Qwen 2.5 / Qwen3; deepseekv3: DeepSeek-V3;
-// deepseekv31: DeepSeek-V3.1; llama3: Llama 3.x; mistral: Mistral / Mixtral);
+// deepseekv31: DeepSeek-V3.1; llama3: Llama 3.x; mistral: Mistral / Mixtral; pythonic: Llama 3.2 /
+// Llama 4);
 // another name is refused, listing these.
 StatusOr<ToolCallFormat> tool_call_format(std::string_view name);
 
@@ -59,9 +65,12 @@ class ToolCallDetector {
     // One call's text between call_begin and call_end; false when it is malformed or names
     // no requested function.
     bool decode(std::string_view payload, std::vector<ParsedToolCall>& out) const;
-    // json_values formats: the calls complete at the front of `text`; returns the bytes read.
+    // The offered calls of a JSON list of {"name", "arguments"} / {"name", "parameters"}.
+    bool take_actions(const nlohmann::json& actions, std::vector<ParsedToolCall>& out) const;
+    // The kJsonValues layout: the calls complete at the front of `text`; returns the bytes read.
     std::size_t take_json_calls(std::string_view text, std::vector<ParsedToolCall>& out) const;
     std::string drop_markers(std::string text) const;
+    ToolCallParts python_increment();  // parse_increment of the pythonic layout
 
     ToolCallFormat format_;
     std::vector<std::string> tools_;

@@ -1,4 +1,5 @@
-// --tool-call-parser: SGLang's qwen25, deepseekv3, deepseekv31, llama3 and mistral formats, whole and streamed.
+// --tool-call-parser: SGLang's qwen25, deepseekv3, deepseekv31, llama3, mistral and pythonic formats, whole
+// and streamed.
 #include "server/tool_call_parser.h"
 
 #include <gtest/gtest.h>
@@ -160,12 +161,35 @@ TEST(ToolCallParserTest, Mistral) {
     EXPECT_TRUE(detector("mistral", {"add"}).parse_all(compact).calls.empty()) << "not an offered function";
 }
 
+// pythonic (Llama 3.2 / 4): the whole output is a Python list of calls with literal keyword
+// arguments, read into JSON as ast would.
+TEST(ToolCallParserTest, Pythonic) {
+    const std::string text = R"([get_weather(city='San Francisco', days=3, units=None), )"
+                             R"(add(a=-1.5, b=[1, (2, 3)], opts={'deep': True, "k": "it's"},)])";
+    for (const ToolCallParts& p : {detector("pythonic").parse_all(text), stream(detector("pythonic"), text, 4)}) {
+        EXPECT_EQ(p.normal, "");
+        ASSERT_EQ(p.calls.size(), 2u);
+        EXPECT_EQ(p.calls[0].name, "get_weather");
+        EXPECT_EQ(p.calls[0].arguments, R"({"city":"San Francisco","days":3,"units":null})");
+        EXPECT_EQ(p.calls[1].arguments, R"({"a":-1.5,"b":[1,[2,3]],"opts":{"deep":true,"k":"it's"}})");
+    }
+    // Text that is not exactly a list of calls is content: prose, a positional argument, a
+    // name that is not a literal, a list of numbers.
+    for (const std::string other : {"Sure, here: [f(a=1)]", "[f(1)]", "[f(a=x)]", "[1, 2]", "no calls"}) {
+        EXPECT_EQ(detector("pythonic", {"f"}).parse_all(other).normal, other) << other;
+        EXPECT_TRUE(detector("pythonic", {"f"}).parse_all(other).calls.empty()) << other;
+        EXPECT_EQ(stream(detector("pythonic", {"f"}), other, 3).normal, other) << other;
+    }
+    EXPECT_TRUE(detector("pythonic", {"add"}).parse_all("[get_weather(city='x')]").calls.empty())
+        << "a function the request did not offer";
+}
+
 TEST(ToolCallParserTest, UnknownParserNamesTheOnesThatWork) {
-    const auto f = tool_call_format("pythonic");
+    const auto f = tool_call_format("kimi_k2");
     ASSERT_FALSE(f.ok());
     EXPECT_EQ(f.status().message(),
-              "--tool-call-parser pythonic: tessera parses deepseekv3, deepseekv31, llama3, mistral, qwen25 (SGLang's "
-              "other parsers are not implemented)");
+              "--tool-call-parser kimi_k2: tessera parses deepseekv3, deepseekv31, llama3, mistral, pythonic, qwen25 "
+              "(SGLang's other parsers are not implemented)");
 }
 
 }  // namespace
