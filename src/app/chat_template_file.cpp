@@ -4,12 +4,19 @@
 #include <sstream>
 
 #include "base/logging.h"
+#include "tokenizer/builtin_chat_templates.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tessera::app {
 
 Status use_chat_template_file(const std::string& path, tokenizer::Tokenizer& tok) {
     if (path.empty()) return Status::Ok();
+    // TemplateManager._load_explicit_chat_template: a built-in name first, then a file.
+    if (auto builtin = tokenizer::builtin_chat_template(path)) {
+        tok.set_chat_template(std::move(*builtin));
+        TSR_LOG(INFO, "chat template: SGLang's built-in {}", path);
+        return Status::Ok();
+    }
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;
     if (in) text << in.rdbuf();

@@ -1,7 +1,7 @@
 #pragma once
-// app/chat_template_file.h — --chat-template FILE: chat requests render with that Jinja
-// template instead of the one in tokenizer_config.json (SGLang's template_manager.py
-// _load_jinja_template).
+// app/chat_template_file.h — --chat-template FILE or NAME: chat requests render with that Jinja
+// template, or SGLang's built-in one of that name, instead of the tokenizer's (SGLang's
+// template_manager.py _load_explicit_chat_template).
 
 #include <string>
 

@@ -166,18 +166,18 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         if (!preferred.ok()) return fail(preferred.status());
         ho.protocol.preferred_sampling = std::move(preferred).value();
     }
-    ho.weight_version = args.weight_version;
     ho.protocol.skip_tokenizer_init = args.skip_tokenizer_init;
-    if (!args.completion_template.empty()) ho.protocol.completion_template = server::completion_template(args.completion_template).value();
+    ho.protocol.incremental_streaming_output = args.incremental_streaming_output;
+    if (!args.completion_template.empty())  // checked at start-up (ServerArgs::validate), as the buckets below
+        ho.protocol.completion_template = server::completion_template(args.completion_template).value();
+    ho.weight_version = args.weight_version;
     ho.metric_labels = ec.metric_labels;
     ho.metric_buckets = {.time_to_first_token = args.bucket_time_to_first_token,
                          .inter_token_latency = args.bucket_inter_token_latency,
                          .e2e_request_latency = args.bucket_e2e_request_latency,
-                         // Checked at start-up (ServerArgs::validate).
                          .prompt_tokens = server::token_histogram_buckets("", args.prompt_tokens_buckets).value(),
                          .generation_tokens =
                              server::token_histogram_buckets("", args.generation_tokens_buckets).value()};
-    ho.protocol.incremental_streaming_output = args.incremental_streaming_output;
     if (!args.tool_call_parser.empty()) {
         auto format = server::tool_call_format(args.tool_call_parser);
         if (!format.ok()) return fail(format.status());

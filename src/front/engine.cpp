@@ -18,9 +18,10 @@ namespace {
 server::TokenLogprob to_logprob(const tokenizer::Tokenizer* tok, const executor::SampledToken& t) {
     server::TokenLogprob lp;
     lp.token = t.token;
-    lp.text = tok ? tok->token_bytes(t.token) : std::string();
+    const auto text = [tok](std::int32_t id) { return tok ? tok->token_bytes(id) : std::string(); };
+    lp.text = text(t.token);
     lp.logprob = t.logprob;
-    for (const auto& [id, value] : t.top_logprobs) lp.top.emplace_back(tok ? tok->token_bytes(id) : std::string(), value);
+    for (const auto& [id, value] : t.top_logprobs) lp.top.emplace_back(text(id), value);
     return lp;
 }
 

@@ -237,8 +237,7 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<
         const json overrides = json::parse(override_json, nullptr, false);
         if (!overrides.is_object())
             return Status::InvalidArgument("--json-model-override-args " + std::string(override_json) +
-                                           ": give a JSON object of config.json fields, e.g. "
-                                           "'{\"max_position_embeddings\": 65536}'");
+                                           ": not a JSON object");
         if (!overrides.empty()) {
             std::string keys;
             for (const auto& [key, value] : overrides.items()) {

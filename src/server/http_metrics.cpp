@@ -62,10 +62,13 @@ std::string escape_label(const std::string& v) {
 }  // namespace
 
 StatusOr<std::vector<double>> token_histogram_buckets(std::string_view flag, const std::vector<std::string>& rule) {
-    const auto invalid = [&](const std::string& message) { return Status::InvalidArgument(std::string(flag) + " " + message); };
+    const auto invalid = [&](const std::string& message) {
+        return Status::InvalidArgument(std::string(flag) + " " + message);
+    };
     if (rule.empty() || rule[0] == "default") {
         if (rule.size() > 1)
-            return invalid(fmt::format("default rule should only have one parameter: ['default'], got {}", rule.size()));
+            return invalid(
+                fmt::format("default rule should only have one parameter: ['default'], got {}", rule.size()));
         return kTokenBuckets;
     }
     if (rule[0] == "tse") {
@@ -106,8 +109,8 @@ StatusOr<std::vector<double>> token_histogram_buckets(std::string_view flag, con
 Status check_latency_buckets(std::string_view flag, const std::vector<double>& bounds) {
     for (std::size_t i = 0; i < bounds.size(); ++i) {
         if (bounds[i] < 0 || (i > 0 && bounds[i] <= bounds[i - 1]))
-            return Status::InvalidArgument(fmt::format("{} {}: give non-negative bounds in increasing order, in seconds",
-                                                       flag, fmt::join(bounds, " ")));
+            return Status::InvalidArgument(fmt::format(
+                "{} {}: give non-negative bounds in increasing order, in seconds", flag, fmt::join(bounds, " ")));
     }
     return Status::Ok();
 }
@@ -147,7 +150,8 @@ StatusOr<std::string> metric_labels(const std::string& model_name, const std::st
         const auto extra = nlohmann::ordered_json::parse(extra_json, nullptr, false);
         if (!extra.is_object())
             return Status::InvalidArgument("--extra-metric-labels " + extra_json +
-                                           ": give a JSON object of label names and values, e.g. '{\"cluster\": \"a\"}'");
+                                           ": give a JSON object of label names and values, e.g. "
+                                           "'{\"cluster\": \"a\"}'");
         for (const auto& [name, value] : extra.items()) {
             const bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
                                std::all_of(name.begin(), name.end(), [](char c) {
@@ -158,13 +162,15 @@ StatusOr<std::string> metric_labels(const std::string& model_name, const std::st
                                                "' is not a label name Prometheus accepts (letters, digits and _, not "
                                                "starting with a digit or __, not le)");
             const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
-            const auto same = std::find_if(labels.begin(), labels.end(), [&](const auto& l) { return l.first == name; });
+            const auto same =
+                std::find_if(labels.begin(), labels.end(), [&](const auto& l) { return l.first == name; });
             if (same != labels.end()) same->second = text;
             else labels.emplace_back(name, text);
         }
     }
     std::string out;
-    for (const auto& [name, value] : labels) out += fmt::format("{}{}=\"{}\"", out.empty() ? "" : ",", name, escape_label(value));
+    for (const auto& [name, value] : labels)
+        out += fmt::format("{}{}=\"{}\"", out.empty() ? "" : ",", name, escape_label(value));
     return out;
 }
 

@@ -2,7 +2,8 @@
 // server/http_metrics.h — the HTTP (tokenizer-side) Prometheus metrics with SGLang's names:
 // sglang:prompt_tokens_total, sglang:generation_tokens_total (counters), the
 // time_to_first_token / inter_token_latency / e2e_request_latency histograms and the
-// prompt / uncached prompt / generation token histograms, labelled model_name. Thread-safe (one mutex; updates are a few adds).
+// prompt / uncached prompt / generation token histograms, labelled model_name. Thread-safe (one
+// mutex; updates are a few adds).
 
 #include <cstdint>
 #include <mutex>

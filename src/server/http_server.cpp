@@ -65,7 +65,8 @@ struct ServerState {
         : backend(b),
           options(std::move(o)),
           access{options.api_key, options.admin_api_key, options.host, options.allowed_hosts},
-          metrics(options.metric_labels.empty() ? metric_labels(b.served_model_name(), "").value() : options.metric_labels,
+          metrics(options.metric_labels.empty() ? metric_labels(b.served_model_name(), "").value()
+                                                : options.metric_labels,
                   options.metric_buckets) {}
 
     Backend& backend;
@@ -269,7 +270,8 @@ class Session : public std::enable_shared_from_this<Session> {
         } else if (path == "/model_info" || path == "/get_model_info") {
             if (allow(get, "GET")) respond(200, kJson, model_info_json());
         } else if (path == "/weight_version" || path == "/get_weight_version") {
-            if (allow(get, "GET")) respond(200, kJson, nlohmann::json{{"weight_version", state_->options.weight_version}}.dump());
+            if (allow(get, "GET"))
+                respond(200, kJson, nlohmann::json{{"weight_version", state_->options.weight_version}}.dump());
         } else if (path == "/get_load") {
             if (allow(get, "GET")) respond(200, kJson, load_json(backend.server_info()).dump());
         } else if (path == "/flush_cache") {
@@ -325,7 +327,8 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string model_info_json() const {
         nlohmann::json info = state_->backend.model_info();
         const auto& preferred = state_->protocol.preferred_sampling;
-        info["preferred_sampling_params"] = preferred ? nlohmann::json::parse(preferred->json, nullptr, false) : nullptr;
+        info["preferred_sampling_params"] =
+            preferred ? nlohmann::json::parse(preferred->json, nullptr, false) : nlohmann::json(nullptr);
         info["weight_version"] = state_->options.weight_version;
         return info.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }

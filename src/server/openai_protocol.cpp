@@ -447,7 +447,8 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
     // _patch_reasoning_skip_special_tokens: Mistral's [THINK] markers are special tokens, kept
     // when the request asks for reasoning.
     if (o.reasoning && o.reasoning->name == "mistral") {
-        if (auto effort = r.string("reasoning_effort"); effort && *effort != "none") base.params.skip_special_tokens = false;
+        if (auto effort = r.string("reasoning_effort"); effort && *effort != "none")
+            base.params.skip_special_tokens = false;
     }
     if (auto v = r.boolean("logprobs")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs", 0, o.max_top_logprobs)) {
@@ -747,7 +748,8 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
             break;
     }
     if (r.ok() && options.skip_tokenizer_init) {
-        if (base.input.text) r.fail("text", "needs the tokenizer, which --skip-tokenizer-init leaves out; send input_ids");
+        if (base.input.text)
+            r.fail("text", "needs the tokenizer, which --skip-tokenizer-init leaves out; send input_ids");
         else if (!base.params.stop.empty())
             r.fail("sampling_params.stop", "strings need the tokenizer, which --skip-tokenizer-init leaves out; use "
                                            "stop_token_ids");
@@ -793,7 +795,8 @@ StatusOr<PreferredSampling> parse_preferred_sampling_params(std::string_view jso
             "'{{\"temperature\": 0.6, \"top_p\": 0.95}}'", json));
     }
     for (const auto& item : root.items()) {
-        if (std::find(kNativeSamplingKeys.begin(), kNativeSamplingKeys.end(), item.key()) == kNativeSamplingKeys.end()) {
+        if (std::find(kNativeSamplingKeys.begin(), kNativeSamplingKeys.end(), item.key()) ==
+            kNativeSamplingKeys.end()) {
             return Status::InvalidArgument(fmt::format(
                 "--preferred-sampling-params: '{}' is not a sampling parameter tessera applies; it takes {}",
                 item.key(), fmt::join(kNativeSamplingKeys, ", ")));

@@ -132,7 +132,8 @@ TEST(OpenAiProtocolTest, ToolsKeepSpecialTokens) {
         "tools": [{"type": "function", "function": {"name": "f"}}]})");
     ASSERT_TRUE(o.ok());
     EXPECT_FALSE(o.request.requests[0].params.skip_special_tokens);
-    EXPECT_TRUE(chat(R"({"messages": [{"role": "user", "content": "x"}]})").request.requests[0].params.skip_special_tokens);
+    const auto plain = chat(R"({"messages": [{"role": "user", "content": "x"}]})");
+    EXPECT_TRUE(plain.request.requests[0].params.skip_special_tokens);
 }
 
 TEST(OpenAiProtocolTest, ChatErrorsNameTheField) {
@@ -667,9 +668,8 @@ TEST(OpenAiProtocolTest, CompletionTemplateFillInTheMiddle) {
     EXPECT_EQ(prompt(R"({"prompt": "def f(", "suffix": ""})"), "def f(");
     EXPECT_NE(prompt(R"({"prompt": [1, 2], "suffix": "x"})").find("needs a text prompt"), std::string::npos);
     o.completion_template = completion_template("deepseek_coder").value();
-    EXPECT_EQ(prompt(R"({"prompt": "a", "suffix": "b"})"),
-              "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>a<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>b"
-              "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>");
+    const auto fim = [](const std::string& what) { return "<\xEF\xBD\x9C" "fim\xE2\x96\x81" + what + "\xEF\xBD\x9C>"; };
+    EXPECT_EQ(prompt(R"({"prompt": "a", "suffix": "b"})"), fim("begin") + "a" + fim("hole") + "b" + fim("end"));
     EXPECT_EQ(completion_template("star_coder").value().fim_begin, "<fim_prefix>");
     EXPECT_FALSE(completion_template("codellama").ok());
 }

@@ -11,6 +11,7 @@
 #include "server/openai_protocol.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
+#include "tokenizer/builtin_chat_templates.h"
 
 namespace tessera::server {
 
@@ -164,8 +165,8 @@ Status ServerArgs::resolve() {
     TSR_RETURN_IF_ERROR(check_latency_buckets("--bucket-inter-token-latency", bucket_inter_token_latency));
     TSR_RETURN_IF_ERROR(check_latency_buckets("--bucket-e2e-request-latency", bucket_e2e_request_latency));
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--prompt-tokens-buckets", prompt_tokens_buckets).status());
-    TSR_RETURN_IF_ERROR(metric_labels("", extra_metric_labels).status());
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--generation-tokens-buckets", generation_tokens_buckets).status());
+    TSR_RETURN_IF_ERROR(metric_labels("", extra_metric_labels).status());
     if (!nlohmann::json::parse(json_model_override_args, nullptr, false).is_object())
         return invalid("--json-model-override-args " + json_model_override_args +
                        ": give a JSON object of config.json fields, e.g. '{\"max_position_embeddings\": 65536}'");
@@ -178,16 +179,16 @@ Status ServerArgs::resolve() {
         notes.push_back("skip_tokenizer_init=True: string-based stop conditions (stop, stop_regex) and min_new_tokens "
                         "are unavailable.");
     // SGLang's template_manager.py takes a built-in name, a .jinja file or a .json conversation
-    // template; tessera takes the Jinja file.
+    // template; tessera takes the first two.
     if (!chat_template.empty()) {
         const std::string flag = "--chat-template " + chat_template + ": ";
         if (chat_template.size() >= 5 && chat_template.compare(chat_template.size() - 5, 5, ".json") == 0)
             return invalid(flag + "SGLang's JSON conversation templates are not implemented; give a Jinja template "
                                   "file");
         std::error_code ec;
-        if (!std::filesystem::is_regular_file(chat_template, ec))
-            return invalid(flag + "no such file; tessera takes the path of a Jinja chat template (SGLang's built-in "
-                                  "template names are not implemented)");
+        if (!tokenizer::builtin_chat_template(chat_template) && !std::filesystem::is_regular_file(chat_template, ec))
+            return invalid(flag + "no such file; tessera takes the path of a Jinja chat template or one of SGLang's "
+                                  "built-in names " + tokenizer::builtin_chat_template_names());
     }
     if (max_queued_requests && *max_queued_requests < 1)
         return invalid("--max-queued-requests must be at least 1, got " + str(*max_queued_requests));

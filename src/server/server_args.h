@@ -104,11 +104,11 @@ struct ServerArgs {
     bool log_requests = false;
     int log_requests_level = 2;
     std::string log_requests_format = "text";
-    std::vector<std::string> log_requests_target;
+    std::vector<std::string> log_requests_target;  // --log-requests-target: stdout and/or directories
     // /metrics histograms: latency bounds in seconds, token-count bucket rules (SGLang's).
     std::vector<double> bucket_time_to_first_token, bucket_inter_token_latency, bucket_e2e_request_latency;
     std::vector<std::string> prompt_tokens_buckets, generation_tokens_buckets;
-    std::string extra_metric_labels;  // --extra-metric-labels: a JSON object of labels every metric carries  // --log-requests-target: stdout and/or directories
+    std::string extra_metric_labels;  // --extra-metric-labels: a JSON object of labels every metric carries
     std::string kv_cache_dtype = "auto";
     std::string quantization_param_path;
     std::string quantization;

@@ -308,7 +308,9 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
         ->check(CLI::IsMember({"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
                                "fp4_mx_block16", "fp4_e2m1"}));
     value(app, t, "--chat-template", a.chat_template,
-          "a Jinja chat template file to render chat requests with, in place of the tokenizer's", kYes);
+          "a Jinja chat template file, or SGLang's built-in chatml, llama-2 or mistral, to render chat requests with "
+          "in place of the tokenizer's",
+          kYes);
     value(app, t, "--completion-template", a.completion_template,
           "fill-in-the-middle for /v1/completions with a suffix: deepseek_coder, star_coder or qwen_coder", kServe);
     value(app, t, "--hf-chat-template-name", a.hf_chat_template_name,

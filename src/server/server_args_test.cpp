@@ -198,7 +198,9 @@ TEST(ServerArgsTest, EveryValidationRule) {
         {"queue cap", [](ServerArgs& a) { a.max_queued_requests = 0; }, "--max-queued-requests must be at least 1"},
         {"reasoning parser", [](ServerArgs& a) { a.reasoning_parser = "gpt-oss"; },
          "--reasoning-parser gpt-oss: tessera parses"},
-        {"chat template", [](ServerArgs& a) { a.chat_template = "chatml"; }, "--chat-template chatml: no such file"},
+        {"chat template", [](ServerArgs& a) { a.chat_template = "vicuna"; },
+         "--chat-template vicuna: no such file; tessera takes the path of a Jinja chat template or one of SGLang's "
+         "built-in names chatml, llama-2, mistral"},
         {"priority policy", [](ServerArgs& a) { a.enable_priority_scheduling = true; a.schedule_policy = "lpm"; },
          "--enable-priority-scheduling requires --schedule-policy fcfs or lof"},
         {"priority retraction", [](ServerArgs& a) { a.retraction_policy = "priority"; },

@@ -11,7 +11,8 @@ namespace {
 
 std::string strip_copy(std::string_view text) {
     const std::size_t b = text.find_first_not_of(" \n");
-    return b == std::string_view::npos ? std::string() : std::string(text.substr(b, text.find_last_not_of(" \n") + 1 - b));
+    if (b == std::string_view::npos) return std::string();
+    return std::string(text.substr(b, text.find_last_not_of(" \n") + 1 - b));
 }
 
 ToolCallDetector detector(const char* name, std::vector<std::string> tools = {"get_weather", "add"}) {
@@ -76,7 +77,9 @@ TEST(ToolCallParserTest, DeepSeekV3) {
 
 // DeepSeek-V3.1: NAME<｜tool▁sep｜>ARGS between the same markers as V3, no fences.
 TEST(ToolCallParserTest, DeepSeekV31) {
-    const auto marker = [](const std::string& what) { return "<\xEF\xBD\x9Ctool\xE2\x96\x81" + what + "\xEF\xBD\x9C>"; };
+    const auto marker = [](const std::string& what) {
+        return "<\xEF\xBD\x9Ctool\xE2\x96\x81" + what + "\xEF\xBD\x9C>";
+    };
     const std::string call_begin = marker("call\xE2\x96\x81" "begin"), call_end = marker("call\xE2\x96\x81" "end");
     const std::string text = "Checking." + marker("calls\xE2\x96\x81" "begin") + call_begin + "get_weather" +
                              marker("sep") + R"({"city": "Tokyo"})" + call_end + call_begin + "add" + marker("sep") +

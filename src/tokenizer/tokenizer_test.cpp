@@ -337,7 +337,8 @@ TEST(TinyTokenizer, ChatTemplateFilesAndNamedTemplates) {
               (std::map<std::string, std::string>{{"default", "J"}, {"rag", "R"}, {"tool_use", "T"}}));
 
     // A list without "default": the first one.
-    dir.write("tokenizer_config.json", {{"chat_template", nlohmann::json::array({{{"name", "a"}, {"template", "A"}}})}});
+    dir.write("tokenizer_config.json",
+              {{"chat_template", nlohmann::json::array({{{"name", "a"}, {"template", "A"}}})}});
     std::filesystem::remove(std::filesystem::path(dir.path()) / "chat_template.jinja");
     tok = Tokenizer::load(dir.path());
     ASSERT_TRUE(tok.ok());
