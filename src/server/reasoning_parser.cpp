@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/text.h"
+#include "server/named_formats.h"
 
 namespace tessera::server {
 namespace {
@@ -33,12 +34,7 @@ const std::array<ReasoningFormat, 12> kFormats = {{
 }  // namespace
 
 StatusOr<ReasoningFormat> reasoning_format(std::string_view name) {
-    for (const ReasoningFormat& f : kFormats)
-        if (f.name == name) return f;
-    std::string names;
-    for (const ReasoningFormat& f : kFormats) names += (names.empty() ? "" : ", ") + f.name;
-    return Status::InvalidArgument("--reasoning-parser " + std::string(name) + ": tessera parses " + names +
-                                   " (SGLang's other parsers are not implemented)");
+    return find_named_format(kFormats, "--reasoning-parser", name);
 }
 
 bool template_opens_reasoning(std::string_view chat_template) {

@@ -8,6 +8,7 @@
 
 #include "base/logging.h"
 #include "base/text.h"
+#include "server/named_formats.h"
 #include "server/python_calls.h"
 
 namespace tessera::server {
@@ -60,12 +61,7 @@ constexpr std::string_view kDeepSeekSep = TSR_DEEPSEEK_MARKER("sep");
 
 StatusOr<ToolCallFormat> tool_call_format(std::string_view name) {
     if (name == "qwen") name = "qwen25";  // function_call_parser.py maps both to Qwen25Detector
-    for (const ToolCallFormat& f : kFormats)
-        if (f.name == name) return f;
-    std::string names;
-    for (const ToolCallFormat& f : kFormats) names += (names.empty() ? "" : ", ") + f.name;
-    return Status::InvalidArgument("--tool-call-parser " + std::string(name) + ": tessera parses " + names +
-                                   " (SGLang's other parsers are not implemented)");
+    return find_named_format(kFormats, "--tool-call-parser", name);
 }
 
 ToolCallDetector::ToolCallDetector(ToolCallFormat format, std::vector<std::string> tools)
