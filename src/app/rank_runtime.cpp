@@ -242,6 +242,7 @@ StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args,
     models::LoadOptions load{args.model_path, args.dtype, args.quantization, args.kv_cache_dtype,
                              args.quantization_param_path};
     load.json_model_override_args = args.json_model_override_args;
+    load.is_embedding = args.is_embedding;
     load.tp_rank = rt.coords.tp_rank;
     load.tp_size = args.tp_size;
     load.tp_group = rt.tp_group.get();

@@ -93,6 +93,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.context_len = rank.context_len;
     ec.vocab_size = m.config().vocab_size;
     ec.eos_token_ids = m.config().eos_token_ids;
+    ec.is_generation = m.config().is_generation;
     for (std::int32_t id : tok ? tok->eos_token_ids() : std::vector<std::int32_t>{})
         if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())
             ec.eos_token_ids.push_back(id);
@@ -136,7 +137,8 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                                           {"schedule_policy", args.schedule_policy},
                                           {"disable_radix_cache", args.disable_radix_cache},
                                           {"max_cached_tokens", rank.scheduler.max_cached_tokens},
-                                          {"dtype", dtype_name(m.compute_dtype())}}
+                                          {"dtype", dtype_name(m.compute_dtype())},
+                                          {"is_embedding", !m.config().is_generation}}
                                .dump();
     front::Engine engine(ec, tok.get(), std::move(chat), (*leader)->runner());
     log_startup_line(rank);
@@ -167,6 +169,11 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         ho.protocol.preferred_sampling = std::move(preferred).value();
     }
     ho.protocol.skip_tokenizer_init = args.skip_tokenizer_init;
+    if (!m.config().is_generation)
+        ho.protocol.embedding = server::EmbeddingOptions{.model_path = args.model_path,
+                                                         .hidden_size = m.config().hidden_size,
+                                                         .is_matryoshka = m.config().is_matryoshka,
+                                                         .matryoshka_dimensions = m.config().matryoshka_dimensions};
     ho.protocol.incremental_streaming_output = args.incremental_streaming_output;
     if (!args.completion_template.empty())  // checked at start-up (ServerArgs::validate), as the buckets below
         ho.protocol.completion_template = server::completion_template(args.completion_template).value();

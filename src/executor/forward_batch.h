@@ -53,6 +53,9 @@ struct SampledToken {
     std::int32_t token = -1;
     float logprob = 0.0f;                                      // when requested
     std::vector<std::pair<std::int32_t, float>> top_logprobs;  // when requested, best first
+    // An embedding model's output instead of a token (token stays -1): the sequence's pooled
+    // hidden state, f32 [hidden_size], unit L2 norm.
+    std::vector<float> embedding;
 };
 
 // What the scheduler drives: the model on this rank (or, in tests, a fake).

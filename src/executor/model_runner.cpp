@@ -58,7 +58,24 @@ StatusOr<std::vector<SampledToken>> ModelRunner::run(const ForwardBatch& batch,
     TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
     input.dp_attention = dp_attention;
     TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &logits_));
-    return sample_batch(batch, logits_, model_.config().vocab_size, pool_, scratch_);
+    return step_results(batch, logits_, model_.config(), pool_, scratch_);
+}
+
+StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, std::span<float> out,
+                                                 const loader::ModelConfig& config, ThreadPool* pool,
+                                                 SamplingScratch& scratch) {
+    if (config.is_generation) return sample_batch(batch, out, config.vocab_size, pool, scratch);
+    const auto hidden = static_cast<std::size_t>(config.hidden_size);
+    std::vector<SampledToken> results(batch.seqs.size());
+    std::size_t row = 0;
+    for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+        if (!batch.seqs[i].need_token) continue;
+        if ((row + 1) * hidden > out.size()) return Status::Internal("fewer embedding rows than sequences needing one");
+        const auto first = out.begin() + static_cast<std::ptrdiff_t>(row * hidden);
+        results[i].embedding.assign(first, first + static_cast<std::ptrdiff_t>(hidden));
+        ++row;
+    }
+    return results;
 }
 
 StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std::span<float> logits,

@@ -53,4 +53,11 @@ SampledToken sample_row(std::span<float> row, const SequenceSampling& sampling,
 StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std::span<float> logits,
                                                  std::int64_t vocab, ThreadPool* pool, SamplingScratch& scratch);
 
+// What a step hands back for each sequence of `batch` from the model's output rows `out` (one
+// row per sequence that needs a token, in batch order): a sampled token (sample_batch), or
+// for an embedding model (config.is_generation false) the row itself as the embedding.
+StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, std::span<float> out,
+                                                 const loader::ModelConfig& config, ThreadPool* pool,
+                                                 SamplingScratch& scratch);
+
 }  // namespace tessera::executor

@@ -116,6 +116,25 @@ TEST(SampleBatchTest, RowsSplitOverThreadsSampleAsOneThreadDoes) {
     EXPECT_FALSE(sample_batch(batch, short_logits, kVocab, &pool, scratch).ok());
 }
 
+TEST(StepResultsTest, AnEmbeddingModelHandsBackEachSequencesRow) {
+    ForwardBatch batch;
+    for (int i = 0; i < 3; ++i) batch.seqs.push_back({.rid = "r" + std::to_string(i), .need_token = i != 1});
+    loader::ModelConfig config;
+    config.hidden_size = 2;
+    config.vocab_size = 5;
+    config.is_generation = false;
+    std::vector<float> rows = {1.0f, 2.0f, 3.0f, 4.0f};  // r0's, then r2's (r1 is a middle chunk)
+    SamplingScratch scratch;
+    auto results = step_results(batch, rows, config, nullptr, scratch);
+    ASSERT_TRUE(results.ok());
+    EXPECT_EQ((*results)[0].embedding, (std::vector<float>{1.0f, 2.0f}));
+    EXPECT_TRUE((*results)[1].embedding.empty());
+    EXPECT_EQ((*results)[2].embedding, (std::vector<float>{3.0f, 4.0f}));
+    EXPECT_EQ((*results)[2].token, -1);
+    rows.resize(3);
+    EXPECT_FALSE(step_results(batch, rows, config, nullptr, scratch).ok());
+}
+
 TEST(StepWireTest, DpAttentionCountsTravelAheadOfTheStep) {
     ForwardBatch batch;
     batch.seqs.push_back({"a", {1, 2, 3}, 0, {9, 8, 7}, true, {}, {}});
@@ -226,6 +245,12 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     EXPECT_EQ((*results)[0].logprob, -0.5f);
     EXPECT_EQ((*results)[0].top_logprobs, tokens[0].top_logprobs);
     EXPECT_EQ((*results)[1].token, -1);
+    EXPECT_TRUE((*results)[0].embedding.empty());
+
+    tokens[1].embedding = {0.6f, -0.8f, 0.0f};  // an embedding model's result travels whole
+    results = decode_results(encode_results(tokens));
+    ASSERT_TRUE(results.ok());
+    EXPECT_EQ((*results)[1].embedding, tokens[1].embedding);
     auto bytes = encode_results(tokens);
     bytes.resize(bytes.size() - 3);
     EXPECT_FALSE(decode_results(bytes).ok());

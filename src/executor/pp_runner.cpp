@@ -220,7 +220,6 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
     if (!last) next.emplace(pp, stage + 1, max_pending);
     std::optional<StageOutbox> back;
     if (last && tp_root) back.emplace(pp, 0, max_pending);
-    const std::int64_t vocab = model.config().vocab_size;
 
     std::vector<std::int32_t> tokens;
     std::vector<float> out;
@@ -268,7 +267,8 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
             TSR_RETURN_IF_ERROR(post_step(*next, links.dp_attention ? message : std::move(bytes), std::move(out)));
             out = {};
         } else if (back) {
-            TSR_ASSIGN_OR_RETURN(std::vector<SampledToken> sampled, sample_batch(batch, out, vocab, pool, scratch));
+            TSR_ASSIGN_OR_RETURN(std::vector<SampledToken> sampled,
+                                 step_results(batch, out, model.config(), pool, scratch));
             std::vector<std::uint8_t> result = encode_results(sampled);
             const auto n_result = static_cast<std::int64_t>(result.size());
             TSR_RETURN_IF_ERROR(back->post(n_result, 0, std::move(result), {}, kTagResultHeader, kTagResult, kTagResult));

@@ -151,6 +151,8 @@ std::vector<std::uint8_t> encode_results(const std::vector<SampledToken>& tokens
             w.i64(id);
             w.f32(lp);
         }
+        w.i64(static_cast<std::int64_t>(t.embedding.size()));
+        for (float v : t.embedding) w.f32(v);
     }
     return w.take();
 }
@@ -172,6 +174,12 @@ StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_
             if (!r.i32(&v) || !r.f32(&lp)) return Status::DataLoss("corrupt top log-probabilities");
             id = v;
         }
+        std::int64_t dim = 0;
+        if (!r.i64(&dim) || dim < 0 || static_cast<std::size_t>(dim) > r.remaining() / sizeof(float))
+            return Status::DataLoss("corrupt embedding size");
+        t.embedding.resize(static_cast<std::size_t>(dim));
+        for (float& v : t.embedding)
+            if (!r.f32(&v)) return Status::DataLoss("corrupt embedding");
     }
     if (!r.done()) return Status::DataLoss("trailing bytes in sampled tokens");
     return out;

@@ -101,9 +101,17 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
         }
         if (p.max_new_tokens >= 0 && n_prompt + p.max_new_tokens > limit) p.max_new_tokens = limit - n_prompt;
     }
-    // No max_tokens in a chat request (max_new_tokens < 0): the rest of the context, as SGLang.
-    if (p.max_new_tokens < 0) p.max_new_tokens = std::min(config_.context_len, scheduler_.max_req_len()) - n_prompt;
-    if (p.max_new_tokens < 1)
+    if (!config_.is_generation) {
+        // An embedding ends with its prompt (SGLang's EmbeddingReqInput: max_new_tokens 0).
+        p.max_new_tokens = 0;
+        if (n_prompt >= config_.context_len)
+            return Status::OutOfRange("The input (" + std::to_string(n_prompt) + " tokens) is longer than the model's "
+                                      "context length (" + std::to_string(config_.context_len) + " tokens).");
+    } else if (p.max_new_tokens < 0) {
+        // No max_tokens in a chat request: the rest of the context, as SGLang.
+        p.max_new_tokens = std::min(config_.context_len, scheduler_.max_req_len()) - n_prompt;
+    }
+    if (config_.is_generation && p.max_new_tokens < 1)
         return Status::OutOfRange("the prompt (" + std::to_string(n_prompt) + " tokens) leaves no room to generate in "
                                   "the context length of " + std::to_string(config_.context_len) + " tokens");
     if (n_prompt + p.max_new_tokens > config_.context_len) {
@@ -340,7 +348,9 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
     }
     server::GenerationEvent ev;
     ev.usage = {e.prompt_tokens, e.completion_tokens, e.cached_tokens};
-    if (e.token) {
+    if (e.token && !e.token->embedding.empty()) {
+        ev.embedding = e.token->embedding;
+    } else if (e.token) {
         ev.token_ids.push_back(e.token->token);
         if (stream.logprobs) ev.logprobs.push_back(to_logprob(tokenizer_, *e.token));
         auto delta = stream.output ? stream.output->add(e.token->token) : tokenizer::OutputStream::Delta{};
@@ -422,7 +432,7 @@ nlohmann::json Engine::server_info() const {
 nlohmann::json Engine::model_info() const {
     return {{"model_path", config_.model_path},
             {"tokenizer_path", config_.tokenizer_path},
-            {"is_generation", true},
+            {"is_generation", config_.is_generation},
             {"model_type", config_.model_type},
             {"architectures", {config_.architecture}},
             {"has_image_understanding", false},

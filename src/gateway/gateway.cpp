@@ -47,8 +47,10 @@ std::string error_json(int status, const std::string& message, const std::string
     return e.to_json();
 }
 
+// The routes a request is proxied on to one worker: generation, and an embedding server's.
 bool is_generation_route(const std::string& path) {
-    return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/generate";
+    return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/generate" ||
+           path == "/v1/embeddings" || path == "/encode";
 }
 
 // Admin routes every worker must apply (SGLang's server has them; the gateway fans them out).

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -47,6 +48,13 @@ void silu_and_mul_row(const float* g, const float* u, float* o, std::int64_t dim
     for (; i < dim; ++i) o[i] = silu(g[i]) * u[i];
 }
 }  // namespace
+
+void l2_normalize(float* x, std::int64_t dim) {
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < dim; ++i) sum += static_cast<double>(x[i]) * x[i];
+    const double scale = 1.0 / std::max(std::sqrt(sum), 1e-12);
+    for (std::int64_t i = 0; i < dim; ++i) x[i] = static_cast<float>(x[i] * scale);
+}
 
 void rms_norm(const float* x, const float* weight, float* y, std::int64_t rows, std::int64_t dim,
               float eps, ThreadPool* pool) {

@@ -18,6 +18,9 @@ namespace tessera::kernels {
 void rms_norm(const float* x, const float* weight, float* y, std::int64_t rows, std::int64_t dim,
               float eps, ThreadPool* pool = nullptr);
 
+// x f32 [dim] /= max(‖x‖₂, 1e-12), as torch.nn.functional.normalize(p=2): a zero row stays zero.
+void l2_normalize(float* x, std::int64_t dim);
+
 // x f32 [rows, dim] += residual f32 [rows, dim]
 void add_inplace(float* x, const float* residual, std::int64_t n);
 

@@ -37,6 +37,17 @@ TEST(OpsTest, RmsNormMatchesTheFormulaOnOddSizes) {
     }
 }
 
+TEST(OpsTest, L2NormalizeGivesUnitRowsAndKeepsZero) {
+    std::vector<float> x = {3.0f, -4.0f, 0.0f};
+    l2_normalize(x.data(), 3);
+    EXPECT_FLOAT_EQ(x[0], 0.6f);
+    EXPECT_FLOAT_EQ(x[1], -0.8f);
+    EXPECT_FLOAT_EQ(x[2], 0.0f);
+    std::vector<float> zero(5, 0.0f);
+    l2_normalize(zero.data(), 5);
+    for (float v : zero) EXPECT_EQ(v, 0.0f);
+}
+
 TEST(OpsTest, RopeNeoxRotatesHalvesAndKeepsNorm) {
     const std::int64_t head_dim = 6, heads = 2, tokens = 3;
     auto x = random_vector(tokens * heads * head_dim, 3);

@@ -319,6 +319,15 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir, std::span<
     if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
         c.bos_token_id = j["bos_token_id"].get<std::int32_t>();
     if (j.contains("eos_token_id")) c.eos_token_ids = read_token_ids(j["eos_token_id"]);
+    if (const json& dims = j.value("matryoshka_dimensions", json()); dims.is_array()) {
+        for (const json& d : dims) {
+            if (!d.is_number_integer() || d.get<std::int64_t>() < 1)
+                return Status::InvalidArgument(file +
+                                               ": field \"matryoshka_dimensions\" must be a list of positive integers");
+            c.matryoshka_dimensions.push_back(d.get<std::int64_t>());
+        }
+    }
+    c.is_matryoshka = !c.matryoshka_dimensions.empty() || j.value("is_matryoshka", false);
     const fs::path gen_path = fs::path(model_dir) / "generation_config.json";
     if (fs::exists(gen_path)) {
         auto gen = read_json(gen_path);

@@ -124,6 +124,14 @@ struct ModelConfig {
     MoeConfig moe;
     MlaConfig mla;
     std::optional<Fp8Quantization> fp8;  // set for an FP8 checkpoint
+    // Matryoshka embeddings (config.json's matryoshka_dimensions, is_matryoshka): the output
+    // sizes an embedding request's `dimensions` may ask for; any size when the list is empty
+    // and is_matryoshka is set (SGLang's ModelConfig).
+    std::vector<std::int64_t> matryoshka_dimensions;
+    bool is_matryoshka = false;
+    // false under --is-embedding: the last stage returns each sequence's pooled hidden state
+    // instead of logits (SGLang's ModelConfig.is_generation). Set by the loader, not read.
+    bool is_generation = true;
 
     bool is_moe() const { return moe.num_experts > 0; }
     bool is_mla() const { return mla.kv_lora_rank > 0; }

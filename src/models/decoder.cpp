@@ -528,6 +528,14 @@ Status Decoder::logits_forward(std::int64_t n_out, const BatchInput& batch, Thre
     const auto eps = static_cast<float>(config_.rms_norm_eps);
     out->clear();
     if (n_out > 0) kernels::rms_norm(last_.data(), final_norm_.data(), last_.data(), n_out, hidden, eps, pool);
+    if (!config_.is_generation) {
+        // SGLang's layers/pooler.py Pooler (LAST, normalize=True): the row is the pooled state.
+        // No collective: every rank holds the whole hidden state, and every rank of the job
+        // takes this path.
+        out->assign(last_.begin(), last_.begin() + n_out * hidden);
+        for (std::int64_t r = 0; r < n_out; ++r) kernels::l2_normalize(out->data() + r * hidden, hidden);
+        return Status::Ok();
+    }
     // Every rank of the head's group runs the same rows, so all of them skip (or issue) its
     // gather together: the attention-TP group under --enable-dp-lm-head, else the TP group.
     const layers::DpAttentionStep* step = batch.dp_attention;

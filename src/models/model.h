@@ -97,7 +97,9 @@ class Model {
     // One step over several sequences: every linear layer runs on all their new tokens at
     // once, attention per sequence over its own KV rows. Writes the new tokens' K/V into
     // `kv` (this stage's layers). On the last stage `out` is the logits, f32 [rows,
-    // vocab_size] with, per sequence in order, 0, 1 or n_tokens rows as its LogitsMode says;
+    // vocab_size] with, per sequence in order, 0, 1 or n_tokens rows as its LogitsMode says
+    // (an embedding model, config().is_generation false: f32 [rows, hidden_size], each row the
+    // final-normed hidden state scaled to unit L2 norm, SGLang's Pooler with LAST pooling);
     // on other stages it is the hidden states for the next stage, f32 [Σ n_tokens,
     // hidden_size] (LogitsMode is ignored there).
     virtual Status forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
@@ -144,6 +146,9 @@ struct LoadOptions {
     // --moe-dense-tp-size 1: dense MLP layers replicated on every rank (no TP split, no
     // gather under DP-attention).
     bool dense_mlp_replicated = false;
+    // --is-embedding: the model serves embeddings (ModelConfig::is_generation false): the last
+    // stage's output rows are pooled hidden states, not logits.
+    bool is_embedding = false;
     // Expert placement, dispatch, recording and live rebalancing (MoE models).
     eplb::EplbOptions eplb;
 };

@@ -76,6 +76,7 @@ std::vector<std::string> supported_architectures() {
 StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
     TSR_ASSIGN_OR_RETURN(auto config, loader::load_model_config(options.model_path, known_architectures(),
                                                                 options.json_model_override_args));
+    config.is_generation = !options.is_embedding;
     if (!options.quantization.empty() && options.quantization != "fp8")
         return Status::InvalidArgument("--quantization " + options.quantization +
                                        " is not supported: tessera runs fp8 (e4m3, block-wise) and unquantized weights");

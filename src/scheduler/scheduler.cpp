@@ -893,8 +893,13 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
         }
         erase_ptr(prefilling_, &r);
         const executor::SampledToken& tok = tokens[i];
-        r.output_ids.push_back(tok.token);
-        r.check_finished();
+        if (!tok.embedding.empty()) {
+            // An embedding request ends with its prompt, as SGLang's FINISH_LENGTH(length=0).
+            r.finish_reason = FinishReason::kLength;
+        } else {
+            r.output_ids.push_back(tok.token);
+            r.check_finished();
+        }
         if (r.finished()) {
             drop_uncomputed_tail(r);
             cache_finished_req(r);

@@ -62,6 +62,7 @@ class FakeRunner final : public executor::BatchRunner {
 
     std::function<void()> before_run;     // e.g. the scheduler's invariant check
     bool fail_next = false;               // inject one failed step
+    bool embedding = false;               // an embedding model: results carry the "token" as a row
     std::vector<std::vector<std::string>> batches;  // rids of every batch, in order
     std::int64_t n_partial_chunks = 0;    // sequences run without need_token
 
@@ -171,7 +172,12 @@ class FakeRunner final : public executor::BatchRunner {
             }
             std::uint64_t acc = 0;
             for (const std::int32_t slot : s.slots) acc = attend(acc, kv_[slot]);
-            out.push_back({.token = s.need_token ? to_token(acc) : -1});
+            if (embedding) {
+                out.push_back({});
+                if (s.need_token) out.back().embedding = {static_cast<float>(to_token(acc)), 1.0f};
+            } else {
+                out.push_back({.token = s.need_token ? to_token(acc) : -1});
+            }
         }
         batches.push_back(std::move(rids));
         return out;
@@ -186,6 +192,7 @@ class FakeRunner final : public executor::BatchRunner {
 
 struct Result {
     std::vector<std::int32_t> tokens;
+    std::vector<float> embedding;
     FinishReason reason = FinishReason::kNone;
     std::int64_t cached_tokens = -1;
     int n_events = 0;
@@ -212,7 +219,11 @@ class Harness {
             Result& r = results_[key];
             ++r.n_events;
             EXPECT_EQ(ev.rid, rid);
-            if (ev.token) r.tokens.push_back(ev.token->token);
+            if (ev.token && !ev.token->embedding.empty()) {
+                r.embedding = ev.token->embedding;
+            } else if (ev.token) {
+                r.tokens.push_back(ev.token->token);
+            }
             if (ev.finished) {
                 finish_order_.push_back(key);
                 EXPECT_EQ(r.reason, FinishReason::kNone) << rid << " finished twice";
@@ -459,6 +470,32 @@ TEST_P(SchedulerTest, RepeatedPrefixIsServedFromTheCache) {
     h2.run();
     EXPECT_EQ(h2.results_["b"].cached_tokens, 0);
     EXPECT_EQ(h2.results_["b"].tokens, expected(make_req("b", b, 4)));
+}
+
+// An embedding request ends with its prompt: one event carrying the last position's row, finish
+// "length" and no output token, after every chunk of a chunked prompt; its prompt stays in the
+// prefix cache for the next one.
+TEST_P(SchedulerTest, EmbeddingRequestsEndWithTheirPromptsRow) {
+    SchedulerConfig cfg = roomy(page());
+    cfg.chunked_prefill_size = 32;
+    Harness h(cfg);
+    h.runner_.embedding = true;
+    const Tokens long_prompt = prompt(5, 100), short_prompt = prompt(6, 7);
+    h.add(make_req("long", long_prompt, 0));
+    h.add(make_req("short", short_prompt, 0));
+    h.run();
+    for (const auto& [rid, input] : {std::pair{"long", long_prompt}, std::pair{"short", short_prompt}}) {
+        const Result& got = h.results_[rid];
+        EXPECT_EQ(got.reason, FinishReason::kLength) << rid;
+        EXPECT_TRUE(got.tokens.empty()) << rid;
+        EXPECT_EQ(got.n_events, 1) << rid;
+        EXPECT_EQ(got.embedding, (std::vector<float>{static_cast<float>(reference_next(input)), 1.0f})) << rid;
+    }
+    EXPECT_GT(h.runner_.n_partial_chunks, 0);  // the long prompt ran in chunks
+    h.add(make_req("again", long_prompt, 0));
+    h.run();
+    EXPECT_GT(h.results_["again"].cached_tokens, 0);
+    EXPECT_EQ(h.results_["again"].embedding, h.results_["long"].embedding);
 }
 
 // --max-cached-tokens: distinct prompts one after another would fill the pool with cache;

@@ -78,6 +78,7 @@ struct GenerationEvent {
     std::vector<TokenLogprob> logprobs;   // one per token when requested
     std::optional<std::string> finish_reason;
     std::optional<std::string> matched_stop;  // the stop string or token that ended it
+    std::vector<float> embedding;              // an embedding server's answer (its last event)
     Usage usage;                               // cumulative
     std::optional<Status> error;               // InvalidArgument → 400, ResourceExhausted → 503 ...
 };

@@ -257,6 +257,10 @@ class Session : public std::enable_shared_from_this<Session> {
             if (allow(post, "POST") && json_body()) start_generation(ApiKind::kCompletion);
         } else if (path == "/generate") {
             if (allow(post || m == http::verb::put, "POST, PUT") && json_body()) start_generation(ApiKind::kGenerate);
+        } else if (path == "/v1/embeddings") {
+            if (allow(post, "POST") && json_body()) start_generation(ApiKind::kEmbedding);
+        } else if (path == "/encode") {
+            if (allow(post || m == http::verb::put, "POST, PUT") && json_body()) start_generation(ApiKind::kEncode);
         } else if (path == "/health") {
             if (!allow(get, "GET")) return;
             const bool up = backend.ready() && !state_->stopping.load();

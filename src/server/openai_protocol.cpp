@@ -1,5 +1,7 @@
 #include "server/openai_protocol.h"
 
+#include "server/embedding_protocol.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -725,6 +727,21 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
             return outcome;
         }
     }
+    const bool embedding_route = kind == ApiKind::kEmbedding || kind == ApiKind::kEncode;
+    if (embedding_route != options.embedding.has_value()) {
+        // SGLang's tokenizer_manager.py messages for an embedding request to a generation model;
+        // tessera also refuses the generation routes on an embedding server.
+        outcome.error = invalid("", embedding_route ? "This model does not appear to be an embedding model by default. "
+                                                      "Please add `--is-embedding` when launching the server or try "
+                                                      "another model."
+                                                    : "This server serves an embedding model (--is-embedding): use "
+                                                      "POST /v1/embeddings or /encode");
+        return outcome;
+    }
+    if (embedding_route) {
+        outcome.error = parse_embedding_request(kind, root, options, out);
+        return outcome;
+    }
     if (options.skip_tokenizer_init && kind != ApiKind::kGenerate) {
         outcome.error = invalid("", "this server runs without a tokenizer (--skip-tokenizer-init): send input_ids to "
                                     "POST /generate, which answers with output_ids");
@@ -746,6 +763,9 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
         case ApiKind::kGenerate:
             parse_generate(r, options, out, base, n);
             break;
+        case ApiKind::kEmbedding:
+        case ApiKind::kEncode:
+            break;  // parse_embedding_request, above
     }
     if (r.ok() && options.skip_tokenizer_init) {
         if (base.input.text)

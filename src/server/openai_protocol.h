@@ -1,6 +1,7 @@
 #pragma once
 // server/openai_protocol.h — the JSON side of the HTTP API: validates request bodies of
-// POST /v1/chat/completions, /v1/completions and /generate into GenerationRequests, and
+// POST /v1/chat/completions, /v1/completions, /generate, and of an embedding server's
+// /v1/embeddings and /encode, into GenerationRequests, and
 // builds the response bodies and SSE chunks (OpenAI schema; SGLang's native /generate).
 // No I/O and no Beast: everything here is pure and unit-tested without sockets.
 // Thread-safety: free functions are reentrant; a ResponseBuilder belongs to one request
@@ -20,7 +21,8 @@
 
 namespace tessera::server {
 
-enum class ApiKind { kChatCompletion, kCompletion, kGenerate };
+// kEmbedding: POST /v1/embeddings (OpenAI); kEncode: SGLang's native POST /encode.
+enum class ApiKind { kChatCompletion, kCompletion, kGenerate, kEmbedding, kEncode };
 
 // Deepest nesting of arrays / objects a request body may have (tool schemas nest a few
 // levels; 10^5 levels would overflow the stack of any recursive walk of the value).
@@ -62,6 +64,16 @@ struct CompletionTemplate {
 // listing them.
 StatusOr<CompletionTemplate> completion_template(std::string_view name);
 
+// --is-embedding: what the embedding routes check a request against.
+struct EmbeddingOptions {
+    std::string model_path;  // answered as the response's model, named in errors (as SGLang)
+    std::int64_t hidden_size = 0;
+    // config.json's: `dimensions` is refused unless is_matryoshka, and must be one of these
+    // when they are listed.
+    bool is_matryoshka = false;
+    std::vector<std::int64_t> matryoshka_dimensions;
+};
+
 struct ProtocolOptions {
     std::string served_model_name;
     std::int64_t max_model_len = 0;  // 0: unknown (max_tokens is then capped at 2^31 - 1)
@@ -94,6 +106,8 @@ struct ProtocolOptions {
     // --completion-template: a completion's non-empty suffix makes a fill-in-the-middle prompt
     // (without it a suffix is refused).
     std::optional<CompletionTemplate> completion_template;
+    // --is-embedding: only /v1/embeddings and /encode are served (unset: they are refused).
+    std::optional<EmbeddingOptions> embedding;
 };
 
 // Reads --preferred-sampling-params: an object whose keys are /generate's sampling_params
@@ -123,6 +137,12 @@ struct ParsedRequest {
     // may name; empty when calls are not parsed.
     std::optional<ToolCallFormat> tool_calls;
     std::vector<std::string> tool_names;
+    // Embedding routes: the request's `dimensions` (the vectors' first entries, scaled to unit
+    // length again), OpenAI's encoding_format "base64" (little-endian f32 bytes), and whether
+    // /encode was given a list (then it answers a list, even of one).
+    std::optional<std::int64_t> dimensions;
+    bool base64 = false;
+    bool batched_input = false;
     std::vector<GenerationRequest> requests;
 };
 
@@ -177,9 +197,11 @@ class ResponseBuilder {
         std::optional<ReasoningDetector> reasoning;  // streaming chat with a reasoning parser
         std::optional<ToolCallDetector> tools;       // streaming chat with a tool-call parser
         int n_tool_calls = 0;                        // sent so far (streaming)
+        std::vector<float> embedding;                // embedding routes
     };
 
     std::string stream_chunk(std::size_t index, const GenerationEvent& event);
+    std::string embedding_body() const;  // kEmbedding and kEncode (embedding_protocol.cpp)
     std::string stream_end() const;
     std::string usage_json_dump() const;
 
@@ -192,6 +214,9 @@ class ResponseBuilder {
     bool logprobs_;
     bool token_ids_only_;
     bool incremental_;
+    std::optional<std::int64_t> dimensions_;
+    bool base64_;
+    bool batched_input_;
     std::optional<ReasoningFormat> reasoning_;
     bool force_reasoning_;
     std::optional<ToolCallFormat> tool_calls_;

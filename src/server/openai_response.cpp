@@ -1,6 +1,6 @@
 // server/openai_response.cpp — ResponseBuilder (declared in openai_protocol.h): renders
 // backend events as OpenAI chat.completion(.chunk) / text_completion bodies and SGLang's
-// native /generate body, streaming (SSE) or not.
+// native /generate body, streaming (SSE) or not (embedding bodies: embedding_protocol.cpp).
 
 #include <nlohmann/json.hpp>
 
@@ -89,6 +89,9 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       logprobs_(request.logprobs),
       token_ids_only_(request.token_ids_only),
       incremental_(request.incremental),
+      dimensions_(request.dimensions),
+      base64_(request.base64),
+      batched_input_(request.batched_input),
       reasoning_(request.reasoning),
       force_reasoning_(request.force_reasoning),
       tool_calls_(request.tool_calls),
@@ -114,6 +117,7 @@ std::string ResponseBuilder::add_event(std::size_t index, const GenerationEvent&
     c.output_ids.insert(c.output_ids.end(), event.token_ids.begin(), event.token_ids.end());
     if (!stream_) c.logprobs.insert(c.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
     c.usage = event.usage;
+    if (!event.embedding.empty()) c.embedding = event.embedding;
     if (event.error && !error_) error_ = ApiError::from_status(*event.error);
     if (final) {
         c.finish_reason = event.finish_reason ? event.finish_reason : std::optional<std::string>("abort");
@@ -270,6 +274,7 @@ std::string ResponseBuilder::stream_end() const {
 }
 
 std::string ResponseBuilder::body() const {
+    if (kind_ == ApiKind::kEmbedding || kind_ == ApiKind::kEncode) return embedding_body();
     if (kind_ == ApiKind::kGenerate) {
         Json items = Json::array();
         for (std::size_t i = 0; i < choices_.size(); ++i) {

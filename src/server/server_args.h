@@ -95,6 +95,7 @@ struct ServerArgs {
     bool stream_response_default_include_usage = false;
     bool incremental_streaming_output = false;  // --incremental-streaming-output (and the older --stream-output)
     bool skip_tokenizer_init = false;  // --skip-tokenizer-init: token ids in and out, no tokenizer loaded
+    bool is_embedding = false;         // --is-embedding: serve the model's pooled hidden states as embeddings
     std::string json_model_override_args = "{}";  // --json-model-override-args: config.json fields to replace
     std::string completion_template;  // --completion-template: a built-in fill-in-the-middle template
     std::string hf_chat_template_name;  // --hf-chat-template-name: one of the tokenizer's named templates

@@ -333,6 +333,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
          "a streamed /generate chunk carries only the text and output_ids new since the previous one, not all of "
          "them (--stream-output is SGLang's older name)",
          kServe);
+    flag(app, t, "--is-embedding", a.is_embedding,
+         "serve the model as an embedding model: POST /v1/embeddings and /encode answer each input's last hidden "
+         "state (after the final norm, unit length); the generation routes are refused",
+         kServe);
     flag(app, t, "--skip-tokenizer-init", a.skip_tokenizer_init,
          "load no tokenizer: POST /generate takes input_ids and answers output_ids without text; the OpenAI routes "
          "and stop strings are refused",

@@ -640,6 +640,12 @@ class DecoderModel:
     @torch.no_grad()
     def forward(self, token_ids: List[int]) -> torch.Tensor:
         """Logits [T, vocab] for every position of the sequence (no cache)."""
+        return linear(self.final_hidden(token_ids), self.weights["lm_head.weight"], None)
+
+    @torch.no_grad()
+    def final_hidden(self, token_ids: List[int]) -> torch.Tensor:
+        """Hidden states [T, hidden] after the final norm: what the LM head reads, and what an
+        embedding model pools (the last row, at unit length, for LAST pooling)."""
         c, w = self.config, self.weights
         ids = torch.tensor(token_ids, dtype=torch.int64)
         if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= c.vocab_size:
@@ -661,8 +667,7 @@ class DecoderModel:
             p = f"model.layers.{i}."
             h = h + self._attention(i, rms_norm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps), cos, sin)
             h = h + self._mlp(i, rms_norm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps))
-        h = rms_norm(h, w["model.norm.weight"], c.rms_norm_eps)
-        return linear(h, w["lm_head.weight"], None)
+        return rms_norm(h, w["model.norm.weight"], c.rms_norm_eps)
 
 
 def greedy_decode(model: DecoderModel, prompt_ids: List[int], max_new_tokens: int):
