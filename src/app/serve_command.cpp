@@ -67,7 +67,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
 
     // --skip-tokenizer-init: none is loaded (SGLang's), so neither is a chat template.
     std::unique_ptr<tokenizer::Tokenizer> tok;
-    std::optional<tokenizer::ChatTemplate> chat;
+    std::optional<tokenizer::ChatTemplate> chat, tool_use;
     if (!args.skip_tokenizer_init) {
         auto loaded = tokenizer::Tokenizer::load(args.tokenizer_path);
         if (!loaded.ok()) return fail(loaded.status());
@@ -78,6 +78,16 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
             auto compiled = tokenizer::ChatTemplate::compile(tok->chat_template(), tok->bos_token(), tok->eos_token());
             if (!compiled.ok()) return fail(compiled.status());
             chat.emplace(std::move(compiled).value());
+        }
+        // A template chosen at launch is the only one; else requests with tools take the
+        // tokenizer's "tool_use" template when it has one (transformers' get_chat_template).
+        const auto named = tok->named_chat_templates();
+        if (const auto it = named.find("tool_use");
+            it != named.end() && args.chat_template.empty() && args.hf_chat_template_name.empty()) {
+            auto compiled = tokenizer::ChatTemplate::compile(it->second, tok->bos_token(), tok->eos_token());
+            if (!compiled.ok()) return fail(compiled.status());
+            tool_use.emplace(std::move(compiled).value());
+            TSR_LOG(INFO, "chat requests that offer tools render with the tokenizer's \"tool_use\" template");
         }
     }
     auto leader = LeaderRunner::create(rank, args);
@@ -108,6 +118,11 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                       .targets = args.log_requests_target,
                       .rank = rank.runtime.coords.global_rank};
     if (Status s = front::check_request_log_targets(ec.request_log); !s.ok()) return fail(s);
+    if (args.export_metrics_to_file) {
+        if (Status s = front::RequestMetricsFile::check_directory(args.export_metrics_to_file_dir); !s.ok())
+            return fail(s);
+        ec.export_metrics_dir = args.export_metrics_to_file_dir;
+    }
     ec.scheduler_recv_interval = static_cast<int>(args.scheduler_recv_interval);
     // Checked at start-up (ServerArgs::validate).
     ec.metric_labels = server::metric_labels(args.served_model_name, args.extra_metric_labels).value();
@@ -140,7 +155,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                                           {"dtype", dtype_name(m.compute_dtype())},
                                           {"is_embedding", !m.config().is_generation}}
                                .dump();
-    front::Engine engine(ec, tok.get(), std::move(chat), (*leader)->runner());
+    front::Engine engine(ec, tok.get(), std::move(chat), (*leader)->runner(), std::move(tool_use));
     log_startup_line(rank);
     engine.start();
 

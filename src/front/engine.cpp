@@ -28,11 +28,16 @@ server::TokenLogprob to_logprob(const tokenizer::Tokenizer* tok, const executor:
 }  // namespace
 
 Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
-               std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner)
+               std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner,
+               std::optional<tokenizer::ChatTemplate> tool_use_template)
     : config_(std::move(config)),
       request_log_(config_.request_log),
+      metrics_file_(config_.export_metrics_dir.empty()
+                        ? nullptr
+                        : std::make_unique<RequestMetricsFile>(config_.export_metrics_dir)),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
+      tool_use_template_(std::move(tool_use_template)),
       runner_(runner),
       scheduler_(config_.scheduler, runner),
       seed_rng_(config_.random_seed),
@@ -77,7 +82,8 @@ StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationI
             return Status::InvalidArgument(std::string("chat request is not valid JSON: ") + e.what());
         }
         if (!request.contains("add_generation_prompt")) request["add_generation_prompt"] = true;
-        TSR_ASSIGN_OR_RETURN(std::string text, chat_template_->render(request));
+        const auto& chat = request.contains("tools") && tool_use_template_ ? tool_use_template_ : chat_template_;
+        TSR_ASSIGN_OR_RETURN(std::string text, chat->render(request));
         return tokenizer_->encode(text, /*add_special_tokens=*/false);
     }
     return Status::InvalidArgument("the request has no prompt");
@@ -159,8 +165,12 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     }
     // The output stream is created on the scheduler thread when the request arrives there.
     pending_[req.rid] = std::move(on_event);
+    // SGLang's exporter leaves out its health checks.
+    const bool exported = metrics_file_ && !req.rid.starts_with("HEALTH_CHECK_");
     stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,
-                               p.stream_interval > 0 ? p.stream_interval : config_.stream_interval};
+                               p.stream_interval > 0 ? p.stream_interval : config_.stream_interval,
+                               exported ? RequestMetricsFile::parameters_json(req.rid, request.input, p) : "",
+                               std::chrono::steady_clock::now()};
     request_log_.received(request.request_id, request.input, p, n_prompt);
     Command c{Command::Kind::kAdd, std::move(req), {}};
     inbox_.push_back(std::move(c));
@@ -244,7 +254,9 @@ void Engine::loop() {
                     streams_.emplace(rid, Stream{.on_event = std::move(cb),
                                                  .output = std::move(output),
                                                  .logprobs = sp.logprobs,
-                                                 .interval = sp.interval});
+                                                 .interval = sp.interval,
+                                                 .exported_parameters = std::move(sp.exported_parameters),
+                                                 .received_at = sp.received_at});
                     c.req.sink = [this](const scheduler::ReqEvent& e) { on_req_event(e); };
                     Status s = scheduler_.add_request(std::move(c.req));
                     if (!s.ok()) {
@@ -393,6 +405,14 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         stream.logged_output.append(ev.text, 0, room);
         if (last)
             request_log_.finished(e.rid, ev.finish_reason.value_or("abort"), ev.usage, stream.logged_output);
+    }
+    if (last && !stream.exported_parameters.empty()) {
+        const std::chrono::duration<double> e2e = std::chrono::steady_clock::now() - stream.received_at;
+        metrics_file_->write(stream.exported_parameters, {.rid = e.rid,
+                                                          .finish_reason = ev.finish_reason.value_or("abort"),
+                                                          .matched_stop = ev.matched_stop,
+                                                          .usage = ev.usage,
+                                                          .e2e_latency_s = e2e.count()});
     }
     stream.on_event(std::move(ev));
     if (last) {

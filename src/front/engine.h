@@ -20,6 +20,7 @@
 
 #include "executor/forward_batch.h"
 #include "front/request_log.h"
+#include "front/request_metrics_file.h"
 #include "scheduler/scheduler.h"
 #include "server/backend.h"
 #include "tokenizer/chat_template.h"
@@ -58,6 +59,9 @@ struct EngineConfig {
     bool abort_on_priority_when_disabled = false;
     bool allow_auto_truncate = false;  // --allow-auto-truncate
     RequestLogOptions request_log;     // --log-requests, --log-requests-level, --log-requests-format
+    // --export-metrics-to-file: the --export-metrics-to-file-dir that gets a line per finished
+    // request ("": off).
+    std::string export_metrics_dir;
     int scheduler_recv_interval = 1;  // --scheduler-recv-interval
     std::string metric_labels;        // server::metric_labels(): model_name and --extra-metric-labels
 };
@@ -65,9 +69,12 @@ struct EngineConfig {
 class Engine final : public server::Backend {
  public:
     // `tokenizer` (null under --skip-tokenizer-init: token ids in and out, no text) and
-    // `runner` must outlive the engine.
+    // `runner` must outlive the engine. `tool_use_template`: the one a chat request that offers
+    // tools renders with instead of `chat_template` (transformers' get_chat_template picks a
+    // tokenizer's "tool_use" template so).
     Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
-           std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner);
+           std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner,
+           std::optional<tokenizer::ChatTemplate> tool_use_template = std::nullopt);
     ~Engine() override;
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
@@ -105,6 +112,8 @@ class Engine final : public server::Backend {
         std::vector<std::string> stop;
         bool logprobs = false;
         int interval = 1;
+        std::string exported_parameters;  // --export-metrics-to-file: the request's line part
+        std::chrono::steady_clock::time_point received_at;
     };
     struct Stream {
         server::EventCallback on_event;
@@ -118,6 +127,8 @@ class Engine final : public server::Backend {
         std::int64_t tokens = 0;
         server::GenerationEvent held;
         std::string logged_output;  // --log-requests: the output so far, as much as the level shows
+        std::string exported_parameters;
+        std::chrono::steady_clock::time_point received_at;
     };
 
     StatusOr<std::vector<std::int32_t>> prompt_ids(const server::GenerationInput& input) const;
@@ -129,10 +140,12 @@ class Engine final : public server::Backend {
 
     const EngineConfig config_;
     const RequestLog request_log_;
+    std::unique_ptr<RequestMetricsFile> metrics_file_;  // --export-metrics-to-file
     const tokenizer::Tokenizer* tokenizer_;
     // Ids a request may give: the tokenizer's vocabulary, or without one the model's.
     std::int64_t vocab_size() const { return tokenizer_ ? tokenizer_->vocab_size() : config_.vocab_size; }
     const std::optional<tokenizer::ChatTemplate> chat_template_;
+    const std::optional<tokenizer::ChatTemplate> tool_use_template_;
     executor::BatchRunner& runner_;  // the scheduler drives it; lockstep runners also get idle steps
     scheduler::Scheduler scheduler_;  // scheduler thread only
 

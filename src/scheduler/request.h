@@ -68,6 +68,9 @@ struct Req {
     std::int64_t cached_tokens = 0;         // prefix-cache hit of the first admission
     std::int64_t n_retracted = 0;           // times retracted under KV pressure or preempted
     bool admitted_once = false;
+    // Scheduler clock (seconds): when it was queued, and first put in a batch (-1: not yet).
+    double queued_at = 0.0;
+    double forward_at = -1.0;
     // Launched steps with this request not yet collected. Several only for the chunks of one
     // prompt (chunked pipeline prefill); a step that samples a token is always the last.
     int in_flight_steps = 0;

@@ -144,6 +144,8 @@ Status Scheduler::add_request(Req req) {
     req.pending_tokens = 0;
     req.arrival = next_arrival_++;
     req.queue_entry = req.arrival;
+    req.queued_at = clock_();
+    req.forward_at = -1.0;
     auto owned = std::make_unique<Req>(std::move(req));
     waiting_.push_back(owned.get());
     const std::string rid = owned->rid;
@@ -219,7 +221,11 @@ void Scheduler::drop_finished() {
     std::erase_if(last_prefill_, done);
     std::erase_if(prefilling_, done);
     if (chunked_req_ != nullptr && done(chunked_req_)) chunked_req_ = nullptr;
-    std::erase_if(reqs_, [](const auto& kv) { return kv.second->state == ReqState::kFinished; });
+    std::erase_if(reqs_, [this](const auto& kv) {
+        if (kv.second->state != ReqState::kFinished) return false;
+        if (config_.log_request_time_stats) log_time_stats(*kv.second);
+        return true;
+    });
 }
 
 bool Scheduler::idle() const {
@@ -533,6 +539,7 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
             req->state = ReqState::kRunning;
             if (!req->admitted_once) {
                 req->admitted_once = true;
+                req->forward_at = clock_();
                 req->cached_tokens = req->prefix_len;
                 prompt_tokens_total_ += static_cast<std::int64_t>(req->input_ids.size());
                 cached_tokens_total_ += req->prefix_len;
@@ -964,6 +971,16 @@ void Scheduler::log_prefill(const PrefillAdder& adder, std::int64_t n_new_seqs,
               n_new_seqs, input, hit,
               static_cast<double>(num_used_tokens()) / static_cast<double>(config_.max_total_num_tokens),
               running_bs, waiting_.size());
+}
+
+void Scheduler::log_time_stats(const Req& r) {
+    const double now = clock_();
+    const double forward_at = r.forward_at < 0 ? now : r.forward_at;
+    TSR_LOG_C(INFO, "sched",
+              "ReqTimeStats(rid={}, input_len={}, cached_input_len={}, output_len={}, type=unified): "
+              "queue_duration={:.2f}ms, forward_duration={:.2f}ms, start_time={:.3f}",
+              r.rid, r.input_ids.size(), r.cached_tokens, r.output_ids.size(), (forward_at - r.queued_at) * 1e3,
+              (now - forward_at) * 1e3, r.queued_at);
 }
 
 void Scheduler::log_decode() {

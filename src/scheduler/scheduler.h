@@ -69,6 +69,9 @@ struct SchedulerConfig {
     int retract_decode_steps = kRetractDecodeSteps;
     std::int64_t clip_max_new_tokens = kClipMaxNewTokens;
     int decode_log_interval = 40;            // --decode-log-interval
+    // --enable-request-time-stats-logging: one INFO line per finished request with its time in
+    // the queue and in the model (SGLang's schedule_batch.py Req.log_time_stats).
+    bool log_request_time_stats = false;
     std::uint64_t random_seed = 0;           // --random-seed (policy random)
     // Pipeline parallelism (reference §6.3): steps in flight at once (pp_size +
     // --pp-async-batch-depth; 1 = run each step to completion), and the most requests in
@@ -230,6 +233,7 @@ class Scheduler {
     std::int64_t num_used_tokens() const;
     void log_prefill(const PrefillAdder& adder, std::int64_t n_new_seqs, std::int64_t running_bs);
     void log_decode();
+    void log_time_stats(const Req& r);  // --enable-request-time-stats-logging
 
     const SchedulerConfig config_;
     executor::BatchRunner& runner_;

@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <numeric>
+#include <regex>
 #include <set>
 #include <unordered_map>
 
@@ -496,6 +497,23 @@ TEST_P(SchedulerTest, EmbeddingRequestsEndWithTheirPromptsRow) {
     h.run();
     EXPECT_GT(h.results_["again"].cached_tokens, 0);
     EXPECT_EQ(h.results_["again"].embedding, h.results_["long"].embedding);
+}
+
+// --enable-request-time-stats-logging: one line per finished request, SGLang's format.
+TEST_P(SchedulerTest, RequestTimeStatsAreLoggedWhenAsked) {
+    for (bool on : {true, false}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.log_request_time_stats = on;
+        Harness h(cfg);
+        testing::internal::CaptureStderr();
+        h.add(make_req("timed", prompt(3, 12), 3));
+        h.run();
+        const std::string log = testing::internal::GetCapturedStderr();
+        const std::regex line(R"(ReqTimeStats\(rid=timed, input_len=12, cached_input_len=0, output_len=3, )"
+                              R"(type=unified\): queue_duration=\d+\.\d\dms, forward_duration=\d+\.\d\dms, )"
+                              R"(start_time=\d+\.\d{3})");
+        EXPECT_EQ(std::regex_search(log, line), on) << log;
+    }
 }
 
 // --max-cached-tokens: distinct prompts one after another would fill the pool with cache;

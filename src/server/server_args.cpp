@@ -167,6 +167,8 @@ Status ServerArgs::resolve() {
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--prompt-tokens-buckets", prompt_tokens_buckets).status());
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--generation-tokens-buckets", generation_tokens_buckets).status());
     TSR_RETURN_IF_ERROR(metric_labels("", extra_metric_labels).status());
+    if (export_metrics_to_file && export_metrics_to_file_dir.empty())
+        return invalid("--export-metrics-to-file-dir is required when --export-metrics-to-file is enabled");
     if (!nlohmann::json::parse(json_model_override_args, nullptr, false).is_object())
         return invalid("--json-model-override-args " + json_model_override_args +
                        ": give a JSON object of config.json fields, e.g. '{\"max_position_embeddings\": 65536}'");

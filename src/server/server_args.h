@@ -85,6 +85,7 @@ struct ServerArgs {
     int scheduler_recv_interval = 1;
     bool enable_mixed_chunk = false;
     int decode_log_interval = 40;
+    bool enable_request_time_stats_logging = false;  // one line of queue / forward time per request
     int stream_interval = 1;
     bool enable_metrics = false;
     std::string reasoning_parser;  // --reasoning-parser ("" for none)
@@ -106,6 +107,8 @@ struct ServerArgs {
     int log_requests_level = 2;
     std::string log_requests_format = "text";
     std::vector<std::string> log_requests_target;  // --log-requests-target: stdout and/or directories
+    bool export_metrics_to_file = false;          // a JSON line per finished request in
+    std::string export_metrics_to_file_dir;       // this directory, one file per hour
     // /metrics histograms: latency bounds in seconds, token-count bucket rules (SGLang's).
     std::vector<double> bucket_time_to_first_token, bucket_inter_token_latency, bucket_e2e_request_latency;
     std::vector<std::string> prompt_tokens_buckets, generation_tokens_buckets;

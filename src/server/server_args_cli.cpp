@@ -296,6 +296,8 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
          "run the running requests' decode tokens in the same forward as a prefill chunk (needs chunked prefill)",
          kYes);
     value(app, t, "--decode-log-interval", a.decode_log_interval, "decode steps between log lines", kYes);
+    flag(app, t, "--enable-request-time-stats-logging", a.enable_request_time_stats_logging,
+         "log one line per finished request: its time in the queue and in the model (ReqTimeStats(...))", kServe);
     value(app, t, "--stream-interval", a.stream_interval,
           "output tokens per streamed chunk (the first token is sent alone); a request's own "
           "sampling_params.stream_interval overrides it", kServe);
@@ -382,6 +384,13 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           kServe)
         ->expected(1, CLI::detail::expected_max_vector_size)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    flag(app, t, "--export-metrics-to-file", a.export_metrics_to_file,
+         "write a JSON line per finished request (its parameters, token counts, finish reason, e2e latency) to "
+         "--export-metrics-to-file-dir",
+         kServe);
+    value(app, t, "--export-metrics-to-file-dir", a.export_metrics_to_file_dir,
+          "where --export-metrics-to-file writes: sglang-request-metrics-YYYYMMDD_HH.log, one file per hour",
+          kServe);
     flag(app, t, "--allow-auto-truncate", a.allow_auto_truncate,
          "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
     value(app, t, "--tool-call-parser", a.tool_call_parser,

@@ -13,6 +13,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -151,6 +152,7 @@ def main():
             check_auto_truncate(tessera, model, a.workdir)
             check_chat_template_file(tessera, model, a.workdir)
             check_request_log(tessera, model, a.workdir)
+            check_request_metrics_export(tessera, model, a.workdir)
             check_model_sampling_defaults(tessera, model, a.workdir)
             check_preferred_sampling_params(tessera, model, a.workdir)
             check_skip_tokenizer_init(tessera, model, port, a.workdir)
@@ -520,6 +522,31 @@ def check_chat_template_file(tessera, model, workdir):
                   and chat["choices"][0]["message"]["content"] == gen["text"], f"{status} {status2} {chat} {gen}")
         finally:
             stop_server(server)
+    # A "tool_use" template renders the requests that offer tools (transformers' get_chat_template);
+    # the others keep the default one.
+    TOOLS_MARK = "tools offered: " * 6
+    tool_model = os.path.join(workdir, "model_with_tool_use_template")
+    if not os.path.exists(tool_model):
+        shutil.copytree(model, tool_model)
+        os.makedirs(os.path.join(tool_model, "additional_chat_templates"))
+        with open(os.path.join(tool_model, "additional_chat_templates", "tool_use.jinja"), "w") as f:
+            f.write(angle.replace("{% if add_generation_prompt %}", "{% if tools %}" + TOOLS_MARK + "{% endif %}"
+                                  "{% if add_generation_prompt %}"))
+    started = start_side_server(tessera, tool_model, workdir, "tool_use_template", [])
+    if started is not None:
+        server, port, _ = started
+        try:
+            tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+            chats = [post(port, "/v1/chat/completions", {"model": "tiny", "messages": [
+                {"role": "user", "content": "hi"}], "max_tokens": 1, **extra}) for extra in ({"tools": tools}, {})]
+            status, gen = post(port, "/generate", {"text": "<<user>>hi\n" + TOOLS_MARK + "<<assistant>>",
+                                                   "sampling_params": {"max_new_tokens": 1}})
+            ok = status == 200 and all(c[0] == 200 for c in chats)
+            check("a chat request with tools renders with the tokenizer's tool_use template, one without does not",
+                  ok and chats[0][1]["usage"]["prompt_tokens"] == gen["meta_info"]["prompt_tokens"]
+                  and chats[1][1]["usage"]["prompt_tokens"] != gen["meta_info"]["prompt_tokens"], f"{chats} {gen}")
+        finally:
+            stop_server(server)
     bad = subprocess.run([tessera, "serve", "--model-path", named_model, "--hf-chat-template-name", "rag"],
                          capture_output=True, text=True, timeout=60)
     check("--hf-chat-template-name with a name the tokenizer lacks stops the launch, listing what it has",
@@ -562,6 +589,36 @@ def check_request_log(tessera, model, workdir):
                     and events[1].get("completion_tokens") == 4 and "text" not in events[0]
                     and "sampling_params" not in events[0])
         check(f"--log-requests level {level} ({fmt})", good, "\n".join(lines))
+
+
+def check_request_metrics_export(tessera, model, workdir):
+    """--export-metrics-to-file: a JSON line per finished request in
+    DIR/sglang-request-metrics-YYYYMMDD_HH.log (health checks left out); and
+    --enable-request-time-stats-logging: a ReqTimeStats line per request in the log."""
+    target = os.path.join(workdir, "request_metrics")
+    shutil.rmtree(target, ignore_errors=True)
+    started = start_side_server(tessera, model, workdir, "metrics_export",
+                                ["--export-metrics-to-file", "--export-metrics-to-file-dir", target,
+                                 "--enable-request-time-stats-logging"])
+    if started is None:
+        return
+    server, port, log_path = started
+    try:
+        status, _ = post(port, "/generate", {"text": "hello tiles", "rid": "exported", "sampling_params": {
+            "max_new_tokens": 3, "temperature": 0, "ignore_eos": True}})
+        request(port, "GET", "/health_generate")
+    finally:
+        stop_server(server)
+    files = os.listdir(target) if os.path.isdir(target) else []
+    lines = [json.loads(line) for f in files for line in open(os.path.join(target, f))]
+    check("--export-metrics-to-file: one line for the request, none for the health check",
+          status == 200 and len(files) == 1 and re.fullmatch(r"sglang-request-metrics-\d{8}_\d{2}\.log", files[0])
+          and [line["id"] for line in lines] == ["exported"] and lines[0]["completion_tokens"] == 3
+          and json.loads(lines[0]["request_parameters"])["text"] == "hello tiles", f"{files} {lines}")
+    log = open(log_path).read()
+    check("--enable-request-time-stats-logging: a ReqTimeStats line",
+          re.search(r"ReqTimeStats\(rid=exported, input_len=\d+, cached_input_len=\d+, output_len=3, type=unified\): "
+                    r"queue_duration=[\d.]+ms, forward_duration=[\d.]+ms", log) is not None, log[-2000:])
 
 
 def check_model_sampling_defaults(tessera, model, workdir):
