@@ -194,6 +194,8 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         ho.protocol.completion_template = server::completion_template(args.completion_template).value();
     ho.weight_version = args.weight_version;
     ho.metric_labels = ec.metric_labels;
+    ho.custom_metric_labels = {.header = args.tokenizer_metrics_custom_labels_header,
+                               .allowed = args.tokenizer_metrics_allowed_custom_labels};
     ho.metric_buckets = {.time_to_first_token = args.bucket_time_to_first_token,
                          .inter_token_latency = args.bucket_inter_token_latency,
                          .e2e_request_latency = args.bucket_e2e_request_latency,

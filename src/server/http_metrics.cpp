@@ -11,6 +11,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "base/logging.h"
+
 namespace tessera::server {
 namespace {
 
@@ -144,6 +146,18 @@ const std::vector<double>& or_default(const std::vector<double>& given, const st
 }
 }  // namespace
 
+Status check_label_name(std::string_view flag, const std::string& name) {
+    const bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                           return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                       });
+    if (!valid || name.rfind("__", 0) == 0 || name == "le")
+        return Status::InvalidArgument(std::string(flag) + ": '" + name +
+                                       "' is not a label name Prometheus accepts (letters, digits and _, not "
+                                       "starting with a digit or __, not le)");
+    return Status::Ok();
+}
+
 StatusOr<std::string> metric_labels(const std::string& model_name, const std::string& extra_json) {
     std::vector<std::pair<std::string, std::string>> labels = {{"model_name", model_name}};
     if (!extra_json.empty()) {
@@ -153,14 +167,7 @@ StatusOr<std::string> metric_labels(const std::string& model_name, const std::st
                                            ": give a JSON object of label names and values, e.g. "
                                            "'{\"cluster\": \"a\"}'");
         for (const auto& [name, value] : extra.items()) {
-            const bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
-                               std::all_of(name.begin(), name.end(), [](char c) {
-                                   return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-                               });
-            if (!valid || name.rfind("__", 0) == 0 || name == "le")
-                return Status::InvalidArgument("--extra-metric-labels: '" + name +
-                                               "' is not a label name Prometheus accepts (letters, digits and _, not "
-                                               "starting with a digit or __, not le)");
+            TSR_RETURN_IF_ERROR(check_label_name("--extra-metric-labels", name));
             const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
             const auto same =
                 std::find_if(labels.begin(), labels.end(), [&](const auto& l) { return l.first == name; });
@@ -174,68 +181,128 @@ StatusOr<std::string> metric_labels(const std::string& model_name, const std::st
     return out;
 }
 
-HttpMetrics::HttpMetrics(std::string labels, const MetricBuckets& buckets)
+namespace {
+
+MetricBuckets resolved(const MetricBuckets& b) {
+    return {or_default(b.time_to_first_token, kTtftBuckets), or_default(b.inter_token_latency, kItlBuckets),
+            or_default(b.e2e_request_latency, kE2eBuckets), or_default(b.prompt_tokens, kTokenBuckets),
+            or_default(b.generation_tokens, kTokenBuckets)};
+}
+
+// ,name="value" for every allowed custom label, in the allowed order.
+std::string custom_label_text(const std::vector<std::string>& names, const nlohmann::json& values) {
+    std::string out;
+    for (const std::string& name : names) {
+        std::string value;
+        if (values.is_object() && values.contains(name))
+            value = values[name].is_string() ? values[name].get<std::string>() : values[name].dump();
+        out += fmt::format(",{}=\"{}\"", name, escape_label(value));
+    }
+    return out;
+}
+
+// Distinct custom label sets kept apart; a request's values are the client's, so they are bounded.
+constexpr std::size_t kMaxSeries = 1000;
+
+}  // namespace
+
+HttpMetrics::Series::Series(const MetricBuckets& b)
+    : ttft(b.time_to_first_token),
+      itl(b.inter_token_latency),
+      e2e(b.e2e_request_latency),
+      prompt(b.prompt_tokens),
+      uncached_prompt(b.prompt_tokens),
+      generation(b.generation_tokens) {}
+
+HttpMetrics::HttpMetrics(std::string labels, const MetricBuckets& buckets, std::vector<std::string> custom_label_names)
     : labels_(std::move(labels)),
-      ttft_(or_default(buckets.time_to_first_token, kTtftBuckets)),
-      itl_(or_default(buckets.inter_token_latency, kItlBuckets)),
-      e2e_(or_default(buckets.e2e_request_latency, kE2eBuckets)),
-      prompt_(or_default(buckets.prompt_tokens, kTokenBuckets)),
-      uncached_prompt_(or_default(buckets.prompt_tokens, kTokenBuckets)),
-      generation_(or_default(buckets.generation_tokens, kTokenBuckets)) {}
-
-void HttpMetrics::observe_request_tokens(std::int64_t prompt, std::int64_t cached, std::int64_t generated) {
-    std::lock_guard lock(mu_);
-    prompt_.observe(static_cast<double>(prompt));
-    uncached_prompt_.observe(static_cast<double>(prompt - cached));
-    generation_.observe(static_cast<double>(generated));
+      buckets_(resolved(buckets)),
+      custom_names_(std::move(custom_label_names)),
+      no_custom_(custom_label_text(custom_names_, nlohmann::json())) {
+    series_.emplace(no_custom_, Series(buckets_));
 }
 
-void HttpMetrics::add_prompt_tokens(std::int64_t n) {
-    std::lock_guard lock(mu_);
-    prompt_tokens_ += static_cast<double>(n);
+std::string HttpMetrics::series_of(std::string_view header_value) const {
+    if (custom_names_.empty() || header_value.empty()) return no_custom_;
+    const nlohmann::json values = nlohmann::json::parse(header_value, nullptr, false);
+    if (!values.is_object()) {
+        // SGLang logs the decode error and serves the request without the labels.
+        TSR_LOG_C(WARN, "http", "Error in request: the custom labels header is not a JSON object: {}",
+                  std::string(header_value.substr(0, 200)));
+        return no_custom_;
+    }
+    return custom_label_text(custom_names_, values);
 }
 
-void HttpMetrics::add_generation_tokens(std::int64_t n) {
-    std::lock_guard lock(mu_);
-    generation_tokens_ += static_cast<double>(n);
+HttpMetrics::Series& HttpMetrics::series(const std::string& key) {
+    auto it = series_.find(key.empty() ? no_custom_ : key);
+    if (it != series_.end()) return it->second;
+    if (series_.size() >= kMaxSeries) {
+        if (!warned_full_)
+            TSR_LOG_C(WARN, "http", "{} distinct custom metric label sets: later ones are counted without their "
+                      "labels", kMaxSeries);
+        warned_full_ = true;
+        return series_.at(no_custom_);
+    }
+    return series_.emplace(key, Series(buckets_)).first->second;
 }
 
-void HttpMetrics::observe_time_to_first_token(double seconds) {
+void HttpMetrics::observe_request_tokens(std::int64_t prompt, std::int64_t cached, std::int64_t generated,
+                                         const std::string& key) {
     std::lock_guard lock(mu_);
-    ttft_.observe(seconds);
+    Series& s = series(key);
+    s.prompt.observe(static_cast<double>(prompt));
+    s.uncached_prompt.observe(static_cast<double>(prompt - cached));
+    s.generation.observe(static_cast<double>(generated));
 }
 
-void HttpMetrics::observe_inter_token_latency(double seconds, std::int64_t n_tokens) {
+void HttpMetrics::add_prompt_tokens(std::int64_t n, const std::string& key) {
+    std::lock_guard lock(mu_);
+    series(key).prompt_tokens += static_cast<double>(n);
+}
+
+void HttpMetrics::add_generation_tokens(std::int64_t n, const std::string& key) {
+    std::lock_guard lock(mu_);
+    series(key).generation_tokens += static_cast<double>(n);
+}
+
+void HttpMetrics::observe_time_to_first_token(double seconds, const std::string& key) {
+    std::lock_guard lock(mu_);
+    series(key).ttft.observe(seconds);
+}
+
+void HttpMetrics::observe_inter_token_latency(double seconds, std::int64_t n_tokens, const std::string& key) {
     if (n_tokens <= 0) return;
     std::lock_guard lock(mu_);
-    itl_.observe(seconds / static_cast<double>(n_tokens), n_tokens);
+    series(key).itl.observe(seconds / static_cast<double>(n_tokens), n_tokens);
 }
 
-void HttpMetrics::observe_e2e_request_latency(double seconds) {
+void HttpMetrics::observe_e2e_request_latency(double seconds, const std::string& key) {
     std::lock_guard lock(mu_);
-    e2e_.observe(seconds);
+    series(key).e2e.observe(seconds);
 }
 
 std::string HttpMetrics::render() const {
     std::lock_guard lock(mu_);
     std::string out;
-    auto counter = [&](const char* base, const char* help, double value) {
+    auto counter = [&](const char* base, const char* help, double Series::*value) {
         out += fmt::format("# HELP sglang:{} {}\n# TYPE sglang:{} counter\n", base, help, base);
-        out += fmt::format("sglang:{}_total{{{}}} {}\n", base, labels_, prom_number(value));
+        for (const auto& [key, s] : series_)
+            out += fmt::format("sglang:{}_total{{{}{}}} {}\n", base, labels_, key, prom_number(s.*value));
     };
-    counter("prompt_tokens", "Number of prefill tokens processed.", prompt_tokens_);
-    counter("generation_tokens", "Number of generation tokens processed.", generation_tokens_);
-    auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+    counter("prompt_tokens", "Number of prefill tokens processed.", &Series::prompt_tokens);
+    counter("generation_tokens", "Number of generation tokens processed.", &Series::generation_tokens);
+    auto histogram = [&](const char* name, const char* help, Histogram Series::*h) {
         out += fmt::format("# HELP sglang:{} {}\n# TYPE sglang:{} histogram\n", name, help, name);
-        h.render(out, std::string("sglang:") + name, labels_);
+        for (const auto& [key, s] : series_) (s.*h).render(out, std::string("sglang:") + name, labels_ + key);
     };
-    histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft_);
-    histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itl_);
-    histogram("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2e_);
-    histogram("prompt_tokens_histogram", "Histogram of prompt token length.", prompt_);
+    histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", &Series::ttft);
+    histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &Series::itl);
+    histogram("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", &Series::e2e);
+    histogram("prompt_tokens_histogram", "Histogram of prompt token length.", &Series::prompt);
     histogram("uncached_prompt_tokens_histogram", "Histogram of prompt tokens not taken from the prefix cache.",
-              uncached_prompt_);
-    histogram("generation_tokens_histogram", "Histogram of generation token length.", generation_);
+              &Series::uncached_prompt);
+    histogram("generation_tokens_histogram", "Histogram of generation token length.", &Series::generation);
     return out;
 }
 

@@ -67,7 +67,7 @@ struct ServerState {
           access{options.api_key, options.admin_api_key, options.host, options.allowed_hosts},
           metrics(options.metric_labels.empty() ? metric_labels(b.served_model_name(), "").value()
                                                 : options.metric_labels,
-                  options.metric_buckets) {}
+                  options.metric_buckets, options.custom_metric_labels.allowed) {}
 
     Backend& backend;
     const HttpServerOptions options;
@@ -113,6 +113,7 @@ struct ActiveGeneration {
     std::vector<std::optional<Clock::time_point>> last_token_at;  // none before the first token
     std::optional<ResponseBuilder> builder;
     Clock::time_point start = Clock::now();
+    std::string metric_series;  // HttpMetrics::series_of the request's custom labels
 };
 
 // One TCP connection. Owned by shared_ptrs in its pending handlers; every member is used
@@ -377,6 +378,12 @@ class Session : public std::enable_shared_from_this<Session> {
         gen->finished.assign(n, false);
         gen->last_token_at.assign(n, std::nullopt);
         gen->builder.emplace(request);
+        // SGLang's OpenAI routes read the custom labels (serving_base.py extract_custom_labels).
+        const CustomMetricLabels& custom = state_->options.custom_metric_labels;
+        if (!custom.allowed.empty() && (kind == ApiKind::kChatCompletion || kind == ApiKind::kCompletion)) {
+            const auto& header = parser_->get()[custom.header];
+            gen->metric_series = state_->metrics.series_of(std::string_view(header.data(), header.size()));
+        }
         for (const GenerationRequest& r : request.requests) gen->request_ids.push_back(r.request_id);
         gen_ = std::move(gen);
         hold_ = shared_from_this();
@@ -438,17 +445,19 @@ class Session : public std::enable_shared_from_this<Session> {
         if (!ev.token_ids.empty()) {
             auto& last = g.last_token_at[index];
             if (!last) {
-                m.observe_time_to_first_token(seconds_since(g.start));
+                m.observe_time_to_first_token(seconds_since(g.start), g.metric_series);
             } else {
-                m.observe_inter_token_latency(seconds_since(*last), static_cast<std::int64_t>(ev.token_ids.size()));
+                m.observe_inter_token_latency(seconds_since(*last), static_cast<std::int64_t>(ev.token_ids.size()),
+                                              g.metric_series);
             }
             last = Clock::now();
         }
         if (final) {
-            m.observe_e2e_request_latency(seconds_since(g.start));
-            m.add_prompt_tokens(ev.usage.prompt_tokens);
-            m.add_generation_tokens(ev.usage.completion_tokens);
-            m.observe_request_tokens(ev.usage.prompt_tokens, ev.usage.cached_tokens, ev.usage.completion_tokens);
+            m.observe_e2e_request_latency(seconds_since(g.start), g.metric_series);
+            m.add_prompt_tokens(ev.usage.prompt_tokens, g.metric_series);
+            m.add_generation_tokens(ev.usage.completion_tokens, g.metric_series);
+            m.observe_request_tokens(ev.usage.prompt_tokens, ev.usage.cached_tokens, ev.usage.completion_tokens,
+                                     g.metric_series);
         }
     }
 

@@ -48,6 +48,7 @@ struct HttpServerOptions {
     std::string weight_version = "default";  // --weight-version, reported by /model_info
     MetricBuckets metric_buckets;             // /metrics histogram bounds
     std::string metric_labels;                // metric_labels(); "" for model_name alone
+    CustomMetricLabels custom_metric_labels;  // --tokenizer-metrics-custom-labels-header / -allowed-custom-labels
 
     Status validate() const;
 };

@@ -542,6 +542,33 @@ TEST_F(HttpServerTest, ExtraMetricLabels) {
     EXPECT_FALSE(metric_labels("m", "[1]").ok());
 }
 
+// --tokenizer-metrics-allowed-custom-labels: a chat or completion request's header sets them
+// (other names dropped); every sample carries each allowed label, "" when not given; a header
+// that is not a JSON object counts without labels.
+TEST_F(HttpServerTest, CustomMetricLabelsFromTheRequestHeader) {
+    server_->stop();
+    HttpServerOptions o;
+    o.custom_metric_labels = {.header = "x-custom-labels", .allowed = {"team", "tier"}};
+    start(o);
+    const std::string body = R"({"prompt": "abcd", "max_tokens": 3})";
+    TestClient c(server_->port());
+    ASSERT_EQ(c.request("POST", "/v1/completions", body, "x-custom-labels: {\"team\": \"a\", \"user\": \"x\"}\r\n")
+                  .status,
+              200);
+    ASSERT_EQ(call("POST", "/v1/completions", body).status, 200);
+    TestClient bad(server_->port());
+    ASSERT_EQ(bad.request("POST", "/v1/completions", body, "x-custom-labels: not json\r\n").status, 200);
+    const std::string t = call("GET", "/metrics").body;
+    EXPECT_NE(t.find("sglang:prompt_tokens_total{model_name=\"tiny\",team=\"a\",tier=\"\"} 4.0"), std::string::npos)
+        << t;
+    EXPECT_NE(t.find("sglang:prompt_tokens_total{model_name=\"tiny\",team=\"\",tier=\"\"} 8.0"), std::string::npos)
+        << t;
+    EXPECT_NE(t.find("sglang:e2e_request_latency_seconds_count{model_name=\"tiny\",team=\"a\",tier=\"\"} 1.0"),
+              std::string::npos)
+        << t;
+    EXPECT_EQ(t.find("user="), std::string::npos) << "a name not allowed is dropped";
+}
+
 // SGLang's generate_buckets and validate_buckets_rule.
 TEST(MetricBucketsTest, TokenBucketRules) {
     EXPECT_EQ(token_histogram_buckets("--prompt-tokens-buckets", {}).value().size(), 35u);

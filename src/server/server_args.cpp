@@ -167,6 +167,14 @@ Status ServerArgs::resolve() {
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--prompt-tokens-buckets", prompt_tokens_buckets).status());
     TSR_RETURN_IF_ERROR(token_histogram_buckets("--generation-tokens-buckets", generation_tokens_buckets).status());
     TSR_RETURN_IF_ERROR(metric_labels("", extra_metric_labels).status());
+    if (!tokenizer_metrics_allowed_custom_labels.empty() && tokenizer_metrics_custom_labels_header.empty())
+        return invalid("Please set --tokenizer-metrics-custom-labels-header when setting "
+                       "--tokenizer-metrics-allowed-custom-labels.");
+    for (const std::string& name : tokenizer_metrics_allowed_custom_labels) {
+        TSR_RETURN_IF_ERROR(check_label_name("--tokenizer-metrics-allowed-custom-labels", name));
+        if (name == "model_name")
+            return invalid("--tokenizer-metrics-allowed-custom-labels: model_name is every sample's own label");
+    }
     if (export_metrics_to_file && export_metrics_to_file_dir.empty())
         return invalid("--export-metrics-to-file-dir is required when --export-metrics-to-file is enabled");
     if (!nlohmann::json::parse(json_model_override_args, nullptr, false).is_object())

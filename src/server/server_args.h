@@ -107,6 +107,9 @@ struct ServerArgs {
     int log_requests_level = 2;
     std::string log_requests_format = "text";
     std::vector<std::string> log_requests_target;  // --log-requests-target: stdout and/or directories
+    // Request-set labels of the HTTP metrics: the header, and the label names it may set.
+    std::string tokenizer_metrics_custom_labels_header = "x-custom-labels";
+    std::vector<std::string> tokenizer_metrics_allowed_custom_labels;
     bool export_metrics_to_file = false;          // a JSON line per finished request in
     std::string export_metrics_to_file_dir;       // this directory, one file per hour
     // /metrics histograms: latency bounds in seconds, token-count bucket rules (SGLang's).

@@ -384,6 +384,15 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           kServe)
         ->expected(1, CLI::detail::expected_max_vector_size)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    value(app, t, "--tokenizer-metrics-custom-labels-header", a.tokenizer_metrics_custom_labels_header,
+          "the HTTP header in which a chat or completion request gives its labels for /metrics, a JSON object",
+          kServe);
+    value(app, t, "--tokenizer-metrics-allowed-custom-labels", a.tokenizer_metrics_allowed_custom_labels,
+          "the label names that header may set (others are dropped); every HTTP metric sample then carries "
+          "each of them, \"\" when a request gave none",
+          kServe)
+        ->expected(1, CLI::detail::expected_max_vector_size)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     flag(app, t, "--export-metrics-to-file", a.export_metrics_to_file,
          "write a JSON line per finished request (its parameters, token counts, finish reason, e2e latency) to "
          "--export-metrics-to-file-dir",
