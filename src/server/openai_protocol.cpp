@@ -403,6 +403,10 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
         if (o.tool_calls) {
             out.tool_calls = o.tool_calls;
             for (const Json& t : *tools) out.tool_names.push_back(t["function"]["name"].get<std::string>());
+            // serving_chat.py _get_history_tool_calls_cnt
+            for (const Json& m : chat["messages"])
+                if (m["role"] == "assistant" && m.contains("tool_calls") && m["tool_calls"].is_array())
+                    out.earlier_tool_calls += static_cast<int>(m["tool_calls"].size());
         }
         chat["tools"] = *tools;
     }

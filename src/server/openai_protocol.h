@@ -137,6 +137,7 @@ struct ParsedRequest {
     // may name; empty when calls are not parsed.
     std::optional<ToolCallFormat> tool_calls;
     std::vector<std::string> tool_names;
+    int earlier_tool_calls = 0;  // the tool_calls of the request's assistant messages
     // Embedding routes: the request's `dimensions` (the vectors' first entries, scaled to unit
     // length again), OpenAI's encoding_format "base64" (little-endian f32 bytes), and whether
     // /encode was given a list (then it answers a list, even of one).
@@ -221,6 +222,7 @@ class ResponseBuilder {
     bool force_reasoning_;
     std::optional<ToolCallFormat> tool_calls_;
     std::vector<std::string> tool_names_;
+    int earlier_tool_calls_;
     std::vector<std::string> request_ids_;
     std::chrono::steady_clock::time_point start_;
     std::vector<Choice> choices_;

@@ -426,6 +426,27 @@ TEST(ResponseBuilderTest, ReasoningContentWholeAndStreamed) {
     EXPECT_EQ(content, "4");
 }
 
+// --tool-call-parser kimi_k2: a call's id is functions.NAME:N, N counting the calls of the
+// conversation's earlier assistant messages first (serving_chat.py _process_tool_call_id).
+TEST(ResponseBuilderTest, KimiK2CallIdsCountTheConversationsCalls) {
+    ProtocolOptions o = options();
+    o.tool_calls = tool_call_format("kimi_k2").value();
+    const ParseOutcome parsed = parse_request(ApiKind::kChatCompletion, R"({"messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "functions.add:0", "type": "function",
+            "function": {"name": "add", "arguments": "{}"}}]},
+        {"role": "tool", "content": "3", "tool_call_id": "functions.add:0"}],
+        "tools": [{"type": "function", "function": {"name": "add"}}]})", o, "chatcmpl-1");
+    ASSERT_TRUE(parsed.ok());
+    const std::string call =
+        "<|tool_call_begin|>functions.add:1<|tool_call_argument_begin|>{\"a\": 2}<|tool_call_end|>";
+    const Json j = chat_body(parsed, {"<|tool_calls_section_begin|>" + call + call + "<|tool_calls_section_end|>"});
+    const Json& calls = j["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), 2u);
+    EXPECT_EQ(calls[0]["id"], "functions.add:1");
+    EXPECT_EQ(calls[1]["id"], "functions.add:2");
+}
+
 // --tool-call-parser qwen25 with a tool offered: calls become tool_calls, "stop" becomes
 // "tool_calls"; without tools in the request nothing is parsed.
 TEST(ResponseBuilderTest, ToolCallsWholeAndStreamed) {

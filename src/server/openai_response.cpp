@@ -23,9 +23,13 @@ Json utf8_bytes(const std::string& s) {
 
 Json or_null(const std::optional<std::string>& v) { return v ? Json(*v) : Json(nullptr); }
 
-// SGLang's ToolCall: "call_" and 24 hex digits.
-Json tool_call_json(ParsedToolCall call, int index) {
-    return Json{{"id", "call_" + random_hex_id().substr(0, 24)},
+// SGLang's ToolCall (serving_chat.py _process_tool_call_id): "call_" and 24 hex digits, or for
+// Kimi-K2 "functions.NAME:N" with N counting the conversation's calls (`earlier` before this
+// message's).
+Json tool_call_json(ParsedToolCall call, int index, const ToolCallFormat& format, int earlier) {
+    std::string id = format.numbered_call_ids ? "functions." + call.name + ":" + std::to_string(earlier + index)
+                                              : "call_" + random_hex_id().substr(0, 24);
+    return Json{{"id", std::move(id)},
                 {"index", index},
                 {"type", "function"},
                 {"function", Json{{"name", std::move(call.name)}, {"arguments", std::move(call.arguments)}}}};
@@ -96,6 +100,7 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       force_reasoning_(request.force_reasoning),
       tool_calls_(request.tool_calls),
       tool_names_(request.tool_names),
+      earlier_tool_calls_(request.earlier_tool_calls),
       start_(std::chrono::steady_clock::now()),
       choices_(request.requests.size()) {
     for (const GenerationRequest& r : request.requests) request_ids_.push_back(r.request_id);
@@ -213,8 +218,10 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         if (final) parts.normal += c.tools->finish();
         content = std::move(parts.normal);
         if (!parts.calls.empty() && !content.empty()) send_delta(Json{{"content", std::exchange(content, {})}});
-        for (ParsedToolCall& call : parts.calls)
-            send_delta(Json{{"tool_calls", Json::array({tool_call_json(std::move(call), c.n_tool_calls++)})}});
+        for (ParsedToolCall& call : parts.calls) {
+            Json call_json = tool_call_json(std::move(call), c.n_tool_calls++, *tool_calls_, earlier_tool_calls_);
+            send_delta(Json{{"tool_calls", Json::array({std::move(call_json)})}});
+        }
     }
     if (content.empty() && event.logprobs.empty() && !final) return out;
 
@@ -331,8 +338,10 @@ std::string ResponseBuilder::body() const {
                 if (!found.calls.empty()) {
                     content = found.normal.empty() ? Json(nullptr) : Json(std::move(found.normal));
                     tool_calls = Json::array();
-                    for (ParsedToolCall& call : found.calls)
-                        tool_calls.push_back(tool_call_json(std::move(call), static_cast<int>(tool_calls.size())));
+                    for (ParsedToolCall& call : found.calls) {
+                        const auto index = static_cast<int>(tool_calls.size());
+                        tool_calls.push_back(tool_call_json(std::move(call), index, *tool_calls_, earlier_tool_calls_));
+                    }
                     if (finish_reason == "stop") {
                         finish_reason = "tool_calls";
                         matched_stop = nullptr;

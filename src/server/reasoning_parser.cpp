@@ -16,13 +16,14 @@ std::string erase_all(std::string text, std::string_view what) {
 }
 
 // reasoning_parser.py ReasoningParser.DetectorMap: several names share a detector.
-const std::array<ReasoningFormat, 12> kFormats = {{
+const std::array<ReasoningFormat, 13> kFormats = {{
     {"deepseek-r1", "<think>", "</think>", true, ""},
     {"deepseek-v3", "<think>", "</think>", false, "thinking"},
     {"deepseek-v4", "<think>", "</think>", false, "thinking"},
     {"glm45", "<think>", "</think>", false, "enable_thinking"},
     {"interns1", "<think>", "</think>", false, "enable_thinking"},
     {"kimi", "\xE2\x97\x81think\xE2\x96\xB7", "\xE2\x97\x81/think\xE2\x96\xB7", false, ""},  // ◁think▷ ◁/think▷
+    {"kimi_k2", "<think>", "</think>", true, ""},  // ReasoningParser.DetectorMap: DeepSeekR1Detector
     {"minimax", "<think>", "</think>", true, ""},
     {"mistral", "[THINK]", "[/THINK]", false, ""},
     {"qwen3", "<think>", "</think>", false, "enable_thinking"},

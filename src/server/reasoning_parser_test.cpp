@@ -44,6 +44,9 @@ TEST(ReasoningParserTest, WholeOutputs) {
     p = ReasoningDetector(format("qwen3"), true, true).parse_all("Hmm.</think> 4");
     EXPECT_EQ(p.reasoning, "Hmm.");
     EXPECT_EQ(p.normal, "4");
+    p = ReasoningDetector(format("kimi_k2"), false, true).parse_all("Hmm.</think>4");  // as deepseek-r1
+    EXPECT_EQ(p.reasoning, "Hmm.");
+    EXPECT_EQ(p.normal, "4");
     p = ReasoningDetector(format("kimi"), false, true).parse_all("\xE2\x97\x81think\xE2\x96\xB7r\xE2\x97\x81/think\xE2\x96\xB7n");
     EXPECT_EQ(p.reasoning, "r");
     EXPECT_EQ(p.normal, "n");
@@ -97,7 +100,7 @@ TEST(ReasoningParserTest, NamesAndTemplates) {
     ASSERT_FALSE(unknown.ok());
     EXPECT_EQ(unknown.status().message(),
               "--reasoning-parser gpt-oss: tessera parses deepseek-r1, deepseek-v3, deepseek-v4, glm45, interns1, "
-              "kimi, minimax, mistral, qwen3, qwen3-thinking, step3, step3p5 (SGLang's other parsers are not "
+              "kimi, kimi_k2, minimax, mistral, qwen3, qwen3-thinking, step3, step3p5 (SGLang's other parsers are not "
               "implemented)");
     EXPECT_TRUE(template_opens_reasoning("{{- '<|im_start|>assistant\\n<think>\\n' }}"));
     EXPECT_FALSE(template_opens_reasoning("{{- '<|im_start|>assistant\\n' }}"));

@@ -404,11 +404,11 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
          "cut a prompt longer than the context to its first tokens instead of refusing it", kServe);
     value(app, t, "--tool-call-parser", a.tool_call_parser,
           "turn the function calls a model writes into a chat completion's tool_calls: qwen25 (Qwen 2.5 / Qwen3), "
-          "deepseekv3, deepseekv31, llama3, mistral or pythonic",
+          "deepseekv3, deepseekv31, kimi_k2, llama3, mistral or pythonic",
           kServe);
     value(app, t, "--reasoning-parser", a.reasoning_parser,
-          "split a chat completion's reasoning into reasoning_content: deepseek-r1, deepseek-v3, glm45, kimi, qwen3, "
-          "qwen3-thinking or step3",
+          "split a chat completion's reasoning into reasoning_content: deepseek-r1, deepseek-v3, deepseek-v4, glm45, "
+          "interns1, kimi, kimi_k2, minimax, mistral, qwen3, qwen3-thinking, step3 or step3p5",
           kServe);
     value(app, t, "--quantization-param-path", a.quantization_param_path,
           "SGLang's JSON of KV cache scaling factors per TP rank and layer, for --kv-cache-dtype fp8_e4m3 (taken "

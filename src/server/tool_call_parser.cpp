@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -19,11 +20,13 @@ using Json = nlohmann::json;
 // DeepSeek's markers use U+FF5C (｜) and U+2581 (▁); V3 and V3.1 share them.
 #define TSR_DEEPSEEK_MARKER(what) "<\xEF\xBD\x9Ctool\xE2\x96\x81" what "\xEF\xBD\x9C>"
 using Layout = ToolCallFormat::Layout;
-const std::array<ToolCallFormat, 6> kFormats = {{
+const std::array<ToolCallFormat, 7> kFormats = {{
     {"deepseekv3", TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "end"),
      TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "end")},
     {"deepseekv31", TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("calls\xE2\x96\x81" "end"),
      TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "begin"), TSR_DEEPSEEK_MARKER("call\xE2\x96\x81" "end")},
+    {"kimi_k2", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+     "<|tool_call_end|>", Layout::kMarkedCalls, false, /*numbered_call_ids=*/true},
     {"llama3", "<|python_tag|>", "", "", "", Layout::kJsonValues, /*calls_may_open_output=*/true},
     {"mistral", "[TOOL_CALLS]", "", "", "", Layout::kJsonValues},
     {"pythonic", "", "", "", "", Layout::kPythonList},
@@ -55,6 +58,7 @@ std::size_t json_value_end(std::string_view text) {
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 constexpr std::string_view kDeepSeekSep = TSR_DEEPSEEK_MARKER("sep");
+constexpr std::string_view kKimiArguments = "<|tool_call_argument_begin|>";
 #undef TSR_DEEPSEEK_MARKER
 
 }  // namespace
@@ -70,7 +74,25 @@ ToolCallDetector::ToolCallDetector(ToolCallFormat format, std::vector<std::strin
 bool ToolCallDetector::decode(std::string_view payload, std::vector<ParsedToolCall>& out) const {
     std::string body(strip_whitespace(payload));
     Json actions;
-    if (format_.name == "deepseekv31") {
+    if (format_.name == "kimi_k2") {
+        // functions.NAME:INDEX<|tool_call_argument_begin|>ARGS, or NAME:INDEX
+        // (kimik2_detector.py tool_call_id_regex).
+        const std::size_t sep = body.find(kKimiArguments);
+        if (sep == std::string::npos) return false;
+        std::string_view id = strip_whitespace(std::string_view(body).substr(0, sep));
+        if (id.starts_with("functions.")) id.remove_prefix(10);
+        const std::size_t colon = id.rfind(':');
+        const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+        if (colon == std::string_view::npos || colon == 0 || colon + 1 == id.size() ||
+            !std::all_of(id.begin(), id.begin() + colon, word) ||
+            !std::all_of(id.begin() + colon + 1, id.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+            TSR_LOG(WARN, "Unexpected tool_call_id format: {}", id);
+            return false;
+        }
+        actions = Json{{"name", std::string(id.substr(0, colon))},
+                       {"arguments", Json::parse(body.substr(sep + kKimiArguments.size()), nullptr, false)}};
+        if (actions["arguments"].is_discarded()) return false;
+    } else if (format_.name == "deepseekv31") {
         // NAME<｜tool▁sep｜>ARGS (deepseekv31_detector.py)
         const std::size_t sep = body.find(kDeepSeekSep);
         if (sep == std::string::npos) return false;

@@ -2,8 +2,8 @@
 // server/tool_call_parser.h — --tool-call-parser: the function calls a model writes in its
 // own markup become a chat completion's `tool_calls`, whole or as each call completes
 // (SGLang's function_call/qwen25_detector.py, deepseekv3_detector.py, deepseekv31_detector.py,
-// llama32_detector.py, mistral_detector.py, pythonic_detector.py and base_format_detector.py
-// parse_base_json). Text only: no model, no I/O. A ToolCallDetector
+// kimik2_detector.py, llama32_detector.py, mistral_detector.py, pythonic_detector.py and
+// base_format_detector.py parse_base_json). Text only: no model, no I/O. A ToolCallDetector
 // belongs to one choice of one response.
 
 #include <string>
@@ -29,11 +29,14 @@ struct ToolCallFormat {
     enum class Layout { kMarkedCalls, kJsonValues, kPythonList };
     Layout layout = Layout::kMarkedCalls;
     bool calls_may_open_output = false;  // Llama 3: an output that begins with '{' is calls
+    // Kimi-K2: a call's id is "functions.NAME:N", N counting the conversation's calls (SGLang's
+    // serving_chat.py _process_tool_call_id); other formats answer "call_" and 24 hex digits.
+    bool numbered_call_ids = false;
 };
 
 // SGLang's names that tessera parses (qwen25: Qwen 2.5 / Qwen3; deepseekv3: DeepSeek-V3;
-// deepseekv31: DeepSeek-V3.1; llama3: Llama 3.x; mistral: Mistral / Mixtral; pythonic: Llama 3.2 /
-// Llama 4);
+// deepseekv31: DeepSeek-V3.1; kimi_k2: Kimi-K2; llama3: Llama 3.x; mistral: Mistral / Mixtral;
+// pythonic: Llama 3.2 / Llama 4);
 // another name is refused, listing these.
 StatusOr<ToolCallFormat> tool_call_format(std::string_view name);
 

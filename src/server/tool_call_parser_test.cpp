@@ -1,5 +1,5 @@
-// --tool-call-parser: SGLang's qwen25, deepseekv3, deepseekv31, llama3, mistral and pythonic formats, whole
-// and streamed.
+// --tool-call-parser: SGLang's qwen25, deepseekv3, deepseekv31, kimi_k2, llama3, mistral and pythonic
+// formats, whole and streamed.
 #include "server/tool_call_parser.h"
 
 #include <gtest/gtest.h>
@@ -187,12 +187,42 @@ TEST(ToolCallParserTest, Pythonic) {
         << "a function the request did not offer";
 }
 
+// kimik2_detector.py: functions.NAME:INDEX (or NAME:INDEX) then the JSON arguments.
+TEST(ToolCallParserTest, KimiK2) {
+    const std::string text =
+        "Sure.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+        R"({"city": "Beijing"})"
+        "<|tool_call_end|><|tool_call_begin|> add:1 <|tool_call_argument_begin|>"
+        R"({"a": 1})"
+        "<|tool_call_end|><|tool_call_begin|>bad id<|tool_call_argument_begin|>{}<|tool_call_end|>"
+        "<|tool_calls_section_end|>";
+    const ToolCallParts p = detector("kimi_k2").parse_all(text);
+    EXPECT_EQ(p.normal, "Sure.");
+    ASSERT_EQ(p.calls.size(), 2u);
+    EXPECT_EQ(p.calls[0].name, "get_weather");
+    EXPECT_EQ(p.calls[0].arguments, R"({"city":"Beijing"})");
+    EXPECT_EQ(p.calls[1].name, "add");
+    EXPECT_TRUE(tool_call_format("kimi_k2").value().numbered_call_ids);
+    ToolCallDetector d = detector("kimi_k2");
+    std::vector<ParsedToolCall> streamed;
+    std::string normal;
+    for (std::size_t i = 0; i < text.size(); i += 7) {
+        ToolCallParts part = d.parse_increment(std::string_view(text).substr(i, 7));
+        normal += part.normal;
+        for (auto& c : part.calls) streamed.push_back(std::move(c));
+    }
+    normal += d.finish();
+    EXPECT_EQ(normal, "Sure.");
+    ASSERT_EQ(streamed.size(), 2u);
+    EXPECT_EQ(streamed[1].arguments, R"({"a":1})");
+}
+
 TEST(ToolCallParserTest, UnknownParserNamesTheOnesThatWork) {
-    const auto f = tool_call_format("kimi_k2");
+    const auto f = tool_call_format("glm45");
     ASSERT_FALSE(f.ok());
     EXPECT_EQ(f.status().message(),
-              "--tool-call-parser kimi_k2: tessera parses deepseekv3, deepseekv31, llama3, mistral, pythonic, qwen25 "
-              "(SGLang's other parsers are not implemented)");
+              "--tool-call-parser glm45: tessera parses deepseekv3, deepseekv31, kimi_k2, llama3, mistral, pythonic, "
+              "qwen25 (SGLang's other parsers are not implemented)");
 }
 
 }  // namespace
