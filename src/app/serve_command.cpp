@@ -118,6 +118,11 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                       .targets = args.log_requests_target,
                       .rank = rank.runtime.coords.global_rank};
     if (Status s = front::check_request_log_targets(ec.request_log); !s.ok()) return fail(s);
+    if (!args.crash_dump_folder.empty()) {
+        if (Status s = front::CrashDump::check_folder(args.crash_dump_folder); !s.ok()) return fail(s);
+        ec.crash_dump_folder = args.crash_dump_folder;
+        std::signal(SIGQUIT, on_signal);  // SGLang's SignalHandler: dump, then stop the job
+    }
     if (args.export_metrics_to_file) {
         if (Status s = front::RequestMetricsFile::check_directory(args.export_metrics_to_file_dir); !s.ok())
             return fail(s);
@@ -222,12 +227,21 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                 rank.runtime.layout.attn_dp_size() > 1 ? "DP-attention group" : "DP replica",
                 rank.runtime.scheduler_index(), args.served_model_name, ho.host, http.port());
     } else {
-        TSR_LOG(INFO, "serving {} on http://{}:{} (POST /v1/chat/completions, /v1/completions, /generate)",
-                args.served_model_name, args.host, http.port());
+        const char* routes =
+            m.config().is_generation ? "/v1/chat/completions, /v1/completions, /generate" : "/v1/embeddings, /encode";
+        TSR_LOG(INFO, "serving {} on http://{}:{} (POST {})", args.served_model_name, args.host, http.port(), routes);
     }
     executor::BatchRunner& runner = (*leader)->runner();
     while (g_stop_signal.load() == 0 && engine.fatal_error().ok() && !runner.lockstep_stopping())
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (g_stop_signal.load() == SIGQUIT) {
+        TSR_LOG(ERROR, "SIGQUIT received: writing the crash dump and stopping the job");
+        if (Status s = engine.dump_requests("SIGQUIT"); !s.ok()) TSR_LOG(ERROR, "{}", s.message());
+        if (front) front->stop(std::chrono::milliseconds(0));
+        http.stop();
+        engine.stop();
+        return 1;
+    }
     if (Status fatal = engine.fatal_error(); !fatal.ok()) {
         // The followers are stalled or gone: telling them to stop would wait out another
         // timeout. Exiting makes the launcher stop every rank of the job.

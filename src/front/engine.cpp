@@ -35,6 +35,9 @@ Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
       metrics_file_(config_.export_metrics_dir.empty()
                         ? nullptr
                         : std::make_unique<RequestMetricsFile>(config_.export_metrics_dir)),
+      crash_dump_(config_.crash_dump_folder.empty()
+                      ? nullptr
+                      : std::make_unique<CrashDump>(config_.crash_dump_folder, config_.startup_info_json)),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
       tool_use_template_(std::move(tool_use_template)),
@@ -167,10 +170,12 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     pending_[req.rid] = std::move(on_event);
     // SGLang's exporter leaves out its health checks.
     const bool exported = metrics_file_ && !req.rid.starts_with("HEALTH_CHECK_");
+    std::string parameters =
+        exported || crash_dump_ ? RequestMetricsFile::parameters_json(req.rid, request.input, p) : "";
+    if (crash_dump_) crash_dump_->received(req.rid, parameters);
     stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,
                                p.stream_interval > 0 ? p.stream_interval : config_.stream_interval,
-                               exported ? RequestMetricsFile::parameters_json(req.rid, request.input, p) : "",
-                               std::chrono::steady_clock::now()};
+                               exported ? std::move(parameters) : "", std::chrono::steady_clock::now()};
     request_log_.received(request.request_id, request.input, p, n_prompt);
     Command c{Command::Kind::kAdd, std::move(req), {}};
     inbox_.push_back(std::move(c));
@@ -264,6 +269,7 @@ void Engine::loop() {
                         ev.error = s;
                         auto it = streams_.find(rid);
                         if (it != streams_.end()) {
+                            if (crash_dump_) crash_dump_->on_event(rid, ev);
                             it->second.on_event(std::move(ev));
                             streams_.erase(it);
                         }
@@ -315,10 +321,16 @@ void Engine::loop() {
     }
 }
 
+Status Engine::dump_requests(std::string_view why) {
+    if (!crash_dump_) return Status::Ok();
+    return crash_dump_->write(why).status();
+}
+
 void Engine::fail_everything(const Status& why) {
     const Status error(StatusCode::kUnavailable, "the server is stopping: its ranks cannot run steps together any "
                                                  "more (" + why.message() + ")");
     TSR_LOG(ERROR, "{}", error.message());
+    if (Status s = dump_requests(error.message()); !s.ok()) TSR_LOG(ERROR, "{}", s.message());
     draining_.store(true);
     std::unordered_map<std::string, server::EventCallback> queued;
     {
@@ -414,6 +426,7 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
                                                           .usage = ev.usage,
                                                           .e2e_latency_s = e2e.count()});
     }
+    if (crash_dump_) crash_dump_->on_event(e.rid, ev);
     stream.on_event(std::move(ev));
     if (last) {
         if (e.finished) streams_.erase(it);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "executor/forward_batch.h"
+#include "front/crash_dump.h"
 #include "front/request_log.h"
 #include "front/request_metrics_file.h"
 #include "scheduler/scheduler.h"
@@ -62,6 +63,8 @@ struct EngineConfig {
     // --export-metrics-to-file: the --export-metrics-to-file-dir that gets a line per finished
     // request ("": off).
     std::string export_metrics_dir;
+    // --crash-dump-folder: where the recent requests are written if the server fails ("": off).
+    std::string crash_dump_folder;
     int scheduler_recv_interval = 1;  // --scheduler-recv-interval
     std::string metric_labels;        // server::metric_labels(): model_name and --extra-metric-labels
 };
@@ -95,6 +98,9 @@ class Engine final : public server::Backend {
     Status expert_record(ExpertRecordAction action) override;
     void drain() override;
 
+    // --crash-dump-folder: writes the recent and running requests (once); Ok without the flag.
+    Status dump_requests(std::string_view why);
+
     // Set when the ranks can no longer run steps together (a collective timed out or lost a
     // peer: a rank stalled or died). Every request was then ended with this error and the
     // engine stopped; the server should exit non-zero. Ok otherwise.
@@ -112,7 +118,7 @@ class Engine final : public server::Backend {
         std::vector<std::string> stop;
         bool logprobs = false;
         int interval = 1;
-        std::string exported_parameters;  // --export-metrics-to-file: the request's line part
+        std::string exported_parameters;  // --export-metrics-to-file: the request's parameters
         std::chrono::steady_clock::time_point received_at;
     };
     struct Stream {
@@ -141,6 +147,7 @@ class Engine final : public server::Backend {
     const EngineConfig config_;
     const RequestLog request_log_;
     std::unique_ptr<RequestMetricsFile> metrics_file_;  // --export-metrics-to-file
+    std::unique_ptr<CrashDump> crash_dump_;             // --crash-dump-folder
     const tokenizer::Tokenizer* tokenizer_;
     // Ids a request may give: the tokenizer's vocabulary, or without one the model's.
     std::int64_t vocab_size() const { return tokenizer_ ? tokenizer_->vocab_size() : config_.vocab_size; }

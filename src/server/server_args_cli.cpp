@@ -393,6 +393,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           kServe)
         ->expected(1, CLI::detail::expected_max_vector_size)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    value(app, t, "--crash-dump-folder", a.crash_dump_folder,
+          "when the server fails (its ranks cannot run steps together) or gets SIGQUIT, write the requests of "
+          "the last 5 minutes and those running to FOLDER/<host>/crash_dump_<time>.json",
+          kServe);
     flag(app, t, "--export-metrics-to-file", a.export_metrics_to_file,
          "write a JSON line per finished request (its parameters, token counts, finish reason, e2e latency) to "
          "--export-metrics-to-file-dir",

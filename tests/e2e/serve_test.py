@@ -153,6 +153,7 @@ def main():
             check_chat_template_file(tessera, model, a.workdir)
             check_request_log(tessera, model, a.workdir)
             check_request_metrics_export(tessera, model, a.workdir)
+            check_crash_dump(tessera, model, a.workdir)
             check_model_sampling_defaults(tessera, model, a.workdir)
             check_preferred_sampling_params(tessera, model, a.workdir)
             check_skip_tokenizer_init(tessera, model, port, a.workdir)
@@ -619,6 +620,30 @@ def check_request_metrics_export(tessera, model, workdir):
     check("--enable-request-time-stats-logging: a ReqTimeStats line",
           re.search(r"ReqTimeStats\(rid=exported, input_len=\d+, cached_input_len=\d+, output_len=3, type=unified\): "
                     r"queue_duration=[\d.]+ms, forward_duration=[\d.]+ms", log) is not None, log[-2000:])
+
+
+def check_crash_dump(tessera, model, workdir):
+    """--crash-dump-folder: SIGQUIT writes the recent requests to FOLDER/<host>/crash_dump_*.json
+    and stops the server with exit code 1."""
+    folder = os.path.join(workdir, "crash_dumps")
+    shutil.rmtree(folder, ignore_errors=True)
+    started = start_side_server(tessera, model, workdir, "crash_dump", ["--crash-dump-folder", folder])
+    if started is None:
+        return
+    server, port, log_path = started
+    try:
+        status, _ = post(port, "/generate", {"text": "hello tiles", "rid": "before-crash", "sampling_params": {
+            "max_new_tokens": 2, "temperature": 0}})
+        server.send_signal(signal.SIGQUIT)
+        rc = server.wait(timeout=60)
+    finally:
+        stop_server(server)
+    dumps = [os.path.join(root, f) for root, _, files in os.walk(folder) for f in files if f.startswith("crash_dump_")]
+    requests = json.load(open(dumps[0]))["requests"] if len(dumps) == 1 else []
+    check("--crash-dump-folder: SIGQUIT writes the recent requests and exits 1",
+          status == 200 and rc == 1 and [r["request"]["rid"] for r in requests] == ["before-crash"]
+          and requests[0]["output"]["meta_info"]["completion_tokens"] == 2,
+          f"rc={rc} {dumps} {requests} " + open(log_path).read()[-1500:])
 
 
 def check_model_sampling_defaults(tessera, model, workdir):
