@@ -104,6 +104,13 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.vocab_size = m.config().vocab_size;
     ec.eos_token_ids = m.config().eos_token_ids;
     ec.is_generation = m.config().is_generation;
+    if (!args.reasoning_parser.empty() && tok) {
+        // scheduler.py: the first token of the parser's think-end text ends a request's reasoning.
+        auto format = server::reasoning_format(args.reasoning_parser);
+        if (!format.ok()) return fail(format.status());
+        const std::vector<std::int32_t> ids = tok->encode(format->think_end, /*add_special_tokens=*/false);
+        if (!ids.empty()) ec.think_end_token_id = ids.front();
+    }
     for (std::int32_t id : tok ? tok->eos_token_ids() : std::vector<std::int32_t>{})
         if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())
             ec.eos_token_ids.push_back(id);

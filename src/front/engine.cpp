@@ -140,6 +140,7 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.stop_token_ids = p.stop_token_ids;
     req.eos_token_ids = config_.eos_token_ids;
     req.ignore_eos = p.ignore_eos;
+    if (p.require_reasoning) req.think_end_id = config_.think_end_token_id;
     req.sampling.params = {p.temperature, p.top_k, p.top_p, p.min_p, 0};
     req.sampling.frequency_penalty = p.frequency_penalty;
     req.sampling.presence_penalty = p.presence_penalty;
@@ -371,7 +372,7 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         return;
     }
     server::GenerationEvent ev;
-    ev.usage = {e.prompt_tokens, e.completion_tokens, e.cached_tokens};
+    ev.usage = {e.prompt_tokens, e.completion_tokens, e.cached_tokens, e.reasoning_tokens};
     if (e.token && !e.token->embedding.empty()) {
         ev.embedding = e.token->embedding;
     } else if (e.token) {

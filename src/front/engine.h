@@ -40,6 +40,8 @@ struct EngineConfig {
     std::int64_t context_len = 0;
     std::int64_t vocab_size = 0;  // the model's: token ids at or above it are refused
     std::vector<std::int32_t> eos_token_ids;
+    // --reasoning-parser: its think-end token, the end of a require_reasoning request's reasoning.
+    std::optional<std::int32_t> think_end_token_id;
     // false under --is-embedding: every request ends with its prompt and answers its embedding.
     bool is_generation = true;
     std::uint64_t random_seed = 0;

@@ -21,6 +21,12 @@ std::vector<std::int32_t> Req::fill_ids(std::int64_t begin, std::int64_t end) co
     return out;
 }
 
+void Req::count_reasoning(std::int32_t token) {
+    if (!think_end_id || reasoning_over) return;
+    ++reasoning_tokens;
+    reasoning_over = token == *think_end_id;
+}
+
 void Req::check_finished() {
     if (finished() || output_ids.empty()) return;
     if (static_cast<std::int64_t>(output_ids.size()) >= max_new_tokens) {

@@ -36,6 +36,7 @@ struct ReqEvent {
     std::int64_t prompt_tokens = 0;
     std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
     std::int64_t completion_tokens = 0;
+    std::int64_t reasoning_tokens = 0;  // of them, up to the think-end token (Req::think_end_id)
 };
 using ReqEventSink = std::function<void(const ReqEvent&)>;
 
@@ -51,6 +52,10 @@ struct Req {
     // --enable-priority-scheduling and --schedule-policy priority: better first (higher values,
     // or lower under --schedule-low-priority-values-first). The front fills in a default.
     std::int64_t priority = 0;
+    // The reasoning parser's think-end token, for a request whose output begins with its
+    // reasoning (SGLang's require_reasoning): its output tokens up to and with that token count
+    // as reasoning_tokens.
+    std::optional<std::int32_t> think_end_id;
     ReqEventSink sink;       // may be empty (no events)
 
     // ---- owned by the scheduler -------------------------------------------------------
@@ -68,6 +73,8 @@ struct Req {
     std::int64_t cached_tokens = 0;         // prefix-cache hit of the first admission
     std::int64_t n_retracted = 0;           // times retracted under KV pressure or preempted
     bool admitted_once = false;
+    std::int64_t reasoning_tokens = 0;
+    bool reasoning_over = false;  // the think-end token came
     // Scheduler clock (seconds): when it was queued, and first put in a batch (-1: not yet).
     double queued_at = 0.0;
     double forward_at = -1.0;
@@ -96,6 +103,9 @@ struct Req {
     // Sets finish_reason after a token was appended, in SGLang's order: length first, then
     // eos / stop ids unless ignore_eos.
     void check_finished();
+    // Counts an appended output token as reasoning until the think-end token, that one
+    // included (SGLang's Req.update_reasoning_tokens).
+    void count_reasoning(std::int32_t token);
 };
 
 }  // namespace tessera::scheduler

@@ -135,6 +135,8 @@ Status Scheduler::add_request(Req req) {
     // Same clamp as SGLang: input + output must fit one request's context.
     req.max_new_tokens = std::min(req.max_new_tokens, max_req_len_ - n_in - 1);
     req.output_ids.clear();
+    req.reasoning_tokens = 0;
+    req.reasoning_over = false;
     req.slots.clear();
     req.prefix_len = 0;
     req.last_node = 0;
@@ -204,6 +206,7 @@ void Scheduler::emit(Req& req, const executor::SampledToken* token) {
     ev.prompt_tokens = static_cast<std::int64_t>(req.input_ids.size());
     ev.cached_tokens = req.cached_tokens;
     ev.completion_tokens = static_cast<std::int64_t>(req.output_ids.size());
+    ev.reasoning_tokens = req.reasoning_tokens;
     req.sink(ev);
 }
 
@@ -292,7 +295,11 @@ void Scheduler::drop_uncomputed_tail(Req& req) {
 }
 
 void Scheduler::cache_finished_req(Req& req) {
-    const std::int64_t kv = req.kv_len();
+    // --strip-thinking-cache (SGLang's Req._cache_commit_len): a request that reasoned leaves
+    // only its prompt in the tree; the KV of its thinking and answer is freed.
+    const std::int64_t kv = config_.strip_thinking_cache && req.reasoning_tokens > 0
+                                ? std::min(req.kv_len(), static_cast<std::int64_t>(req.input_ids.size()))
+                                : req.kv_len();
     const std::int64_t aligned = kv / config_.page_size * config_.page_size;
     // The tree takes the whole pages (returning duplicates); the partial tail page is ours.
     cache_->insert(req.fill_ids(0, aligned), std::span(req.slots).first(static_cast<std::size_t>(aligned)));
@@ -905,6 +912,7 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
             r.finish_reason = FinishReason::kLength;
         } else {
             r.output_ids.push_back(tok.token);
+            r.count_reasoning(tok.token);
             r.check_finished();
         }
         if (r.finished()) {
@@ -934,6 +942,7 @@ void Scheduler::apply_decode_results(const std::vector<Req*>& reqs,
 
 bool Scheduler::apply_decode_token(Req& r, const executor::SampledToken& tok) {
     r.output_ids.push_back(tok.token);
+    r.count_reasoning(tok.token);
     ++generation_tokens_total_;
     ++num_generated_since_log_;
     r.check_finished();

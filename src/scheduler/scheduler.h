@@ -72,6 +72,8 @@ struct SchedulerConfig {
     // --enable-request-time-stats-logging: one INFO line per finished request with its time in
     // the queue and in the model (SGLang's schedule_batch.py Req.log_time_stats).
     bool log_request_time_stats = false;
+    // --strip-thinking-cache: a finished request with reasoning tokens caches its prompt only.
+    bool strip_thinking_cache = false;
     std::uint64_t random_seed = 0;           // --random-seed (policy random)
     // Pipeline parallelism (reference §6.3): steps in flight at once (pp_size +
     // --pp-async-batch-depth; 1 = run each step to completion), and the most requests in

@@ -194,6 +194,7 @@ class FakeRunner final : public executor::BatchRunner {
 struct Result {
     std::vector<std::int32_t> tokens;
     std::vector<float> embedding;
+    std::int64_t reasoning_tokens = -1;
     FinishReason reason = FinishReason::kNone;
     std::int64_t cached_tokens = -1;
     int n_events = 0;
@@ -230,6 +231,7 @@ class Harness {
                 EXPECT_EQ(r.reason, FinishReason::kNone) << rid << " finished twice";
                 r.reason = ev.finish_reason;
                 r.cached_tokens = ev.cached_tokens;
+                r.reasoning_tokens = ev.reasoning_tokens;
                 EXPECT_EQ(ev.completion_tokens, static_cast<std::int64_t>(r.tokens.size()));
             }
         };
@@ -513,6 +515,37 @@ TEST_P(SchedulerTest, RequestTimeStatsAreLoggedWhenAsked) {
                               R"(type=unified\): queue_duration=\d+\.\d\dms, forward_duration=\d+\.\d\dms, )"
                               R"(start_time=\d+\.\d{3})");
         EXPECT_EQ(std::regex_search(log, line), on) << log;
+    }
+}
+
+// A request with a think-end token counts its output tokens up to and with that token as
+// reasoning; with --strip-thinking-cache such a request leaves only its prompt in the cache.
+TEST_P(SchedulerTest, ReasoningTokensAndStripThinkingCache) {
+    const Tokens input = prompt(8, 40);
+    const Tokens out = expected(make_req("x", input, 30));  // past the next 16-token page
+    for (bool strip : {false, true}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.strip_thinking_cache = strip;
+        Harness h(cfg);
+        Req r = make_req("think", input, 30);
+        r.think_end_id = out[2];  // the third output token ends the reasoning
+        h.add(r);
+        h.run();
+        EXPECT_EQ(h.results_["think"].tokens, out);
+        EXPECT_EQ(h.results_["think"].reasoning_tokens, 3);
+        // The follow-up prompt holds the whole first exchange: its cached share shows what stayed.
+        Tokens follow = input;
+        follow.insert(follow.end(), out.begin(), out.end());
+        follow.push_back(7);
+        h.add(make_req("follow", follow, 1));
+        h.run();
+        const std::int64_t cached = h.results_["follow"].cached_tokens;
+        const std::int64_t prompt_pages = static_cast<std::int64_t>(input.size()) / page() * page();
+        if (strip) {
+            EXPECT_EQ(cached, prompt_pages) << "only the prompt was cached";
+        } else {
+            EXPECT_GT(cached, prompt_pages) << "the output was cached too";
+        }
     }
 }
 

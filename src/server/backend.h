@@ -40,6 +40,9 @@ struct GenerationParams {
     // The request's "priority" (SGLang's request field), when it gives one: what
     // --enable-priority-scheduling (and --schedule-policy priority) order and preempt by.
     std::optional<std::int32_t> priority;
+    // The output begins with the model's reasoning (SGLang's require_reasoning): with a
+    // --reasoning-parser, its tokens up to the think-end token are counted as reasoning_tokens.
+    bool require_reasoning = false;
 };
 
 struct GenerationInput {
@@ -68,6 +71,7 @@ struct Usage {
     std::int64_t prompt_tokens = 0;
     std::int64_t completion_tokens = 0;
     std::int64_t cached_tokens = 0;
+    std::int64_t reasoning_tokens = 0;  // of completion_tokens, up to the think-end token
 };
 
 // One step of a request's output. The last event of a request has finish_reason set

@@ -452,9 +452,24 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
     if (tools) base.params.skip_special_tokens = false;
     // _patch_reasoning_skip_special_tokens: Mistral's [THINK] markers are special tokens, kept
     // when the request asks for reasoning.
+    bool mistral_reasons = false;
     if (o.reasoning && o.reasoning->name == "mistral") {
-        if (auto effort = r.string("reasoning_effort"); effort && *effort != "none")
+        if (auto effort = r.string("reasoning_effort"); effort && *effort != "none") {
             base.params.skip_special_tokens = false;
+            mistral_reasons = true;
+        }
+    }
+    // serving_chat.py _get_reasoning_from_request: whether the output begins with reasoning,
+    // whose tokens are then counted. A thinking switch decides when the format has one
+    // (enable_thinking defaults on, as Qwen3's and GLM-4.5's templates; DeepSeek's thinking off).
+    if (o.reasoning) {
+        const ReasoningFormat& f = *o.reasoning;
+        bool on = f.name == "mistral" ? mistral_reasons : true;
+        if (!f.request_switch.empty()) {
+            const Json v = chat.contains(f.request_switch) ? chat[f.request_switch] : Json();
+            on = v.is_boolean() ? v.get<bool>() : f.request_switch == "enable_thinking";
+        }
+        base.params.require_reasoning = f.always_reasoning || o.template_opens_reasoning || on;
     }
     if (auto v = r.boolean("logprobs")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs", 0, o.max_top_logprobs)) {
@@ -586,6 +601,8 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
         base.params.max_new_tokens = 128;  // SGLang's SamplingParams default
     }
     read_priority(r, base.params);
+    // GenerateReqInput.require_reasoning: the client says the output begins with reasoning.
+    if (auto v = r.boolean("require_reasoning")) base.params.require_reasoning = *v;
     const Json* sp = r.get("sampling_params");
     if (!sp || !r.ok()) return;
     if (!sp->is_object()) {

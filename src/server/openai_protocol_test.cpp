@@ -382,6 +382,33 @@ Json chat_body(const ParseOutcome& o, const std::vector<std::string>& pieces) {
     return Json::parse(b.body());
 }
 
+// serving_chat.py _get_reasoning_from_request: which requests count reasoning tokens; usage
+// reports them at the top level (SGLang's UsageInfo), /generate in meta_info.
+TEST(ResponseBuilderTest, ReasoningTokens) {
+    const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+    EXPECT_TRUE(reasoning_chat("{" + messages + "}").request.requests[0].params.require_reasoning);
+    EXPECT_FALSE(reasoning_chat("{" + messages + R"(, "chat_template_kwargs": {"enable_thinking": false}})")
+                     .request.requests[0].params.require_reasoning);
+    ProtocolOptions o = options();
+    o.reasoning = reasoning_format("deepseek-v3").value();
+    const auto deepseek = [&](const std::string& extra) {
+        return parse_request(ApiKind::kChatCompletion, "{" + messages + extra + "}", o, "c").request.requests[0];
+    };
+    EXPECT_FALSE(deepseek("").params.require_reasoning) << "DeepSeek's thinking switch defaults off";
+    EXPECT_TRUE(deepseek(R"(, "chat_template_kwargs": {"thinking": true})").params.require_reasoning);
+    EXPECT_FALSE(chat("{" + messages + "}").request.requests[0].params.require_reasoning) << "no parser";
+    EXPECT_TRUE(generate(R"({"text": "x", "require_reasoning": true})").request.requests[0].params.require_reasoning);
+
+    ResponseBuilder b(reasoning_chat("{" + messages + "}").request);
+    GenerationEvent e = event("<think>a</think>b", {1, 2, 3}, 3, "stop");
+    e.usage.reasoning_tokens = 2;
+    b.add_event(0, e);
+    EXPECT_EQ(Json::parse(b.body())["usage"]["reasoning_tokens"], 2);
+    ResponseBuilder g(generate(R"({"text": "x"})").request);
+    g.add_event(0, e);
+    EXPECT_EQ(Json::parse(g.body())["meta_info"]["reasoning_tokens"], 2);
+}
+
 TEST(ResponseBuilderTest, ReasoningContentWholeAndStreamed) {
     const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
     Json j = chat_body(reasoning_chat("{" + messages + "}"), {"<think>\nSum", " it.</think>", "\n\n4"});

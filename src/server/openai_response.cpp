@@ -151,6 +151,7 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         meta["prompt_tokens"] = event.usage.prompt_tokens;
         meta["completion_tokens"] = event.usage.completion_tokens;
         meta["cached_tokens"] = event.usage.cached_tokens;
+        meta["reasoning_tokens"] = event.usage.reasoning_tokens;
         meta["e2e_latency"] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
         if (logprobs_) {
@@ -255,12 +256,16 @@ std::string ResponseBuilder::usage_json_dump() const {
         total.prompt_tokens = choices_[0].usage.prompt_tokens;  // one prompt for all n choices
         total.cached_tokens = choices_[0].usage.cached_tokens;
     }
-    for (const Choice& c : choices_) total.completion_tokens += c.usage.completion_tokens;
+    for (const Choice& c : choices_) {
+        total.completion_tokens += c.usage.completion_tokens;
+        total.reasoning_tokens += c.usage.reasoning_tokens;
+    }
     Json usage = Json::object();
     usage["prompt_tokens"] = total.prompt_tokens;
     usage["total_tokens"] = total.prompt_tokens + total.completion_tokens;
     usage["completion_tokens"] = total.completion_tokens;
     usage["prompt_tokens_details"] = Json{{"cached_tokens", total.cached_tokens}};
+    usage["reasoning_tokens"] = total.reasoning_tokens;  // SGLang's UsageInfo: at the top level
     return dump(usage);
 }
 
@@ -293,6 +298,7 @@ std::string ResponseBuilder::body() const {
             meta["prompt_tokens"] = c.usage.prompt_tokens;
             meta["completion_tokens"] = c.usage.completion_tokens;
             meta["cached_tokens"] = c.usage.cached_tokens;
+            meta["reasoning_tokens"] = c.usage.reasoning_tokens;
             meta["e2e_latency"] = std::chrono::duration<double>(c.finished_at - start_).count();
             if (logprobs_) {
                 Json lps = Json::array(), tops = Json::array();

@@ -393,6 +393,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           kServe)
         ->expected(1, CLI::detail::expected_max_vector_size)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    flag(app, t, "--strip-thinking-cache", a.strip_thinking_cache,
+         "a finished request whose output began with reasoning (counted with --reasoning-parser) leaves only "
+         "its prompt in the prefix cache, not its thinking and answer",
+         kServe);
     value(app, t, "--crash-dump-folder", a.crash_dump_folder,
           "when the server fails (its ranks cannot run steps together) or gets SIGQUIT, write the requests of "
           "the last 5 minutes and those running to FOLDER/<host>/crash_dump_<time>.json",

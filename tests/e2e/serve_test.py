@@ -440,18 +440,43 @@ def check_queue_cap(tessera, model, workdir):
         stop_server(server)
 
 
+THINK_END = 151668  # Qwen3's </think>
+
+
+def check_reasoning_tokens(port, chat):
+    """usage.reasoning_tokens counts the output up to and with </think> (all of it without one);
+    /generate reports it with require_reasoning; --strip-thinking-cache keeps only the prompt
+    of a request that reasoned in the prefix cache."""
+    _, all_thinking = post(port, "/v1/chat/completions", chat)
+    _, ended = post(port, "/v1/chat/completions", dict(chat, logit_bias={str(THINK_END): 100}, max_tokens=1))
+    _, off = post(port, "/v1/chat/completions", dict(chat, chat_template_kwargs={"enable_thinking": False}))
+    check("usage.reasoning_tokens: up to and with </think>, none with thinking off",
+          [r.get("usage", {}).get("reasoning_tokens") for r in (all_thinking, ended, off)] == [12, 1, 0],
+          f"{all_thinking.get('usage')} {ended.get('usage')} {off.get('usage')}")
+    ids = [100 + i for i in range(40)]
+    sampling = {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}
+    status, first = post(port, "/generate", {"input_ids": ids, "require_reasoning": True, "sampling_params": sampling})
+    exchange = ids + first.get("output_ids", []) if status == 200 else ids
+    _, again = post(port, "/generate", {"input_ids": exchange + [7], "sampling_params": {"max_new_tokens": 1}})
+    check("/generate: meta_info.reasoning_tokens; --strip-thinking-cache keeps the prompt only",
+          status == 200 and first["meta_info"]["reasoning_tokens"] == 6
+          and again["meta_info"]["cached_tokens"] == len(ids), f"{first.get('meta_info')} {again.get('meta_info')}")
+
+
 def check_reasoning_parser(tessera, model, workdir):
     """--reasoning-parser qwen3 over HTTP: with thinking switched on (chat_template_kwargs
     enable_thinking), the output starts inside the reasoning, so with no end tag (a random
     model) all of it is reasoning_content, whole or streamed; separate_reasoning false gives
     the same text as content."""
-    started = start_side_server(tessera, model, workdir, "reasoning", ["--reasoning-parser", "qwen3"])
+    started = start_side_server(tessera, model, workdir, "reasoning",
+                                ["--reasoning-parser", "qwen3", "--strip-thinking-cache"])
     if started is None:
         return
     server, port, _ = started
     try:
         chat = {"model": "tiny", "messages": [{"role": "user", "content": "Think about tiles."}], "max_tokens": 12,
                 "temperature": 0, "ignore_eos": True, "chat_template_kwargs": {"enable_thinking": True}}
+        check_reasoning_tokens(port, chat)
         status, raw = post(port, "/v1/chat/completions", dict(chat, separate_reasoning=False))
         status2, split = post(port, "/v1/chat/completions", chat)
         events, done = stream(port, "/v1/chat/completions", dict(chat, stream=True))
