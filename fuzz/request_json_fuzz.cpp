@@ -15,5 +15,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                       tessera::server::ApiKind::kGenerate}) {
         (void)tessera::server::parse_request(kind, body, options, "fuzz-id");
     }
+    // An embedding server's routes, with a Matryoshka model so that `dimensions` is read too.
+    options.embedding = tessera::server::EmbeddingOptions{.model_path = "fuzz", .hidden_size = 64,
+                                                          .is_matryoshka = true, .matryoshka_dimensions = {}};
+    for (auto kind : {tessera::server::ApiKind::kEmbedding, tessera::server::ApiKind::kEncode}) {
+        const tessera::server::ParseOutcome parsed = tessera::server::parse_request(kind, body, options, "fuzz-id");
+        if (!parsed.ok()) continue;
+        // The response side: the vectors truncated and encoded as asked.
+        tessera::server::ResponseBuilder builder(parsed.request);
+        tessera::server::GenerationEvent event;
+        event.embedding.assign(64, 0.125f);
+        event.finish_reason = "length";
+        for (std::size_t i = 0; i < parsed.request.requests.size(); ++i) (void)builder.add_event(i, event);
+        (void)builder.body();
+    }
     return 0;
 }

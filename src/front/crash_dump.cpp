@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
+#include "front/request_log.h"
 
 namespace tessera::front {
 
@@ -38,16 +39,12 @@ CrashDump::CrashDump(std::string folder, std::string server_info_json, Clock clo
 }
 
 Status CrashDump::check_folder(const std::string& folder) {
-    const std::filesystem::path dir = std::filesystem::path(folder) / host_name();
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    const std::filesystem::path probe = dir / ".write_test";
-    std::FILE* f = ec ? nullptr : std::fopen(probe.c_str(), "w");
-    if (f == nullptr)
+    const std::filesystem::path probe = std::filesystem::path(folder) / host_name() / ".write_test";
+    if (const std::string why = cannot_append(probe.string()); !why.empty())
         return Status::InvalidArgument(fmt::format("--crash-dump-folder {}: cannot write in {} ({}); give a folder "
                                                    "this user can create files in",
-                                                   folder, dir.string(), ec ? ec.message() : "fopen failed"));
-    std::fclose(f);
+                                                   folder, probe.parent_path().string(), why));
+    std::error_code ec;
     std::filesystem::remove(probe, ec);
     return Status::Ok();
 }

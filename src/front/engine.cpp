@@ -403,6 +403,7 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         held.token_ids.insert(held.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
         for (auto& lp : ev.logprobs) held.logprobs.push_back(std::move(lp));
         held.usage = ev.usage;
+        if (!ev.embedding.empty()) held.embedding = std::move(ev.embedding);
         held.finish_reason = std::move(ev.finish_reason);
         held.matched_stop = std::move(ev.matched_stop);
         held.error = std::move(ev.error);

@@ -49,18 +49,24 @@ std::string log_file_path(const std::string& directory, int rank) {
 
 }  // namespace
 
+std::string cannot_append(const std::string& path) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    if (ec) return ec.message();
+    std::FILE* f = std::fopen(path.c_str(), "a");
+    if (f == nullptr) return "fopen failed";
+    std::fclose(f);
+    return "";
+}
+
 Status check_request_log_targets(const RequestLogOptions& options) {
     for (const std::string& target : options.targets) {
         if (ascii_lower(target) == "stdout") continue;
-        std::error_code ec;
-        std::filesystem::create_directories(target, ec);
         const std::string path = log_file_path(target, options.rank);
-        std::FILE* f = ec ? nullptr : std::fopen(path.c_str(), "a");
-        if (f == nullptr)
+        if (const std::string why = cannot_append(path); !why.empty())
             return Status::InvalidArgument(fmt::format("--log-requests-target {}: cannot write {} ({}); give stdout or "
                                                        "a directory this user can create files in",
-                                                       target, path, ec ? ec.message() : "fopen failed"));
-        std::fclose(f);
+                                                       target, path, why));
     }
     return Status::Ok();
 }

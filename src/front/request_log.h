@@ -38,6 +38,10 @@ struct RequestLogOptions {
 // reports before loading weights ("--log-requests-target DIR: ...").
 Status check_request_log_targets(const RequestLogOptions& options);
 
+// Creates the directory of `path` and opens the file for appending, as a launch checks where
+// a flag will write before it loads weights: "" when it can, else why not.
+std::string cannot_append(const std::string& path);
+
 class RequestLog {
  public:
     explicit RequestLog(RequestLogOptions options);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
+#include "front/request_log.h"
 
 namespace tessera::front {
 
@@ -32,15 +33,11 @@ std::string RequestMetricsFile::path_at(std::chrono::system_clock::time_point no
 }
 
 Status RequestMetricsFile::check_directory(const std::string& directory) {
-    std::error_code ec;
-    std::filesystem::create_directories(directory, ec);
     const std::string path = RequestMetricsFile(directory).path_at(std::chrono::system_clock::now());
-    std::FILE* f = ec ? nullptr : std::fopen(path.c_str(), "a");
-    if (f == nullptr)
+    if (const std::string why = cannot_append(path); !why.empty())
         return Status::InvalidArgument(fmt::format("--export-metrics-to-file-dir {}: cannot write {} ({}); give a "
                                                    "directory this user can create files in",
-                                                   directory, path, ec ? ec.message() : "fopen failed"));
-    std::fclose(f);
+                                                   directory, path, why));
     return Status::Ok();
 }
 

@@ -812,22 +812,6 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
     return outcome;
 }
 
-StatusOr<CompletionTemplate> completion_template(std::string_view name) {
-    // DeepSeek's markers use U+FF5C (｜) and U+2581 (▁).
-    static const std::array<CompletionTemplate, 3> kTemplates = {{
-        {"deepseek_coder", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-         "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
-         false},
-        {"star_coder", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", true},
-        {"qwen_coder", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", true},
-    }};
-    for (const CompletionTemplate& t : kTemplates)
-        if (t.name == name) return t;
-    return Status::InvalidArgument("--completion-template " + std::string(name) +
-                                   ": tessera has SGLang's built-in deepseek_coder, star_coder and qwen_coder (not "
-                                   "template files)");
-}
-
 StatusOr<PreferredSampling> parse_preferred_sampling_params(std::string_view json, const ProtocolOptions& options) {
     const Json root = Json::parse(json, nullptr, false);
     if (!root.is_object()) {

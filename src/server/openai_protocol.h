@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "server/backend.h"
+#include "server/completion_template.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
 
@@ -52,17 +53,6 @@ struct PreferredSampling {
     int n = 1;
 };
 
-// --completion-template: how a completion's prompt and suffix become a fill-in-the-middle
-// prompt (SGLang's code_completion_parser.py).
-struct CompletionTemplate {
-    std::string name;
-    std::string fim_begin, fim_middle, fim_end;
-    bool middle_at_end = false;  // begin prompt end suffix middle; else begin prompt middle suffix end
-};
-
-// SGLang's built-in templates: deepseek_coder, star_coder, qwen_coder; another name is refused,
-// listing them.
-StatusOr<CompletionTemplate> completion_template(std::string_view name);
 
 // --is-embedding: what the embedding routes check a request against.
 struct EmbeddingOptions {

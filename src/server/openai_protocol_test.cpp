@@ -719,7 +719,18 @@ TEST(OpenAiProtocolTest, CompletionTemplateFillInTheMiddle) {
     const auto fim = [](const std::string& what) { return "<\xEF\xBD\x9C" "fim\xE2\x96\x81" + what + "\xEF\xBD\x9C>"; };
     EXPECT_EQ(prompt(R"({"prompt": "a", "suffix": "b"})"), fim("begin") + "a" + fim("hole") + "b" + fim("end"));
     EXPECT_EQ(completion_template("star_coder").value().fim_begin, "<fim_prefix>");
-    EXPECT_FALSE(completion_template("codellama").ok());
+    EXPECT_NE(completion_template("codellama").status().message().find("is not a built-in template name"),
+              std::string::npos);
+    // A template file (SGLang's JSON: name, the three tokens, fim_position MIDDLE or END).
+    auto file = completion_template_from_json(R"({"name": "mine", "fim_begin_token": "<B>", "fim_middle_token": "<M>",
+        "fim_end_token": "<E>", "fim_position": "MIDDLE"})", "mine.json");
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    o.completion_template = file.value();
+    EXPECT_EQ(prompt(R"({"prompt": "a", "suffix": "b"})"), "<B>a<M>b<E>");
+    const auto start = completion_template_from_json(R"({"name": "x", "fim_begin_token": "a", "fim_middle_token": "b",
+        "fim_end_token": "c", "fim_position": "START"})", "x.json");
+    EXPECT_NE(start.status().message().find("Unknown fim position: START"), std::string::npos);
+    EXPECT_FALSE(completion_template_from_json(R"({"name": "x"})", "x.json").ok());
 }
 
 // --incremental-streaming-output: each /generate chunk carries what is new; the non-streamed

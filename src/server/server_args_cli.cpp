@@ -314,7 +314,9 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "in place of the tokenizer's",
           kYes);
     value(app, t, "--completion-template", a.completion_template,
-          "fill-in-the-middle for /v1/completions with a suffix: deepseek_coder, star_coder or qwen_coder", kServe);
+          "fill-in-the-middle for /v1/completions with a suffix: deepseek_coder, star_coder, qwen_coder or a "
+          "template .json file (name, fim_begin_token, fim_middle_token, fim_end_token, fim_position)",
+          kServe);
     value(app, t, "--hf-chat-template-name", a.hf_chat_template_name,
           "which of the tokenizer's named chat templates renders chat requests (e.g. tool_use, rag); "
           "--chat-template overrides it",

@@ -203,18 +203,10 @@ TEST(ToolCallParserTest, KimiK2) {
     EXPECT_EQ(p.calls[0].arguments, R"({"city":"Beijing"})");
     EXPECT_EQ(p.calls[1].name, "add");
     EXPECT_TRUE(tool_call_format("kimi_k2").value().numbered_call_ids);
-    ToolCallDetector d = detector("kimi_k2");
-    std::vector<ParsedToolCall> streamed;
-    std::string normal;
-    for (std::size_t i = 0; i < text.size(); i += 7) {
-        ToolCallParts part = d.parse_increment(std::string_view(text).substr(i, 7));
-        normal += part.normal;
-        for (auto& c : part.calls) streamed.push_back(std::move(c));
-    }
-    normal += d.finish();
-    EXPECT_EQ(normal, "Sure.");
-    ASSERT_EQ(streamed.size(), 2u);
-    EXPECT_EQ(streamed[1].arguments, R"({"a":1})");
+    const ToolCallParts streamed = stream(detector("kimi_k2"), text, 7);
+    EXPECT_EQ(streamed.normal, "Sure.");
+    ASSERT_EQ(streamed.calls.size(), 2u);
+    EXPECT_EQ(streamed.calls[1].arguments, R"({"a":1})");
 }
 
 TEST(ToolCallParserTest, UnknownParserNamesTheOnesThatWork) {
