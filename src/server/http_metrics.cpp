@@ -166,7 +166,9 @@ StatusOr<std::string> metric_labels(const std::string& model_name, const std::st
             return Status::InvalidArgument("--extra-metric-labels " + extra_json +
                                            ": give a JSON object of label names and values, e.g. "
                                            "'{\"cluster\": \"a\"}'");
-        for (const auto& [name, value] : extra.items()) {
+        for (const auto& item : extra.items()) {
+            const std::string& name = item.key();  // not a structured binding: clang cannot capture those
+            const auto& value = item.value();
             TSR_RETURN_IF_ERROR(check_label_name("--extra-metric-labels", name));
             const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
             const auto same =
