@@ -116,6 +116,15 @@ CLI::Option* value(CLI::App& app, FlagTable::Impl& impl, const std::string& name
     return o;
 }
 
+// --name v1 v2 ... (argparse nargs="+"): every value given, in order.
+template <typename T>
+CLI::Option* list(CLI::App& app, FlagTable::Impl& impl, const std::string& names, std::vector<T>& field,
+                  const std::string& help, Support support) {
+    return value(app, impl, names, field, help, support)
+        ->expected(1, CLI::detail::expected_max_vector_size)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 // --name value into an optional (unset = SGLang's None).
 template <typename T>
 CLI::Option* optional(CLI::App& app, FlagTable::Impl& impl, const std::string& names, std::optional<T>& field,
@@ -362,9 +371,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           kServe)
         ->check(CLI::IsMember({"text", "json"}));
     const auto bounds = [&](const char* name, auto& field, const char* help) {
-        value(app, t, name, field, help, kServe)
-            ->expected(1, CLI::detail::expected_max_vector_size)
-            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+        list(app, t, name, field, help, kServe);
     };
     bounds("--bucket-time-to-first-token", a.bucket_time_to_first_token,
            "bounds of /metrics' time-to-first-token histogram, seconds (default SGLang's 0.1 ... 1200)");
@@ -380,21 +387,17 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     value(app, t, "--extra-metric-labels", a.extra_metric_labels,
           "a JSON object of labels every /metrics sample carries besides model_name, e.g. '{\"cluster\": \"a\"}'",
           kServe);
-    value(app, t, "--log-requests-target", a.log_requests_target,
-          "where the json lines of --log-requests go instead of the log: stdout and/or directories (each gets "
-          "<host>_<rank>.log, begun anew every hour)",
-          kServe)
-        ->expected(1, CLI::detail::expected_max_vector_size)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    list(app, t, "--log-requests-target", a.log_requests_target,
+         "where the json lines of --log-requests go instead of the log: stdout and/or directories (each gets "
+         "<host>_<rank>.log, begun anew every hour)",
+         kServe);
     value(app, t, "--tokenizer-metrics-custom-labels-header", a.tokenizer_metrics_custom_labels_header,
           "the HTTP header in which a chat or completion request gives its labels for /metrics, a JSON object",
           kServe);
-    value(app, t, "--tokenizer-metrics-allowed-custom-labels", a.tokenizer_metrics_allowed_custom_labels,
-          "the label names that header may set (others are dropped); every HTTP metric sample then carries "
-          "each of them, \"\" when a request gave none",
-          kServe)
-        ->expected(1, CLI::detail::expected_max_vector_size)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    list(app, t, "--tokenizer-metrics-allowed-custom-labels", a.tokenizer_metrics_allowed_custom_labels,
+         "the label names that header may set (others are dropped); every HTTP metric sample then carries "
+         "each of them, \"\" when a request gave none",
+         kServe);
     flag(app, t, "--strip-thinking-cache", a.strip_thinking_cache,
          "a finished request whose output began with reasoning (counted with --reasoning-parser) leaves only "
          "its prompt in the prefix cache, not its thinking and answer",
