@@ -104,6 +104,11 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.vocab_size = m.config().vocab_size;
     ec.eos_token_ids = m.config().eos_token_ids;
     ec.is_generation = m.config().is_generation;
+    // SGLang's forward_batch_info.py get_server_return_hidden_states_mode.
+    ec.max_hidden_states_mode = args.return_hidden_states_mode == "last" ? server::HiddenStatesMode::kLast
+                                : args.return_hidden_states_mode == "full" || args.enable_return_hidden_states
+                                    ? server::HiddenStatesMode::kFull
+                                    : server::HiddenStatesMode::kNone;
     if (!args.reasoning_parser.empty() && tok) {
         // scheduler.py: the first token of the parser's think-end text ends a request's reasoning.
         auto format = server::reasoning_format(args.reasoning_parser);

@@ -18,6 +18,11 @@
 
 namespace tessera::executor {
 
+// Which final-normed hidden states a sequence hands back with each sampled token (SGLang's
+// return_hidden_states): none; the row that predicted the token; or that, except for the first
+// token, which brings every row of its prefill pass (the prompt's uncached tail).
+enum class HiddenCapture : std::int8_t { kNone, kLast, kFirstPass };
+
 struct SequenceSampling {
     kernels::SamplingParams params;  // temperature, top_k, top_p, min_p, seed
     float frequency_penalty = 0.0f;  // OpenAI semantics: logit -= f · count(token in output)
@@ -25,6 +30,7 @@ struct SequenceSampling {
     int top_logprobs = 0;            // > 0: also return the top-k log-probabilities
     bool logprobs = false;           // return the chosen token's log-probability
     std::vector<std::pair<std::int32_t, float>> logit_bias;  // added to those logits first
+    HiddenCapture hidden_states = HiddenCapture::kNone;
 };
 
 struct ForwardSequence {
@@ -56,6 +62,9 @@ struct SampledToken {
     // An embedding model's output instead of a token (token stays -1): the sequence's pooled
     // hidden state, f32 [hidden_size], unit L2 norm.
     std::vector<float> embedding;
+    // SequenceSampling::hidden_states: f32 [hidden_rows, hidden_size], final-normed.
+    std::vector<float> hidden_states;
+    std::int64_t hidden_rows = 0;
 };
 
 // What the scheduler drives: the model on this rank (or, in tests, a fake).

@@ -57,15 +57,17 @@ StatusOr<std::vector<SampledToken>> ModelRunner::run(const ForwardBatch& batch,
                                                      const layers::DpAttentionStep* dp_attention) {
     TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
     input.dp_attention = dp_attention;
+    input.hidden_out = &hidden_states_;
     TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &logits_));
-    return step_results(batch, logits_, model_.config(), pool_, scratch_);
+    return step_results(batch, logits_, hidden_states_, model_.config(), pool_, scratch_);
 }
 
-StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, std::span<float> out,
-                                                 const loader::ModelConfig& config, ThreadPool* pool,
-                                                 SamplingScratch& scratch) {
-    if (config.is_generation) return sample_batch(batch, out, config.vocab_size, pool, scratch);
-    const auto hidden = static_cast<std::size_t>(config.hidden_size);
+namespace {
+
+// An embedding model's rows (one per sequence that needs a token, in batch order) as its results.
+StatusOr<std::vector<SampledToken>> embedding_results(const ForwardBatch& batch, std::span<float> out,
+                                                      std::int64_t hidden_size) {
+    const auto hidden = static_cast<std::size_t>(hidden_size);
     std::vector<SampledToken> results(batch.seqs.size());
     std::size_t row = 0;
     for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
@@ -74,6 +76,34 @@ StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, std:
         const auto first = out.begin() + static_cast<std::ptrdiff_t>(row * hidden);
         results[i].embedding.assign(first, first + static_cast<std::ptrdiff_t>(hidden));
         ++row;
+    }
+    return results;
+}
+
+}  // namespace
+
+StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, std::span<float> out,
+                                                 std::span<const float> hidden_states,
+                                                 const loader::ModelConfig& config, ThreadPool* pool,
+                                                 SamplingScratch& scratch) {
+    std::vector<SampledToken> results;
+    if (config.is_generation) {
+        TSR_ASSIGN_OR_RETURN(results, sample_batch(batch, out, config.vocab_size, pool, scratch));
+    } else {
+        TSR_ASSIGN_OR_RETURN(results, embedding_results(batch, out, config.hidden_size));
+    }
+    const auto hidden = static_cast<std::size_t>(config.hidden_size);
+    std::size_t first = 0;  // the sequence's first value in hidden_states
+    for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+        const std::int64_t rows = hidden_rows(batch.seqs[i]);
+        if (rows == 0) continue;
+        const std::size_t values = static_cast<std::size_t>(rows) * hidden;
+        if (first + values > hidden_states.size())
+            return Status::Internal("fewer hidden-state rows than the step's sequences asked for");
+        results[i].hidden_states.assign(hidden_states.begin() + static_cast<std::ptrdiff_t>(first),
+                                        hidden_states.begin() + static_cast<std::ptrdiff_t>(first + values));
+        results[i].hidden_rows = rows;
+        first += values;
     }
     return results;
 }

@@ -35,6 +35,7 @@ class ModelRunner final : public BatchRunner {
     ThreadPool* pool_;
     std::vector<std::int32_t> tokens_;
     std::vector<float> logits_;
+    std::vector<float> hidden_states_;  // BatchInput::hidden_out
     SamplingScratch scratch_;
 };
 
@@ -55,8 +56,10 @@ StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std:
 
 // What a step hands back for each sequence of `batch` from the model's output rows `out` (one
 // row per sequence that needs a token, in batch order): a sampled token (sample_batch), or
-// for an embedding model (config.is_generation false) the row itself as the embedding.
+// for an embedding model (config.is_generation false) the row itself as the embedding; with
+// each, its rows of `hidden_states` (BatchInput::hidden_out) when it asked for them.
 StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, std::span<float> out,
+                                                 std::span<const float> hidden_states,
                                                  const loader::ModelConfig& config, ThreadPool* pool,
                                                  SamplingScratch& scratch);
 

@@ -125,14 +125,14 @@ TEST(StepResultsTest, AnEmbeddingModelHandsBackEachSequencesRow) {
     config.is_generation = false;
     std::vector<float> rows = {1.0f, 2.0f, 3.0f, 4.0f};  // r0's, then r2's (r1 is a middle chunk)
     SamplingScratch scratch;
-    auto results = step_results(batch, rows, config, nullptr, scratch);
+    auto results = step_results(batch, rows, {}, config, nullptr, scratch);
     ASSERT_TRUE(results.ok());
     EXPECT_EQ((*results)[0].embedding, (std::vector<float>{1.0f, 2.0f}));
     EXPECT_TRUE((*results)[1].embedding.empty());
     EXPECT_EQ((*results)[2].embedding, (std::vector<float>{3.0f, 4.0f}));
     EXPECT_EQ((*results)[2].token, -1);
     rows.resize(3);
-    EXPECT_FALSE(step_results(batch, rows, config, nullptr, scratch).ok());
+    EXPECT_FALSE(step_results(batch, rows, {}, config, nullptr, scratch).ok());
 }
 
 TEST(StepWireTest, DpAttentionCountsTravelAheadOfTheStep) {
@@ -217,6 +217,7 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     sampling.top_logprobs = 3;
     sampling.logprobs = true;
     sampling.logit_bias = {{7, -100.0f}, {3, 2.5f}};
+    sampling.hidden_states = HiddenCapture::kFirstPass;
     batch.seqs.push_back({"a", {5}, 2, {1, 2, 3}, true, sampling, {10, 11}});
     batch.seqs.push_back({"b", {6, 7}, 0, {4, 5}, false, {}, {}});
     std::int64_t flags = 0;
@@ -234,6 +235,7 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     EXPECT_EQ(got.top_logprobs, 3);
     EXPECT_TRUE(got.logprobs);
     EXPECT_EQ(got.logit_bias, sampling.logit_bias);
+    EXPECT_EQ(got.hidden_states, HiddenCapture::kFirstPass);
     EXPECT_EQ(back->seqs[0].output_ids, (std::vector<std::int32_t>{10, 11}));
     EXPECT_TRUE(back->seqs[1].output_ids.empty());
 
@@ -254,6 +256,58 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     auto bytes = encode_results(tokens);
     bytes.resize(bytes.size() - 3);
     EXPECT_FALSE(decode_results(bytes).ok());
+
+    tokens[0].hidden_states = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};  // return_hidden_states: 2 rows of 3
+    tokens[0].hidden_rows = 2;
+    results = decode_results(encode_results(tokens));
+    ASSERT_TRUE(results.ok());
+    EXPECT_EQ((*results)[0].hidden_states, tokens[0].hidden_states);
+    EXPECT_EQ((*results)[0].hidden_rows, 2);
+    EXPECT_EQ((*results)[1].hidden_rows, 0);
+    tokens[0].hidden_rows = 4;  // rows that do not divide the values: corrupt
+    EXPECT_FALSE(decode_results(encode_results(tokens)).ok());
+}
+
+// return_hidden_states: a full request's first sampled token brings every row of its pass, a
+// later one (or "last") one row; a middle chunk none.
+TEST(StepResultsTest, HiddenStatesGoToTheSequencesThatAskedForThem) {
+    ForwardBatch batch;
+    SequenceSampling full, last;
+    full.hidden_states = HiddenCapture::kFirstPass;
+    last.hidden_states = HiddenCapture::kLast;
+    batch.seqs.push_back({.rid = "prefill", .tokens = {1, 2, 3}, .need_token = true, .sampling = full});
+    batch.seqs.push_back({.rid = "middle", .tokens = {4, 5}, .need_token = false, .sampling = full});
+    batch.seqs.push_back({.rid = "plain", .tokens = {6}, .need_token = true});
+    batch.seqs.push_back({.rid = "decode", .tokens = {7}, .need_token = true, .sampling = full, .output_ids = {9}});
+    batch.seqs.push_back({.rid = "last", .tokens = {8, 9}, .need_token = true, .sampling = last});
+    batch.seqs.push_back({.rid = "again", .tokens = {8, 9}, .need_token = true, .sampling = full, .output_ids = {9}});
+    EXPECT_EQ(hidden_rows(batch.seqs[0]), 3);
+    EXPECT_EQ(hidden_rows(batch.seqs[1]), 0);
+    EXPECT_EQ(hidden_rows(batch.seqs[2]), 0);
+    EXPECT_EQ(hidden_rows(batch.seqs[3]), 1);
+    EXPECT_EQ(hidden_rows(batch.seqs[4]), 1);
+    EXPECT_EQ(hidden_rows(batch.seqs[5]), 1);  // a prompt run again after a retraction: its next token's row
+
+    loader::ModelConfig config;
+    config.hidden_size = 2;
+    config.vocab_size = 3;
+    std::vector<float> logits(5 * 3, 0.0f);
+    for (int row = 0; row < 5; ++row) logits[row * 3 + row % 3] = 1.0f;
+    std::vector<float> hidden;
+    for (int v = 0; v < 2 * 6; ++v) hidden.push_back(static_cast<float>(v));
+    SamplingScratch scratch;
+    auto results = step_results(batch, logits, hidden, config, nullptr, scratch);
+    ASSERT_TRUE(results.ok()) << results.status().to_string();
+    EXPECT_EQ((*results)[0].hidden_rows, 3);
+    EXPECT_EQ((*results)[0].hidden_states, (std::vector<float>{0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ((*results)[1].hidden_rows, 0);
+    EXPECT_TRUE((*results)[2].hidden_states.empty());
+    EXPECT_EQ((*results)[3].hidden_states, (std::vector<float>{6, 7}));
+    EXPECT_EQ((*results)[4].hidden_states, (std::vector<float>{8, 9}));
+    EXPECT_EQ((*results)[5].hidden_states, (std::vector<float>{10, 11}));
+    EXPECT_EQ((*results)[2].token, 1);  // sampling is untouched: row 1's argmax
+    hidden.resize(hidden.size() - 1);
+    EXPECT_FALSE(step_results(batch, logits, hidden, config, nullptr, scratch).ok());
 }
 
 }  // namespace

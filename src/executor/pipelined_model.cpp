@@ -1,5 +1,7 @@
 #include "executor/pipelined_model.h"
 
+#include <algorithm>
+
 namespace tessera::executor {
 
 namespace {
@@ -36,8 +38,12 @@ Status PipelinedModel::forward(const models::BatchInput& batch, const kvcache::K
     for (const auto& seq : batch.seqs)
         rows += seq.logits == models::LogitsMode::kAll ? seq.n_tokens : (seq.logits == models::LogitsMode::kLast ? 1 : 0);
     out->resize(static_cast<std::size_t>(rows * config().vocab_size));
-    if (rows == 0) return Status::Ok();
-    return pp_.broadcast(bytes_of(*out), last);
+    if (rows > 0) TSR_RETURN_IF_ERROR(pp_.broadcast(bytes_of(*out), last));
+    std::int64_t hidden_rows = 0;
+    for (const auto& seq : batch.seqs) hidden_rows += std::min(seq.hidden_rows, seq.n_tokens);
+    if (batch.hidden_out == nullptr || hidden_rows == 0) return Status::Ok();
+    batch.hidden_out->resize(static_cast<std::size_t>(hidden_rows * hidden));
+    return pp_.broadcast(bytes_of(*batch.hidden_out), last);
 }
 
 }  // namespace tessera::executor

@@ -223,6 +223,7 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
 
     std::vector<std::int32_t> tokens;
     std::vector<float> out;
+    std::vector<float> hidden_states;  // the sequences' hidden-state rows (return_hidden_states)
     SamplingScratch scratch;
     for (std::int64_t step = 0;;) {
         std::vector<std::uint8_t> bytes;
@@ -256,6 +257,7 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
         TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
         input.hidden_in = hidden_in;
         input.dp_attention = groups ? &*groups : nullptr;
+        if (back) input.hidden_out = &hidden_states;
         const bool local = (flags & kStepLocalOnly) != 0;
         {
             PipelineTrace::Scope span(links.trace, SpanKind::kCompute, local ? -1 : step, batch.total_new_tokens());
@@ -268,7 +270,7 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
             out = {};
         } else if (back) {
             TSR_ASSIGN_OR_RETURN(std::vector<SampledToken> sampled,
-                                 step_results(batch, out, model.config(), pool, scratch));
+                                 step_results(batch, out, hidden_states, model.config(), pool, scratch));
             std::vector<std::uint8_t> result = encode_results(sampled);
             const auto n_result = static_cast<std::int64_t>(result.size());
             TSR_RETURN_IF_ERROR(back->post(n_result, 0, std::move(result), {}, kTagResultHeader, kTagResult, kTagResult));

@@ -97,6 +97,7 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
             w.i64(id);
             w.f32(bias);
         }
+        w.i64(static_cast<std::int64_t>(p.hidden_states));
         w.i32s(s.output_ids);
     }
     return w.take();
@@ -133,6 +134,10 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
             if (!r.i32(&token) || !r.f32(&bias)) return Status::DataLoss("corrupt logit_bias in a step");
             id = token;
         }
+        std::int64_t capture = 0;
+        if (!r.i64(&capture) || capture < 0 || capture > static_cast<std::int64_t>(HiddenCapture::kFirstPass))
+            return Status::DataLoss("corrupt hidden-state capture in a step");
+        p.hidden_states = static_cast<HiddenCapture>(capture);
         if (!r.i32s(&s.output_ids)) return Status::DataLoss("corrupt sampling parameters in a step");
     }
     if (!r.done()) return Status::DataLoss("trailing bytes in a step");
@@ -153,6 +158,9 @@ std::vector<std::uint8_t> encode_results(const std::vector<SampledToken>& tokens
         }
         w.i64(static_cast<std::int64_t>(t.embedding.size()));
         for (float v : t.embedding) w.f32(v);
+        w.i64(t.hidden_rows);
+        w.i64(static_cast<std::int64_t>(t.hidden_states.size()));
+        for (float v : t.hidden_states) w.f32(v);
     }
     return w.take();
 }
@@ -180,6 +188,14 @@ StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_
         t.embedding.resize(static_cast<std::size_t>(dim));
         for (float& v : t.embedding)
             if (!r.f32(&v)) return Status::DataLoss("corrupt embedding");
+        std::int64_t values = 0;
+        if (!r.i64(&t.hidden_rows) || !r.i64(&values) || t.hidden_rows < 0 || values < 0 ||
+            static_cast<std::size_t>(values) > r.remaining() / sizeof(float) ||
+            (t.hidden_rows == 0 ? values != 0 : values % t.hidden_rows != 0))
+            return Status::DataLoss("corrupt hidden states size");
+        t.hidden_states.resize(static_cast<std::size_t>(values));
+        for (float& v : t.hidden_states)
+            if (!r.f32(&v)) return Status::DataLoss("corrupt hidden states");
     }
     if (!r.done()) return Status::DataLoss("trailing bytes in sampled tokens");
     return out;
@@ -219,6 +235,17 @@ StatusOr<layers::DpAttentionStep> decode_dp_step(const std::vector<std::uint8_t>
     return step;
 }
 
+std::int64_t hidden_rows(const ForwardSequence& seq) {
+    if (!seq.need_token || seq.tokens.empty()) return 0;
+    switch (seq.sampling.hidden_states) {
+        case HiddenCapture::kNone: return 0;
+        case HiddenCapture::kLast: return 1;
+        case HiddenCapture::kFirstPass:
+            return seq.output_ids.empty() ? static_cast<std::int64_t>(seq.tokens.size()) : 1;
+    }
+    return 0;
+}
+
 StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<std::int32_t>* tokens) {
     models::BatchInput input;
     tokens->clear();
@@ -231,7 +258,8 @@ StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<
         }
         tokens->insert(tokens->end(), seq.tokens.begin(), seq.tokens.end());
         input.seqs.push_back({n_new, seq.start_pos, seq.slots.data(),
-                              seq.need_token ? models::LogitsMode::kLast : models::LogitsMode::kNone});
+                              seq.need_token ? models::LogitsMode::kLast : models::LogitsMode::kNone,
+                              hidden_rows(seq)});
     }
     input.tokens = *tokens;
     input.expert_record = batch.expert_record;

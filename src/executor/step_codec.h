@@ -34,6 +34,10 @@ std::vector<std::uint8_t> encode_dp_step(const layers::DpAttentionStep& step, co
 StatusOr<layers::DpAttentionStep> decode_dp_step(const std::vector<std::uint8_t>& message,
                                                  std::vector<std::uint8_t>* bytes);
 
+// How many final-normed hidden-state rows the step returns for `seq` (its last tokens'):
+// SequenceSampling::hidden_states on a step that samples.
+std::int64_t hidden_rows(const ForwardSequence& seq);
+
 // The model's view of a step: one logits row per sequence that needs a token. `tokens`
 // receives the concatenated new tokens and must outlive the result. Internal if a sequence
 // has fewer KV slots than positions.

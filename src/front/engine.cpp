@@ -25,6 +25,19 @@ server::TokenLogprob to_logprob(const tokenizer::Tokenizer* tok, const executor:
     return lp;
 }
 
+// SGLang's tokenizer_manager.py _validate_one_request: what the request asks against what the
+// server was launched to allow.
+Status check_hidden_states_mode(server::HiddenStatesMode wanted, server::HiddenStatesMode allowed) {
+    if (wanted == server::HiddenStatesMode::kNone || wanted <= allowed) return Status::Ok();
+    if (allowed == server::HiddenStatesMode::kNone)
+        return Status::InvalidArgument(
+            "The server is not configured to return hidden states. Please set `--return-hidden-states-mode last`, "
+            "`--return-hidden-states-mode full`, or the legacy `--enable-return-hidden-states` flag.");
+    return Status::InvalidArgument(
+        "The requested return_hidden_states mode exceeds the server maximum `last`. Please launch with "
+        "`--return-hidden-states-mode full` to allow return_hidden_states=True.");
+}
+
 }  // namespace
 
 Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
@@ -146,6 +159,11 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.sampling.presence_penalty = p.presence_penalty;
     req.sampling.logprobs = p.logprobs || p.top_logprobs > 0;
     req.sampling.top_logprobs = p.top_logprobs;
+    TSR_RETURN_IF_ERROR(check_hidden_states_mode(p.return_hidden_states, config_.max_hidden_states_mode));
+    using server::HiddenStatesMode;
+    req.sampling.hidden_states = p.return_hidden_states == HiddenStatesMode::kFull ? executor::HiddenCapture::kFirstPass
+                                 : p.return_hidden_states == HiddenStatesMode::kLast ? executor::HiddenCapture::kLast
+                                                                                     : executor::HiddenCapture::kNone;
     for (const auto& [id, bias] : p.logit_bias) {
         if (id >= vocab_size())
             return Status::InvalidArgument("logit_bias token id " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -175,6 +193,7 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
         exported || crash_dump_ ? RequestMetricsFile::parameters_json(req.rid, request.input, p) : "";
     if (crash_dump_) crash_dump_->received(req.rid, parameters);
     stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,
+                               p.return_hidden_states,
                                p.stream_interval > 0 ? p.stream_interval : config_.stream_interval,
                                exported ? std::move(parameters) : "", std::chrono::steady_clock::now()};
     request_log_.received(request.request_id, request.input, p, n_prompt);
@@ -260,6 +279,7 @@ void Engine::loop() {
                     streams_.emplace(rid, Stream{.on_event = std::move(cb),
                                                  .output = std::move(output),
                                                  .logprobs = sp.logprobs,
+                                                 .hidden_states = sp.hidden_states,
                                                  .interval = sp.interval,
                                                  .exported_parameters = std::move(sp.exported_parameters),
                                                  .received_at = sp.received_at});
@@ -378,6 +398,10 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
     } else if (e.token) {
         ev.token_ids.push_back(e.token->token);
         if (stream.logprobs) ev.logprobs.push_back(to_logprob(tokenizer_, *e.token));
+        if (e.token->hidden_rows > 0) {
+            const bool prompt = stream.hidden_states == server::HiddenStatesMode::kFull && e.completion_tokens == 1;
+            ev.hidden_states.push_back({e.token->hidden_states, e.token->hidden_rows, prompt});
+        }
         auto delta = stream.output ? stream.output->add(e.token->token) : tokenizer::OutputStream::Delta{};
         ev.text = std::move(delta.text);
         if (delta.matched_stop) {
@@ -402,6 +426,7 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         held.text += ev.text;
         held.token_ids.insert(held.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
         for (auto& lp : ev.logprobs) held.logprobs.push_back(std::move(lp));
+        for (auto& h : ev.hidden_states) held.hidden_states.push_back(std::move(h));
         held.usage = ev.usage;
         if (!ev.embedding.empty()) held.embedding = std::move(ev.embedding);
         held.finish_reason = std::move(ev.finish_reason);

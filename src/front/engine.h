@@ -44,6 +44,9 @@ struct EngineConfig {
     std::optional<std::int32_t> think_end_token_id;
     // false under --is-embedding: every request ends with its prompt and answers its embedding.
     bool is_generation = true;
+    // The most a request's return_hidden_states may ask for: --return-hidden-states-mode, or
+    // full under --enable-return-hidden-states.
+    server::HiddenStatesMode max_hidden_states_mode = server::HiddenStatesMode::kNone;
     std::uint64_t random_seed = 0;
     scheduler::SchedulerConfig scheduler;
     std::string startup_info_json = "{}";  // resolved launch settings for /get_server_info
@@ -119,6 +122,7 @@ class Engine final : public server::Backend {
         bool skip_special_tokens = true;
         std::vector<std::string> stop;
         bool logprobs = false;
+        server::HiddenStatesMode hidden_states = server::HiddenStatesMode::kNone;
         int interval = 1;
         std::string exported_parameters;  // --export-metrics-to-file: the request's parameters
         std::chrono::steady_clock::time_point received_at;
@@ -127,6 +131,7 @@ class Engine final : public server::Backend {
         server::EventCallback on_event;
         std::optional<tokenizer::OutputStream> output;  // none without a tokenizer
         bool logprobs = false;
+        server::HiddenStatesMode hidden_states = server::HiddenStatesMode::kNone;
         bool done = false;
         // --stream-interval (SGLang scheduler_output_processor_mixin.py stream_output_generation):
         // with an interval k > 1 an event goes out at output tokens 1, k + 1, 2k + 1, ... and at

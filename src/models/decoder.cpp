@@ -117,6 +117,8 @@ class Decoder final : public Model {
                                  ThreadPool* pool, float eps, const std::vector<float>& norm);
     // The logits rows of this rank's group from the hidden states `last_` (n_out rows).
     Status logits_forward(std::int64_t n_out, const BatchInput& batch, ThreadPool* pool, std::vector<float>* out);
+    // Fills batch.hidden_out from the last layer's output x_ (last stage).
+    void capture_hidden_states(const BatchInput& batch, ThreadPool* pool);
     Status init_eplb(const LoadOptions& options);
     // --quantization-param-path's factors of this rank's layers (empty when none apply).
     StatusOr<std::vector<float>> kv_scales_from_file(const LoadOptions& options) const;
@@ -559,7 +561,24 @@ Status Decoder::logits_forward(std::int64_t n_out, const BatchInput& batch, Thre
     return Status::Ok();
 }
 
+void Decoder::capture_hidden_states(const BatchInput& batch, ThreadPool* pool) {
+    const std::int64_t hidden = config_.hidden_size;
+    std::vector<float>& rows = *batch.hidden_out;
+    rows.clear();
+    std::int64_t end = 0;  // one past the sequence's last token in x_
+    for (const SequenceInput& seq : batch.seqs) {
+        end += seq.n_tokens;
+        const std::int64_t n = std::min(seq.hidden_rows, seq.n_tokens);
+        rows.insert(rows.end(), x_.begin() + (end - n) * hidden, x_.begin() + end * hidden);
+    }
+    const auto n_rows = static_cast<std::int64_t>(rows.size()) / hidden;
+    if (n_rows > 0)
+        kernels::rms_norm(rows.data(), final_norm_.data(), rows.data(), n_rows, hidden,
+                          static_cast<float>(config_.rms_norm_eps), pool);
+}
+
 Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool, std::vector<float>* out) {
+    if (batch.hidden_out != nullptr) batch.hidden_out->clear();
     const bool idle_everywhere = [&] {
         if (batch.dp_attention == nullptr) return batch.tokens.empty();
         for (std::int64_t n : batch.dp_attention->num_tokens)
@@ -643,6 +662,7 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
         out->assign(x_.begin(), x_.begin() + n * hidden);
         return Status::Ok();
     }
+    if (batch.hidden_out != nullptr) capture_hidden_states(batch, pool);
     const auto n_out = static_cast<std::int64_t>(logit_rows.size());
     last_.resize(n_out * hidden);
     for (std::int64_t r = 0; r < n_out; ++r)

@@ -36,6 +36,9 @@ struct SequenceInput {
     const std::int32_t* slots = nullptr;   // I32 [start_pos + n_tokens]: KV row of every position
                                            // (nullptr: position p is row p)
     LogitsMode logits = LogitsMode::kLast;
+    // Return the final-normed hidden states of its last `hidden_rows` new tokens (0: none) in
+    // BatchInput::hidden_out, last stage only (SGLang's return_hidden_states).
+    std::int64_t hidden_rows = 0;
 };
 
 struct BatchInput {
@@ -50,6 +53,10 @@ struct BatchInput {
     // are the ones above, possibly none). Required when the model was loaded with
     // LoadOptions::dp_attention enabled; null otherwise.
     const layers::DpAttentionStep* dp_attention = nullptr;
+    // Output, last stage: f32 [Σ hidden_rows, hidden_size], the rows SequenceInput::hidden_rows
+    // asks for, sequence by sequence, each after the final norm (what the LM head reads).
+    // Null when no sequence asks.
+    std::vector<float>* hidden_out = nullptr;
 };
 
 // The part of the model one pipeline stage runs: decoder layers [layer_begin, layer_end);

@@ -17,6 +17,10 @@
 
 namespace tessera::server {
 
+// return_hidden_states (SGLang's request field): false; "last", the state that predicted the
+// last output token; or true (full), the prompt's rows and then one per output token.
+enum class HiddenStatesMode { kNone, kLast, kFull };
+
 struct GenerationParams {
     std::int64_t max_new_tokens = 16;  // < 0: up to the context length (chat without max_tokens)
     float temperature = 1.0f;
@@ -43,6 +47,7 @@ struct GenerationParams {
     // The output begins with the model's reasoning (SGLang's require_reasoning): with a
     // --reasoning-parser, its tokens up to the think-end token are counted as reasoning_tokens.
     bool require_reasoning = false;
+    HiddenStatesMode return_hidden_states = HiddenStatesMode::kNone;
 };
 
 struct GenerationInput {
@@ -67,6 +72,16 @@ struct TokenLogprob {
     std::vector<std::pair<std::string, float>> top;  // top_logprobs: (token text, logprob)
 };
 
+// One entry of meta_info.hidden_states: the final-normed hidden state at the position that
+// predicted an output token, f32 [hidden_size]; for the first token of a full request every row
+// of its last prefill pass, f32 [rows, hidden_size], as one two-dimensional entry (SGLang's
+// batch_result_processor.py _append_prefill_hidden_states).
+struct HiddenStates {
+    std::vector<float> values;
+    std::int64_t rows = 1;
+    bool prompt = false;  // the two-dimensional first entry
+};
+
 struct Usage {
     std::int64_t prompt_tokens = 0;
     std::int64_t completion_tokens = 0;
@@ -83,6 +98,7 @@ struct GenerationEvent {
     std::optional<std::string> finish_reason;
     std::optional<std::string> matched_stop;  // the stop string or token that ended it
     std::vector<float> embedding;              // an embedding server's answer (its last event)
+    std::vector<HiddenStates> hidden_states;   // one per token when requested
     Usage usage;                               // cumulative
     std::optional<Status> error;               // InvalidArgument → 400, ResourceExhausted → 503 ...
 };

@@ -191,7 +191,7 @@ void reject_unsupported(FieldReader& r) {
     for (const char* name : {"regex", "json_schema", "ebnf", "structural_tag"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server (no constrained decoding)");
     }
-    for (const char* name : {"lora_path", "custom_logit_processor", "custom_params", "return_hidden_states"}) {
+    for (const char* name : {"lora_path", "custom_logit_processor", "custom_params"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server");
     }
 }
@@ -220,6 +220,20 @@ void read_logit_bias(FieldReader& r, GenerationParams& p) {
 }
 
 // "priority" beside the sampling fields, on every route as in SGLang's request types.
+// return_hidden_states (GenerateReqInput, and the OpenAI requests): false, true (full) or "last";
+// the engine checks it against what the server allows.
+void read_return_hidden_states(FieldReader& r, GenerationParams& p) {
+    const Json* j = r.get("return_hidden_states");
+    if (j == nullptr) return;
+    if (j->is_boolean()) {
+        p.return_hidden_states = j->get<bool>() ? HiddenStatesMode::kFull : HiddenStatesMode::kNone;
+    } else if (j->is_string() && j->get<std::string>() == "last") {
+        p.return_hidden_states = HiddenStatesMode::kLast;
+    } else {
+        r.fail("return_hidden_states", "must be a boolean or the string literal 'last'");
+    }
+}
+
 void read_priority(FieldReader& r, GenerationParams& p) {
     if (auto v = r.integer("priority", std::numeric_limits<std::int32_t>::min(),
                            std::numeric_limits<std::int32_t>::max()))
@@ -253,6 +267,7 @@ void read_openai_sampling(FieldReader& r, ApiKind kind, const ProtocolOptions& o
     if (auto v = r.boolean("ignore_eos")) p.ignore_eos = *v;
     if (auto v = r.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
     read_priority(r, p);
+    read_return_hidden_states(r, p);
     if (const Json* rf = r.get("response_format")) {
         if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")
             r.fail("response_format", "only {\"type\": \"text\"} is supported by this server");
@@ -601,6 +616,7 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
         base.params.max_new_tokens = 128;  // SGLang's SamplingParams default
     }
     read_priority(r, base.params);
+    read_return_hidden_states(r, base.params);
     // GenerateReqInput.require_reasoning: the client says the output begins with reasoning.
     if (auto v = r.boolean("require_reasoning")) base.params.require_reasoning = *v;
     const Json* sp = r.get("sampling_params");

@@ -189,6 +189,7 @@ class ResponseBuilder {
         std::optional<ToolCallDetector> tools;       // streaming chat with a tool-call parser
         int n_tool_calls = 0;                        // sent so far (streaming)
         std::vector<float> embedding;                // embedding routes
+        std::vector<HiddenStates> hidden_states;     // return_hidden_states: meta_info's entries so far
     };
 
     std::string stream_chunk(std::size_t index, const GenerationEvent& event);
@@ -203,6 +204,7 @@ class ResponseBuilder {
     bool stream_;
     bool include_usage_;
     bool logprobs_;
+    HiddenStatesMode hidden_states_;
     bool token_ids_only_;
     bool incremental_;
     std::optional<std::int64_t> dimensions_;

@@ -409,6 +409,55 @@ TEST(ResponseBuilderTest, ReasoningTokens) {
     EXPECT_EQ(Json::parse(g.body())["meta_info"]["reasoning_tokens"], 2);
 }
 
+// return_hidden_states: /generate's meta_info keeps every entry (the prompt's as rows), the
+// OpenAI routes the last output token's state; "last" keeps one; other values are refused.
+TEST(ResponseBuilderTest, HiddenStates) {
+    EXPECT_EQ(generate(R"({"text": "x", "return_hidden_states": true})")
+                  .request.requests[0].params.return_hidden_states,
+              HiddenStatesMode::kFull);
+    EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "x"}], "return_hidden_states": "last"})")
+                  .request.requests[0].params.return_hidden_states,
+              HiddenStatesMode::kLast);
+    EXPECT_EQ(completion(R"({"prompt": "x", "return_hidden_states": false})")
+                  .request.requests[0].params.return_hidden_states,
+              HiddenStatesMode::kNone);
+    EXPECT_NE(expect_error(generate(R"({"text": "x", "return_hidden_states": "full"})"), "return_hidden_states")
+                  .find("must be a boolean or the string literal 'last'"),
+              std::string::npos);
+
+    const auto with_states = [](GenerationEvent e, std::vector<float> values, std::int64_t rows, bool prompt) {
+        e.hidden_states.push_back({std::move(values), rows, prompt});
+        return e;
+    };
+    const std::vector<GenerationEvent> events = {with_states(event("a", {1}, 1), {1, 2, 3, 4}, 2, true),
+                                                 with_states(event("b", {2}, 2), {5, 6}, 1, false),
+                                                 with_states(event("c", {3}, 3, "length"), {7, 8}, 1, false)};
+    ResponseBuilder g(generate(R"({"text": "x", "return_hidden_states": true})").request);
+    for (const auto& e : events) g.add_event(0, e);
+    EXPECT_EQ(Json::parse(g.body())["meta_info"]["hidden_states"], Json::parse("[[[1, 2], [3, 4]], [5, 6], [7, 8]]"));
+    ResponseBuilder plain(generate(R"({"text": "x"})").request);
+    plain.add_event(0, event("a", {1}, 1, "length"));
+    EXPECT_FALSE(Json::parse(plain.body())["meta_info"].contains("hidden_states"));
+
+    ResponseBuilder c(completion(R"({"prompt": "x", "return_hidden_states": true})").request);
+    for (const auto& e : events) c.add_event(0, e);
+    EXPECT_EQ(Json::parse(c.body())["choices"][0]["hidden_states"], Json::parse("[7, 8]"));
+    ResponseBuilder one(completion(R"({"prompt": "x", "return_hidden_states": true})").request);
+    one.add_event(0, with_states(event("a", {1}, 1, "stop"), {1, 2}, 1, true));
+    EXPECT_EQ(Json::parse(one.body())["choices"][0]["hidden_states"], Json::array()) << "only the prompt's state";
+
+    ResponseBuilder last(chat(R"({"messages": [{"role": "user", "content": "x"}], "return_hidden_states": "last",
+                                  "stream": true})").request);
+    std::string sse;
+    for (const auto& e : events) sse += last.add_event(0, e);
+    const std::size_t finish = sse.find(R"("finish_reason":"length")");
+    const std::size_t states = sse.find(R"("hidden_states":[[7.0,8.0]])");
+    ASSERT_NE(finish, std::string::npos) << sse;
+    ASSERT_NE(states, std::string::npos) << sse;
+    EXPECT_LT(finish, states) << "the states follow the finishing chunk";
+    EXPECT_EQ(sse.find("[1.0,2.0]"), std::string::npos) << "\"last\" keeps only the latest";
+}
+
 TEST(ResponseBuilderTest, ReasoningContentWholeAndStreamed) {
     const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
     Json j = chat_body(reasoning_chat("{" + messages + "}"), {"<think>\nSum", " it.</think>", "\n\n4"});

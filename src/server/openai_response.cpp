@@ -2,9 +2,13 @@
 // backend events as OpenAI chat.completion(.chunk) / text_completion bodies and SGLang's
 // native /generate body, streaming (SSE) or not (embedding bodies: embedding_protocol.cpp).
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "server/openai_protocol.h"
+
+#include <algorithm>
 
 namespace tessera::server {
 namespace {
@@ -81,6 +85,32 @@ Json native_finish_reason(const std::optional<std::string>& reason,
     return j;
 }
 
+// meta_info.hidden_states: the prompt's entry as rows, every other entry one vector.
+Json hidden_states_json(const std::vector<HiddenStates>& entries) {
+    Json out = Json::array();
+    for (const HiddenStates& h : entries) {
+        if (!h.prompt) {
+            out.push_back(h.values);
+            continue;
+        }
+        const auto cols = static_cast<std::ptrdiff_t>(h.values.size()) / std::max<std::int64_t>(h.rows, 1);
+        Json rows = Json::array();
+        for (auto it = h.values.begin(); it != h.values.end(); it += cols)
+            rows.push_back(std::vector<float>(it, it + cols));
+        out.push_back(std::move(rows));
+    }
+    return out;
+}
+
+// An OpenAI choice's hidden_states (SGLang's entrypoints/openai/utils.py
+// process_hidden_states_from_ret): with true, the state that predicted the last output token
+// ([] when only one token was generated, whose state is the prompt's); with "last", the list.
+Json openai_hidden_states(const std::vector<HiddenStates>& entries, HiddenStatesMode mode) {
+    if (mode == HiddenStatesMode::kLast) return hidden_states_json(entries);
+    if (entries.size() > 1) return entries.back().values;
+    return Json::array();
+}
+
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
@@ -91,6 +121,8 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       stream_(request.stream),
       include_usage_(request.include_usage),
       logprobs_(request.logprobs),
+      hidden_states_(request.requests.empty() ? HiddenStatesMode::kNone
+                                              : request.requests[0].params.return_hidden_states),
       token_ids_only_(request.token_ids_only),
       incremental_(request.incremental),
       dimensions_(request.dimensions),
@@ -116,6 +148,12 @@ std::string ResponseBuilder::add_event(std::size_t index, const GenerationEvent&
     if (index >= choices_.size() || choices_[index].finished) return {};
     Choice& c = choices_[index];
     const bool final = event.finish_reason.has_value() || event.error.has_value();
+    // Before the chunk: /generate's chunks carry every entry so far.
+    if (!event.hidden_states.empty() && hidden_states_ == HiddenStatesMode::kLast) {
+        c.hidden_states = {event.hidden_states.back()};  // SGLang keeps only the latest
+    } else {
+        c.hidden_states.insert(c.hidden_states.end(), event.hidden_states.begin(), event.hidden_states.end());
+    }
     std::string out;
     if (stream_) out = stream_chunk(index, event);
     c.text += event.text;
@@ -165,6 +203,7 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
             meta["output_token_logprobs"] = std::move(lps);
             meta["output_top_logprobs"] = std::move(tops);
         }
+        if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
         Json chunk = Json::object();
         if (choices_.size() > 1) chunk["index"] = index;
         if (!token_ids_only_) chunk["text"] = incremental_ ? event.text : c.text + event.text;
@@ -243,10 +282,22 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
                               : tool_stop ? Json("tool_calls")
                                           : Json(openai_finish_reason(*event.finish_reason));
     choice["matched_stop"] = final && !tool_stop ? or_null(event.matched_stop) : Json(nullptr);
-    Json chunk = std::move(base);
+    Json chunk = base;
     chunk["choices"] = Json::array({std::move(choice)});
     if (include_usage_) chunk["usage"] = nullptr;
     out += sse(chunk);
+    if (final && hidden_states_ != HiddenStatesMode::kNone) {
+        // serving_chat.py / serving_completions.py: the hidden states follow the finishing chunk.
+        Json states = openai_hidden_states(c.hidden_states, hidden_states_);
+        Json last = chat ? Json{{"index", index}, {"delta", Json{{"hidden_states", std::move(states)}}}}
+                         : Json{{"index", index}, {"text", ""}, {"hidden_states", std::move(states)}};
+        last["logprobs"] = nullptr;
+        last["finish_reason"] = nullptr;
+        chunk = std::move(base);
+        chunk["choices"] = Json::array({std::move(last)});
+        if (include_usage_) chunk["usage"] = nullptr;
+        out += sse(chunk);
+    }
     return out;
 }
 
@@ -312,6 +363,7 @@ std::string ResponseBuilder::body() const {
                 meta["output_token_logprobs"] = std::move(lps);
                 meta["output_top_logprobs"] = std::move(tops);
             }
+            if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
             Json item = Json::object();
             if (!token_ids_only_) item["text"] = c.text;
             item["output_ids"] = c.output_ids;
@@ -367,6 +419,8 @@ std::string ResponseBuilder::body() const {
         }
         choice["finish_reason"] = finish_reason ? Json(openai_finish_reason(*finish_reason)) : Json(nullptr);
         choice["matched_stop"] = std::move(matched_stop);
+        if (hidden_states_ != HiddenStatesMode::kNone)
+            choice["hidden_states"] = openai_hidden_states(c.hidden_states, hidden_states_);
         choices.push_back(std::move(choice));
     }
     root["choices"] = std::move(choices);

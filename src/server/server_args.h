@@ -96,6 +96,10 @@ struct ServerArgs {
     bool stream_response_default_include_usage = false;
     bool incremental_streaming_output = false;  // --incremental-streaming-output (and the older --stream-output)
     bool skip_tokenizer_init = false;  // --skip-tokenizer-init: token ids in and out, no tokenizer loaded
+    // --enable-return-hidden-states (full) and --return-hidden-states-mode last|full: the most a
+    // request's return_hidden_states may ask for.
+    bool enable_return_hidden_states = false;
+    std::string return_hidden_states_mode;
     bool is_embedding = false;         // --is-embedding: serve the model's pooled hidden states as embeddings
     std::string json_model_override_args = "{}";  // --json-model-override-args: config.json fields to replace
     std::string completion_template;  // --completion-template: a built-in fill-in-the-middle template

@@ -350,6 +350,15 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
          "serve the model as an embedding model: POST /v1/embeddings and /encode answer each input's last hidden "
          "state (after the final norm, unit length); the generation routes are refused",
          kServe);
+    flag(app, t, "--enable-return-hidden-states", a.enable_return_hidden_states,
+         "let requests set return_hidden_states: meta_info.hidden_states gets the final-normed hidden states of "
+         "the prompt's last prefill pass and of every output token (the same as --return-hidden-states-mode full)",
+         kServe);
+    value(app, t, "--return-hidden-states-mode", a.return_hidden_states_mode,
+          "the most return_hidden_states may ask for: last (only \"last\", the state that predicted the last "
+          "token) or full (also true, every state)",
+          kServe)
+        ->check(CLI::IsMember({"last", "full"}));
     flag(app, t, "--skip-tokenizer-init", a.skip_tokenizer_init,
          "load no tokenizer: POST /generate takes input_ids and answers output_ids without text; the OpenAI routes "
          "and stop strings are refused",
