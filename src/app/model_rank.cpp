@@ -146,6 +146,8 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.decode_log_interval = args.decode_log_interval;
     sc.log_request_time_stats = args.enable_request_time_stats_logging;
     sc.strip_thinking_cache = args.strip_thinking_cache;
+    if (args.enable_return_routed_experts)
+        sc.routed_experts_width = m.config().num_hidden_layers * m.config().moe.num_experts_per_tok;
     // scheduler.py init_chunked_prefill: is_mixed_chunk needs chunked prefill.
     sc.enable_mixed_chunk = args.enable_mixed_chunk && chunked > 0;
     if (args.enable_mixed_chunk && chunked <= 0)

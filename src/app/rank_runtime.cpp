@@ -243,6 +243,7 @@ StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args,
                              args.quantization_param_path};
     load.json_model_override_args = args.json_model_override_args;
     load.is_embedding = args.is_embedding;
+    load.return_routed_experts = args.enable_return_routed_experts;
     load.tp_rank = rt.coords.tp_rank;
     load.tp_size = args.tp_size;
     load.tp_group = rt.tp_group.get();

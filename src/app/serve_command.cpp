@@ -105,6 +105,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.eos_token_ids = m.config().eos_token_ids;
     ec.is_generation = m.config().is_generation;
     // SGLang's forward_batch_info.py get_server_return_hidden_states_mode.
+    ec.return_routed_experts = args.enable_return_routed_experts;
     ec.max_hidden_states_mode = args.return_hidden_states_mode == "last" ? server::HiddenStatesMode::kLast
                                 : args.return_hidden_states_mode == "full" || args.enable_return_hidden_states
                                     ? server::HiddenStatesMode::kFull

@@ -2,7 +2,7 @@
 // base/text.h — small text helpers the HTTP code needs in several places: ASCII lower-casing
 // (header names, host names), trimming of the blanks around a header value, Python's
 // str.strip of whitespace, and the start of a marker at a text's end (streamed output that
-// may be cut inside a tag). Pure and header-only.
+// may be cut inside a tag), base64. Pure and header-only.
 
 #include <algorithm>
 #include <cctype>
@@ -44,6 +44,21 @@ inline std::size_t marker_start_at_end(std::string_view text, std::string_view m
     for (std::size_t n = std::min(text.size(), marker.empty() ? 0 : marker.size() - 1); n > 0; --n)
         if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
     return 0;
+}
+
+// RFC 4648 base64, with padding.
+inline std::string base64_encode(std::string_view bytes) {
+    static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    out.reserve((bytes.size() + 2) / 3 * 4);
+    for (std::size_t i = 0; i < bytes.size(); i += 3) {
+        const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
+        unsigned long chunk = 0;
+        for (std::size_t k = 0; k < 3; ++k)
+            chunk = chunk << 8 | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
+        for (std::size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(chunk >> (18 - 6 * k)) & 63] : '=';
+    }
+    return out;
 }
 
 }  // namespace tessera

@@ -48,6 +48,8 @@ struct ForwardBatch {
     // An expert-distribution recorder command for every rank (a step with no sequences
     // carries only this).
     eplb::ExpertRecordCommand expert_record = eplb::ExpertRecordCommand::kNone;
+    // --enable-return-routed-experts: every sequence's result carries its tokens' experts.
+    bool record_routed_experts = false;
     std::int64_t total_new_tokens() const {
         std::int64_t n = 0;
         for (const auto& s : seqs) n += static_cast<std::int64_t>(s.tokens.size());
@@ -65,6 +67,9 @@ struct SampledToken {
     // SequenceSampling::hidden_states: f32 [hidden_rows, hidden_size], final-normed.
     std::vector<float> hidden_states;
     std::int64_t hidden_rows = 0;
+    // ForwardBatch::record_routed_experts: I32 [n_tokens, num_hidden_layers, top_k], the logical
+    // experts each of the step's tokens of this sequence went to (0 for dense layers).
+    std::vector<std::int32_t> routed_experts;
 };
 
 // What the scheduler drives: the model on this rank (or, in tests, a fake).

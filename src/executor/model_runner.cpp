@@ -58,8 +58,9 @@ StatusOr<std::vector<SampledToken>> ModelRunner::run(const ForwardBatch& batch,
     TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
     input.dp_attention = dp_attention;
     input.hidden_out = &hidden_states_;
+    input.routed_experts_out = batch.record_routed_experts ? &routed_experts_ : nullptr;
     TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &logits_));
-    return step_results(batch, logits_, hidden_states_, model_.config(), pool_, scratch_);
+    return step_results(batch, {logits_, hidden_states_, routed_experts_}, model_.config(), pool_, scratch_);
 }
 
 namespace {
@@ -82,16 +83,28 @@ StatusOr<std::vector<SampledToken>> embedding_results(const ForwardBatch& batch,
 
 }  // namespace
 
-StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, std::span<float> out,
-                                                 std::span<const float> hidden_states,
+StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, const StepOutputs& outputs,
                                                  const loader::ModelConfig& config, ThreadPool* pool,
                                                  SamplingScratch& scratch) {
     std::vector<SampledToken> results;
     if (config.is_generation) {
-        TSR_ASSIGN_OR_RETURN(results, sample_batch(batch, out, config.vocab_size, pool, scratch));
+        TSR_ASSIGN_OR_RETURN(results, sample_batch(batch, outputs.rows, config.vocab_size, pool, scratch));
     } else {
-        TSR_ASSIGN_OR_RETURN(results, embedding_results(batch, out, config.hidden_size));
+        TSR_ASSIGN_OR_RETURN(results, embedding_results(batch, outputs.rows, config.hidden_size));
     }
+    if (batch.record_routed_experts) {
+        const auto width = static_cast<std::size_t>(config.num_hidden_layers * config.moe.num_experts_per_tok);
+        std::size_t first = 0;  // the sequence's first token's entries in routed_experts
+        for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+            const std::size_t values = batch.seqs[i].tokens.size() * width;
+            if (first + values > outputs.routed_experts.size())
+                return Status::Internal("fewer routed-expert rows than the step's tokens");
+            const auto begin = outputs.routed_experts.begin() + static_cast<std::ptrdiff_t>(first);
+            results[i].routed_experts.assign(begin, begin + static_cast<std::ptrdiff_t>(values));
+            first += values;
+        }
+    }
+    const std::span<const float> hidden_states = outputs.hidden_states;
     const auto hidden = static_cast<std::size_t>(config.hidden_size);
     std::size_t first = 0;  // the sequence's first value in hidden_states
     for (std::size_t i = 0; i < batch.seqs.size(); ++i) {

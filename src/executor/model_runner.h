@@ -35,7 +35,8 @@ class ModelRunner final : public BatchRunner {
     ThreadPool* pool_;
     std::vector<std::int32_t> tokens_;
     std::vector<float> logits_;
-    std::vector<float> hidden_states_;  // BatchInput::hidden_out
+    std::vector<float> hidden_states_;            // BatchInput::hidden_out
+    std::vector<std::int32_t> routed_experts_;    // BatchInput::routed_experts_out
     SamplingScratch scratch_;
 };
 
@@ -54,12 +55,18 @@ SampledToken sample_row(std::span<float> row, const SequenceSampling& sampling,
 StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std::span<float> logits,
                                                  std::int64_t vocab, ThreadPool* pool, SamplingScratch& scratch);
 
-// What a step hands back for each sequence of `batch` from the model's output rows `out` (one
-// row per sequence that needs a token, in batch order): a sampled token (sample_batch), or
-// for an embedding model (config.is_generation false) the row itself as the embedding; with
-// each, its rows of `hidden_states` (BatchInput::hidden_out) when it asked for them.
-StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, std::span<float> out,
-                                                 std::span<const float> hidden_states,
+// What the model's forward produced for a step, on the rank that answers it.
+struct StepOutputs {
+    std::span<float> rows;                         // one row per sequence that needs a token
+    std::span<const float> hidden_states;          // BatchInput::hidden_out
+    std::span<const std::int32_t> routed_experts;  // BatchInput::routed_experts_out
+};
+
+// What a step hands back for each sequence of `batch` from the model's output rows (in batch
+// order): a sampled token (sample_batch), or for an embedding model (config.is_generation
+// false) the row itself as the embedding; with each, its rows of hidden states when it asked
+// for them, and its tokens' routed experts when the step records them.
+StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, const StepOutputs& outputs,
                                                  const loader::ModelConfig& config, ThreadPool* pool,
                                                  SamplingScratch& scratch);
 

@@ -125,14 +125,14 @@ TEST(StepResultsTest, AnEmbeddingModelHandsBackEachSequencesRow) {
     config.is_generation = false;
     std::vector<float> rows = {1.0f, 2.0f, 3.0f, 4.0f};  // r0's, then r2's (r1 is a middle chunk)
     SamplingScratch scratch;
-    auto results = step_results(batch, rows, {}, config, nullptr, scratch);
+    auto results = step_results(batch, {rows, {}, {}}, config, nullptr, scratch);
     ASSERT_TRUE(results.ok());
     EXPECT_EQ((*results)[0].embedding, (std::vector<float>{1.0f, 2.0f}));
     EXPECT_TRUE((*results)[1].embedding.empty());
     EXPECT_EQ((*results)[2].embedding, (std::vector<float>{3.0f, 4.0f}));
     EXPECT_EQ((*results)[2].token, -1);
     rows.resize(3);
-    EXPECT_FALSE(step_results(batch, rows, {}, config, nullptr, scratch).ok());
+    EXPECT_FALSE(step_results(batch, {rows, {}, {}}, config, nullptr, scratch).ok());
 }
 
 TEST(StepWireTest, DpAttentionCountsTravelAheadOfTheStep) {
@@ -266,6 +266,12 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     EXPECT_EQ((*results)[1].hidden_rows, 0);
     tokens[0].hidden_rows = 4;  // rows that do not divide the values: corrupt
     EXPECT_FALSE(decode_results(encode_results(tokens)).ok());
+    tokens[0].hidden_rows = 2;
+    tokens[1].routed_experts = {3, 1, 0, 7};  // --enable-return-routed-experts
+    results = decode_results(encode_results(tokens));
+    ASSERT_TRUE(results.ok());
+    EXPECT_EQ((*results)[1].routed_experts, tokens[1].routed_experts);
+    EXPECT_TRUE((*results)[0].routed_experts.empty());
 }
 
 // return_hidden_states: a full request's first sampled token brings every row of its pass, a
@@ -296,7 +302,7 @@ TEST(StepResultsTest, HiddenStatesGoToTheSequencesThatAskedForThem) {
     std::vector<float> hidden;
     for (int v = 0; v < 2 * 6; ++v) hidden.push_back(static_cast<float>(v));
     SamplingScratch scratch;
-    auto results = step_results(batch, logits, hidden, config, nullptr, scratch);
+    auto results = step_results(batch, {logits, hidden, {}}, config, nullptr, scratch);
     ASSERT_TRUE(results.ok()) << results.status().to_string();
     EXPECT_EQ((*results)[0].hidden_rows, 3);
     EXPECT_EQ((*results)[0].hidden_states, (std::vector<float>{0, 1, 2, 3, 4, 5}));
@@ -307,7 +313,22 @@ TEST(StepResultsTest, HiddenStatesGoToTheSequencesThatAskedForThem) {
     EXPECT_EQ((*results)[5].hidden_states, (std::vector<float>{10, 11}));
     EXPECT_EQ((*results)[2].token, 1);  // sampling is untouched: row 1's argmax
     hidden.resize(hidden.size() - 1);
-    EXPECT_FALSE(step_results(batch, logits, hidden, config, nullptr, scratch).ok());
+    EXPECT_FALSE(step_results(batch, {logits, hidden, {}}, config, nullptr, scratch).ok());
+
+    // Routed experts: every sequence's tokens' rows, middle chunks included (2 layers, top-1).
+    config.num_hidden_layers = 2;
+    config.moe.num_experts_per_tok = 1;
+    batch.record_routed_experts = true;
+    hidden.push_back(11.0f);
+    std::vector<std::int32_t> routed;
+    for (int t = 0; t < 11; ++t) routed.insert(routed.end(), {t, 100 + t});  // 11 tokens in the batch
+    results = step_results(batch, {logits, hidden, routed}, config, nullptr, scratch);
+    ASSERT_TRUE(results.ok()) << results.status().to_string();
+    EXPECT_EQ((*results)[0].routed_experts, (std::vector<std::int32_t>{0, 100, 1, 101, 2, 102}));
+    EXPECT_EQ((*results)[1].routed_experts, (std::vector<std::int32_t>{3, 103, 4, 104}));
+    EXPECT_EQ((*results)[5].routed_experts, (std::vector<std::int32_t>{9, 109, 10, 110}));
+    routed.pop_back();
+    EXPECT_FALSE(step_results(batch, {logits, hidden, routed}, config, nullptr, scratch).ok());
 }
 
 }  // namespace

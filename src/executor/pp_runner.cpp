@@ -270,7 +270,7 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
             out = {};
         } else if (back) {
             TSR_ASSIGN_OR_RETURN(std::vector<SampledToken> sampled,
-                                 step_results(batch, out, hidden_states, model.config(), pool, scratch));
+                                 step_results(batch, {out, hidden_states, {}}, model.config(), pool, scratch));
             std::vector<std::uint8_t> result = encode_results(sampled);
             const auto n_result = static_cast<std::int64_t>(result.size());
             TSR_RETURN_IF_ERROR(back->post(n_result, 0, std::move(result), {}, kTagResultHeader, kTagResult, kTagResult));

@@ -161,6 +161,7 @@ std::vector<std::uint8_t> encode_results(const std::vector<SampledToken>& tokens
         w.i64(t.hidden_rows);
         w.i64(static_cast<std::int64_t>(t.hidden_states.size()));
         for (float v : t.hidden_states) w.f32(v);
+        w.i32s(t.routed_experts);
     }
     return w.take();
 }
@@ -196,6 +197,7 @@ StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_
         t.hidden_states.resize(static_cast<std::size_t>(values));
         for (float& v : t.hidden_states)
             if (!r.f32(&v)) return Status::DataLoss("corrupt hidden states");
+        if (!r.i32s(&t.routed_experts)) return Status::DataLoss("corrupt routed experts");
     }
     if (!r.done()) return Status::DataLoss("trailing bytes in sampled tokens");
     return out;

@@ -160,6 +160,11 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.sampling.logprobs = p.logprobs || p.top_logprobs > 0;
     req.sampling.top_logprobs = p.top_logprobs;
     TSR_RETURN_IF_ERROR(check_hidden_states_mode(p.return_hidden_states, config_.max_hidden_states_mode));
+    if (p.return_routed_experts && (p.routed_experts_start_len < 0 || p.routed_experts_start_len > n_prompt))
+        return Status::InvalidArgument("routed_experts_start_len (" + std::to_string(p.routed_experts_start_len) +
+                                       ") must be in [0, " + std::to_string(n_prompt) + "], the prompt's tokens");
+    req.return_routed_experts = p.return_routed_experts && config_.return_routed_experts;
+    req.routed_experts_start_len = p.routed_experts_start_len;
     using server::HiddenStatesMode;
     req.sampling.hidden_states = p.return_hidden_states == HiddenStatesMode::kFull ? executor::HiddenCapture::kFirstPass
                                  : p.return_hidden_states == HiddenStatesMode::kLast ? executor::HiddenCapture::kLast
@@ -193,7 +198,7 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
         exported || crash_dump_ ? RequestMetricsFile::parameters_json(req.rid, request.input, p) : "";
     if (crash_dump_) crash_dump_->received(req.rid, parameters);
     stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,
-                               p.return_hidden_states,
+                               p.return_hidden_states, p.return_routed_experts && config_.return_routed_experts,
                                p.stream_interval > 0 ? p.stream_interval : config_.stream_interval,
                                exported ? std::move(parameters) : "", std::chrono::steady_clock::now()};
     request_log_.received(request.request_id, request.input, p, n_prompt);
@@ -280,6 +285,9 @@ void Engine::loop() {
                                                  .output = std::move(output),
                                                  .logprobs = sp.logprobs,
                                                  .hidden_states = sp.hidden_states,
+                                                 .routed_experts = sp.routed_experts
+                                                                       ? std::make_optional<std::vector<std::int32_t>>()
+                                                                       : std::nullopt,
                                                  .interval = sp.interval,
                                                  .exported_parameters = std::move(sp.exported_parameters),
                                                  .received_at = sp.received_at});
@@ -419,6 +427,10 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         stream.done = true;
     }
     const bool last = stream.done;
+    if (stream.routed_experts) {
+        stream.routed_experts->insert(stream.routed_experts->end(), e.routed_experts.begin(), e.routed_experts.end());
+        if (last) ev.routed_experts = std::exchange(stream.routed_experts, std::nullopt);
+    }
     if (stream.interval > 1) {
         // Gathered until the token that opens the next chunk, or the end.
         if (e.token) ++stream.tokens;
@@ -427,6 +439,7 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         held.token_ids.insert(held.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
         for (auto& lp : ev.logprobs) held.logprobs.push_back(std::move(lp));
         for (auto& h : ev.hidden_states) held.hidden_states.push_back(std::move(h));
+        if (ev.routed_experts) held.routed_experts = std::move(ev.routed_experts);
         held.usage = ev.usage;
         if (!ev.embedding.empty()) held.embedding = std::move(ev.embedding);
         held.finish_reason = std::move(ev.finish_reason);

@@ -47,6 +47,9 @@ struct EngineConfig {
     // The most a request's return_hidden_states may ask for: --return-hidden-states-mode, or
     // full under --enable-return-hidden-states.
     server::HiddenStatesMode max_hidden_states_mode = server::HiddenStatesMode::kNone;
+    // --enable-return-routed-experts: requests may set return_routed_experts (else it is
+    // ignored, as SGLang ignores it).
+    bool return_routed_experts = false;
     std::uint64_t random_seed = 0;
     scheduler::SchedulerConfig scheduler;
     std::string startup_info_json = "{}";  // resolved launch settings for /get_server_info
@@ -123,6 +126,7 @@ class Engine final : public server::Backend {
         std::vector<std::string> stop;
         bool logprobs = false;
         server::HiddenStatesMode hidden_states = server::HiddenStatesMode::kNone;
+        bool routed_experts = false;
         int interval = 1;
         std::string exported_parameters;  // --export-metrics-to-file: the request's parameters
         std::chrono::steady_clock::time_point received_at;
@@ -132,6 +136,8 @@ class Engine final : public server::Backend {
         std::optional<tokenizer::OutputStream> output;  // none without a tokenizer
         bool logprobs = false;
         server::HiddenStatesMode hidden_states = server::HiddenStatesMode::kNone;
+        // return_routed_experts: the rows so far, sent with the last event.
+        std::optional<std::vector<std::int32_t>> routed_experts;
         bool done = false;
         // --stream-interval (SGLang scheduler_output_processor_mixin.py stream_output_generation):
         // with an interval k > 1 an event goes out at output tokens 1, k + 1, 2k + 1, ... and at

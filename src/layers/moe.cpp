@@ -139,6 +139,16 @@ void MoeLayer::route(const float* h, std::int64_t n, std::int64_t row0, std::int
         if (id >= 0) ++counts_.physical[id];
 }
 
+void MoeLayer::logical_topk(const float* h, std::int64_t n, std::int32_t* ids, Scratch& scratch,
+                            ThreadPool* pool) const {
+    if (n == 0) return;
+    scratch.router_logits.resize(static_cast<std::size_t>(n * routing_.num_experts));
+    scratch.topk_weights.resize(static_cast<std::size_t>(n * routing_.top_k));
+    router_.forward(h, n, scratch.router_logits.data(), pool);
+    const float* bias = correction_bias_.empty() ? nullptr : correction_bias_.data();
+    route_tokens(scratch.router_logits.data(), n, routing_, bias, ids, scratch.topk_weights.data());
+}
+
 Status MoeLayer::probe(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                        const LayerParallel& par) {
     const std::int64_t passes = passes_;

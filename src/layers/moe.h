@@ -90,6 +90,12 @@ class MoeLayer {
     Status probe(const float* h, std::int64_t n, float* out, Scratch& scratch, ThreadPool* pool,
                  const LayerParallel& par);
 
+    // SGLang's return_routed_experts: the logical experts the router picks for rows h f32
+    // [n, hidden] into ids I32 [n, top_k] (the real router, without --ep-dispatch-algorithm
+    // fake's noise); touches neither the layer's counts nor its pass stream.
+    void logical_topk(const float* h, std::int64_t n, std::int32_t* ids, Scratch& scratch, ThreadPool* pool) const;
+    std::int64_t top_k() const { return routing_.top_k; }
+
     std::size_t weight_bytes() const;
     // What one token streams: router, top_k experts and the shared expert (this rank's slices).
     std::size_t weight_bytes_per_token() const;

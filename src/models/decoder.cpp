@@ -119,6 +119,9 @@ class Decoder final : public Model {
     Status logits_forward(std::int64_t n_out, const BatchInput& batch, ThreadPool* pool, std::vector<float>* out);
     // Fills batch.hidden_out from the last layer's output x_ (last stage).
     void capture_hidden_states(const BatchInput& batch, ThreadPool* pool);
+    // Into routed_out_: the logical experts of this rank's n tokens at `moe`, from the rows h
+    // f32 [n, hidden] the layer reads.
+    void record_routing(const layers::MoeLayer& moe, const float* h, std::int64_t n, ThreadPool* pool);
     Status init_eplb(const LoadOptions& options);
     // --quantization-param-path's factors of this rank's layers (empty when none apply).
     StatusOr<std::vector<float>> kv_scales_from_file(const LoadOptions& options) const;
@@ -156,6 +159,8 @@ class Decoder final : public Model {
     std::vector<float> x_all_, h_all_, out_all_, dp_scratch_;  // DP-attention: every group's rows
     std::vector<float> slice_out_, group_out_;  // DP-attention, scattered MoE: this rank's slice, the gather's buffer
     std::vector<std::uint8_t> pad_rows_;  // DP-attention, max_len: 1 where a gathered row only pads a slot
+    std::vector<std::int32_t>* routed_out_ = nullptr;  // BatchInput::routed_experts_out of the pass
+    std::vector<std::int32_t> routing_ids_;
     std::vector<float> rope_cos_, rope_sin_;  // f32 [tokens, head_dim/2] of the current pass
     // Per pass: each new token's position and KV row, the tokens that yield logits rows, the
     // sequences as the layers see them.
@@ -475,6 +480,7 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
         const layers::LayerParallel& ffn_par = std::holds_alternative<layers::GatedMlp>(layer.ffn) ? dense_par_ : par_;
         kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
         kernels::rms_norm(x_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden, eps, pool);
+        if (routed_out_ != nullptr && moe != nullptr) record_routing(*moe, h_.data(), n, pool);
         TSR_RETURN_IF_ERROR(ffn_forward(layer, h_.data(), n, branch_.data(), pool, ffn_par));
         kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
         return Status::Ok();
@@ -487,6 +493,8 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
     h_all_.resize(static_cast<std::size_t>(rows * hidden));
     out_all_.resize(static_cast<std::size_t>(rows * hidden));
     kernels::rms_norm(x_all_.data(), layer.post_attention_norm.data(), h_all_.data(), rows, hidden, eps, pool);
+    if (routed_out_ != nullptr && moe != nullptr)
+        record_routing(*moe, h_all_.data() + gathered->local_offset(dpa_.dp_rank) * hidden, n, pool);
     // Under max_len padding the MLP leaves its output unreduced and the reduce-scatter back to
     // the groups sums it (SGLang's should_use_reduce_scatter).
     layers::LayerParallel ffn = par_;
@@ -509,6 +517,7 @@ Status Decoder::scattered_moe_forward(layers::MoeLayer& moe, std::int64_t n, std
     if (n > 0) {
         kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
         kernels::rms_norm(x_.data(), norm.data(), h_.data(), n, hidden, eps, pool);
+        if (routed_out_ != nullptr) record_routing(moe, h_.data(), n, pool);
     }
     // The attention-TP ranks of a group hold the same rows: each sends its slice, and the
     // slices' outputs are gathered back within the group.
@@ -561,6 +570,14 @@ Status Decoder::logits_forward(std::int64_t n_out, const BatchInput& batch, Thre
     return Status::Ok();
 }
 
+void Decoder::record_routing(const layers::MoeLayer& moe, const float* h, std::int64_t n, ThreadPool* pool) {
+    const std::int64_t k = moe.top_k(), width = config_.num_hidden_layers * k;
+    routing_ids_.resize(static_cast<std::size_t>(n * k));
+    moe.logical_topk(h, n, routing_ids_.data(), scratch_, pool);
+    for (std::int64_t t = 0; t < n; ++t)
+        std::copy_n(routing_ids_.begin() + t * k, k, routed_out_->begin() + t * width + moe.layer() * k);
+}
+
 void Decoder::capture_hidden_states(const BatchInput& batch, ThreadPool* pool) {
     const std::int64_t hidden = config_.hidden_size;
     std::vector<float>& rows = *batch.hidden_out;
@@ -603,6 +620,9 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
     const ModelConfig& c = config_;
     const auto n = static_cast<std::int64_t>(batch.tokens.size());
     const std::int64_t hidden = c.hidden_size;
+    routed_out_ = batch.routed_experts_out;
+    if (routed_out_ != nullptr)
+        routed_out_->assign(static_cast<std::size_t>(n * c.num_hidden_layers * c.moe.num_experts_per_tok), 0);
     x_.resize(n * hidden);
     h_.resize(n * hidden);
     branch_.resize(n * hidden);

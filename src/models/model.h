@@ -57,6 +57,9 @@ struct BatchInput {
     // asks for, sequence by sequence, each after the final norm (what the LM head reads).
     // Null when no sequence asks.
     std::vector<float>* hidden_out = nullptr;
+    // Output, --enable-return-routed-experts: I32 [Σ n_tokens, num_hidden_layers, top_k], the
+    // logical experts each new token's MoE layers chose (0 for dense layers). Null: none.
+    std::vector<std::int32_t>* routed_experts_out = nullptr;
 };
 
 // The part of the model one pipeline stage runs: decoder layers [layer_begin, layer_end);
@@ -156,6 +159,8 @@ struct LoadOptions {
     // --is-embedding: the model serves embeddings (ModelConfig::is_generation false): the last
     // stage's output rows are pooled hidden states, not logits.
     bool is_embedding = false;
+    // --enable-return-routed-experts: refused at load for a model without routed experts.
+    bool return_routed_experts = false;
     // Expert placement, dispatch, recording and live rebalancing (MoE models).
     eplb::EplbOptions eplb;
 };

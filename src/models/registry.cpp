@@ -77,6 +77,9 @@ StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
     TSR_ASSIGN_OR_RETURN(auto config, loader::load_model_config(options.model_path, known_architectures(),
                                                                 options.json_model_override_args));
     config.is_generation = !options.is_embedding;
+    if (options.return_routed_experts && !config.is_moe())
+        return Status::InvalidArgument("--enable-return-routed-experts needs a MoE model; " + config.architecture +
+                                       " has no routed experts");
     if (!options.quantization.empty() && options.quantization != "fp8")
         return Status::InvalidArgument("--quantization " + options.quantization +
                                        " is not supported: tessera runs fp8 (e4m3, block-wise) and unquantized weights");

@@ -37,6 +37,9 @@ struct ReqEvent {
     std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
     std::int64_t completion_tokens = 0;
     std::int64_t reasoning_tokens = 0;  // of them, up to the think-end token (Req::think_end_id)
+    // Req::return_routed_experts: I32 [positions, num_hidden_layers, top_k], the positions
+    // computed since the previous event.
+    std::vector<std::int32_t> routed_experts;
 };
 using ReqEventSink = std::function<void(const ReqEvent&)>;
 
@@ -56,6 +59,10 @@ struct Req {
     // reasoning (SGLang's require_reasoning): its output tokens up to and with that token count
     // as reasoning_tokens.
     std::optional<std::int32_t> think_end_id;
+    // return_routed_experts (with --enable-return-routed-experts): the token events carry the
+    // routing of positions [routed_experts_start_len, prompt + output - 1), in order.
+    bool return_routed_experts = false;
+    std::int64_t routed_experts_start_len = 0;
     ReqEventSink sink;       // may be empty (no events)
 
     // ---- owned by the scheduler -------------------------------------------------------
@@ -75,6 +82,8 @@ struct Req {
     bool admitted_once = false;
     std::int64_t reasoning_tokens = 0;
     bool reasoning_over = false;  // the think-end token came
+    std::int64_t routed_experts_sent = -1;           // positions whose routing went out (-1: none yet)
+    std::vector<std::int32_t> routed_experts_ready;  // for the next event
     // Scheduler clock (seconds): when it was queued, and first put in a batch (-1: not yet).
     double queued_at = 0.0;
     double forward_at = -1.0;

@@ -207,6 +207,8 @@ void Scheduler::emit(Req& req, const executor::SampledToken* token) {
     ev.cached_tokens = req.cached_tokens;
     ev.completion_tokens = static_cast<std::int64_t>(req.output_ids.size());
     ev.reasoning_tokens = req.reasoning_tokens;
+    ev.routed_experts = std::move(req.routed_experts_ready);
+    req.routed_experts_ready.clear();
     req.sink(ev);
 }
 
@@ -668,7 +670,7 @@ void Scheduler::launch_prefill(const std::vector<PrefillItem>& items, const std:
                               .sampling = r.sampling,
                               .output_ids = r.output_ids});
         step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = !it.truncated,
-                             .truncated = it.truncated});
+                             .truncated = it.truncated, .start_pos = start, .n_tokens = it.extend_len});
         ++r.in_flight_steps;
         if (!it.truncated) {
             ++r.pending_tokens;
@@ -834,15 +836,45 @@ void Scheduler::add_decode_seq(Req& r, executor::ForwardBatch& batch, InFlightSt
                           .need_token = true,
                           .sampling = r.sampling,
                           .output_ids = r.output_ids});
-    step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = true, .decode = true});
+    step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = true, .decode = true, .start_pos = pos,
+                         .n_tokens = 1});
     ++r.in_flight_steps;
     ++r.pending_tokens;
 }
 
-void Scheduler::launch(const executor::ForwardBatch& batch, InFlightStep step) {
+void Scheduler::launch(executor::ForwardBatch& batch, InFlightStep step) {
+    batch.record_routed_experts = config_.routed_experts_width > 0;
     // Recorded first: the runner may run the step inside launch() and look at our state.
     in_flight_.push_back(std::move(step));
     in_flight_.back().launch_status = runner_.launch(batch);
+}
+
+void Scheduler::record_routed_experts(const InFlightStep& step, const std::vector<Req*>& reqs,
+                                      const std::vector<executor::SampledToken>& results) {
+    const std::int64_t width = config_.routed_experts_width;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        Req* r = reqs[i];
+        const InFlightSeq& seq = step.seqs[i];
+        const std::vector<std::int32_t>& rows = results[i].routed_experts;
+        if (r == nullptr || static_cast<std::int64_t>(rows.size()) != seq.n_tokens * width) continue;
+        for (std::int64_t t = 0; t < seq.n_tokens; ++t) {
+            const auto slot = static_cast<std::size_t>(r->slots[static_cast<std::size_t>(seq.start_pos + t)]);
+            if ((slot + 1) * width > routed_by_slot_.size()) routed_by_slot_.resize((slot + 1) * width);
+            std::copy_n(rows.begin() + t * width, width, routed_by_slot_.begin() + slot * width);
+        }
+        if (!r->return_routed_experts || !seq.need_token) continue;
+        // The token this step samples comes after every position computed so far; some of
+        // them may be a cached prefix, recorded when another request computed it.
+        const std::int64_t end = seq.start_pos + seq.n_tokens;
+        if (r->routed_experts_sent < 0) r->routed_experts_sent = r->routed_experts_start_len;
+        for (std::int64_t pos = r->routed_experts_sent; pos < end; ++pos) {
+            const auto slot = static_cast<std::size_t>(r->slots[static_cast<std::size_t>(pos)]);
+            if ((slot + 1) * width > routed_by_slot_.size()) routed_by_slot_.resize((slot + 1) * width);
+            const auto first = routed_by_slot_.begin() + static_cast<std::ptrdiff_t>(slot * width);
+            r->routed_experts_ready.insert(r->routed_experts_ready.end(), first, first + width);
+        }
+        r->routed_experts_sent = std::max(r->routed_experts_sent, end);
+    }
 }
 
 Req* Scheduler::find_live(const InFlightSeq& seq) {
@@ -877,6 +909,7 @@ StepKind Scheduler::collect_oldest() {
         return step.kind;
     }
     TSR_CHECK_EQ(result->size(), step.seqs.size());
+    if (config_.routed_experts_width > 0) record_routed_experts(step, reqs, *result);
     if (step.kind == StepKind::kPrefill) {
         apply_prefill_results(step, reqs, *result);
     } else {

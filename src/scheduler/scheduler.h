@@ -74,6 +74,10 @@ struct SchedulerConfig {
     bool log_request_time_stats = false;
     // --strip-thinking-cache: a finished request with reasoning tokens caches its prompt only.
     bool strip_thinking_cache = false;
+    // --enable-return-routed-experts: entries per token of the routing record (num_hidden_layers
+    // × top_k); 0 when off. Every step then records each token's experts by KV slot, and a
+    // request with return_routed_experts gets its positions' rows with its tokens.
+    std::int64_t routed_experts_width = 0;
     std::uint64_t random_seed = 0;           // --random-seed (policy random)
     // Pipeline parallelism (reference §6.3): steps in flight at once (pp_size +
     // --pp-async-batch-depth; 1 = run each step to completion), and the most requests in
@@ -177,6 +181,8 @@ class Scheduler {
         bool need_token = false;
         bool truncated = false;  // prefill chunk with more chunks to follow
         bool decode = false;     // a decode token (a decode step, or mixed into a prefill step)
+        std::int64_t start_pos = 0;  // the positions the step computes
+        std::int64_t n_tokens = 0;
     };
     struct InFlightStep {
         StepKind kind = StepKind::kIdle;
@@ -199,6 +205,10 @@ class Scheduler {
     // Whether a request of `priority` may join the queue; may evict a worse waiting request.
     Status make_room_in_queue(std::int64_t priority);
     void launch_prefill(const std::vector<PrefillItem>& items, const std::vector<Req*>& decode);
+    // --enable-return-routed-experts: the step's routing into routed_by_slot_, then each
+    // request that asked gets the rows of its positions computed since its last token.
+    void record_routed_experts(const InFlightStep& step, const std::vector<Req*>& reqs,
+                               const std::vector<executor::SampledToken>& results);
     // The requests that can decode in the step being formed (decode_micro_batch over the
     // running ones and, with overlap scheduling, those whose last prompt chunk is in flight).
     std::vector<Req*> ready_to_decode() const;
@@ -211,7 +221,7 @@ class Scheduler {
     bool check_decode_mem(const std::vector<Req*>& reqs);
     void retract_decode(std::vector<Req*>& batch);
     void launch_decode(const std::vector<Req*>& batch);
-    void launch(const executor::ForwardBatch& batch, InFlightStep step);
+    void launch(executor::ForwardBatch& batch, InFlightStep step);
     StepKind collect_oldest();
     void apply_prefill_results(const InFlightStep& step, const std::vector<Req*>& reqs,
                                const std::vector<executor::SampledToken>& tokens);
@@ -257,6 +267,9 @@ class Scheduler {
     bool preemption_waits_ = false;   // a preemption needs the steps in flight collected first
     bool batch_is_full_ = false;      // skip prefill until the running batch shrinks
     std::deque<InFlightStep> in_flight_;  // launched, not yet collected; oldest first
+    // --enable-return-routed-experts: I32 [KV slots, routed_experts_width], the experts of the
+    // token whose K/V each slot holds (SGLang's routed-experts capturer's host buffer).
+    std::vector<std::int32_t> routed_by_slot_;
     std::int64_t last_prefill_chunk_size_ = -1;
     std::vector<Req*> mixed_decode_;  // the running requests the prefill round being formed carries
     std::uint64_t next_arrival_ = 0;

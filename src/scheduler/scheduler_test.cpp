@@ -179,6 +179,11 @@ class FakeRunner final : public executor::BatchRunner {
             } else {
                 out.push_back({.token = s.need_token ? to_token(acc) : -1});
             }
+            // --enable-return-routed-experts: each token's "experts" are its id and position.
+            for (std::size_t i = 0; batch.record_routed_experts && i < s.tokens.size(); ++i) {
+                out.back().routed_experts.push_back(s.tokens[i]);
+                out.back().routed_experts.push_back(static_cast<std::int32_t>(s.start_pos) + static_cast<int>(i));
+            }
         }
         batches.push_back(std::move(rids));
         return out;
@@ -195,6 +200,7 @@ struct Result {
     std::vector<std::int32_t> tokens;
     std::vector<float> embedding;
     std::int64_t reasoning_tokens = -1;
+    std::vector<std::int32_t> routed_experts;  // every event's, in order
     FinishReason reason = FinishReason::kNone;
     std::int64_t cached_tokens = -1;
     int n_events = 0;
@@ -221,6 +227,7 @@ class Harness {
             Result& r = results_[key];
             ++r.n_events;
             EXPECT_EQ(ev.rid, rid);
+            r.routed_experts.insert(r.routed_experts.end(), ev.routed_experts.begin(), ev.routed_experts.end());
             if (ev.token && !ev.token->embedding.empty()) {
                 r.embedding = ev.token->embedding;
             } else if (ev.token) {
@@ -546,6 +553,40 @@ TEST_P(SchedulerTest, ReasoningTokensAndStripThinkingCache) {
         } else {
             EXPECT_GT(cached, prompt_pages) << "the output was cached too";
         }
+    }
+}
+
+// --enable-return-routed-experts: the events of a request that asks carry, in order, the
+// routing of every position but the last token's, from routed_experts_start_len on; a prefix
+// served from the cache brings the rows recorded when another request computed it.
+TEST_P(SchedulerTest, RoutedExpertsFollowTheirPositionsThroughTheCache) {
+    for (bool overlap : {false, true}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.routed_experts_width = 2;  // the fake's rows: {token, position}
+        cfg.chunked_prefill_size = 16 / page() * page();
+        cfg.overlap_schedule = overlap;
+        Harness h(cfg, /*queued=*/overlap);
+        const Tokens input = prompt(21, 40);
+        h.add(make_req("first", input, 5));  // not asking: its rows are recorded all the same
+        h.run();
+        Tokens follow(input.begin(), input.begin() + 35);
+        follow.push_back(3);
+        Req r = make_req("follow", follow, 6);
+        r.return_routed_experts = true;
+        r.routed_experts_start_len = 2;
+        h.add(r);
+        h.run();
+        const Result& got = h.results_["follow"];
+        ASSERT_GT(got.cached_tokens, 0);
+        Tokens fill = follow;
+        fill.insert(fill.end(), got.tokens.begin(), got.tokens.end() - 1);
+        std::vector<std::int32_t> want;
+        for (std::size_t p = 2; p < fill.size(); ++p) {
+            want.push_back(fill[p]);
+            want.push_back(static_cast<std::int32_t>(p));
+        }
+        EXPECT_EQ(got.routed_experts, want) << "overlap " << overlap;
+        EXPECT_TRUE(h.results_["first"].routed_experts.empty());
     }
 }
 

@@ -48,6 +48,10 @@ struct GenerationParams {
     // --reasoning-parser, its tokens up to the think-end token are counted as reasoning_tokens.
     bool require_reasoning = false;
     HiddenStatesMode return_hidden_states = HiddenStatesMode::kNone;
+    // return_routed_experts (with --enable-return-routed-experts): the experts of positions
+    // [routed_experts_start_len, prompt + output - 1) come with the last event.
+    bool return_routed_experts = false;
+    std::int64_t routed_experts_start_len = 0;
 };
 
 struct GenerationInput {
@@ -99,6 +103,9 @@ struct GenerationEvent {
     std::optional<std::string> matched_stop;  // the stop string or token that ended it
     std::vector<float> embedding;              // an embedding server's answer (its last event)
     std::vector<HiddenStates> hidden_states;   // one per token when requested
+    // GenerationParams::return_routed_experts, on the last event: I32 [positions,
+    // num_hidden_layers, top_k] logical expert ids (0 for dense layers).
+    std::optional<std::vector<std::int32_t>> routed_experts;
     Usage usage;                               // cumulative
     std::optional<Status> error;               // InvalidArgument → 400, ResourceExhausted → 503 ...
 };

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <limits>
 
+#include "base/text.h"
+
 namespace tessera::server {
 namespace {
 
@@ -160,19 +162,8 @@ std::optional<ApiError> read_dimensions(const Json& root, const EmbeddingOptions
 }
 
 std::string base64(const std::vector<float>& values) {
-    static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string bytes(values.size() * sizeof(float), '\0');
-    if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());  // x86: little-endian, as OpenAI's
-    std::string out;
-    out.reserve((bytes.size() + 2) / 3 * 4);
-    for (std::size_t i = 0; i < bytes.size(); i += 3) {
-        const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
-        std::uint32_t chunk = 0;
-        for (std::size_t k = 0; k < 3; ++k)
-            chunk = chunk << 8 | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
-        for (std::size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(chunk >> (18 - 6 * k)) & 63] : '=';
-    }
-    return out;
+    // x86: little-endian, as OpenAI's.
+    return base64_encode({reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)});
 }
 
 // The first `dim` entries at unit length (SGLang's Pooler truncates before it normalises).

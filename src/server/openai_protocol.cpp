@@ -234,6 +234,14 @@ void read_return_hidden_states(FieldReader& r, GenerationParams& p) {
     }
 }
 
+// GenerateReqInput's return_routed_experts and routed_experts_start_len (the OpenAI requests
+// have them too); the engine checks the start against the prompt.
+void read_routed_experts(FieldReader& r, GenerationParams& p) {
+    if (auto v = r.boolean("return_routed_experts")) p.return_routed_experts = *v;
+    if (auto v = r.integer("routed_experts_start_len", 0, std::numeric_limits<std::int64_t>::max()))
+        p.routed_experts_start_len = *v;
+}
+
 void read_priority(FieldReader& r, GenerationParams& p) {
     if (auto v = r.integer("priority", std::numeric_limits<std::int32_t>::min(),
                            std::numeric_limits<std::int32_t>::max()))
@@ -268,6 +276,7 @@ void read_openai_sampling(FieldReader& r, ApiKind kind, const ProtocolOptions& o
     if (auto v = r.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
     read_priority(r, p);
     read_return_hidden_states(r, p);
+    read_routed_experts(r, p);
     if (const Json* rf = r.get("response_format")) {
         if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")
             r.fail("response_format", "only {\"type\": \"text\"} is supported by this server");
@@ -617,6 +626,7 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     }
     read_priority(r, base.params);
     read_return_hidden_states(r, base.params);
+    read_routed_experts(r, base.params);
     // GenerateReqInput.require_reasoning: the client says the output begins with reasoning.
     if (auto v = r.boolean("require_reasoning")) base.params.require_reasoning = *v;
     const Json* sp = r.get("sampling_params");

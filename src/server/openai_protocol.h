@@ -190,6 +190,7 @@ class ResponseBuilder {
         int n_tool_calls = 0;                        // sent so far (streaming)
         std::vector<float> embedding;                // embedding routes
         std::vector<HiddenStates> hidden_states;     // return_hidden_states: meta_info's entries so far
+        std::optional<std::vector<std::int32_t>> routed_experts;  // return_routed_experts, once finished
     };
 
     std::string stream_chunk(std::size_t index, const GenerationEvent& event);

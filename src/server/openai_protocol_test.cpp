@@ -458,6 +458,29 @@ TEST(ResponseBuilderTest, HiddenStates) {
     EXPECT_EQ(sse.find("[1.0,2.0]"), std::string::npos) << "\"last\" keeps only the latest";
 }
 
+// return_routed_experts: base64 of the int32 ids in /generate's meta_info, in the OpenAI
+// body's sglext (first choice), and streamed as a chunk of its own with no choices.
+TEST(ResponseBuilderTest, RoutedExperts) {
+    const auto parsed = generate(R"({"text": "x", "return_routed_experts": true, "routed_experts_start_len": 2})");
+    EXPECT_TRUE(parsed.request.requests[0].params.return_routed_experts);
+    EXPECT_EQ(parsed.request.requests[0].params.routed_experts_start_len, 2);
+    expect_error(generate(R"({"text": "x", "routed_experts_start_len": -1})"), "routed_experts_start_len");
+    GenerationEvent done = event("a", {1}, 1, "length");
+    done.routed_experts = std::vector<std::int32_t>{1, 256};
+    ResponseBuilder g(parsed.request);
+    g.add_event(0, done);
+    EXPECT_EQ(Json::parse(g.body())["meta_info"]["routed_experts"], "AQAAAAABAAA=");
+    ResponseBuilder c(completion(R"({"prompt": "x", "return_routed_experts": true})").request);
+    c.add_event(0, done);
+    EXPECT_EQ(Json::parse(c.body())["sglext"]["routed_experts"], "AQAAAAABAAA=");
+    ResponseBuilder plain(completion(R"({"prompt": "x"})").request);
+    plain.add_event(0, event("a", {1}, 1, "length"));
+    EXPECT_FALSE(Json::parse(plain.body()).contains("sglext"));
+    ResponseBuilder s(chat(R"({"messages": [{"role": "user", "content": "x"}], "stream": true})").request);
+    const std::string sse = s.add_event(0, done);
+    EXPECT_NE(sse.find(R"("choices":[],"sglext":{"routed_experts":"AQAAAAABAAA="})"), std::string::npos) << sse;
+}
+
 TEST(ResponseBuilderTest, ReasoningContentWholeAndStreamed) {
     const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
     Json j = chat_body(reasoning_chat("{" + messages + "}"), {"<think>\nSum", " it.</think>", "\n\n4"});

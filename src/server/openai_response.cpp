@@ -6,9 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "server/openai_protocol.h"
-
-#include <algorithm>
 
 namespace tessera::server {
 namespace {
@@ -105,6 +104,12 @@ Json hidden_states_json(const std::vector<HiddenStates>& entries) {
 // An OpenAI choice's hidden_states (SGLang's entrypoints/openai/utils.py
 // process_hidden_states_from_ret): with true, the state that predicted the last output token
 // ([] when only one token was generated, whose state is the prompt's); with "last", the list.
+// meta_info.routed_experts and sglext.routed_experts: the int32 ids' little-endian bytes in base64
+// (SGLang's detokenizer encodes them so).
+std::string routed_experts_base64(const std::vector<std::int32_t>& ids) {
+    return base64_encode({reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(std::int32_t)});
+}
+
 Json openai_hidden_states(const std::vector<HiddenStates>& entries, HiddenStatesMode mode) {
     if (mode == HiddenStatesMode::kLast) return hidden_states_json(entries);
     if (entries.size() > 1) return entries.back().values;
@@ -154,6 +159,7 @@ std::string ResponseBuilder::add_event(std::size_t index, const GenerationEvent&
     } else {
         c.hidden_states.insert(c.hidden_states.end(), event.hidden_states.begin(), event.hidden_states.end());
     }
+    if (event.routed_experts) c.routed_experts = event.routed_experts;
     std::string out;
     if (stream_) out = stream_chunk(index, event);
     c.text += event.text;
@@ -204,6 +210,7 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
             meta["output_top_logprobs"] = std::move(tops);
         }
         if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
+        if (event.routed_experts) meta["routed_experts"] = routed_experts_base64(*event.routed_experts);
         Json chunk = Json::object();
         if (choices_.size() > 1) chunk["index"] = index;
         if (!token_ids_only_) chunk["text"] = incremental_ ? event.text : c.text + event.text;
@@ -293,9 +300,16 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
                          : Json{{"index", index}, {"text", ""}, {"hidden_states", std::move(states)}};
         last["logprobs"] = nullptr;
         last["finish_reason"] = nullptr;
-        chunk = std::move(base);
+        chunk = base;
         chunk["choices"] = Json::array({std::move(last)});
         if (include_usage_) chunk["usage"] = nullptr;
+        out += sse(chunk);
+    }
+    if (final && index == 0 && event.routed_experts) {
+        // serving_chat.py: the first choice's routing, in a chunk of its own.
+        chunk = std::move(base);
+        chunk["choices"] = Json::array();
+        chunk["sglext"] = Json{{"routed_experts", routed_experts_base64(*event.routed_experts)}};
         out += sse(chunk);
     }
     return out;
@@ -364,6 +378,7 @@ std::string ResponseBuilder::body() const {
                 meta["output_top_logprobs"] = std::move(tops);
             }
             if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
+            if (c.routed_experts) meta["routed_experts"] = routed_experts_base64(*c.routed_experts);
             Json item = Json::object();
             if (!token_ids_only_) item["text"] = c.text;
             item["output_ids"] = c.output_ids;
@@ -425,6 +440,9 @@ std::string ResponseBuilder::body() const {
     }
     root["choices"] = std::move(choices);
     root["usage"] = Json::parse(usage_json_dump());
+    // SGLang's process_routed_experts_from_ret: the first choice's, beside the choices.
+    if (!choices_.empty() && choices_[0].routed_experts)
+        root["sglext"] = Json{{"routed_experts", routed_experts_base64(*choices_[0].routed_experts)}};
     return dump(root);
 }
 

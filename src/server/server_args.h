@@ -100,6 +100,7 @@ struct ServerArgs {
     // request's return_hidden_states may ask for.
     bool enable_return_hidden_states = false;
     std::string return_hidden_states_mode;
+    bool enable_return_routed_experts = false;  // requests' return_routed_experts (MoE models)
     bool is_embedding = false;         // --is-embedding: serve the model's pooled hidden states as embeddings
     std::string json_model_override_args = "{}";  // --json-model-override-args: config.json fields to replace
     std::string completion_template;  // --completion-template: a built-in fill-in-the-middle template

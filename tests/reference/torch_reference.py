@@ -394,6 +394,7 @@ class DecoderModel:
         self.weights = self._take_expected_weights(tensors)
         self.inv_freq = rope_inverse_frequencies(self.config)
         self.experts_hit: Dict[int, set] = {}  # MoE layer -> experts chosen by any token
+        self.routing: Dict[int, torch.Tensor] = {}  # MoE layer -> the last forward's top-k ids [T, k]
 
     def _expected_shapes(self) -> Dict[str, tuple]:
         c = self.config
@@ -622,6 +623,7 @@ class DecoderModel:
             if c.norm_topk_prob:
                 weights = weights / weights.sum(dim=-1, keepdim=True)
         self.experts_hit.setdefault(i, set()).update(int(e) for e in experts.flatten())
+        self.routing[i] = experts.clone()
         names = ("w1", "w3", "w2") if c.arch == "mixtral" else ("gate_proj", "up_proj", "down_proj")
         out = torch.zeros_like(x)
         for e in range(c.num_experts):
