@@ -48,10 +48,12 @@ const ForwardBatch& with_record(const ForwardBatch& batch, const DpAttentionSync
 // next stage.
 Status forward_first_stage(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool, const ForwardBatch& batch,
                            const DpAttentionSync::Agreed& agreed, std::vector<std::int32_t>& tokens,
-                           std::vector<float>* hidden) {
+                           std::vector<float>* hidden, std::vector<std::int32_t>* routing) {
     hidden->clear();
+    routing->clear();
     TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
     input.dp_attention = &agreed.step;
+    if (batch.record_routed_experts) input.routed_experts_out = routing;
     return model.forward(input, kv, pool, hidden);
 }
 
@@ -178,7 +180,8 @@ Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, RoundKind kind,
     InFlight f{kind != RoundKind::kStep, batch.seqs.size(), std::nullopt};
     if (local) {
         std::vector<float> hidden;
-        return forward_first_stage(model_, kv_, pool_, batch, agreed, tokens_, &hidden);
+        std::vector<std::int32_t> routing;
+        return forward_first_stage(model_, kv_, pool_, batch, agreed, tokens_, &hidden, &routing);
     }
     ForwardBatch recorded;
     const ForwardBatch& step = with_record(batch, agreed, recorded);
@@ -193,9 +196,10 @@ Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, RoundKind kind,
         if (!f.result->ok()) return f.result->status();
     } else if (agreed.runs()) {
         std::vector<float> hidden;
-        TSR_RETURN_IF_ERROR(forward_first_stage(model_, kv_, pool_, step, agreed, tokens_, &hidden));
+        std::vector<std::int32_t> routing;
+        TSR_RETURN_IF_ERROR(forward_first_stage(model_, kv_, pool_, step, agreed, tokens_, &hidden, &routing));
         if (step.expert_record != batch.expert_record) bytes = encode_step(step, kStepWithSampling);
-        TSR_RETURN_IF_ERROR(post_step(*outbox_, encode_dp_step(agreed.step, bytes), std::move(hidden)));
+        TSR_RETURN_IF_ERROR(post_step(*outbox_, encode_dp_step(agreed.step, bytes), std::move(hidden), routing));
     } else {
         f.result = std::vector<SampledToken>(f.n_seqs);
     }
@@ -286,11 +290,13 @@ Status follow_dp_attention_leader(models::Model& model, const kvcache::KvView& k
             if (agreed.runs()) TSR_RETURN_IF_ERROR(local.run(step, &agreed.step).status());
         } else if (agreed.runs()) {
             std::vector<float> hidden;
-            TSR_RETURN_IF_ERROR(forward_first_stage(model, kv, pool, step, agreed, tokens, &hidden));
+            std::vector<std::int32_t> routing;
+            TSR_RETURN_IF_ERROR(forward_first_stage(model, kv, pool, step, agreed, tokens, &hidden, &routing));
             if (step.expert_record != batch.expert_record) bytes = encode_step(step, flags);
             // A profile step (kStepLocalOnly) times stage 0 alone: nothing is handed on.
             if ((flags & kStepLocalOnly) == 0)
-                TSR_RETURN_IF_ERROR(post_step(*next, encode_dp_step(agreed.step, bytes), std::move(hidden)));
+                TSR_RETURN_IF_ERROR(
+                    post_step(*next, encode_dp_step(agreed.step, bytes), std::move(hidden), routing));
         }
         if (agreed.all_stopping) return next ? post_stop(*next) : Status::Ok();
     }

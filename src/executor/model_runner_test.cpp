@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/thread_pool.h"
+#include "executor/pp_runner.h"
 #include "executor/step_codec.h"
 
 namespace tessera::executor {
@@ -182,14 +183,14 @@ TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
     // Found by fuzz/step_codec_fuzz: a boolean other than 0 or 1 is corruption, so whatever
     // decodes encodes back to the same bytes.
     auto bad = encode_step(batch);
-    const std::size_t need_token_at = 3 * 8 + (8 + 3 * 4) + 8 + (8 + 7 * 4);
+    const std::size_t need_token_at = 4 * 8 + (8 + 3 * 4) + 8 + (8 + 7 * 4);
     ASSERT_EQ(bad[need_token_at], 1);
     bad[need_token_at + 7] = 0x10;
     EXPECT_FALSE(decode_step(bad).ok());
     // Found by fuzz/step_codec_fuzz: a header claiming more sequences than its bytes can hold
     // is refused up front (it used to allocate them all first).
-    std::vector<std::uint8_t> huge(3 * 8, 0);
-    huge[16 + 2] = 0x10;  // 2^20 sequences, no bytes for them
+    std::vector<std::uint8_t> huge(4 * 8, 0);
+    huge[24 + 2] = 0x10;  // 2^20 sequences, no bytes for them
     auto refused = decode_step(huge);
     ASSERT_FALSE(refused.ok());
     EXPECT_NE(refused.status().message().find("sequences in 0 bytes"), std::string::npos) << refused.status().message();
@@ -236,6 +237,10 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     EXPECT_TRUE(got.logprobs);
     EXPECT_EQ(got.logit_bias, sampling.logit_bias);
     EXPECT_EQ(got.hidden_states, HiddenCapture::kFirstPass);
+    EXPECT_FALSE(back->record_routed_experts);
+    batch.record_routed_experts = true;
+    EXPECT_TRUE(decode_step(encode_step(batch, kStepWithSampling))->record_routed_experts);
+    batch.record_routed_experts = false;
     EXPECT_EQ(back->seqs[0].output_ids, (std::vector<std::int32_t>{10, 11}));
     EXPECT_TRUE(back->seqs[1].output_ids.empty());
 
@@ -329,6 +334,19 @@ TEST(StepResultsTest, HiddenStatesGoToTheSequencesThatAskedForThem) {
     EXPECT_EQ((*results)[5].routed_experts, (std::vector<std::int32_t>{9, 109, 10, 110}));
     routed.pop_back();
     EXPECT_FALSE(step_results(batch, {logits, hidden, routed}, config, nullptr, scratch).ok());
+}
+
+// PP: a stage takes the earlier stages' layers from the message and keeps its own; stage 0
+// (nothing earlier) and a message without routing leave its own as they are.
+TEST(StageRoutingTest, EarlierStagesLayersJoinThisStages) {
+    // 2 tokens, 3 layers, top-2; this stage holds layers 2.. .
+    std::vector<std::int32_t> earlier = {1, 2, 3, 4, 0, 0, 5, 6, 7, 0, 0, 0};
+    std::vector<std::int32_t> own = {0, 0, 0, 0, 8, 9, 0, 0, 0, 0, 4, 5};
+    join_earlier_routing(earlier, 2, 2, 2, own);
+    EXPECT_EQ(own, (std::vector<std::int32_t>{1, 2, 3, 4, 8, 9, 5, 6, 7, 0, 4, 5}));
+    std::vector<std::int32_t> alone = {0, 0, 1, 1};
+    join_earlier_routing({}, 1, 1, 2, alone);
+    EXPECT_EQ(alone, (std::vector<std::int32_t>{0, 0, 1, 1}));
 }
 
 }  // namespace

@@ -100,10 +100,25 @@ Status StageOutbox::drain() {
     return Status::Ok();
 }
 
-Status post_step(StageOutbox& next, std::vector<std::uint8_t> bytes, std::vector<float> hidden) {
+Status post_step(StageOutbox& next, std::vector<std::uint8_t> bytes, std::vector<float> hidden,
+                 const std::vector<std::int32_t>& routing) {
+    // The ids ride in the float buffer as bit patterns; the receiver splits it at the hidden
+    // states' size, which the step's token count gives.
+    const std::size_t n_hidden = hidden.size();
+    hidden.resize(n_hidden + routing.size());
+    if (!routing.empty()) std::memcpy(hidden.data() + n_hidden, routing.data(), routing.size() * sizeof(std::int32_t));
     const auto n_bytes = static_cast<std::int64_t>(bytes.size());
     const auto n_floats = static_cast<std::int64_t>(hidden.size());
     return next.post(n_bytes, n_floats, std::move(bytes), std::move(hidden), kTagHeader, kTagStep, kTagHidden);
+}
+
+void join_earlier_routing(std::span<const std::int32_t> earlier, std::int64_t n_tokens, int layer_begin,
+                          std::int64_t top_k, std::vector<std::int32_t>& own) {
+    if (earlier.size() != own.size() || n_tokens <= 0) return;
+    const std::size_t width = own.size() / static_cast<std::size_t>(n_tokens);
+    const auto before = static_cast<std::size_t>(layer_begin * top_k);  // the earlier stages' layers
+    for (std::size_t t = 0; t < static_cast<std::size_t>(n_tokens); ++t)
+        std::copy_n(earlier.begin() + t * width, before, own.begin() + t * width);
 }
 
 Status post_stop(StageOutbox& next) {
@@ -156,13 +171,15 @@ Status PpFirstStageRunner::launch_step(const ForwardBatch& batch) {
     if (links_.tp_group != nullptr) TSR_RETURN_IF_ERROR(broadcast_step(*links_.tp_group, bytes));
     TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens_));
     std::vector<float> hidden;
+    std::vector<std::int32_t> routing;
+    if (batch.record_routed_experts) input.routed_experts_out = &routing;
     {
         PipelineTrace::Scope span(links_.trace, SpanKind::kCompute, launched_, batch.total_new_tokens());
         TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &hidden));
     }
     {
         PipelineTrace::Scope span(links_.trace, SpanKind::kSend, launched_, batch.total_new_tokens());
-        TSR_RETURN_IF_ERROR(post_step(outbox_, std::move(bytes), std::move(hidden)));
+        TSR_RETURN_IF_ERROR(post_step(outbox_, std::move(bytes), std::move(hidden), routing));
     }
     ++launched_;
     return Status::Ok();
@@ -255,6 +272,15 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
         std::int64_t flags = 0;
         TSR_ASSIGN_OR_RETURN(ForwardBatch batch, decode_step(bytes, &flags));
         TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
+        // The earlier stages' routed experts follow the hidden states (post_step).
+        const auto n_hidden = static_cast<std::size_t>(batch.total_new_tokens() * model.config().hidden_size);
+        std::vector<std::int32_t> earlier_routing, routing;
+        if (hidden_in.size() > n_hidden) {
+            earlier_routing.resize(hidden_in.size() - n_hidden);
+            std::memcpy(earlier_routing.data(), hidden_in.data() + n_hidden, earlier_routing.size() * sizeof(float));
+            hidden_in.resize(n_hidden);
+        }
+        if (batch.record_routed_experts) input.routed_experts_out = &routing;
         input.hidden_in = hidden_in;
         input.dp_attention = groups ? &*groups : nullptr;
         if (back) input.hidden_out = &hidden_states;
@@ -264,13 +290,16 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
             TSR_RETURN_IF_ERROR(model.forward(input, kv, pool, &out));
         }
         if (local) continue;
+        join_earlier_routing(earlier_routing, batch.total_new_tokens(), model.stage().layer_begin,
+                             model.config().moe.num_experts_per_tok, routing);
         PipelineTrace::Scope span(links.trace, SpanKind::kSend, step, batch.total_new_tokens());
         if (next) {
-            TSR_RETURN_IF_ERROR(post_step(*next, links.dp_attention ? message : std::move(bytes), std::move(out)));
+            TSR_RETURN_IF_ERROR(
+                post_step(*next, links.dp_attention ? message : std::move(bytes), std::move(out), routing));
             out = {};
         } else if (back) {
             TSR_ASSIGN_OR_RETURN(std::vector<SampledToken> sampled,
-                                 step_results(batch, {out, hidden_states, {}}, model.config(), pool, scratch));
+                                 step_results(batch, {out, hidden_states, routing}, model.config(), pool, scratch));
             std::vector<std::uint8_t> result = encode_results(sampled);
             const auto n_result = static_cast<std::int64_t>(result.size());
             TSR_RETURN_IF_ERROR(back->post(n_result, 0, std::move(result), {}, kTagResultHeader, kTagResult, kTagResult));

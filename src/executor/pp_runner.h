@@ -69,7 +69,15 @@ class StageOutbox {
 };
 
 // A step (its bytes and this stage's output hidden states) to the next stage, and the stop.
-Status post_step(StageOutbox& next, std::vector<std::uint8_t> bytes, std::vector<float> hidden);
+// When the step records routed experts, `routing` (I32 [tokens, num_hidden_layers, top_k], the
+// layers up to this stage's) follows the hidden states in the same message.
+Status post_step(StageOutbox& next, std::vector<std::uint8_t> bytes, std::vector<float> hidden,
+                 const std::vector<std::int32_t>& routing = {});
+// The routed experts of the stages before this one (`earlier`, the previous stage's `routing`
+// of post_step for the step's n_tokens, or empty on stage 0) join this stage's own
+// (BatchInput::routed_experts_out, its layers from `layer_begin` on).
+void join_earlier_routing(std::span<const std::int32_t> earlier, std::int64_t n_tokens, int layer_begin,
+                          std::int64_t top_k, std::vector<std::int32_t>& own);
 Status post_stop(StageOutbox& next);
 // On stage 0: the sampled tokens of the oldest step not yet received, from the last stage.
 StatusOr<std::vector<SampledToken>> receive_tokens(dist::ProcessGroup& pp_group);

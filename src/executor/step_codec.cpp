@@ -75,6 +75,7 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
     Writer w;
     w.i64(flags);
     w.i64(static_cast<std::int64_t>(batch.expert_record));
+    w.i64(batch.record_routed_experts ? 1 : 0);
     w.i64(static_cast<std::int64_t>(batch.seqs.size()));
     for (const auto& s : batch.seqs) {
         w.i32s(s.tokens);
@@ -108,7 +109,8 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
     ForwardBatch batch;
     std::int64_t flags = 0;
     std::int64_t n = 0, record = 0;
-    if (!r.i64(&flags) || !r.i64(&record) || !r.i64(&n) || n < 0 || n > kMaxCount || record < 0 || record > 3)
+    if (!r.i64(&flags) || !r.i64(&record) || !r.flag(&batch.record_routed_experts) || !r.i64(&n) || n < 0 ||
+        n > kMaxCount || record < 0 || record > 3)
         return Status::DataLoss("corrupt step header");
     batch.expert_record = static_cast<eplb::ExpertRecordCommand>(record);
     // Every sequence takes at least four i64 fields: a count the bytes cannot hold is corrupt

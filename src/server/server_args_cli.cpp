@@ -361,7 +361,7 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
         ->check(CLI::IsMember({"last", "full"}));
     flag(app, t, "--enable-return-routed-experts", a.enable_return_routed_experts,
          "let requests set return_routed_experts: meta_info.routed_experts (base64 of int32 [positions, layers, "
-         "top_k]) names the logical experts every prompt and output token went to (MoE models; not with PP yet)",
+         "top_k]) names the logical experts every prompt and output token went to (MoE models)",
          kServe);
     flag(app, t, "--skip-tokenizer-init", a.skip_tokenizer_init,
          "load no tokenizer: POST /generate takes input_ids and answers output_ids without text; the OpenAI routes "
