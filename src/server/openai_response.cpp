@@ -258,15 +258,21 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         if (!parts.reasoning.empty()) send_delta(Json{{"reasoning_content", parts.reasoning}});
         content = std::move(parts.normal);
     }
-    // Tool calls after the reasoning, from what is left: each call in a delta of its own once
-    // complete, after the content that came before it.
+    // Tool calls after the reasoning, from what is left, after the content that came before
+    // them: a call opens with its id and name, and its arguments follow as they settle
+    // (serving_chat.py _process_tool_call_stream); OpenAI's later deltas carry only the index
+    // and the arguments' next piece.
     if (chat && c.tools) {
         ToolCallParts parts = c.tools->parse_increment(content);
         if (final) parts.normal += c.tools->finish();
         content = std::move(parts.normal);
-        if (!parts.calls.empty() && !content.empty()) send_delta(Json{{"content", std::exchange(content, {})}});
-        for (ParsedToolCall& call : parts.calls) {
-            Json call_json = tool_call_json(std::move(call), c.n_tool_calls++, *tool_calls_, earlier_tool_calls_);
+        if (!parts.deltas.empty() && !content.empty()) send_delta(Json{{"content", std::exchange(content, {})}});
+        for (ToolCallDelta& d : parts.deltas) {
+            Json call_json = d.name.empty()
+                                 ? Json{{"index", d.index}, {"function", Json{{"arguments", std::move(d.arguments)}}}}
+                                 : tool_call_json({std::move(d.name), std::move(d.arguments)}, d.index, *tool_calls_,
+                                                  earlier_tool_calls_);
+            c.n_tool_calls = std::max(c.n_tool_calls, d.index + 1);
             send_delta(Json{{"tool_calls", Json::array({std::move(call_json)})}});
         }
     }

@@ -10,12 +10,15 @@
 #include "base/logging.h"
 #include "base/text.h"
 #include "server/named_formats.h"
+#include "server/partial_json.h"
 #include "server/python_calls.h"
 
 namespace tessera::server {
 namespace {
 
-using Json = nlohmann::json;
+// Insertion order: arguments keep the model's key order, as Python's json.dumps keeps it, and
+// a streamed call's settled text only grows.
+using Json = nlohmann::ordered_json;
 
 // DeepSeek's markers use U+FF5C (｜) and U+2581 (▁); V3 and V3.1 share them.
 #define TSR_DEEPSEEK_MARKER(what) "<\xEF\xBD\x9Ctool\xE2\x96\x81" what "\xEF\xBD\x9C>"
@@ -185,10 +188,10 @@ ToolCallParts ToolCallDetector::parse_all(std::string_view text) const {
     if (format_.layout == Layout::kPythonList) {
         // pythonic_detector.py detect_and_parse: the whole output is the list, or it is content.
         const std::string_view whole = strip_whitespace(text);
-        Json calls;
+        nlohmann::json calls;
         if (!whole.starts_with('[') || !parse_python_calls(whole, calls)) return {std::string(text), {}};
         ToolCallParts parts;
-        take_actions(calls, parts.calls);
+        take_actions(Json::parse(calls.dump()), parts.calls);
         return parts;
     }
     if (format_.layout == Layout::kJsonValues) {
@@ -222,6 +225,15 @@ ToolCallParts ToolCallDetector::parse_all(std::string_view text) const {
 
 ToolCallParts ToolCallDetector::parse_increment(std::string_view piece) {
     buffer_ += piece;
+    ToolCallParts parts = increment();
+    // The layouts read whole: each call in one delta.
+    for (ParsedToolCall& call : parts.calls)
+        parts.deltas.push_back({calls_sent_++, std::move(call.name), std::move(call.arguments)});
+    parts.calls.clear();
+    return parts;
+}
+
+ToolCallParts ToolCallDetector::increment() {
     ToolCallParts parts;
     if (format_.layout == Layout::kPythonList) return python_increment();
     if (!in_calls_ && !output_started_ && !buffer_.empty()) {
@@ -244,17 +256,117 @@ ToolCallParts ToolCallDetector::parse_increment(std::string_view piece) {
         buffer_.erase(0, take_json_calls(buffer_, parts.calls));
         return parts;
     }
-    // Complete calls leave the buffer; what lies between them is content unless only markers.
+    // What lies before a call is content unless only markers; an open call streams what it
+    // has, and leaves the buffer when it ends.
     for (std::size_t at = buffer_.find(format_.call_begin); at != std::string::npos;
          at = buffer_.find(format_.call_begin)) {
-        const std::size_t body = at + format_.call_begin.size();
-        const std::size_t end = buffer_.find(format_.call_end, body);
-        if (end == std::string::npos) break;
         parts.normal += drop_markers(buffer_.substr(0, at));
-        decode(std::string_view(buffer_).substr(body, end - body), parts.calls);
+        buffer_.erase(0, at);
+        const std::size_t body = format_.call_begin.size();
+        const std::size_t end = buffer_.find(format_.call_end, body);
+        if (end == std::string::npos) {
+            stream_open_call(std::string_view(buffer_).substr(body), parts);
+            break;
+        }
+        close_call(std::string_view(buffer_).substr(body, end - body), parts);
         buffer_.erase(0, end + format_.call_end.size());
     }
     return parts;
+}
+
+// The name of the call being written once it is whole, and its arguments so far (nullopt
+// until they begin), per format; false while the name is not whole.
+bool ToolCallDetector::open_call(std::string_view body, std::string& name, std::optional<Json>& args) const {
+    std::string_view args_text;
+    if (format_.name == "kimi_k2" || format_.name == "deepseekv31" || format_.name == "deepseekv3") {
+        const std::string_view sep = format_.name == "kimi_k2" ? kKimiArguments : kDeepSeekSep;
+        const std::size_t at = body.find(sep);
+        if (at == std::string_view::npos) return false;
+        std::string_view head = strip_whitespace(body.substr(0, at));
+        args_text = body.substr(at + sep.size());
+        if (format_.name == "kimi_k2") {  // functions.NAME:INDEX
+            if (head.starts_with("functions.")) head.remove_prefix(10);
+            head = head.substr(0, head.rfind(':'));
+        } else if (format_.name == "deepseekv3") {  // function<sep>NAME\n```json\nARGS
+            const std::size_t fence = args_text.find("\n```json\n");
+            if (fence == std::string_view::npos) return false;
+            head = strip_whitespace(args_text.substr(0, fence));
+            args_text = args_text.substr(fence + 9);
+        }
+        name = std::string(head);
+        args_text = strip_whitespace(args_text);
+        if (!args_text.empty()) args = parse_partial_json(args_text, true);
+        return !name.empty();
+    }
+    // {"name": ..., "arguments": ...}: the name only once its string is whole.
+    const std::optional<Json> whole_strings = parse_partial_json(strip_whitespace(body), false);
+    if (!whole_strings || !whole_strings->is_object() || !whole_strings->contains("name") ||
+        !(*whole_strings)["name"].is_string())
+        return false;
+    name = (*whole_strings)["name"].get<std::string>();
+    const std::optional<Json> so_far = parse_partial_json(strip_whitespace(body), true);
+    if (so_far && so_far->is_object()) {
+        for (const char* key : {"parameters", "arguments"})
+            if (so_far->contains(key)) {
+                args = (*so_far)[key];
+                break;
+            }
+    }
+    return true;
+}
+
+void ToolCallDetector::stream_open_call(std::string_view body, ToolCallParts& parts) {
+    if (call_skipped_) return;
+    std::string name;
+    std::optional<Json> args;
+    if (!open_call(body, name, args)) return;
+    if (!name_sent_) {
+        // A function the request did not offer: nothing streams; decode() warns when it ends.
+        if (std::find(tools_.begin(), tools_.end(), name) == tools_.end()) {
+            call_skipped_ = true;
+            return;
+        }
+        parts.deltas.push_back({calls_sent_, name, ""});
+        name_sent_ = true;
+    }
+    if (!args) return;
+    // What two successive readings agree on is settled; a number or a string cut short may
+    // still change its end.
+    std::string dump = args->dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (!args_dump_.empty() && dump != args_dump_) {
+        const auto diverge = std::mismatch(args_dump_.begin(), args_dump_.end(), dump.begin(), dump.end());
+        const std::string settled(args_dump_.begin(), diverge.first);
+        if (settled.size() > args_sent_.size() && settled.starts_with(args_sent_)) {
+            parts.deltas.push_back({calls_sent_, "", settled.substr(args_sent_.size())});
+            args_sent_ = settled;
+        }
+    }
+    args_dump_ = std::move(dump);
+}
+
+void ToolCallDetector::close_call(std::string_view payload, ToolCallParts& parts) {
+    std::vector<ParsedToolCall> calls;
+    decode(payload, calls);
+    for (ParsedToolCall& call : calls) {
+        if (name_sent_) {  // the call that streamed: the rest of its arguments
+            if (call.arguments.starts_with(args_sent_)) {
+                if (call.arguments.size() > args_sent_.size())
+                    parts.deltas.push_back({calls_sent_, "", call.arguments.substr(args_sent_.size())});
+            } else {
+                TSR_LOG(WARN, "streamed arguments of {} diverged from the whole call: {} vs {}", call.name,
+                        args_sent_, call.arguments);
+            }
+            name_sent_ = false;
+        } else {
+            parts.deltas.push_back({calls_sent_, std::move(call.name), std::move(call.arguments)});
+        }
+        ++calls_sent_;
+    }
+    if (name_sent_) ++calls_sent_;  // its name went out, then it did not parse: its index stays used
+    name_sent_ = false;
+    call_skipped_ = false;
+    args_sent_.clear();
+    args_dump_.clear();
 }
 
 ToolCallParts ToolCallDetector::python_increment() {
@@ -273,9 +385,9 @@ ToolCallParts ToolCallDetector::python_increment() {
     const std::size_t open = buffer_.find('[');
     const std::size_t len = python_list_end(std::string_view(buffer_).substr(open));
     if (len == std::string_view::npos) return parts;  // the list is not closed yet
-    Json calls;
+    nlohmann::json calls;
     if (parse_python_calls(std::string_view(buffer_).substr(open, len), calls)) {
-        take_actions(calls, parts.calls);
+        take_actions(Json::parse(calls.dump()), parts.calls);
         parts.normal = buffer_.substr(open + len);
     } else {
         parts.normal = buffer_;  // not a list of calls after all

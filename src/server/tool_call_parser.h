@@ -6,6 +6,7 @@
 // base_format_detector.py parse_base_json). Text only: no model, no I/O. A ToolCallDetector
 // belongs to one choice of one response.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,9 +46,19 @@ struct ParsedToolCall {
     std::string arguments;  // JSON text
 };
 
+// A streamed piece of a call (SGLang's ToolCallItem): the call at `index` (counted from 0 in the
+// output) begins when `name` is set; `arguments` continues its JSON text. Joined in order,
+// a call's pieces give the arguments parse_all would answer.
+struct ToolCallDelta {
+    int index = 0;
+    std::string name;
+    std::string arguments;
+};
+
 struct ToolCallParts {
     std::string normal;
-    std::vector<ParsedToolCall> calls;
+    std::vector<ParsedToolCall> calls;   // parse_all
+    std::vector<ToolCallDelta> deltas;   // parse_increment
 };
 
 class ToolCallDetector {
@@ -59,7 +70,10 @@ class ToolCallDetector {
     // A whole output: the content before the first call, and every well-formed call.
     ToolCallParts parse_all(std::string_view text) const;
     // The next streamed piece: content as it comes (a possible start of the calls held
-    // back), each call once it is complete.
+    // back), and the calls as deltas. Calls between markers stream as they are written: the
+    // name once it is whole, then the arguments' JSON as far as it is settled
+    // (base_format_detector.py parse_streaming_increment); the other layouts send each call
+    // whole once it is complete.
     ToolCallParts parse_increment(std::string_view piece);
     // The end of the stream: held-back text that turned out to be content.
     std::string finish();
@@ -69,17 +83,30 @@ class ToolCallDetector {
     // no requested function.
     bool decode(std::string_view payload, std::vector<ParsedToolCall>& out) const;
     // The offered calls of a JSON list of {"name", "arguments"} / {"name", "parameters"}.
-    bool take_actions(const nlohmann::json& actions, std::vector<ParsedToolCall>& out) const;
+    bool take_actions(const nlohmann::ordered_json& actions, std::vector<ParsedToolCall>& out) const;
     // The kJsonValues layout: the calls complete at the front of `text`; returns the bytes read.
     std::size_t take_json_calls(std::string_view text, std::vector<ParsedToolCall>& out) const;
     std::string drop_markers(std::string text) const;
+    ToolCallParts increment();         // parse_increment, whole calls in ToolCallParts::calls
     ToolCallParts python_increment();  // parse_increment of the pythonic layout
+    bool open_call(std::string_view body, std::string& name, std::optional<nlohmann::ordered_json>& args) const;
+    // The call being written (marked layout): its name and the arguments so far, as deltas.
+    void stream_open_call(std::string_view body, ToolCallParts& parts);
+    // The call ended with `payload`: what the deltas have not sent yet.
+    void close_call(std::string_view payload, ToolCallParts& parts);
 
     ToolCallFormat format_;
     std::vector<std::string> tools_;
     std::string buffer_;
     bool in_calls_ = false;
     bool output_started_ = false;  // some text has come (calls_may_open_output looks at the first)
+    // Streaming: calls sent so far, and of the open one whether its name went out (or it
+    // names no requested function), the arguments sent, and their last settled dump.
+    int calls_sent_ = 0;
+    bool name_sent_ = false;
+    bool call_skipped_ = false;
+    std::string args_sent_;
+    std::string args_dump_;
 };
 
 }  // namespace tessera::server

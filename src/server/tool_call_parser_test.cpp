@@ -1,6 +1,7 @@
 // --tool-call-parser: SGLang's qwen25, deepseekv3, deepseekv31, kimi_k2, llama3, mistral and pythonic
 // formats, whole and streamed.
 #include "server/tool_call_parser.h"
+#include "server/partial_json.h"
 
 #include <gtest/gtest.h>
 
@@ -36,6 +37,19 @@ TEST(ToolCallParserTest, Qwen25WholeOutput) {
     EXPECT_EQ(detector("qwen25").parse_all("no calls").normal, "no calls");
 }
 
+// The calls a stream's deltas add up to: a name opens a call, arguments join the call at their index.
+void join(std::vector<ToolCallDelta>& deltas, std::vector<ParsedToolCall>& calls) {
+    for (ToolCallDelta& d : deltas) {
+        if (!d.name.empty()) {
+            ASSERT_EQ(static_cast<std::size_t>(d.index), calls.size()) << "calls open in order";
+            calls.push_back({std::move(d.name), ""});
+        }
+        ASSERT_LT(static_cast<std::size_t>(d.index), calls.size()) << "arguments of a call not opened";
+        calls[static_cast<std::size_t>(d.index)].arguments += d.arguments;
+    }
+    deltas.clear();
+}
+
 TEST(ToolCallParserTest, Qwen25StreamedCallsCompleteOneAtATime) {
     ToolCallDetector d = detector("qwen25");
     std::string normal;
@@ -44,7 +58,7 @@ TEST(ToolCallParserTest, Qwen25StreamedCallsCompleteOneAtATime) {
     for (std::size_t i = 0; i < kQwen.size(); i += 7) {  // 7-byte pieces split every tag
         ToolCallParts p = d.parse_increment(std::string_view(kQwen).substr(i, 7));
         normal += p.normal;
-        for (auto& c : p.calls) calls.push_back(std::move(c));
+        join(p.deltas, calls);
         calls_after.push_back(calls.size());
     }
     normal += d.finish();
@@ -52,8 +66,8 @@ TEST(ToolCallParserTest, Qwen25StreamedCallsCompleteOneAtATime) {
     ASSERT_EQ(calls.size(), 2u);
     EXPECT_EQ(calls[0].name, "get_weather");
     EXPECT_EQ(calls[1].arguments, R"({"a":1,"b":2})");
-    // The first call is out as soon as it ends, before the second one does (in the last piece).
-    EXPECT_EQ(calls_after[calls_after.size() - 2], 1u);
+    // Each call opens before it ends: the second one before the last piece.
+    EXPECT_EQ(calls_after[calls_after.size() - 2], 2u);
 }
 
 TEST(ToolCallParserTest, DeepSeekV3) {
@@ -71,8 +85,11 @@ TEST(ToolCallParserTest, DeepSeekV3) {
     ToolCallParts streamed = d.parse_increment(text.substr(0, 20));
     ToolCallParts rest = d.parse_increment(text.substr(20));
     EXPECT_EQ(streamed.normal + rest.normal + d.finish(), "Sure.");
-    ASSERT_EQ(rest.calls.size(), 1u);
-    EXPECT_EQ(rest.calls[0].arguments, R"({"city":"Oslo"})");
+    std::vector<ParsedToolCall> calls;
+    join(streamed.deltas, calls);
+    join(rest.deltas, calls);
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].arguments, R"({"city":"Oslo"})");
 }
 
 // DeepSeek-V3.1: NAME<｜tool▁sep｜>ARGS between the same markers as V3, no fences.
@@ -99,7 +116,7 @@ TEST(ToolCallParserTest, DeepSeekV31) {
     for (std::size_t i = 0; i < text.size(); i += 5) {
         ToolCallParts part = d.parse_increment(std::string_view(text).substr(i, 5));
         normal += part.normal;
-        for (auto& c : part.calls) streamed.push_back(std::move(c));
+        join(part.deltas, streamed);
     }
     normal += d.finish();
     EXPECT_EQ(normal, "Checking.");
@@ -113,7 +130,7 @@ ToolCallParts stream(ToolCallDetector d, const std::string& text, std::size_t st
     for (std::size_t i = 0; i < text.size(); i += step) {
         ToolCallParts part = d.parse_increment(std::string_view(text).substr(i, step));
         all.normal += part.normal;
-        for (auto& c : part.calls) all.calls.push_back(std::move(c));
+        join(part.deltas, all.calls);
     }
     all.normal += d.finish();
     return all;
@@ -207,6 +224,89 @@ TEST(ToolCallParserTest, KimiK2) {
     EXPECT_EQ(streamed.normal, "Sure.");
     ASSERT_EQ(streamed.calls.size(), 2u);
     EXPECT_EQ(streamed.calls[1].arguments, R"({"a":1})");
+}
+
+TEST(PartialJsonTest, ReadsAValueCutAnywhere) {
+    const auto read = [](std::string_view text, bool partial_strings = true) {
+        const auto j = parse_partial_json(text, partial_strings);
+        return j ? j->dump() : std::string("none");
+    };
+    EXPECT_EQ(read(R"({"a": "hel)"), R"({"a":"hel"})");
+    EXPECT_EQ(read(R"({"a": "hel)", false), "{}") << "a string cut short is dropped";
+    EXPECT_EQ(read(R"({"a": "x\)"), R"({"a":"x"})") << "a lone backslash waits for its character";
+    EXPECT_EQ(read(R"({"a": "x\u00)"), R"({"a":"x"})") << "so does a \\u escape";
+    EXPECT_EQ(read(R"({"a": "x\u00e9)"), "{\"a\":\"x\xC3\xA9\"}");
+    EXPECT_EQ(read(R"({"a": 12)"), R"({"a":12})");
+    EXPECT_EQ(read(R"({"a": tr)"), "{}");
+    EXPECT_EQ(read(R"({"a": "x", "b)"), R"({"a":"x"})") << "a key cut short is dropped";
+    EXPECT_EQ(read(R"({"a": "x", "b": )"), R"({"a":"x"})");
+    EXPECT_EQ(read(R"({"a": [1, {"b": [)"), R"({"a":[1,{"b":[]}]})");
+    EXPECT_EQ(read("{\"b\": 1, \"a\": 2}\n</tool"), R"({"b":1,"a":2})")
+        << "keys keep their order; text after the value is not read";
+    EXPECT_EQ(read(R"({"a": "}\"{"})"), R"({"a":"}\"{"})");
+    EXPECT_EQ(read(""), "none");
+}
+
+// Every marked format, streamed in pieces of every size from 1 to 9 bytes: the deltas add up
+// to parse_all's calls; a call opens (name) before its arguments are written and they come in
+// several pieces; a function the request did not offer sends nothing.
+TEST(ToolCallParserTest, MarkedCallsStreamTheirArgumentsAsTheyAreWritten) {
+    const auto marker = [](const std::string& what) {
+        return "<\xEF\xBD\x9Ctool\xE2\x96\x81" + what + "\xEF\xBD\x9C>";
+    };
+    const std::string args = R"({"city": "Saint-Pierre-et-Miquelon", "days": [1, 2], "units": "metric"})";
+    const std::string v3_call = marker("call\xE2\x96\x81" "begin") + "function" + marker("sep") +
+                                "get_weather\n```json\n" + args + "\n```" + marker("call\xE2\x96\x81" "end");
+    const std::string v31_call =
+        marker("call\xE2\x96\x81" "begin") + "get_weather" + marker("sep") + args + marker("call\xE2\x96\x81" "end");
+    const std::vector<std::pair<const char*, std::string>> outputs = {
+        {"qwen25", "Ok.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " + args +
+                       "}\n</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>"},
+        {"deepseekv3", "Ok." + marker("calls\xE2\x96\x81" "begin") + v3_call + marker("calls\xE2\x96\x81" "end")},
+        {"deepseekv31", "Ok." + marker("calls\xE2\x96\x81" "begin") + v31_call + marker("calls\xE2\x96\x81" "end")},
+        {"kimi_k2", "Ok.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+                    "<|tool_call_argument_begin|>" + args + "<|tool_call_end|><|tool_calls_section_end|>"},
+    };
+    for (const auto& [format, text] : outputs) {
+        const ToolCallParts whole = detector(format).parse_all(text);
+        ASSERT_FALSE(whole.calls.empty()) << format;
+        EXPECT_EQ(whole.calls[0].arguments, R"({"city":"Saint-Pierre-et-Miquelon","days":[1,2],"units":"metric"})")
+            << format << ": the model's key order";
+        const std::size_t args_at = text.find(args);
+        for (std::size_t step = 1; step <= 9; ++step) {
+            ToolCallDetector d = detector(format);
+            std::vector<ParsedToolCall> calls;
+            std::string normal;
+            int argument_pieces = 0;
+            bool opened_early = false;
+            for (std::size_t i = 0; i < text.size(); i += step) {
+                ToolCallParts part = d.parse_increment(std::string_view(text).substr(i, step));
+                normal += part.normal;
+                for (const ToolCallDelta& delta : part.deltas) {
+                    if (delta.index == 0 && delta.name.empty()) ++argument_pieces;
+                    if (delta.index == 0 && !delta.name.empty()) opened_early = i + step <= args_at + args.size() / 2;
+                }
+                join(part.deltas, calls);
+            }
+            normal += d.finish();
+            EXPECT_EQ(normal.substr(0, 3), "Ok.") << format << " step " << step;
+            EXPECT_EQ(normal.find_first_not_of(" \n", 3), std::string::npos) << format << " step " << step;
+            ASSERT_EQ(calls.size(), whole.calls.size()) << format << " step " << step;
+            for (std::size_t k = 0; k < calls.size(); ++k) {
+                EXPECT_EQ(calls[k].name, whole.calls[k].name) << format << " step " << step;
+                EXPECT_EQ(calls[k].arguments, whole.calls[k].arguments) << format << " step " << step;
+            }
+            EXPECT_TRUE(opened_early) << format << " step " << step;
+            EXPECT_GE(argument_pieces, 3) << format << " step " << step;
+        }
+        ToolCallDetector only_add = detector(format, {"add"});
+        std::vector<ParsedToolCall> calls;
+        for (std::size_t i = 0; i < text.size(); i += 3) {
+            ToolCallParts part = only_add.parse_increment(std::string_view(text).substr(i, 3));
+            join(part.deltas, calls);
+        }
+        for (const ParsedToolCall& call : calls) EXPECT_EQ(call.name, "add") << format;
+    }
 }
 
 TEST(ToolCallParserTest, UnknownParserNamesTheOnesThatWork) {
