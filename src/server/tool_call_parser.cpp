@@ -191,7 +191,7 @@ ToolCallParts ToolCallDetector::parse_all(std::string_view text) const {
         nlohmann::json calls;
         if (!whole.starts_with('[') || !parse_python_calls(whole, calls)) return {std::string(text), {}};
         ToolCallParts parts;
-        take_actions(Json::parse(calls.dump()), parts.calls);
+        take_actions(Json::parse(calls.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)), parts.calls);
         return parts;
     }
     if (format_.layout == Layout::kJsonValues) {
@@ -387,7 +387,7 @@ ToolCallParts ToolCallDetector::python_increment() {
     if (len == std::string_view::npos) return parts;  // the list is not closed yet
     nlohmann::json calls;
     if (parse_python_calls(std::string_view(buffer_).substr(open, len), calls)) {
-        take_actions(Json::parse(calls.dump()), parts.calls);
+        take_actions(Json::parse(calls.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)), parts.calls);
         parts.normal = buffer_.substr(open + len);
     } else {
         parts.normal = buffer_;  // not a list of calls after all
