@@ -101,6 +101,7 @@ StatusOr<OneBatchResult> run_one_batch(const OneBatchOptions& o) {
     load.model_path = o.model_path;
     load.dtype = o.dtype;
     load.quantization = o.quantization;
+    load.load_format = o.load_format;
     TSR_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model, models::load_model(load));
     const std::int64_t max_len = model->config().max_position_embeddings;
     if (max_len > 0 && o.input_len + o.output_len > max_len)

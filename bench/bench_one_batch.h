@@ -18,6 +18,7 @@ struct OneBatchOptions {
     std::string model_path;
     std::string dtype = "auto";
     std::string quantization;  // --quantization
+    std::string load_format = "auto";  // --load-format (dummy: random weights from config.json)
     int threads = 0;  // 0: every core this process may use
     int tp_size = 1;  // > 1 is not implemented for one-batch yet
     int pp_size = 1;  // > 1 is not implemented for one-batch yet

@@ -211,6 +211,7 @@ int run_one_batch_bench(const server::ServerArgs& args, const OneBatchFlags& f) 
     o.model_path = args.model_path;
     o.dtype = args.dtype;
     o.quantization = args.quantization;
+    o.load_format = args.load_format;
     o.threads = args.threads_per_rank;
     o.tp_size = args.tp_size;
     o.pp_size = args.pp_size;

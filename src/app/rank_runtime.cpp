@@ -244,6 +244,7 @@ StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args,
     load.json_model_override_args = args.json_model_override_args;
     load.is_embedding = args.is_embedding;
     load.return_routed_experts = args.enable_return_routed_experts;
+    load.load_format = args.load_format;
     load.tp_rank = rt.coords.tp_rank;
     load.tp_size = args.tp_size;
     load.tp_group = rt.tp_group.get();

@@ -1,6 +1,7 @@
 #include "loader/weight_source.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -55,6 +56,19 @@ StatusOr<std::unique_ptr<WeightSource>> WeightSource::open(const std::string& mo
     return source;
 }
 
+std::unique_ptr<WeightSource> WeightSource::dummy(const std::string& model_dir, DType dtype,
+                                                  std::function<bool(const std::string&)> present) {
+    auto source = std::make_unique<WeightSource>();
+    source->model_dir_ = model_dir;
+    source->dummy_dtype_ = dtype;
+    source->dummy_present_ = std::move(present);
+    return source;
+}
+
+bool WeightSource::contains(const std::string& name) const {
+    return dummy_dtype_ ? dummy_present_(name) : find(name) != nullptr;
+}
+
 void WeightSource::drop_resident_pages() const {
     for (const auto& f : files_) f->drop_resident_pages();
 }
@@ -64,13 +78,55 @@ void WeightSource::drop_resident_pages(const void* data, std::size_t bytes) {
 }
 
 const TensorView* WeightSource::find(const std::string& name) const {
+    if (dummy_dtype_) {
+        std::lock_guard<std::mutex> lock(made_mu_);
+        const auto it = made_.find(name);
+        return it == made_.end() ? nullptr : &it->second->view;
+    }
     for (const auto& f : files_)
         if (const TensorView* t = f->find(name)) return t;
     return nullptr;
 }
 
+namespace {
+
+// uniform(-1e-3, 1e-3) from a fixed seed, the same sequence for every tensor (torch's values
+// differ; what matters is that every rank and every run makes the same ones).
+void fill_dummy(std::vector<std::byte>& bytes, DType dtype, std::int64_t n) {
+    std::vector<float> values(static_cast<std::size_t>(n));
+    std::uint64_t state = 1234;
+    for (float& v : values) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;  // PCG's LCG step
+        const double unit = static_cast<double>(state >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+        v = static_cast<float>((unit * 2.0 - 1.0) * 1e-3);
+    }
+    bytes.resize(static_cast<std::size_t>(n) * dtype_size(dtype));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        if (dtype == DType::kF32) {
+            std::memcpy(bytes.data() + i * 4, &values[i], 4);
+        } else {
+            const std::uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
+            std::memcpy(bytes.data() + i * 2, &h, 2);
+        }
+    }
+}
+
+}  // namespace
+
 StatusOr<const TensorView*> WeightSource::get(const std::string& name,
                                               const std::vector<std::int64_t>& shape) const {
+    if (dummy_dtype_ && find(name) == nullptr) {
+        auto made = std::make_unique<MadeTensor>();
+        made->view.name = name;
+        made->view.file = model_dir_ + " (--load-format dummy)";
+        made->view.dtype = *dummy_dtype_;
+        made->view.shape = shape;
+        fill_dummy(made->bytes, *dummy_dtype_, made->view.numel());
+        made->view.data = made->bytes.data();
+        made->view.bytes = made->bytes.size();
+        std::lock_guard<std::mutex> lock(made_mu_);
+        made_.try_emplace(name, std::move(made));
+    }
     const TensorView* t = find(name);
     if (t == nullptr) {
         std::string where = files_.size() == 1 ? files_[0]->path() : model_dir_ + " (all shards)";
@@ -148,6 +204,7 @@ StatusOr<std::vector<float>> WeightSource::read_rows_f32(const std::string& name
 }
 
 DType WeightSource::dominant_dtype() const {
+    if (dummy_dtype_) return *dummy_dtype_;
     std::map<DType, std::size_t> bytes;
     for (const auto& f : files_)
         for (const auto& [name, t] : f->tensors())

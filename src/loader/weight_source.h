@@ -4,7 +4,11 @@
 // fail with errors that name the folder, the file and the tensor. Immutable after open();
 // safe to read from any thread.
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,11 +33,18 @@ class WeightSource {
     // DeepSeek-V3 / Qwen3-FP8 default of 128 × 128).
     static StatusOr<std::unique_ptr<WeightSource>> open(const std::string& model_dir,
                                                         std::pair<std::int64_t, std::int64_t> fp8_block = {0, 0});
+    // --load-format dummy (SGLang's DummyModelLoader, "mainly for profiling"): no files. Each
+    // tensor get() asks for is made on the spot in `dtype`, uniform in [-1e-3, 1e-3] from seed
+    // 1234 anew per tensor (weight_utils.py initialize_dummy_weights), so every rank of a split
+    // makes the same values. `present(name)` says whether an optional tensor exists (contains());
+    // find() knows only the tensors made so far.
+    static std::unique_ptr<WeightSource> dummy(const std::string& model_dir, DType dtype,
+                                               std::function<bool(const std::string&)> present);
 
     // The tensor `name` with exactly `shape`.
     StatusOr<const TensorView*> get(const std::string& name,
                                     const std::vector<std::int64_t>& shape) const;
-    bool contains(const std::string& name) const { return find(name) != nullptr; }
+    bool contains(const std::string& name) const;
     const TensorView* find(const std::string& name) const;
     const std::string& model_dir() const { return model_dir_; }
     // The multipliers of the fp8 tensor `name` of shape [n, k]: its `<prefix>.weight_scale_inv`
@@ -58,6 +69,16 @@ class WeightSource {
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
     std::int64_t fp8_block_n_ = 128;
     std::int64_t fp8_block_k_ = 128;
+
+    // dummy(): the tensors made so far, each with its bytes.
+    struct MadeTensor {
+        TensorView view;
+        std::vector<std::byte> bytes;
+    };
+    std::optional<DType> dummy_dtype_;
+    std::function<bool(const std::string&)> dummy_present_;
+    mutable std::mutex made_mu_;
+    mutable std::map<std::string, std::unique_ptr<MadeTensor>> made_;
 };
 
 }  // namespace tessera::loader

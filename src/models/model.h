@@ -161,6 +161,9 @@ struct LoadOptions {
     bool is_embedding = false;
     // --enable-return-routed-experts: refused at load for a model without routed experts.
     bool return_routed_experts = false;
+    // --load-format: auto / safetensors (the folder's files) or dummy (random weights from
+    // config.json alone, for profiling).
+    std::string load_format = "auto";
     // Expert placement, dispatch, recording and live rebalancing (MoE models).
     eplb::EplbOptions eplb;
 };

@@ -85,7 +85,20 @@ StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
                                        " is not supported: tessera runs fp8 (e4m3, block-wise) and unquantized weights");
     std::pair<std::int64_t, std::int64_t> fp8_block{0, 0};
     if (config.fp8) fp8_block = {config.fp8->block_n, config.fp8->block_k};
-    TSR_ASSIGN_OR_RETURN(auto source, loader::WeightSource::open(options.model_path, fp8_block));
+    std::unique_ptr<loader::WeightSource> source;
+    if (options.load_format == "dummy") {
+        if (config.fp8)
+            return Status::Unimplemented("--load-format dummy with an FP8 checkpoint's config.json is not implemented; "
+                                         "remove its quantization_config (--quantization fp8 quantizes dummy weights)");
+        const DType dtype = config.torch_dtype && *config.torch_dtype != DType::kF16 ? *config.torch_dtype : DType::kBF16;
+        const bool tied = config.tie_word_embeddings;
+        source = loader::WeightSource::dummy(options.model_path, dtype,
+                                             [tied](const std::string& name) { return name != "lm_head.weight" || !tied; });
+        TSR_LOG_C(INFO, "loader", "--load-format dummy: random {} weights from config.json (no checkpoint is read)",
+                  dtype_name(dtype));
+    } else {
+        TSR_ASSIGN_OR_RETURN(source, loader::WeightSource::open(options.model_path, fp8_block));
+    }
     TSR_ASSIGN_OR_RETURN(DType dtype, resolve_compute_dtype(options.dtype, *source));
     TSR_RETURN_IF_ERROR(resolve_kv_cache_dtype(options.kv_cache_dtype, dtype).status());
     if (config.fp8) {

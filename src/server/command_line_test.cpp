@@ -91,10 +91,9 @@ TEST(SglangFlagsTest, NeutralValuesCompareAsSglangsDefault) {
             EXPECT_TRUE(f.is_neutral("1.0"));
             EXPECT_FALSE(f.is_neutral("0.5"));
         }
-        if (f.names.front() == "--load-format") {
-            EXPECT_TRUE(f.is_neutral("auto"));
-            EXPECT_TRUE(f.is_neutral("safetensors"));
-            EXPECT_FALSE(f.is_neutral("dummy"));
+        if (f.names.front() == "--cpu-offload-gb") {
+            EXPECT_TRUE(f.is_neutral("0"));
+            EXPECT_FALSE(f.is_neutral("8"));
         }
     }
 }

@@ -264,6 +264,10 @@ Status ServerArgs::check_tessera_runs() const {
                        " is not supported: tessera runs fp8 (e4m3 in 128 x 128 blocks, DeepSeek-V3 / Qwen3-FP8 "
                        "checkpoints, or a bf16 checkpoint quantized at load with --quantization fp8) and unquantized "
                        "weights");
+    if (!one_of(load_format, {"auto", "safetensors", "dummy"}))
+        return invalid("--load-format " + load_format +
+                       " is not supported: tessera reads safetensors folders (auto, safetensors) or makes random "
+                       "weights from config.json (dummy); convert the checkpoint to safetensors");
     if (load_balance_method == "follow_bootstrap_room")
         return invalid("--load-balance-method follow_bootstrap_room routes prefill-decode disaggregated requests, which "
                        "tessera does not serve; use round_robin, total_requests or total_tokens");

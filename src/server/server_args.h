@@ -21,6 +21,7 @@ namespace tessera::server {
 struct ServerArgs {
     // Model and process
     std::string model_path;
+    std::string load_format = "auto";  // auto, safetensors, or dummy (random weights, config.json only)
     std::string tokenizer_path;  // default: model_path
     std::string served_model_name;  // default: model_path
     std::string dtype = "auto";

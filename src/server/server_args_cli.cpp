@@ -185,6 +185,13 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     t.serve = mode == Mode::kServe;
     // Model and process.
     value(app, t, "--model-path,--model", a.model_path, "Hugging Face model folder", kYes)->required();
+    value(app, t, "--load-format", a.load_format,
+          "auto or safetensors: the folder's safetensors; dummy: random weights from config.json alone (SGLang's "
+          "\"mainly for profiling\": no checkpoint is read, the output is meaningless)",
+          kYes)
+        ->check(CLI::IsMember({"auto", "pt", "safetensors", "npcache", "dummy", "sharded_state", "presharded", "gguf",
+                               "expert_pack", "bitsandbytes", "mistral", "layered", "flash_rl", "remote",
+                               "remote_instance", "fastsafetensors", "private", "runai_streamer"}));
     value(app, t, "--tokenizer-path", a.tokenizer_path, "tokenizer folder (default: --model-path)", kYes);
     value(app, t, "--served-model-name", a.served_model_name, "model name in the API (default: the model folder's name)", kServe);
     value(app, t, "--dtype", a.dtype, "compute weight type", kYes)

@@ -86,8 +86,11 @@ TEST(FlagTableTest, ValidationRunsBeforeTheUnimplementedCheck) {
     Parsed spec = parse({"--speculative-algorithm", "EAGLE"});
     EXPECT_EQ(spec.status.message(),
               "--speculative-algorithm EAGLE: tessera does not implement speculative decoding; remove the flag");
-    Parsed fmt = parse({"--load-format", "dummy"});
-    EXPECT_NE(fmt.status.message().find("or give SGLang's default auto"), std::string::npos) << fmt.status.message();
+    EXPECT_TRUE(parse({"--load-format", "dummy"}).status.ok());
+    Parsed fmt = parse({"--load-format", "gguf"});
+    EXPECT_NE(fmt.status.message().find("--load-format gguf is not supported: tessera reads safetensors folders"),
+              std::string::npos)
+        << fmt.status.message();
     EXPECT_TRUE(parse({"--dtype", "bfloat16"}).status.ok());
 }
 

@@ -64,5 +64,22 @@ expect_error "missing model folder" "no config.json" generate --model-path "$wor
 expect_error "context overflow" "context length" generate --model-path "$work/m" --prompt-ids 1 --max-new-tokens 5000
 expect_error "bad arch" "--arch" make-model --arch gpt2 --out "$work/x"
 
+# --load-format dummy: config.json alone is enough (random weights, for profiling), in TP2 too.
+mkdir -p "$work/config-only"
+cp "$work/m/config.json" "$work/config-only/"
+expect_error "a folder without weights" "no model.safetensors" generate --model-path "$work/config-only" --prompt-ids 1
+for tp in 1 2; do
+  "$tessera" generate --model-path "$work/config-only" --load-format dummy --tp $tp --prompt-ids 1,2,3 \
+    --max-new-tokens 3 --json >"$work/dummy.json" 2>"$work/dummy.err"
+  check "dummy weights generate at TP$tp" /usr/bin/python3 -c "
+import json
+j = json.load(open('$work/dummy.json'))
+assert len(j['output_ids']) == 3 and all(0 <= t < 1000 for t in j['output_ids']), j
+assert abs(j['weight_mb_per_rank'] * $tp - $(/usr/bin/python3 -c "import os; print(os.path.getsize('$work/m/model.safetensors') / 1e6)")) < 0.5, j
+"
+  check "dummy weights are logged as such at TP$tp" grep -q "load-format dummy: random bf16 weights" "$work/dummy.err"
+done
+expect_error "a format tessera cannot read" "--load-format gguf is not supported" generate --model-path "$work/m" --prompt-ids 1 --load-format gguf
+
 echo "$pass passed, $failures failed"
 [ "$failures" -eq 0 ]
