@@ -90,10 +90,12 @@ StatusOr<std::unique_ptr<Model>> load_model(const LoadOptions& options) {
         if (config.fp8)
             return Status::Unimplemented("--load-format dummy with an FP8 checkpoint's config.json is not implemented; "
                                          "remove its quantization_config (--quantization fp8 quantizes dummy weights)");
-        const DType dtype = config.torch_dtype && *config.torch_dtype != DType::kF16 ? *config.torch_dtype : DType::kBF16;
+        // The config's dtype; f16 as bf16, which tessera computes in (an f16 checkpoint runs in f32).
+        const bool f16 = config.torch_dtype == DType::kF16;
+        const DType dtype = config.torch_dtype && !f16 ? *config.torch_dtype : DType::kBF16;
         const bool tied = config.tie_word_embeddings;
-        source = loader::WeightSource::dummy(options.model_path, dtype,
-                                             [tied](const std::string& name) { return name != "lm_head.weight" || !tied; });
+        const auto present = [tied](const std::string& name) { return name != "lm_head.weight" || !tied; };
+        source = loader::WeightSource::dummy(options.model_path, dtype, present);
         TSR_LOG_C(INFO, "loader", "--load-format dummy: random {} weights from config.json (no checkpoint is read)",
                   dtype_name(dtype));
     } else {

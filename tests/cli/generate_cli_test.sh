@@ -71,15 +71,17 @@ expect_error "a folder without weights" "no model.safetensors" generate --model-
 for tp in 1 2; do
   "$tessera" generate --model-path "$work/config-only" --load-format dummy --tp $tp --prompt-ids 1,2,3 \
     --max-new-tokens 3 --json >"$work/dummy.json" 2>"$work/dummy.err"
-  check "dummy weights generate at TP$tp" /usr/bin/python3 -c "
-import json
+  check "dummy weights generate at TP$tp, the checkpoint's size over the ranks" /usr/bin/python3 -c "
+import json, os
 j = json.load(open('$work/dummy.json'))
 assert len(j['output_ids']) == 3 and all(0 <= t < 1000 for t in j['output_ids']), j
-assert abs(j['weight_mb_per_rank'] * $tp - $(/usr/bin/python3 -c "import os; print(os.path.getsize('$work/m/model.safetensors') / 1e6)")) < 0.5, j
+checkpoint_mb = os.path.getsize('$work/m/model.safetensors') / 1e6
+assert abs(j['weight_mb_per_rank'] * $tp - checkpoint_mb) < 0.5, (j, checkpoint_mb)
 "
   check "dummy weights are logged as such at TP$tp" grep -q "load-format dummy: random bf16 weights" "$work/dummy.err"
 done
-expect_error "a format tessera cannot read" "--load-format gguf is not supported" generate --model-path "$work/m" --prompt-ids 1 --load-format gguf
+expect_error "a format tessera cannot read" "--load-format gguf is not supported" \
+  generate --model-path "$work/m" --prompt-ids 1 --load-format gguf
 
 echo "$pass passed, $failures failed"
 [ "$failures" -eq 0 ]
