@@ -128,6 +128,8 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.max_total_num_tokens = n_slots;
     sc.page_size = *args.page_size;
     sc.max_running_requests = plan.max_running_requests;
+    if (args.min_free_slots_delay && *args.min_free_slots_delay > 1)
+        sc.min_free_slots = std::min<std::int64_t>(*args.min_free_slots_delay, plan.max_running_requests);
     sc.max_queued_requests = args.max_queued_requests.value_or(-1);
     sc.max_prefill_tokens = args.max_prefill_tokens;
     sc.chunked_prefill_size = chunked;

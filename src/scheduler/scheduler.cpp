@@ -452,6 +452,10 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
         batch_is_full_ = true;
         return {};
     }
+    // SGLang's min_free_slots_delayer.py: with requests running, new ones wait for enough free
+    // slots to be admitted together (each admission costs a prefill pass of its own).
+    if (config_.min_free_slots > 0 && chunked_req_ == nullptr && running_bs > 0 && allocatable < config_.min_free_slots)
+        return {};
 
     // Order the queue (in place, as SGLang: the order persists across rounds).
     const bool radix = !config_.disable_radix_cache;

@@ -40,6 +40,9 @@ struct SchedulerConfig {
     std::int64_t max_total_num_tokens = 0;   // KV slots (memory plan), multiple of page_size
     std::int64_t page_size = 1;
     std::int64_t max_running_requests = 0;
+    // --min-free-slots-delay: while requests run, new ones wait until this many running slots
+    // are free, and are then admitted together (0: no wait).
+    std::int64_t min_free_slots = 0;
     // --max-queued-requests: the most requests waiting (not running) at once; -1: no cap. A
     // request beyond it is refused ("The request queue is full."), or, under priority
     // scheduling, takes the place of the worst waiting request if it is better (SGLang's

@@ -593,6 +593,36 @@ TEST_P(SchedulerTest, RoutedExpertsFollowTheirPositionsThroughTheCache) {
 // --max-cached-tokens: distinct prompts one after another would fill the pool with cache;
 // capped, the cache keeps the most recent ones only, the allocator's touched region stays
 // near the working set, and a prefix still in the cache is still reused.
+// --min-free-slots-delay: while requests run, the waiting ones are admitted only once enough
+// slots are free, several at once; without it each slot refills as soon as it frees.
+TEST_P(SchedulerTest, MinFreeSlotsDelayAdmitsNewRequestsTogether) {
+    for (std::int64_t delay : {0, 4}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.max_running_requests = 8;
+        cfg.min_free_slots = delay;
+        Harness h(cfg);
+        for (int i = 0; i < 8; ++i) h.add(make_req("first" + std::to_string(i), prompt(40 + i, 20), 10 + i));
+        for (int i = 0; i < 8; ++i) h.add(make_req("later" + std::to_string(i), prompt(60 + i, 20), 5));
+        h.run();
+        // How many of the later requests each batch starts.
+        std::set<std::string> seen;
+        std::vector<int> started;
+        for (const auto& batch : h.runner_.batches) {
+            int n = 0;
+            for (const std::string& rid : batch)
+                if (rid.starts_with("later") && seen.insert(rid).second) ++n;
+            if (n > 0) started.push_back(n);
+        }
+        ASSERT_FALSE(started.empty());
+        if (delay == 0) {
+            EXPECT_EQ(started.front(), 1) << "one slot freed, one request in";
+        } else {
+            EXPECT_EQ(started.front(), 4) << "four slots freed, four requests in";
+        }
+        for (int i = 0; i < 8; ++i) EXPECT_EQ(h.results_["later" + std::to_string(i)].tokens.size(), 5u);
+    }
+}
+
 TEST_P(SchedulerTest, CachedTokensStayUnderTheCap) {
     SchedulerConfig cfg = roomy(page());
     cfg.max_cached_tokens = 256;

@@ -118,6 +118,9 @@ Status ServerArgs::resolve() {
     if (pp_size > 1 && enable_mixed_chunk)  // scheduler.py: PP keeps one running batch per micro-batch
         return invalid("Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed "
                        "chunked prefill: drop --enable-mixed-chunk or use --pp-size 1");
+    if (pp_size > 1 && min_free_slots_delay && *min_free_slots_delay > 1)
+        return invalid("--min-free-slots-delay is not supported with pipeline parallelism (--pp-size " + str(pp_size) +
+                       "); drop it or use --pp-size 1");
     if (pp_async_batch_depth < 0)
         return invalid("--pp-async-batch-depth must be >= 0, got " + str(pp_async_batch_depth));
     if (*page_size < 1) return invalid("--page-size must be at least 1, got " + str(*page_size));

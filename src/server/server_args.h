@@ -61,6 +61,7 @@ struct ServerArgs {
     std::optional<double> mem_fraction_static;
     std::optional<int> max_running_requests;
     std::optional<int> max_queued_requests;
+    std::optional<std::int64_t> min_free_slots_delay;  // free running slots that new requests wait for
     std::optional<std::int64_t> max_total_tokens;
     std::optional<int> chunked_prefill_size;
     bool enable_dynamic_chunking = false;

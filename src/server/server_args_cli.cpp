@@ -260,6 +260,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     // Memory and scheduling (§1.2).
     optional(app, t, "--mem-fraction-static", a.mem_fraction_static, "(weights + KV pool) / rank memory", kYes);
     optional(app, t, "--max-running-requests", a.max_running_requests, "cap on running requests", kYes);
+    optional(app, t, "--min-free-slots-delay", a.min_free_slots_delay,
+             "while requests run, hold new prefills until this many running slots are free, so that they are "
+             "admitted in one batch (capped by --max-running-requests; 1 or less: no wait)",
+             kServe);
     optional(app, t, "--max-queued-requests", a.max_queued_requests,
              "the most requests waiting to run at once (per scheduler); beyond it a request gets 503, or under "
              "priority scheduling displaces the worst waiting one if it is better",

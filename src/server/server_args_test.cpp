@@ -87,6 +87,11 @@ TEST(FlagTableTest, ValidationRunsBeforeTheUnimplementedCheck) {
     EXPECT_EQ(spec.status.message(),
               "--speculative-algorithm EAGLE: tessera does not implement speculative decoding; remove the flag");
     EXPECT_TRUE(parse({"--load-format", "dummy"}).status.ok());
+    EXPECT_TRUE(parse({"--min-free-slots-delay", "4"}).status.ok());
+    EXPECT_NE(parse({"--pp-size", "2", "--min-free-slots-delay", "4"})
+                  .status.message()
+                  .find("--min-free-slots-delay is not supported with pipeline parallelism"),
+              std::string::npos);
     Parsed fmt = parse({"--load-format", "gguf"});
     EXPECT_NE(fmt.status.message().find("--load-format gguf is not supported: tessera reads safetensors folders"),
               std::string::npos)
