@@ -347,6 +347,9 @@ TEST(StageRoutingTest, EarlierStagesLayersJoinThisStages) {
     std::vector<std::int32_t> alone = {0, 0, 1, 1};
     join_earlier_routing({}, 1, 1, 2, alone);
     EXPECT_EQ(alone, (std::vector<std::int32_t>{0, 0, 1, 1}));
+    std::vector<std::int32_t> none;  // a step that records nothing (a later stage of a MoE model)
+    join_earlier_routing({}, 3, 2, 8, none);
+    EXPECT_TRUE(none.empty());
 }
 
 }  // namespace

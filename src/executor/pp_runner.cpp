@@ -114,7 +114,7 @@ Status post_step(StageOutbox& next, std::vector<std::uint8_t> bytes, std::vector
 
 void join_earlier_routing(std::span<const std::int32_t> earlier, std::int64_t n_tokens, int layer_begin,
                           std::int64_t top_k, std::vector<std::int32_t>& own) {
-    if (earlier.size() != own.size() || n_tokens <= 0) return;
+    if (earlier.empty() || earlier.size() != own.size() || n_tokens <= 0) return;
     const std::size_t width = own.size() / static_cast<std::size_t>(n_tokens);
     const auto before = static_cast<std::size_t>(layer_begin * top_k);  // the earlier stages' layers
     for (std::size_t t = 0; t < static_cast<std::size_t>(n_tokens); ++t)

@@ -860,7 +860,9 @@ void Scheduler::record_routed_experts(const InFlightStep& step, const std::vecto
         Req* r = reqs[i];
         const InFlightSeq& seq = step.seqs[i];
         const std::vector<std::int32_t>& rows = results[i].routed_experts;
-        if (r == nullptr || static_cast<std::int64_t>(rows.size()) != seq.n_tokens * width) continue;
+        if (r == nullptr || static_cast<std::int64_t>(rows.size()) != seq.n_tokens * width ||
+            seq.start_pos + seq.n_tokens > static_cast<std::int64_t>(r->slots.size()))
+            continue;
         for (std::int64_t t = 0; t < seq.n_tokens; ++t) {
             const auto slot = static_cast<std::size_t>(r->slots[static_cast<std::size_t>(seq.start_pos + t)]);
             if ((slot + 1) * width > routed_by_slot_.size()) routed_by_slot_.resize((slot + 1) * width);

@@ -101,15 +101,15 @@ Json hidden_states_json(const std::vector<HiddenStates>& entries) {
     return out;
 }
 
-// An OpenAI choice's hidden_states (SGLang's entrypoints/openai/utils.py
-// process_hidden_states_from_ret): with true, the state that predicted the last output token
-// ([] when only one token was generated, whose state is the prompt's); with "last", the list.
 // meta_info.routed_experts and sglext.routed_experts: the int32 ids' little-endian bytes in base64
 // (SGLang's detokenizer encodes them so).
 std::string routed_experts_base64(const std::vector<std::int32_t>& ids) {
     return base64_encode({reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(std::int32_t)});
 }
 
+// An OpenAI choice's hidden_states (SGLang's entrypoints/openai/utils.py
+// process_hidden_states_from_ret): with true, the state that predicted the last output token
+// ([] when only one token was generated, whose state is the prompt's); with "last", the list.
 Json openai_hidden_states(const std::vector<HiddenStates>& entries, HiddenStatesMode mode) {
     if (mode == HiddenStatesMode::kLast) return hidden_states_json(entries);
     if (entries.size() > 1) return entries.back().values;
