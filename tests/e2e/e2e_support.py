@@ -1,6 +1,8 @@
-"""What the end-to-end scripts share: a check counter, a free loopback port, the tiny test
-model with a real tokenizer, and waiting for a started `tessera serve` to answer GET /health."""
+"""What the end-to-end scripts share: their command line, a check counter, a free loopback
+port, the tiny test model with a real tokenizer, a `tessera serve` on it, and waiting for a
+started server to answer GET /health."""
 
+import argparse
 import http.client
 import json
 import os
@@ -46,6 +48,26 @@ def call(port, method, path, body=None, timeout=60):
     return r.status, data
 
 
+def post_json(port, path, body):
+    """POST a JSON body: (status, the parsed answer, or its text when it is not JSON)."""
+    status, text = call(port, "POST", path, body)
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def script_args(doc):
+    """The e2e scripts' command line, --tessera BINARY --workdir DIR: the binary's absolute path
+    and the work folder (created)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--tessera", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    return os.path.abspath(a.tessera), a.workdir
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,3 +104,30 @@ def wait_ready(port, proc, timeout=120):
             pass
         time.sleep(0.2)
     return False
+
+
+class Server:
+    """`tessera serve MODEL` on a free 127.0.0.1 port, one thread, its log in `log_path`. Always
+    close() it (try/finally), even when the test fails."""
+
+    def __init__(self, tessera, model, flags, log_path):
+        self.port = free_port()
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
+                                      "--port", str(self.port), "--threads", "1", *flags],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+
+    def ready(self):
+        """True once it answers; otherwise prints the end of its log."""
+        if wait_ready(self.port, self.proc):
+            return True
+        print(open(self.log_path).read()[-3000:])
+        return False
+
+    def post(self, path, body):
+        return post_json(self.port, path, body)
+
+    def close(self):
+        stop_server(self.proc)
+        self.log.close()

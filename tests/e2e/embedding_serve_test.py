@@ -9,7 +9,6 @@ routes promise: text and token inputs, /encode, a cached prompt, Matryoshka `dim
 base64, and the generation routes refused. Exit 0 when every check passes.
 """
 
-import argparse
 import base64
 import json
 import os
@@ -22,7 +21,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-from e2e_support import Checks, call, free_port, stop_server, wait_ready  # noqa: E402
+from e2e_support import Checks, call, free_port, make_tiny_model, script_args, stop_server, wait_ready  # noqa: E402
 from torch_reference import DecoderModel  # noqa: E402
 
 TOLERANCE = 2e-4  # f32 on both sides: summation order only (observed ~1e-6)
@@ -34,10 +33,8 @@ LAYOUTS = {
 
 
 def make_model(tessera, arch, workdir):
-    """make-model's tiny f32 model with Qwen3's tokenizer, declared Matryoshka (any size)."""
-    out = os.path.join(workdir, arch)
-    subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--dtype", "f32", "--seed", "3",
-                    "--tokenizer", "qwen3", "--out", out], check=True, capture_output=True)
+    """The tiny f32 model with Qwen3's tokenizer, declared Matryoshka (any size)."""
+    out = make_tiny_model(tessera, os.path.join(workdir, arch), arch)
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
     config["is_matryoshka"] = True
@@ -129,18 +126,13 @@ def check_layout(check, tessera, model, arch, flags, expected, workdir):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tessera", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
-    tessera = os.path.abspath(a.tessera)
+    tessera, workdir = script_args(__doc__)
     check = Checks()
     for arch, layouts in LAYOUTS.items():
-        model = make_model(tessera, arch, a.workdir)
+        model = make_model(tessera, arch, workdir)
         expected = reference_embeddings(model)
         for flags in layouts:
-            check_layout(check, tessera, model, arch, flags, expected, a.workdir)
+            check_layout(check, tessera, model, arch, flags, expected, workdir)
     print(check.summary())
     return 0 if not check.failures else 1
 

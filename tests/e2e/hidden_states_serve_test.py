@@ -10,10 +10,8 @@ PyTorch reference's hidden state after the final norm at that position. The scri
 flag or with `--return-hidden-states-mode last`. Exit 0 when every check passes.
 """
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -21,7 +19,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-from e2e_support import Checks, call, free_port, stop_server, wait_ready  # noqa: E402
+from e2e_support import Checks, Server, call, make_tiny_model, script_args  # noqa: E402
 from torch_reference import DecoderModel  # noqa: E402
 
 TOLERANCE = 2e-4  # f32 on both sides: summation order only
@@ -38,13 +36,6 @@ OVER_LAST = ("The requested return_hidden_states mode exceeds the server maximum
              "`--return-hidden-states-mode full` to allow return_hidden_states=True.")
 
 
-def make_model(tessera, arch, workdir):
-    out = os.path.join(workdir, arch)
-    subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--dtype", "f32", "--seed", "5",
-                    "--tokenizer", "qwen3", "--out", out], check=True, capture_output=True)
-    return out
-
-
 def prompt_for(layout_index):
     """A prompt of its own per layout, so that no layout is served from another's cache."""
     return [(7 * i + 3 + 11 * layout_index) % 1000 for i in range(40)]
@@ -55,32 +46,9 @@ def max_diff(got, want):
     return float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
 
 
-class Server:
-    def __init__(self, tessera, model, flags, workdir, name):
-        self.port = free_port()
-        self.log_path = os.path.join(workdir, name + ".log")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny",
-                                      "--port", str(self.port), "--threads", "1", "--chunked-prefill-size",
-                                      str(CHUNK), "--max-total-tokens", "4096", *flags],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-
-    def ready(self):
-        if wait_ready(self.port, self.proc):
-            return True
-        print(open(self.log_path).read()[-3000:])
-        return False
-
-    def post(self, path, body):
-        status, text = call(self.port, "POST", path, body)
-        try:
-            return status, json.loads(text)
-        except ValueError:
-            return status, text
-
-    def close(self):
-        stop_server(self.proc)
-        self.log.close()
+def serve(tessera, model, flags, workdir, name):
+    return Server(tessera, model, ["--chunked-prefill-size", str(CHUNK), "--max-total-tokens", "4096", *flags],
+                  os.path.join(workdir, name + ".log"))
 
 
 def generate(server, ids, mode):
@@ -91,8 +59,8 @@ def generate(server, ids, mode):
 
 def check_layout(check, tessera, model, ref, arch, flags, index, workdir):
     name = f"{arch} {' '.join(flags)}"
-    server = Server(tessera, model, ["--enable-return-hidden-states", *flags], workdir,
-                    "_".join([arch] + [f.strip("-") for f in flags]))
+    server = serve(tessera, model, ["--enable-return-hidden-states", *flags], workdir,
+                   "_".join([arch] + [f.strip("-") for f in flags]))
     try:
         if not check(f"{name}: server ready", server.ready()):
             return
@@ -158,7 +126,7 @@ def check_openai_routes(check, server, ref):
 
 
 def check_refusals(check, tessera, model, workdir):
-    server = Server(tessera, model, [], workdir, "no_flag")
+    server = serve(tessera, model, [], workdir, "no_flag")
     try:
         if check("without the flag: server ready", server.ready()):
             status, body = generate(server, [1, 2, 3], True)
@@ -169,7 +137,7 @@ def check_refusals(check, tessera, model, workdir):
             check("without the flag: chat refused too", status == 400 and NOT_CONFIGURED in json.dumps(body), body)
     finally:
         server.close()
-    server = Server(tessera, model, ["--return-hidden-states-mode", "last"], workdir, "mode_last")
+    server = serve(tessera, model, ["--return-hidden-states-mode", "last"], workdir, "mode_last")
     try:
         if check("--return-hidden-states-mode last: server ready", server.ready()):
             status, body = generate(server, [1, 2, 3], True)
@@ -181,21 +149,16 @@ def check_refusals(check, tessera, model, workdir):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tessera", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
-    tessera = os.path.abspath(a.tessera)
+    tessera, workdir = script_args(__doc__)
     check = Checks()
     index = 0
     for arch, layouts in LAYOUTS.items():
-        model = make_model(tessera, arch, a.workdir)
+        model = make_tiny_model(tessera, os.path.join(workdir, arch), arch)
         ref = DecoderModel(model)
         if arch == "qwen3":
-            check_refusals(check, tessera, model, a.workdir)
+            check_refusals(check, tessera, model, workdir)
         for flags in layouts:
-            check_layout(check, tessera, model, ref, arch, flags, index, a.workdir)
+            check_layout(check, tessera, model, ref, arch, flags, index, workdir)
             index += 1
     print(check.summary())
     return 0 if not check.failures else 1

@@ -10,7 +10,6 @@ cache. The script also checks `routed_experts_start_len`, the OpenAI routes, and
 model's launch stops. Exit 0 when every check passes.
 """
 
-import argparse
 import base64
 import json
 import os
@@ -22,7 +21,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-from e2e_support import Checks, call, free_port, stop_server, wait_ready  # noqa: E402
+from e2e_support import Checks, Server, call, make_tiny_model, script_args  # noqa: E402
 from torch_reference import DecoderModel  # noqa: E402
 
 CHUNK = 16
@@ -35,13 +34,6 @@ LAYOUTS = {
     "deepseek-v3": [["--tp", "2"], ["--tp", "2", "--dp", "2", "--enable-dp-attention", "--moe-a2a-backend",
                                     "all_to_all"], ["--pp-size", "3"]],
 }
-
-
-def make_model(tessera, arch, workdir):
-    out = os.path.join(workdir, arch)
-    subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--dtype", "f32", "--seed", "9",
-                    "--tokenizer", "qwen3", "--out", out], check=True, capture_output=True)
-    return out
 
 
 def reference_routing(ref, ids):
@@ -65,40 +57,25 @@ def same_choices(got, want):
     return got.shape == want.shape and np.array_equal(np.sort(got, axis=-1), np.sort(want, axis=-1))
 
 
-def launch(tessera, model, flags, workdir, name):
-    port = free_port()
-    log_path = os.path.join(workdir, name + ".log")
-    log = open(log_path, "w")
-    proc = subprocess.Popen([tessera, "serve", "--model-path", model, "--served-model-name", "tiny", "--port",
-                             str(port), "--threads", "1", "--chunked-prefill-size", str(CHUNK), "--max-total-tokens",
-                             "4096", *flags], stdout=log, stderr=subprocess.STDOUT)
-    return port, proc, log, log_path
+def serve(tessera, model, flags, workdir, name):
+    return Server(tessera, model, ["--enable-return-routed-experts", "--chunked-prefill-size", str(CHUNK),
+                                   "--max-total-tokens", "4096", *flags], os.path.join(workdir, name + ".log"))
 
 
-def post(port, path, body):
-    status, text = call(port, "POST", path, body)
-    try:
-        return status, json.loads(text)
-    except ValueError:
-        return status, text
-
-
-def generate(port, ids, **extra):
-    return post(port, "/generate", {"input_ids": ids, "return_routed_experts": True, **extra,
+def generate(server, ids, **extra):
+    return server.post("/generate", {"input_ids": ids, "return_routed_experts": True, **extra,
                                     "sampling_params": {"temperature": 0, "max_new_tokens": NEW_TOKENS,
                                                         "ignore_eos": True}})
 
 
 def check_layout(check, tessera, model, ref, arch, flags, index, workdir):
     name = f"{arch} {' '.join(flags)}"
-    port, proc, log, log_path = launch(tessera, model, ["--enable-return-routed-experts", *flags], workdir,
-                                       "_".join([arch] + [f.strip("-") for f in flags]))
+    server = serve(tessera, model, flags, workdir, "_".join([arch] + [f.strip("-") for f in flags]))
     try:
-        if not wait_ready(port, proc):
-            print(open(log_path).read()[-3000:])
-            return check(f"{name}: server ready", False)
+        if not check(f"{name}: server ready", server.ready()):
+            return
         prompt = [(5 * i + 7 + 13 * index) % 1000 for i in range(40)]
-        status, body = generate(port, prompt)
+        status, body = generate(server, prompt)
         if not check(f"{name}: /generate answers", status == 200 and "routed_experts" in body.get("meta_info", {}),
                      body):
             return
@@ -112,7 +89,7 @@ def check_layout(check, tessera, model, ref, arch, flags, index, workdir):
         # twice, so that one of two DP replicas or groups (round robin) has the prompt cached.
         again = prompt[:32] + [(3 * i + 1) % 1000 for i in range(6)]
         for _ in range(2):
-            status, body = generate(port, again)
+            status, body = generate(server, again)
             if status != 200 or body["meta_info"]["cached_tokens"] > 0:
                 break
         if check(f"{name}: a cached prompt answers", status == 200 and body["meta_info"]["cached_tokens"] > 0,
@@ -122,64 +99,57 @@ def check_layout(check, tessera, model, ref, arch, flags, index, workdir):
                   same_choices(decode(body["meta_info"]["routed_experts"], ref), want))
         if index > 0:
             return
-        status, body = generate(port, prompt, routed_experts_start_len=10)
+        status, body = generate(server, prompt, routed_experts_start_len=10)
         got = decode(body["meta_info"]["routed_experts"], ref) if status == 200 else np.zeros(0)
         want = reference_routing(ref, prompt + body["output_ids"][:-1])[10:] if status == 200 else None
         check("routed_experts_start_len 10: the positions from 10 on", status == 200 and same_choices(got, want))
-        status, body = generate(port, [1, 2, 3], routed_experts_start_len=4)
+        status, body = generate(server, [1, 2, 3], routed_experts_start_len=4)
         check("routed_experts_start_len past the prompt: refused",
               status == 400 and "routed_experts_start_len (4) must be in [0, 3]" in json.dumps(body), body)
-        status, body = post(port, "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}})
+        status, body = server.post("/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}})
         check("a request that does not ask gets no routed_experts",
               status == 200 and "routed_experts" not in body["meta_info"], body.get("meta_info"))
         request = {"model": "tiny", "prompt": prompt, "max_tokens": 3, "temperature": 0, "return_routed_experts": True}
-        status, body = post(port, "/v1/completions", request)
+        status, body = server.post("/v1/completions", request)
         ok = status == 200 and "sglext" in body
         check("completions: sglext.routed_experts covers prompt + output - 1 positions",
               ok and decode(body["sglext"]["routed_experts"], ref).shape[0] == len(prompt) + 2, body)
         chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                 "return_routed_experts": True, "stream": True}
-        status, text = call(port, "POST", "/v1/chat/completions", chat)
+        status, text = call(server.port, "POST", "/v1/chat/completions", chat)
         chunks = [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: {")]
         last = chunks[-1] if chunks else {}
         check("chat stream: a last chunk with no choices carries sglext.routed_experts",
               status == 200 and last.get("choices") == [] and "routed_experts" in last.get("sglext", {}), last)
     finally:
-        stop_server(proc)
-        log.close()
+        server.close()
 
 
 def check_refused_launch(check, tessera, model, flags, message, workdir, name):
-    port, proc, log, log_path = launch(tessera, model, ["--enable-return-routed-experts", *flags], workdir, name)
+    server = serve(tessera, model, flags, workdir, name)
     try:
-        proc.wait(timeout=120)
-        text = open(log_path).read()
-        check(f"{name}: the launch stops, saying why", proc.returncode != 0 and message in text, text[-1500:])
+        server.proc.wait(timeout=120)
+        text = open(server.log_path).read()
+        check(f"{name}: the launch stops, saying why", server.proc.returncode != 0 and message in text, text[-1500:])
     except subprocess.TimeoutExpired:
         check(f"{name}: the launch stops", False, "still running after 120 s")
     finally:
-        stop_server(proc)
-        log.close()
+        server.close()
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tessera", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
-    tessera = os.path.abspath(a.tessera)
+    tessera, workdir = script_args(__doc__)
     check = Checks()
     index = 0
     for arch, layouts in LAYOUTS.items():
-        model = make_model(tessera, arch, a.workdir)
+        model = make_tiny_model(tessera, os.path.join(workdir, arch), arch)
         ref = DecoderModel(model)
         for flags in layouts:
-            check_layout(check, tessera, model, ref, arch, flags, index, a.workdir)
+            check_layout(check, tessera, model, ref, arch, flags, index, workdir)
             index += 1
-    check_refused_launch(check, tessera, make_model(tessera, "qwen3", a.workdir), [],
+    check_refused_launch(check, tessera, make_tiny_model(tessera, os.path.join(workdir, "qwen3"), "qwen3"), [],
                          "--enable-return-routed-experts needs a MoE model; Qwen3ForCausalLM has no routed experts",
-                         a.workdir, "dense")
+                         workdir, "dense")
     print(check.summary())
     return 0 if not check.failures else 1
 
