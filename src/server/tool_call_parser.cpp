@@ -284,9 +284,11 @@ bool ToolCallDetector::open_call(std::string_view body, std::string& name, std::
         if (at == std::string_view::npos) return false;
         std::string_view head = strip_whitespace(body.substr(0, at));
         args_text = body.substr(at + sep.size());
-        if (format_.name == "kimi_k2") {  // functions.NAME:INDEX
+        if (format_.name == "kimi_k2") {  // functions.NAME:INDEX; another id does not stream (decode drops it)
             if (head.starts_with("functions.")) head.remove_prefix(10);
-            head = head.substr(0, head.rfind(':'));
+            const std::size_t colon = head.rfind(':');
+            if (colon == std::string_view::npos) return false;
+            head = head.substr(0, colon);
         } else if (format_.name == "deepseekv3") {  // function<sep>NAME\n```json\nARGS
             const std::size_t fence = args_text.find("\n```json\n");
             if (fence == std::string_view::npos) return false;
