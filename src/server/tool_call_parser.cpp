@@ -253,7 +253,15 @@ ToolCallParts ToolCallDetector::increment() {
         in_calls_ = true;
     }
     if (format_.layout == Layout::kJsonValues) {
-        buffer_.erase(0, take_json_calls(buffer_, parts.calls));
+        std::vector<ParsedToolCall> complete;
+        const std::size_t read = take_json_calls(buffer_, complete);
+        buffer_.erase(0, read);
+        if (read > 0) finish_calls(std::move(complete), parts);
+        // A call object being written streams as a marked call does (llama32_detector.py and
+        // mistral_detector.py stream through base_format_detector.py); Mistral's list and its
+        // compact name[ARGS]{...} go out once complete.
+        const std::size_t at = buffer_.find_first_not_of(" \n\t\r;,");
+        if (at != std::string::npos && buffer_[at] == '{') stream_open_call(std::string_view(buffer_).substr(at), parts);
         return parts;
     }
     // What lies before a call is content unless only markers; an open call streams what it
@@ -349,6 +357,10 @@ void ToolCallDetector::stream_open_call(std::string_view body, ToolCallParts& pa
 void ToolCallDetector::close_call(std::string_view payload, ToolCallParts& parts) {
     std::vector<ParsedToolCall> calls;
     decode(payload, calls);
+    finish_calls(std::move(calls), parts);
+}
+
+void ToolCallDetector::finish_calls(std::vector<ParsedToolCall> calls, ToolCallParts& parts) {
     for (ParsedToolCall& call : calls) {
         if (name_sent_) {  // the call that streamed: the rest of its arguments
             if (call.arguments.starts_with(args_sent_)) {

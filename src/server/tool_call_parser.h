@@ -70,10 +70,11 @@ class ToolCallDetector {
     // A whole output: the content before the first call, and every well-formed call.
     ToolCallParts parse_all(std::string_view text) const;
     // The next streamed piece: content as it comes (a possible start of the calls held
-    // back), and the calls as deltas. Calls between markers stream as they are written: the
-    // name once it is whole, then the arguments' JSON as far as it is settled
-    // (base_format_detector.py parse_streaming_increment); the other layouts send each call
-    // whole once it is complete.
+    // back), and the calls as deltas. A call between markers, or a call object after Llama 3's
+    // or Mistral's marker, streams as it is written: the name once it is whole, then the
+    // arguments' JSON as far as it is settled (base_format_detector.py
+    // parse_streaming_increment); Mistral's list and compact form and pythonic calls go out
+    // whole once complete.
     ToolCallParts parse_increment(std::string_view piece);
     // The end of the stream: held-back text that turned out to be content.
     std::string finish();
@@ -94,6 +95,9 @@ class ToolCallDetector {
     void stream_open_call(std::string_view body, ToolCallParts& parts);
     // The call ended with `payload`: what the deltas have not sent yet.
     void close_call(std::string_view payload, ToolCallParts& parts);
+    // Calls that just ended, the first of them the one streaming if a name went out: the rest of
+    // its arguments, the others whole.
+    void finish_calls(std::vector<ParsedToolCall> calls, ToolCallParts& parts);
 
     ToolCallFormat format_;
     std::vector<std::string> tools_;

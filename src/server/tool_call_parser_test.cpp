@@ -157,8 +157,13 @@ TEST(ToolCallParserTest, Llama3) {
     // Plain text, and '{' that does not open the output, are content.
     EXPECT_EQ(detector("llama3").parse_all("x = {1}").normal, "x = {1}");
     EXPECT_EQ(stream(detector("llama3"), "x = {1}", 2).normal, "x = {1}");
-    // A call still open when the output ends is not a call.
-    EXPECT_TRUE(stream(detector("llama3"), R"(<|python_tag|>{"name": "add", "par)", 5).calls.empty());
+    // A call still open when the output ends: whole, it is not a call; streamed, its name went
+    // out once whole (as SGLang streams it) and no arguments followed.
+    EXPECT_TRUE(detector("llama3").parse_all(R"(<|python_tag|>{"name": "add", "par)").calls.empty());
+    const ToolCallParts cut = stream(detector("llama3"), R"(<|python_tag|>{"name": "add", "par)", 5);
+    ASSERT_EQ(cut.calls.size(), 1u);
+    EXPECT_EQ(cut.calls[0].name, "add");
+    EXPECT_EQ(cut.calls[0].arguments, "");
 }
 
 // Mistral: [TOOL_CALLS] then a JSON array of calls, or the compact name[ARGS]{...}.
@@ -247,10 +252,11 @@ TEST(PartialJsonTest, ReadsAValueCutAnywhere) {
     EXPECT_EQ(read(""), "none");
 }
 
-// Every marked format, streamed in pieces of every size from 1 to 9 bytes: the deltas add up
+// Every format that streams a call as it is written (the marked ones, and a call object after
+// Llama 3's or Mistral's marker), in pieces of every size from 1 to 9 bytes: the deltas add up
 // to parse_all's calls; a call opens (name) before its arguments are written and they come in
 // several pieces; a function the request did not offer sends nothing.
-TEST(ToolCallParserTest, MarkedCallsStreamTheirArgumentsAsTheyAreWritten) {
+TEST(ToolCallParserTest, CallsStreamTheirArgumentsAsTheyAreWritten) {
     const auto marker = [](const std::string& what) {
         return "<\xEF\xBD\x9Ctool\xE2\x96\x81" + what + "\xEF\xBD\x9C>";
     };
@@ -266,6 +272,9 @@ TEST(ToolCallParserTest, MarkedCallsStreamTheirArgumentsAsTheyAreWritten) {
         {"deepseekv31", "Ok." + marker("calls\xE2\x96\x81" "begin") + v31_call + marker("calls\xE2\x96\x81" "end")},
         {"kimi_k2", "Ok.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
                     "<|tool_call_argument_begin|>" + args + "<|tool_call_end|><|tool_calls_section_end|>"},
+        {"llama3", "Ok.<|python_tag|>{\"name\": \"get_weather\", \"parameters\": " + args +
+                       "}; {\"name\": \"add\", \"parameters\": {\"a\": 1}}"},
+        {"mistral", "Ok.[TOOL_CALLS] {\"name\": \"get_weather\", \"arguments\": " + args + "}"},
     };
     for (const auto& [format, text] : outputs) {
         const ToolCallParts whole = detector(format).parse_all(text);
