@@ -261,7 +261,8 @@ ToolCallParts ToolCallDetector::increment() {
         // mistral_detector.py stream through base_format_detector.py); Mistral's list and its
         // compact name[ARGS]{...} go out once complete.
         const std::size_t at = buffer_.find_first_not_of(" \n\t\r;,");
-        if (at != std::string::npos && buffer_[at] == '{') stream_open_call(std::string_view(buffer_).substr(at), parts);
+        if (at != std::string::npos && buffer_[at] == '{')
+            stream_open_call(std::string_view(buffer_).substr(at), parts);
         return parts;
     }
     // What lies before a call is content unless only markers; an open call streams what it
