@@ -1,0 +1,320 @@
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "grammar/json_schema.h"
+#include "grammar/lazy_dfa.h"
+#include "grammar/regex.h"
+#include "grammar/token_grammar.h"
+
+namespace tessera::grammar {
+namespace {
+
+// Whether `text` matches `pattern` as a whole.
+bool full_match(std::string_view pattern, std::string_view text) {
+    auto nfa = compile_regex(pattern);
+    EXPECT_TRUE(nfa.ok()) << pattern << ": " << nfa.status().to_string();
+    if (!nfa.ok()) return false;
+    LazyDfa dfa(std::move(nfa.value()));
+    const std::int32_t end = dfa.walk(dfa.start(), text);
+    return end != LazyDfa::kDead && dfa.accepting(end);
+}
+
+std::string regex_error(std::string_view pattern) {
+    auto nfa = compile_regex(pattern);
+    return nfa.ok() ? "" : nfa.status().message();
+}
+
+TEST(RegexTest, LiteralsClassesAndQuantifiers) {
+    EXPECT_TRUE(full_match("abc", "abc"));
+    EXPECT_FALSE(full_match("abc", "ab"));
+    EXPECT_FALSE(full_match("abc", "abcd"));
+    EXPECT_TRUE(full_match("a|bc|", ""));
+    EXPECT_TRUE(full_match("[a-c]+x?", "abcabc"));
+    EXPECT_TRUE(full_match("[a-c]+x?", "cx"));
+    EXPECT_FALSE(full_match("[a-c]+x?", "x"));
+    EXPECT_TRUE(full_match("[^a-c]*", "xyz\n"));
+    EXPECT_FALSE(full_match("[^a-c]*", "xaz"));
+    EXPECT_TRUE(full_match("a{3}", "aaa"));
+    EXPECT_FALSE(full_match("a{3}", "aa"));
+    EXPECT_TRUE(full_match("a{2,}", "aaaaa"));
+    EXPECT_FALSE(full_match("a{2,}", "a"));
+    EXPECT_TRUE(full_match("a{,2}b", "b"));
+    EXPECT_TRUE(full_match("(ab){1,2}", "abab"));
+    EXPECT_FALSE(full_match("(ab){1,2}", "ababab"));
+    EXPECT_TRUE(full_match("a{x}", "a{x}"));  // not a quantifier: literal braces, as in Python
+    EXPECT_TRUE(full_match("(?:a|b)*?c", "abbac"));
+    EXPECT_TRUE(full_match("(?P<year>\\d{4})-(?<m>\\d\\d)", "2026-12"));
+    EXPECT_TRUE(full_match("^\\d+\\.\\d*$", "3.14"));
+    EXPECT_FALSE(full_match("\\d+", "１"));  // \d is ASCII, as xgrammar's
+    EXPECT_TRUE(full_match("\\w+\\s\\W", "a_Z9\t!"));
+    EXPECT_TRUE(full_match("[\\]\\-x]+", "]-x"));
+    EXPECT_TRUE(full_match("[-a]+", "-a-"));
+    EXPECT_TRUE(full_match("\\x41\\u00e9\\{", "Aé{"));
+    EXPECT_TRUE(full_match("(a*)*b", "aaab"));
+}
+
+TEST(RegexTest, MatchesUtf8ByCodePoint) {
+    EXPECT_TRUE(full_match(".", "é"));
+    EXPECT_TRUE(full_match(".", "中"));
+    EXPECT_TRUE(full_match(".", "😀"));
+    EXPECT_FALSE(full_match(".", "\n"));
+    EXPECT_FALSE(full_match(".", "ab"));
+    EXPECT_TRUE(full_match("[à-ÿ]+", "éü"));
+    EXPECT_FALSE(full_match("[à-ÿ]+", "e"));
+    EXPECT_TRUE(full_match("[^a]", "中"));
+    EXPECT_TRUE(full_match("中+文", "中中文"));
+    EXPECT_FALSE(full_match(".", "\xC3"));      // a truncated character
+    EXPECT_FALSE(full_match(".", "\xED\xA0\x80"));  // an encoded surrogate
+}
+
+TEST(RegexTest, Utf8SequencesCoverExactlyTheRange) {
+    const auto encode = [](char32_t cp) {
+        std::string s;
+        if (cp < 0x80) {
+            s += static_cast<char>(cp);
+        } else if (cp < 0x800) {
+            s += static_cast<char>(0xC0 | (cp >> 6));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            s += static_cast<char>(0xE0 | (cp >> 12));
+            s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+        } else {
+            s += static_cast<char>(0xF0 | (cp >> 18));
+            s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+            s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+        }
+        return s;
+    };
+    const auto covered = [](const auto& seqs, const std::string& bytes) {
+        for (const auto& seq : seqs) {
+            if (seq.size() != bytes.size()) continue;
+            bool in = true;
+            for (std::size_t k = 0; k < seq.size(); ++k) {
+                const auto b = static_cast<std::uint8_t>(bytes[k]);
+                in = in && seq[k].first <= b && b <= seq[k].second;
+            }
+            if (in) return true;
+        }
+        return false;
+    };
+    const std::pair<char32_t, char32_t> ranges[] = {{0x41, 0x5A}, {0x70, 0x900}, {0x7FF, 0x10010}, {0xD7F0, 0xE010},
+                                                    {0xFFF0, 0x10FFFF}};
+    for (const auto& [lo, hi] : ranges) {
+        const auto seqs = utf8_sequences(lo, hi);
+        for (char32_t cp = lo > 0x40 ? lo - 0x40 : 0; cp <= std::min<char32_t>(hi + 0x40, 0x10FFFF); cp += 7) {
+            if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+            EXPECT_EQ(covered(seqs, encode(cp)), cp >= lo && cp <= hi) << std::hex << static_cast<std::uint32_t>(cp) << " in " << static_cast<std::uint32_t>(lo) << ".."
+                                                                               << static_cast<std::uint32_t>(hi);
+        }
+    }
+}
+
+TEST(RegexTest, RefusesWhatItCannotConstrain) {
+    EXPECT_NE(regex_error("(?=a)b").find("lookaround"), std::string::npos);
+    EXPECT_NE(regex_error("(a)\\1").find("backreferences"), std::string::npos);
+    EXPECT_NE(regex_error("\\bword").find("word boundaries"), std::string::npos);
+    EXPECT_NE(regex_error("(?i)abc").find("inline flags"), std::string::npos);
+    EXPECT_NE(regex_error("a^b").find("anchors"), std::string::npos);
+    EXPECT_NE(regex_error("(ab").find("missing )"), std::string::npos);
+    EXPECT_NE(regex_error("ab)").find("unbalanced"), std::string::npos);
+    EXPECT_NE(regex_error("[z-a]").find("bad character range"), std::string::npos);
+    EXPECT_NE(regex_error("*a").find("nothing to repeat"), std::string::npos);
+    EXPECT_NE(regex_error("a**").find("multiple repeat"), std::string::npos);
+    EXPECT_NE(regex_error("a{3,2}").find("min repeat greater"), std::string::npos);
+    EXPECT_NE(regex_error("[abc").find("unterminated"), std::string::npos);
+    EXPECT_NE(regex_error("\\q").find("bad escape"), std::string::npos);
+    EXPECT_NE(regex_error("(a{1000}){1000}").find("too large"), std::string::npos);
+    EXPECT_EQ(regex_error("a{5}"), "");
+}
+
+TEST(RegexTest, EscapedTextMatchesItself) {
+    const std::string text = R"(a.b*c+(d)[e]{f}|g^h$i\j?k-l/)";
+    EXPECT_TRUE(full_match(regex_escape(text), text));
+    EXPECT_FALSE(full_match(regex_escape(text), "a.b*c+(d)[e]{f}|g^h$i\\j?k-l"));
+}
+
+std::string schema_regex(std::string_view schema, JsonWhitespace ws = {}) {
+    auto regex = json_schema_to_regex(schema, ws);
+    EXPECT_TRUE(regex.ok()) << schema << ": " << regex.status().to_string();
+    return regex.ok() ? regex.value() : "";
+}
+
+TEST(JsonSchemaTest, ObjectsKeepOrderRequiredAndOptional) {
+    const std::string re = schema_regex(R"({"type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name", "age"]})");
+    EXPECT_TRUE(full_match(re, R"({"name": "Ada", "age": 36})"));
+    EXPECT_TRUE(full_match(re, R"({"name":"Ada","age":-1,"tags":["x","y"]})"));
+    EXPECT_TRUE(full_match(re, "{\n  \"name\": \"A\\\"da\",\n  \"age\": 0\n}"));
+    EXPECT_FALSE(full_match(re, R"({"age": 36, "name": "Ada"})"));     // order
+    EXPECT_FALSE(full_match(re, R"({"name": "Ada"})"));                // required
+    EXPECT_FALSE(full_match(re, R"({"name": "Ada", "age": 01})"));     // leading zero
+    EXPECT_FALSE(full_match(re, R"({"name": "Ada", "age": 3, "x": 1})"));  // undeclared
+    EXPECT_FALSE(full_match(re, "{\"name\": \"a\nb\", \"age\": 3}"));  // raw control character
+}
+
+TEST(JsonSchemaTest, AllOptionalPropertiesAndExtras) {
+    const std::string re = schema_regex(R"({"properties": {"a": {"type": "boolean"}, "b": {"type": "null"}}})");
+    EXPECT_TRUE(full_match(re, "{}"));
+    EXPECT_TRUE(full_match(re, R"({"b": null})"));
+    EXPECT_TRUE(full_match(re, R"({"a": true, "b": null})"));
+    EXPECT_FALSE(full_match(re, R"({, "b": null})"));
+    EXPECT_FALSE(full_match(re, R"({"a": true,})"));
+    const std::string extras = schema_regex(
+        R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
+            "additionalProperties": {"type": "number"}})");
+    EXPECT_TRUE(full_match(extras, R"({"id": 1, "x": 2.5e3, "y": -0.5})"));
+    EXPECT_FALSE(full_match(extras, R"({"id": 1, "x": "s"})"));
+    const std::string any_object = schema_regex(R"({"type": "object"})");
+    EXPECT_TRUE(full_match(any_object, R"({"k": [1, {"z": null}], "s": "t"})"));
+    EXPECT_FALSE(full_match(any_object, R"([1])"));
+}
+
+TEST(JsonSchemaTest, ArraysEnumsConstAndUnions) {
+    const std::string re = schema_regex(R"({"type": "array", "items": {"enum": ["red", "green", 3]},
+                                           "minItems": 1, "maxItems": 2})");
+    EXPECT_TRUE(full_match(re, R"(["red"])"));
+    EXPECT_TRUE(full_match(re, R"([3, "green"])"));
+    EXPECT_FALSE(full_match(re, R"([])"));
+    EXPECT_FALSE(full_match(re, R"(["red", "red", "red"])"));
+    EXPECT_FALSE(full_match(re, R"(["blue"])"));
+    const std::string tuple = schema_regex(R"({"prefixItems": [{"type": "integer"}, {"const": "x"}], "items": false,
+                                              "minItems": 1})");
+    EXPECT_TRUE(full_match(tuple, R"([1, "x"])"));
+    EXPECT_TRUE(full_match(tuple, R"([1])"));
+    EXPECT_FALSE(full_match(tuple, R"(["x"])"));
+    const std::string either = schema_regex(R"({"anyOf": [{"type": "string", "maxLength": 2}, {"type": "null"}]})");
+    EXPECT_TRUE(full_match(either, R"("ab")"));
+    EXPECT_TRUE(full_match(either, "null"));
+    EXPECT_FALSE(full_match(either, R"("abc")"));
+    const std::string typed = schema_regex(R"({"type": ["number", "boolean"]})");
+    EXPECT_TRUE(full_match(typed, "1.5E-3"));
+    EXPECT_TRUE(full_match(typed, "false"));
+    EXPECT_FALSE(full_match(typed, "\"1\""));
+}
+
+TEST(JsonSchemaTest, StringFormatsAndPatterns) {
+    EXPECT_TRUE(full_match(schema_regex(R"({"type": "string", "format": "date"})"), R"("2026-12-04")"));
+    EXPECT_FALSE(full_match(schema_regex(R"({"type": "string", "format": "date"})"), R"("2026-13-04")"));
+    EXPECT_TRUE(full_match(schema_regex(R"({"type": "string", "format": "date-time"})"),
+                           R"("2026-12-04T22:14:11Z")"));
+    EXPECT_TRUE(full_match(schema_regex(R"({"type": "string", "format": "uuid"})"),
+                           R"("123e4567-e89b-12d3-a456-426614174000")"));
+    const std::string code = schema_regex(R"({"type": "string", "pattern": "^[A-Z]{3}-\\d+$"})");
+    EXPECT_TRUE(full_match(code, R"("ABC-42")"));
+    EXPECT_FALSE(full_match(code, R"("AB-42")"));
+}
+
+TEST(JsonSchemaTest, RefsAndRecursionAreCut) {
+    const std::string re = schema_regex(R"({"$defs": {"node": {"type": "object", "properties": {
+        "v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+        "required": ["v", "next"]}}, "$ref": "#/$defs/node"})");
+    EXPECT_TRUE(full_match(re, R"({"v": 1, "next": {"v": 2, "next": null}})"));
+    EXPECT_FALSE(full_match(re, R"({"v": 1, "next": 2})"));
+    std::string deep = "null";
+    for (int i = 0; i < 10; ++i) deep = R"({"v": 1, "next": )" + deep + "}";
+    EXPECT_FALSE(full_match(re, deep));  // deeper than kMaxNesting
+}
+
+TEST(JsonSchemaTest, Whitespace) {
+    const char* schema = R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                             "required": ["a", "b"]})";
+    const std::string compact = schema_regex(schema, {.mode = JsonWhitespace::Mode::kCompact});
+    EXPECT_TRUE(full_match(compact, R"({"a": 1, "b": 2})"));
+    EXPECT_FALSE(full_match(compact, R"({"a":1,"b":2})"));
+    EXPECT_FALSE(full_match(compact, "{\"a\": 1,\n\"b\": 2}"));
+    const std::string custom = schema_regex(schema, {.mode = JsonWhitespace::Mode::kPattern, .pattern = "[ ]?"});
+    EXPECT_TRUE(full_match(custom, R"({"a":1, "b" :2})"));
+    EXPECT_FALSE(full_match(custom, R"({"a":1,  "b":2})"));
+}
+
+TEST(JsonSchemaTest, RefusesWhatItWouldIgnore) {
+    const auto error = [](std::string_view schema) {
+        auto r = json_schema_to_regex(schema);
+        return r.ok() ? std::string() : r.status().message();
+    };
+    EXPECT_NE(error(R"({"type": "integer", "minimum": 0})").find("'minimum' is not supported"), std::string::npos);
+    EXPECT_NE(error(R"({"not": {"type": "string"}})").find("'not'"), std::string::npos);
+    EXPECT_NE(error(R"({"type": "strin"})").find("unknown type 'strin'"), std::string::npos);
+    EXPECT_NE(error(R"({"$ref": "#/$defs/missing"})").find("names nothing"), std::string::npos);
+    EXPECT_NE(error(R"({"$ref": "http://x/y.json"})").find("not local"), std::string::npos);
+    EXPECT_NE(error(R"({"type": "object", "required": ["a"]})").find("'a' is not among"), std::string::npos);
+    EXPECT_NE(error("{not json").find("not valid JSON"), std::string::npos);
+    EXPECT_NE(error("false").find("admits no value"), std::string::npos);
+    EXPECT_NE(error(R"j({"type": "string", "pattern": "(?=x)"})j").find("lookaround"), std::string::npos);
+}
+
+// A toy vocabulary: single characters, a few merges, two special tokens and a stop token.
+std::shared_ptr<const Vocabulary> toy_vocabulary() {
+    std::vector<std::string> bytes = {"<eos>", "<special>", "{", "}", "\"", "a", "b", "ab", "\"a", "{\"", ":", " ",
+                                      "1", "12", "\": ", "é", "\xC3", "\xA9", ""};
+    std::vector<bool> special(bytes.size(), false);
+    special[0] = special[1] = true;
+    return std::make_shared<Vocabulary>(bytes, special);
+}
+
+std::vector<std::int32_t> allowed(GrammarMatcher& m) {
+    auto mask = m.allowed_tokens();
+    EXPECT_TRUE(mask.ok()) << mask.status().to_string();
+    std::vector<std::int32_t> ids;
+    if (!mask.ok()) return ids;
+    for (std::int32_t t = 0; t < 32 * static_cast<std::int32_t>(mask.value()->size()); ++t)
+        if (bitmask_allows(*mask.value(), t)) ids.push_back(t);
+    return ids;
+}
+
+TEST(TokenGrammarTest, MasksFollowTheMatch) {
+    auto grammar = std::make_shared<CompiledGrammar>(compile_regex(R"((ab)+1?)").value(), toy_vocabulary());
+    GrammarMatcher m(grammar, /*stop_tokens=*/{0});
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{5, 7}));  // "a", "ab"
+    EXPECT_FALSE(m.accept(6));                                 // "b" cannot start
+    EXPECT_FALSE(m.accept(0));                                 // nor can the stop token
+    ASSERT_TRUE(m.accept(7));
+    EXPECT_TRUE(m.can_stop());
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{0, 5, 7, 12}));  // stop, "a", "ab", "1"
+    ASSERT_TRUE(m.accept(12));
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{0}));  // only the stop token is left
+    EXPECT_FALSE(m.terminated());
+    ASSERT_TRUE(m.accept(0));
+    EXPECT_TRUE(m.terminated());
+}
+
+TEST(TokenGrammarTest, MultiByteCharactersSplitOverTokens) {
+    auto grammar = std::make_shared<CompiledGrammar>(compile_regex("é+").value(), toy_vocabulary());
+    GrammarMatcher m(grammar, {0});
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{15, 16}));  // "é" and its first byte
+    ASSERT_TRUE(m.accept(16));
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{17}));  // the second byte, no stop mid-character
+    ASSERT_TRUE(m.accept(17));
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{0, 15, 16}));
+}
+
+TEST(TokenGrammarTest, JsonSchemaOverTheVocabulary) {
+    auto grammar = std::make_shared<CompiledGrammar>(
+        compile_regex(schema_regex(R"({"type": "object", "properties": {"a": {"type": "integer"}},
+                                      "required": ["a"]})",
+                                   {.mode = JsonWhitespace::Mode::kCompact}))
+            .value(),
+        toy_vocabulary());
+    GrammarMatcher m(grammar, {0});
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{2, 9}));  // "{", "{\""
+    for (std::int32_t t : {9, 5, 14, 13}) ASSERT_TRUE(m.accept(t)) << t;  // {"  a  ":   12
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{3, 12, 13}));
+    ASSERT_TRUE(m.accept(3));
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{0}));
+}
+
+TEST(TokenGrammarTest, AVocabularyThatCannotSpellThePatternIsAnError) {
+    auto grammar = std::make_shared<CompiledGrammar>(compile_regex("xyz").value(), toy_vocabulary());
+    GrammarMatcher m(grammar, {0});
+    auto mask = m.allowed_tokens();
+    ASSERT_FALSE(mask.ok());
+    EXPECT_NE(mask.status().message().find("no token of the vocabulary can continue"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::grammar
