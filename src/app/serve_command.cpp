@@ -123,6 +123,13 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.random_seed = rank.scheduler.random_seed;
     ec.scheduler = rank.scheduler;
     ec.stream_interval = static_cast<int>(args.stream_interval);
+    ec.grammar_backend = args.grammar_backend != "none";
+    if (!args.constrained_json_whitespace_pattern.empty()) {
+        ec.json_whitespace = {.mode = grammar::JsonWhitespace::Mode::kPattern,
+                              .pattern = args.constrained_json_whitespace_pattern};
+    } else if (args.constrained_json_disable_any_whitespace) {
+        ec.json_whitespace.mode = grammar::JsonWhitespace::Mode::kCompact;
+    }
     ec.default_priority_value = args.default_priority_value;
     ec.abort_on_priority_when_disabled = args.abort_on_priority_when_disabled;
     ec.allow_auto_truncate = args.allow_auto_truncate;

@@ -31,6 +31,9 @@ struct SequenceSampling {
     bool logprobs = false;           // return the chosen token's log-probability
     std::vector<std::pair<std::int32_t, float>> logit_bias;  // added to those logits first
     HiddenCapture hidden_states = HiddenCapture::kNone;
+    // Constrained decoding: bit t of word t / 32 set when token t may be sampled (others get
+    // -inf after penalties, before log-probabilities, as SGLang's vocab_mask); null: any token.
+    std::shared_ptr<const std::vector<std::uint32_t>> allowed_tokens;
 };
 
 struct ForwardSequence {

@@ -22,6 +22,13 @@ SampledToken sample_row(std::span<float> row, const SequenceSampling& s, const s
             row[token] -= s.frequency_penalty * static_cast<float>(count) + s.presence_penalty;
         }
     }
+    if (s.allowed_tokens) {
+        const std::vector<std::uint32_t>& allowed = *s.allowed_tokens;
+        const auto covered = std::min<std::int64_t>(vocab, static_cast<std::int64_t>(allowed.size()) * 32);
+        for (std::int64_t t = 0; t < covered; ++t)
+            if (!((allowed[static_cast<std::size_t>(t >> 5)] >> (t & 31)) & 1u)) row[t] = -INFINITY;
+        for (std::int64_t t = covered; t < vocab; ++t) row[t] = -INFINITY;
+    }
     SampledToken out;
     float log_norm = 0.0f;
     if (s.logprobs || s.top_logprobs > 0) {

@@ -43,6 +43,27 @@ TEST(SampleRowTest, LogitBiasBansAndForces) {
     EXPECT_GT(t.logprob, -1e-3f) << "the forced token has probability ~1";
 }
 
+// Constrained decoding: tokens outside the mask (and past its end) are never drawn, greedy or
+// sampled, and the log-probabilities are those of the masked row.
+TEST(SampleRowTest, AllowedTokensMaskTheRow) {
+    std::vector<std::pair<float, std::int32_t>> scratch;
+    SequenceSampling s;  // greedy
+    s.allowed_tokens = std::make_shared<std::vector<std::uint32_t>>(std::vector<std::uint32_t>{0b1100});
+    std::vector<float> row = {5.0f, 4.0f, 1.0f, 2.0f};
+    EXPECT_EQ(sample_row(row, s, {}, scratch).token, 3);
+    s.logprobs = true;
+    row = {5.0f, 4.0f, 1.0f, 2.0f};
+    EXPECT_NEAR(sample_row(row, s, {}, scratch).logprob, 2.0 - std::log(std::exp(1.0) + std::exp(2.0)), 1e-6);
+    s.params.temperature = 1.0f;
+    std::vector<float> wide(40, 1.0f);  // 40 logits, the mask covers 32 of them
+    s.allowed_tokens = std::make_shared<std::vector<std::uint32_t>>(std::vector<std::uint32_t>{1u << 9});
+    for (std::uint64_t seed = 0; seed < 50; ++seed) {
+        s.params.seed = seed;
+        std::vector<float> r = wide;
+        EXPECT_EQ(sample_row(r, s, {}, scratch).token, 9);
+    }
+}
+
 TEST(SampleRowTest, LogprobsAreTheLogSoftmax) {
     std::vector<std::pair<float, std::int32_t>> scratch;
     SequenceSampling s;
@@ -219,6 +240,7 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     sampling.logprobs = true;
     sampling.logit_bias = {{7, -100.0f}, {3, 2.5f}};
     sampling.hidden_states = HiddenCapture::kFirstPass;
+    sampling.allowed_tokens = std::make_shared<std::vector<std::uint32_t>>(std::vector<std::uint32_t>{0x5, 0x80000000});
     batch.seqs.push_back({"a", {5}, 2, {1, 2, 3}, true, sampling, {10, 11}});
     batch.seqs.push_back({"b", {6, 7}, 0, {4, 5}, false, {}, {}});
     std::int64_t flags = 0;
@@ -237,6 +259,9 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     EXPECT_TRUE(got.logprobs);
     EXPECT_EQ(got.logit_bias, sampling.logit_bias);
     EXPECT_EQ(got.hidden_states, HiddenCapture::kFirstPass);
+    ASSERT_TRUE(got.allowed_tokens);
+    EXPECT_EQ(*got.allowed_tokens, *sampling.allowed_tokens);
+    EXPECT_FALSE(back->seqs[1].sampling.allowed_tokens);
     EXPECT_FALSE(back->record_routed_experts);
     batch.record_routed_experts = true;
     EXPECT_TRUE(decode_step(encode_step(batch, kStepWithSampling))->record_routed_experts);

@@ -16,6 +16,10 @@ class Writer {
         i64(static_cast<std::int64_t>(v.size()));
         append(v.data(), v.size() * sizeof(std::int32_t));
     }
+    void u32s(const std::vector<std::uint32_t>& v) {
+        i64(static_cast<std::int64_t>(v.size()));
+        append(v.data(), v.size() * sizeof(std::uint32_t));
+    }
     std::vector<std::uint8_t> take() { return std::move(bytes_); }
 
  private:
@@ -51,6 +55,13 @@ class Reader {
             return false;
         v->resize(static_cast<std::size_t>(n));
         return take(v->data(), v->size() * sizeof(std::int32_t));
+    }
+    bool u32s(std::vector<std::uint32_t>* v) {
+        std::int64_t n = 0;
+        if (!i64(&n) || n < 0 || static_cast<std::size_t>(n) > (bytes_.size() - pos_) / sizeof(std::uint32_t))
+            return false;
+        v->resize(static_cast<std::size_t>(n));
+        return take(v->data(), v->size() * sizeof(std::uint32_t));
     }
     bool done() const { return pos_ == bytes_.size(); }
     std::size_t remaining() const { return bytes_.size() - pos_; }
@@ -99,6 +110,8 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
             w.f32(bias);
         }
         w.i64(static_cast<std::int64_t>(p.hidden_states));
+        w.i64(p.allowed_tokens ? 1 : 0);
+        if (p.allowed_tokens) w.u32s(*p.allowed_tokens);
         w.i32s(s.output_ids);
     }
     return w.take();
@@ -140,6 +153,13 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
         if (!r.i64(&capture) || capture < 0 || capture > static_cast<std::int64_t>(HiddenCapture::kFirstPass))
             return Status::DataLoss("corrupt hidden-state capture in a step");
         p.hidden_states = static_cast<HiddenCapture>(capture);
+        bool constrained = false;
+        if (!r.flag(&constrained)) return Status::DataLoss("corrupt allowed-token flag in a step");
+        if (constrained) {
+            auto allowed = std::make_shared<std::vector<std::uint32_t>>();
+            if (!r.u32s(allowed.get())) return Status::DataLoss("corrupt allowed tokens in a step");
+            p.allowed_tokens = std::move(allowed);
+        }
         if (!r.i32s(&s.output_ids)) return Status::DataLoss("corrupt sampling parameters in a step");
     }
     if (!r.done()) return Status::DataLoss("trailing bytes in a step");

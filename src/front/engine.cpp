@@ -54,6 +54,7 @@ Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
       tool_use_template_(std::move(tool_use_template)),
+      grammar_compiler_(tokenizer ? std::make_unique<GrammarCompiler>(*tokenizer, config_.json_whitespace) : nullptr),
       runner_(runner),
       scheduler_(config_.scheduler, runner),
       seed_rng_(config_.random_seed),
@@ -175,6 +176,21 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
                                            std::to_string(vocab_size()) + ")");
     }
     req.sampling.logit_bias = p.logit_bias;
+    if (p.constraint) {
+        if (!config_.is_generation)
+            return Status::InvalidArgument("regex and json_schema constrain generated text; this server serves embeddings");
+        if (!config_.grammar_backend) {
+            return Status::InvalidArgument("Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not "
+                                           "supported when the server is launched with --grammar-backend none");
+        }
+        if (!grammar_compiler_) {
+            return Status::InvalidArgument("regex and json_schema need the tokenizer, which --skip-tokenizer-init "
+                                           "leaves out");
+        }
+        std::vector<std::int32_t> stops = req.eos_token_ids;
+        stops.insert(stops.end(), req.stop_token_ids.begin(), req.stop_token_ids.end());
+        TSR_ASSIGN_OR_RETURN(req.constraint, grammar_compiler_->constraint(*p.constraint, std::move(stops)));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_.count(req.rid) != 0) return Status::InvalidArgument("request id " + req.rid + " is already running");
     req.sampling.params.seed = p.seed ? *p.seed : seed_rng_();

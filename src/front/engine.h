@@ -20,6 +20,7 @@
 
 #include "executor/forward_batch.h"
 #include "front/crash_dump.h"
+#include "front/grammar_compiler.h"
 #include "front/request_log.h"
 #include "front/request_metrics_file.h"
 #include "scheduler/scheduler.h"
@@ -74,6 +75,10 @@ struct EngineConfig {
     // --crash-dump-folder: where the recent requests are written if the server fails ("": off).
     std::string crash_dump_folder;
     int scheduler_recv_interval = 1;  // --scheduler-recv-interval
+    // Constrained decoding: off under --grammar-backend none (such requests are refused); how
+    // JSON-constrained output may place whitespace.
+    bool grammar_backend = true;
+    grammar::JsonWhitespace json_whitespace;
     std::string metric_labels;        // server::metric_labels(): model_name and --extra-metric-labels
 };
 
@@ -166,6 +171,7 @@ class Engine final : public server::Backend {
     std::int64_t vocab_size() const { return tokenizer_ ? tokenizer_->vocab_size() : config_.vocab_size; }
     const std::optional<tokenizer::ChatTemplate> chat_template_;
     const std::optional<tokenizer::ChatTemplate> tool_use_template_;
+    std::unique_ptr<GrammarCompiler> grammar_compiler_;  // null without a tokenizer
     executor::BatchRunner& runner_;  // the scheduler drives it; lockstep runners also get idle steps
     scheduler::Scheduler scheduler_;  // scheduler thread only
 

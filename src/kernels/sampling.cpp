@@ -87,11 +87,15 @@ std::int32_t sample(const float* logits, std::int64_t vocab, const SamplingParam
     std::uniform_real_distribution<double> uniform(0.0, total);
     const double target = uniform(rng);
     double cumulative = 0.0;
+    std::size_t last_possible = 0;
     for (std::size_t i = 0; i < n; ++i) {
         cumulative += scratch[i].first;
         if (target < cumulative) return scratch[i].second;
+        if (scratch[i].first > 0.0f) last_possible = i;
     }
-    return scratch[n - 1].second;
+    // Rounding left the target past the sum: the last candidate that could be drawn, never a
+    // banned (-inf, probability 0) one.
+    return scratch[last_possible].second;
 }
 
 }  // namespace tessera::kernels

@@ -33,6 +33,10 @@ void Req::check_finished() {
         finish_reason = FinishReason::kLength;
         return;
     }
+    if (constraint && constraint->terminated()) {
+        finish_reason = FinishReason::kStop;
+        return;
+    }
     if (ignore_eos) return;
     const std::int32_t last = output_ids.back();
     const auto has = [last](const std::vector<std::int32_t>& ids) {

@@ -14,6 +14,7 @@
 
 #include "executor/forward_batch.h"
 #include "kvcache/prefix_cache.h"
+#include "scheduler/token_constraint.h"
 
 namespace tessera::scheduler {
 
@@ -63,6 +64,10 @@ struct Req {
     // routing of positions [routed_experts_start_len, prompt + output - 1), in order.
     bool return_routed_experts = false;
     std::int64_t routed_experts_start_len = 0;
+    // Constrained decoding (a regex or JSON schema the output must match); null: none. With
+    // think_end_id it applies from the token after the think-end token (SGLang's
+    // ReasonerGrammarBackend).
+    std::shared_ptr<TokenConstraint> constraint;
     ReqEventSink sink;       // may be empty (no events)
 
     // ---- owned by the scheduler -------------------------------------------------------
@@ -82,6 +87,9 @@ struct Req {
     bool admitted_once = false;
     std::int64_t reasoning_tokens = 0;
     bool reasoning_over = false;  // the think-end token came
+    // The constraint could not give the mask of a step in flight: the request ends with this
+    // error when that step's token comes.
+    std::string constraint_error;
     std::int64_t routed_experts_sent = -1;           // positions whose routing went out (-1: none yet)
     std::vector<std::int32_t> routed_experts_ready;  // for the next event
     // Scheduler clock (seconds): when it was queued, and first put in a batch (-1: not yet).
@@ -109,12 +117,14 @@ struct Req {
     std::vector<std::int32_t> fill_ids(std::int64_t begin, std::int64_t end) const;
     bool finished() const { return finish_reason != FinishReason::kNone; }
 
-    // Sets finish_reason after a token was appended, in SGLang's order: length first, then
-    // eos / stop ids unless ignore_eos.
+    // Sets finish_reason after a token was appended, in SGLang's order: length first, then a
+    // completed constraint, then eos / stop ids unless ignore_eos.
     void check_finished();
     // Counts an appended output token as reasoning until the think-end token, that one
     // included (SGLang's Req.update_reasoning_tokens).
     void count_reasoning(std::int32_t token);
+    // The constraint applies to the next output token (it has one, and any reasoning is over).
+    bool constrained_now() const { return constraint && (!think_end_id || reasoning_over); }
 };
 
 }  // namespace tessera::scheduler

@@ -677,6 +677,7 @@ void Scheduler::launch_prefill(const std::vector<PrefillItem>& items, const std:
                              .truncated = it.truncated, .start_pos = start, .n_tokens = it.extend_len});
         ++r.in_flight_steps;
         if (!it.truncated) {
+            constrain(r, batch.seqs.back());
             ++r.pending_tokens;
             prefilling_.push_back(&r);
         }
@@ -748,7 +749,8 @@ std::vector<Req*> Scheduler::decode_micro_batch(const std::vector<Req*>& reqs) c
     for (Req* r : reqs) {
         // Overlap: the one step in flight samples its token, which this step is fed; unless
         // that token is its last by length (a stop token is only known when it comes).
-        const bool can_follow = config_.overlap_schedule && r->pending_tokens == 1 &&
+        // A constrained request never follows: its next mask depends on the token in flight.
+        const bool can_follow = config_.overlap_schedule && r->pending_tokens == 1 && !r->constraint &&
                                 static_cast<std::int64_t>(r->output_ids.size()) + 1 < r->max_new_tokens;
         if (r->pending_tokens > 0 && !can_follow) continue;
         batch.push_back(r);
@@ -840,6 +842,7 @@ void Scheduler::add_decode_seq(Req& r, executor::ForwardBatch& batch, InFlightSt
                           .need_token = true,
                           .sampling = r.sampling,
                           .output_ids = r.output_ids});
+    constrain(r, batch.seqs.back());
     step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = true, .decode = true, .start_pos = pos,
                          .n_tokens = 1});
     ++r.in_flight_steps;
@@ -949,6 +952,9 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
         if (!tok.embedding.empty()) {
             // An embedding request ends with its prompt, as SGLang's FINISH_LENGTH(length=0).
             r.finish_reason = FinishReason::kLength;
+        } else if (!take_constrained_token(r, tok.token)) {
+            any_finished = true;
+            continue;
         } else {
             r.output_ids.push_back(tok.token);
             r.count_reasoning(tok.token);
@@ -979,7 +985,29 @@ void Scheduler::apply_decode_results(const std::vector<Req*>& reqs,
     if (++forward_ct_decode_ % config_.decode_log_interval == 0) log_decode();
 }
 
+void Scheduler::constrain(Req& r, executor::ForwardSequence& seq) {
+    if (!r.constrained_now() || !r.constraint_error.empty()) return;
+    auto allowed = r.constraint->allowed_tokens();
+    if (allowed.ok()) {
+        seq.sampling.allowed_tokens = std::move(allowed.value());
+    } else {
+        r.constraint_error = allowed.status().message();
+    }
+}
+
+bool Scheduler::take_constrained_token(Req& r, std::int32_t token) {
+    std::string error = r.constraint_error;
+    if (error.empty() && r.constrained_now() && !r.constraint->accept(token))
+        error = fmt::format("token {} is not allowed by the request's grammar", token);
+    if (error.empty()) return true;
+    drop_uncomputed_tail(r);
+    cache_finished_req(r);
+    finish(r, FinishReason::kAbort, "constrained decoding failed: " + error);
+    return false;
+}
+
 bool Scheduler::apply_decode_token(Req& r, const executor::SampledToken& tok) {
+    if (!take_constrained_token(r, tok.token)) return true;
     r.output_ids.push_back(tok.token);
     r.count_reasoning(tok.token);
     ++generation_tokens_total_;

@@ -217,6 +217,11 @@ class Scheduler {
     std::vector<Req*> ready_to_decode() const;
     std::vector<Req*> mixed_decode_batch();
     void add_decode_seq(Req& r, executor::ForwardBatch& batch, InFlightStep& step);
+    // Constrained decoding: the tokens `r` may sample in the step `seq` joins (a failure is kept
+    // in r.constraint_error); and, when its token comes, the constraint told of it. False when
+    // the request ended instead (the constraint failed or refused the token): its last event is out.
+    void constrain(Req& r, executor::ForwardSequence& seq);
+    bool take_constrained_token(Req& r, std::int32_t token);
     // A decode token's result; true when it finished the request.
     bool apply_decode_token(Req& r, const executor::SampledToken& tok);
     std::vector<Req*> update_running_batch();

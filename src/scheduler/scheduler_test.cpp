@@ -125,6 +125,19 @@ class FakeRunner final : public executor::BatchRunner {
         return n;
     }
 
+    // Constrained decoding: the first allowed token at or after `token` (wrapping around).
+    static std::int32_t allowed_token(std::int32_t token, const executor::SequenceSampling& sampling) {
+        if (!sampling.allowed_tokens) return token;
+        const auto& mask = *sampling.allowed_tokens;
+        for (std::int32_t k = 0; k < kVocab; ++k) {
+            const std::int32_t t = (token + k) % kVocab;
+            if (static_cast<std::size_t>(t >> 5) < mask.size() && ((mask[t >> 5] >> (t & 31)) & 1u)) return t;
+        }
+        ADD_FAILURE() << "a mask allows no token";
+        return token;
+    }
+    int masked_samples = 0;
+
     StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override {
         if (before_run) before_run();
         if (fail_next) {
@@ -177,7 +190,8 @@ class FakeRunner final : public executor::BatchRunner {
                 out.push_back({});
                 if (s.need_token) out.back().embedding = {static_cast<float>(to_token(acc)), 1.0f};
             } else {
-                out.push_back({.token = s.need_token ? to_token(acc) : -1});
+                out.push_back({.token = s.need_token ? allowed_token(to_token(acc), s.sampling) : -1});
+                if (s.sampling.allowed_tokens) ++masked_samples;
             }
             // --enable-return-routed-experts: each token's "experts" are its id and position.
             for (std::size_t i = 0; batch.record_routed_experts && i < s.tokens.size(); ++i) {
@@ -202,6 +216,7 @@ struct Result {
     std::int64_t reasoning_tokens = -1;
     std::vector<std::int32_t> routed_experts;  // every event's, in order
     FinishReason reason = FinishReason::kNone;
+    std::string error;
     std::int64_t cached_tokens = -1;
     int n_events = 0;
 };
@@ -237,6 +252,7 @@ class Harness {
                 finish_order_.push_back(key);
                 EXPECT_EQ(r.reason, FinishReason::kNone) << rid << " finished twice";
                 r.reason = ev.finish_reason;
+                r.error = ev.error;
                 r.cached_tokens = ev.cached_tokens;
                 r.reasoning_tokens = ev.reasoning_tokens;
                 EXPECT_EQ(ev.completion_tokens, static_cast<std::int64_t>(r.tokens.size()));
@@ -1359,6 +1375,105 @@ TEST(SchedulerConfigTest, MixedChunkNeedsOneStepInFlight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PageSizes, SchedulerTest, ::testing::Values(1, 16));
+
+// Constrained decoding with a stand-in constraint: `length` even tokens (4 or more), then the
+// stop token 2. It records what it was told.
+class EvenTokens final : public TokenConstraint {
+ public:
+    explicit EvenTokens(int length, bool fail = false) : length_(length), fail_(fail) {}
+    StatusOr<std::shared_ptr<const std::vector<std::uint32_t>>> allowed_tokens() override {
+        if (fail_ && static_cast<int>(accepted.size()) == 1) return Status::ResourceExhausted("too many states");
+        auto mask = std::make_shared<std::vector<std::uint32_t>>((kVocab + 31) / 32, 0u);
+        const bool done = static_cast<int>(accepted.size()) == length_;
+        for (std::int32_t t = done ? 2 : 4; t < (done ? 3 : kVocab); t += 2) (*mask)[t >> 5] |= 1u << (t & 31);
+        return std::shared_ptr<const std::vector<std::uint32_t>>(std::move(mask));
+    }
+    bool accept(std::int32_t token) override {
+        const bool done = static_cast<int>(accepted.size()) == length_;
+        if (done ? token != 2 : (token % 2 != 0 || token < 4)) return false;
+        accepted.push_back(token);
+        terminated_ = done;
+        return true;
+    }
+    bool terminated() const override { return terminated_; }
+    std::vector<std::int32_t> accepted;
+
+ private:
+    int length_;
+    bool fail_;
+    bool terminated_ = false;
+};
+
+TEST(ConstrainedDecodingTest, EveryTokenIsMaskedAndToldAndTheMatchStops) {
+    for (const bool overlap : {false, true}) {
+        SCOPED_TRACE(overlap ? "overlap" : "plain");
+        Harness h(overlap ? overlapped(1) : roomy(1), /*queued=*/overlap);
+        auto constraint = std::make_shared<EvenTokens>(5);
+        Req req = make_req("c", prompt(3, 20), 40, /*ignore_eos=*/false);
+        req.constraint = constraint;
+        h.add(req);
+        h.add(make_req("free", prompt(4, 9), 12));  // unconstrained, decoding beside it
+        h.run();
+        const Result& got = h.results_["c"];
+        EXPECT_EQ(got.reason, FinishReason::kStop);
+        ASSERT_EQ(got.tokens.size(), 6u);
+        EXPECT_EQ(got.tokens, constraint->accepted);
+        EXPECT_EQ(got.tokens.back(), 2);
+        for (std::size_t i = 0; i + 1 < got.tokens.size(); ++i) EXPECT_EQ(got.tokens[i] % 2, 0) << i;
+        EXPECT_EQ(h.runner_.masked_samples, 6);
+        EXPECT_EQ(h.results_["free"].tokens, expected(make_req("free", prompt(4, 9), 12)));
+        // Under overlap the constrained request waited for each token; the other did not.
+        EXPECT_EQ(h.runner_.dependency_violations, 0);
+        if (overlap) {
+            EXPECT_GT(h.runner_.future_fed, 0);
+        }
+    }
+}
+
+TEST(ConstrainedDecodingTest, TheStopTokenEndsTheMatchEvenWithIgnoreEos) {
+    Harness h(roomy(1));
+    Req req = make_req("c", prompt(5, 8), 40, /*ignore_eos=*/true);
+    req.constraint = std::make_shared<EvenTokens>(2);
+    h.add(req);
+    h.run();
+    EXPECT_EQ(h.results_["c"].reason, FinishReason::kStop);
+    EXPECT_EQ(h.results_["c"].tokens.size(), 3u);
+}
+
+TEST(ConstrainedDecodingTest, AFailingConstraintAbortsTheRequestAndFreesItsKv) {
+    Harness h(roomy(4));
+    Req req = make_req("c", prompt(6, 13), 40, /*ignore_eos=*/false);
+    req.constraint = std::make_shared<EvenTokens>(5, /*fail=*/true);
+    h.add(req);
+    h.run();
+    const Result& got = h.results_["c"];
+    EXPECT_EQ(got.reason, FinishReason::kAbort);
+    EXPECT_EQ(got.error, "constrained decoding failed: too many states");
+    EXPECT_EQ(got.tokens.size(), 1u);  // the second token's mask failed: that token is not sent
+}
+
+TEST(ConstrainedDecodingTest, ReasoningComesFirstUnconstrained) {
+    Harness h(roomy(1));
+    const Tokens input = prompt(7, 10);
+    // The think-end token is the request's second unconstrained token.
+    const std::int32_t first = reference_next(input);
+    Tokens history = input;
+    history.push_back(first);
+    const std::int32_t think_end = reference_next(history);
+    auto constraint = std::make_shared<EvenTokens>(3);
+    Req req = make_req("c", input, 40, /*ignore_eos=*/false);
+    req.think_end_id = think_end;
+    req.constraint = constraint;
+    h.add(req);
+    h.run();
+    const Result& got = h.results_["c"];
+    ASSERT_EQ(got.tokens.size(), 6u);
+    EXPECT_EQ(got.tokens[0], first);
+    EXPECT_EQ(got.tokens[1], think_end);
+    EXPECT_EQ(constraint->accepted, Tokens(got.tokens.begin() + 2, got.tokens.end()));
+    EXPECT_EQ(got.reason, FinishReason::kStop);
+    EXPECT_EQ(h.runner_.masked_samples, 4);
+}
 
 }  // namespace
 }  // namespace tessera::scheduler

@@ -21,6 +21,13 @@ namespace tessera::server {
 // last output token; or true (full), the prompt's rows and then one per output token.
 enum class HiddenStatesMode { kNone, kLast, kFull };
 
+// Constrained decoding (SGLang's regex and json_schema sampling parameters, and the OpenAI
+// response_format): the output must match the regex, or be an instance of the JSON schema.
+struct OutputConstraint {
+    enum class Kind { kRegex, kJsonSchema } kind = Kind::kRegex;
+    std::string text;  // the regex, or the schema's JSON text
+};
+
 struct GenerationParams {
     std::int64_t max_new_tokens = 16;  // < 0: up to the context length (chat without max_tokens)
     float temperature = 1.0f;
@@ -52,6 +59,7 @@ struct GenerationParams {
     // [routed_experts_start_len, prompt + output - 1) come with the last event.
     bool return_routed_experts = false;
     std::int64_t routed_experts_start_len = 0;
+    std::optional<OutputConstraint> constraint;
 };
 
 struct GenerationInput {

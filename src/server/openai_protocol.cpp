@@ -185,15 +185,72 @@ std::int64_t max_tokens_limit(const ProtocolOptions& o) {
     return o.max_model_len > 0 ? o.max_model_len : std::numeric_limits<std::int32_t>::max();
 }
 
-// Features that need a grammar backend or other machinery tessera does not have yet: a
-// request that sets one is refused rather than served without it.
+// Features that need machinery tessera does not have yet: a request that sets one is refused
+// rather than served without it.
 void reject_unsupported(FieldReader& r) {
-    for (const char* name : {"regex", "json_schema", "ebnf", "structural_tag"}) {
-        if (r.has(name)) r.fail(name, "is not supported by this server (no constrained decoding)");
-    }
     for (const char* name : {"lora_path", "custom_logit_processor", "custom_params"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server");
     }
+}
+
+// Constrained decoding: regex, json_schema (its JSON text, or the schema itself), and the
+// grammar kinds tessera's backend does not take (ebnf, structural_tag), refused by name. At most
+// one, as SGLang's sampling_params.py verify() says.
+void set_constraint(FieldReader& r, GenerationParams& p, OutputConstraint::Kind kind, std::string text,
+                    const char* name) {
+    if (p.constraint) return r.fail(name, "Only one of regex, json_schema, or ebnf can be set.");
+    p.constraint = OutputConstraint{kind, std::move(text)};
+}
+
+void read_constraint(FieldReader& r, GenerationParams& p) {
+    if (const Json* j = r.get("regex"); j && !j->is_null()) {
+        if (!j->is_string()) {
+            r.wrong_type<int>("regex", "a string", *j);
+            return;
+        }
+        set_constraint(r, p, OutputConstraint::Kind::kRegex, j->get<std::string>(), "regex");
+    }
+    if (const Json* j = r.get("json_schema"); j && !j->is_null()) {
+        if (!j->is_string() && !j->is_object() && !j->is_boolean()) {
+            r.wrong_type<int>("json_schema", "a JSON schema (an object, or its JSON text)", *j);
+            return;
+        }
+        set_constraint(r, p, OutputConstraint::Kind::kJsonSchema, j->is_string() ? j->get<std::string>() : dump(*j),
+                       "json_schema");
+    }
+    if (const Json* j = r.get("ebnf"); j && !j->is_null()) {
+        if (p.constraint) return r.fail("ebnf", "Only one of regex, json_schema, or ebnf can be set.");
+        r.fail("ebnf", "EBNF grammars are not supported by tessera's grammar backend; use regex or json_schema");
+    }
+    if (const Json* j = r.get("structural_tag"); j && !j->is_null())
+        r.fail("structural_tag", "is not supported by tessera's grammar backend; use regex or json_schema");
+}
+
+// OpenAI's response_format (SGLang's serving_chat.py _build_sampling_params): json_object asks
+// for any object, json_schema for an instance of json_schema.schema.
+void read_response_format(FieldReader& r, GenerationParams& p) {
+    const Json* rf = r.get("response_format");
+    if (rf == nullptr || rf->is_null()) return;
+    const char* expected = "must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", "
+                           "\"json_schema\": {\"name\": ..., \"schema\": {...}}}";
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+        return r.fail("response_format", expected);
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "text") return;
+    if (type == "json_object")
+        return set_constraint(r, p, OutputConstraint::Kind::kJsonSchema, R"({"type": "object"})", "response_format");
+    if (type == "json_schema") {
+        const Json* js = rf->contains("json_schema") ? &(*rf)["json_schema"] : nullptr;
+        if (js == nullptr || !js->is_object())
+            return r.fail("response_format.json_schema", "is required with type json_schema: {\"name\": ..., "
+                                                         "\"schema\": {...}}");
+        if (!js->contains("schema") || !((*js)["schema"].is_object() || (*js)["schema"].is_boolean()))
+            return r.fail("response_format.json_schema.schema", "is required: the JSON schema of the output");
+        return set_constraint(r, p, OutputConstraint::Kind::kJsonSchema, dump((*js)["schema"]), "response_format");
+    }
+    if (type == "structural_tag")
+        return r.fail("response_format", "structural_tag is not supported by tessera's grammar backend");
+    r.fail("response_format", expected);
 }
 
 // logit_bias: {"<token id>": bias in [-100, 100], ...} (OpenAI); ids are checked against the
@@ -277,10 +334,8 @@ void read_openai_sampling(FieldReader& r, ApiKind kind, const ProtocolOptions& o
     read_priority(r, p);
     read_return_hidden_states(r, p);
     read_routed_experts(r, p);
-    if (const Json* rf = r.get("response_format")) {
-        if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")
-            r.fail("response_format", "only {\"type\": \"text\"} is supported by this server");
-    }
+    read_constraint(r, p);
+    read_response_format(r, p);
     reject_unsupported(r);
 }
 
@@ -637,6 +692,7 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     }
     FieldReader s(*sp, "sampling_params.");
     read_native_sampling(s, o, base.params, n);
+    read_constraint(s, base.params);
     reject_unsupported(s);
     if (!s.ok()) r.fail_with(*s.error());
 }

@@ -172,7 +172,13 @@ TEST(OpenAiProtocolTest, ChatErrorsNameTheField) {
     expect_error(chat("{" + m + R"(, "stream_options": {"include_usage": true}})"), "stream_options");
     expect_error(chat("{" + m + R"(, "stream": true, "stream_options": {"include_usage": 1}})"),
                  "stream_options.include_usage");
-    expect_error(chat("{" + m + R"(, "response_format": {"type": "json_object"}})"), "response_format");
+    expect_error(chat("{" + m + R"(, "response_format": {"type": "xml"}})"), "response_format");
+    expect_error(chat("{" + m + R"(, "response_format": {"type": "json_schema"}})"), "response_format.json_schema");
+    expect_error(chat("{" + m + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}})"),
+                 "response_format.json_schema.schema");
+    expect_error(chat("{" + m + R"(, "response_format": {"type": "structural_tag"}})"), "response_format");
+    expect_error(chat("{" + m + R"(, "regex": "a", "response_format": {"type": "json_object"}})"), "response_format");
+    expect_error(chat("{" + m + R"(, "regex": 5})"), "regex");
     expect_error(chat("{" + m + R"(, "tool_choice": "required"})"), "tool_choice");
     expect_error(chat("{" + m + R"(, "tools": [{"type": "function"}]})"), "tools[0]");
     expect_error(chat("{" + m + R"(, "chat_template_kwargs": [1]})"), "chat_template_kwargs");
@@ -291,9 +297,50 @@ TEST(OpenAiProtocolTest, NativeGenerate) {
     expect_error(generate(R"({"text": ["a", "b"]})"), "text");
     expect_error(generate(R"({"text": "a", "sampling_params": {"max_new_tokens": -5}})"),
                  "sampling_params.max_new_tokens");
-    expect_error(generate(R"({"text": "a", "sampling_params": {"regex": "a+"}})"), "sampling_params.regex");
+    expect_error(generate(R"({"text": "a", "sampling_params": {"regex": "a+", "json_schema": "{}"}})"),
+                 "sampling_params.json_schema");
+    expect_error(generate(R"({"text": "a", "sampling_params": {"ebnf": "root ::= \"a\""}})"), "sampling_params.ebnf");
+    expect_error(generate(R"({"text": "a", "sampling_params": {"structural_tag": "{}"}})"),
+                 "sampling_params.structural_tag");
+    expect_error(generate(R"({"text": "a", "sampling_params": {"json_schema": 5}})"), "sampling_params.json_schema");
     expect_error(generate(R"({"text": "a", "sampling_params": [{}]})"), "sampling_params");
     expect_error(generate(R"({"text": "a", "rid": 5})"), "rid");
+}
+
+// regex / json_schema in /generate's sampling_params, at the top of the OpenAI routes, and the
+// OpenAI response_format (json_object asks for any object, as SGLang's serving_chat.py).
+TEST(OpenAiProtocolTest, ConstraintsReachTheParams) {
+    using Kind = OutputConstraint::Kind;
+    const auto constraint_of = [](const ParseOutcome& parsed) -> std::optional<OutputConstraint> {
+        EXPECT_TRUE(parsed.ok()) << (parsed.ok() ? "" : parsed.error->message);
+        if (!parsed.ok()) return std::nullopt;
+        return parsed.request.requests[0].params.constraint;
+    };
+    auto c = constraint_of(generate(R"({"text": "a", "sampling_params": {"regex": "[ab]+"}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kRegex);
+    EXPECT_EQ(c->text, "[ab]+");
+    c = constraint_of(generate(R"({"text": "a", "sampling_params": {"json_schema": "{\"type\": \"string\"}"}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kJsonSchema);
+    EXPECT_EQ(c->text, R"({"type": "string"})");
+    c = constraint_of(generate(R"({"text": "a", "sampling_params": {"json_schema": {"type": "integer"}}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->text, R"({"type":"integer"})");
+    EXPECT_FALSE(constraint_of(generate(R"({"text": "a", "sampling_params": {"regex": null}})")));
+    const std::string m = R"("model": "tiny", "messages": [{"role": "user", "content": "hi"}])";
+    c = constraint_of(chat("{" + m + R"(, "response_format": {"type": "json_object"}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kJsonSchema);
+    EXPECT_EQ(c->text, R"({"type": "object"})");
+    c = constraint_of(chat("{" + m + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+        "schema": {"type": "object", "properties": {"b": {}, "a": {}}}, "strict": true}}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->text, R"({"type":"object","properties":{"b":{},"a":{}}})");  // key order kept
+    EXPECT_FALSE(constraint_of(chat("{" + m + R"(, "response_format": {"type": "text"}})")));
+    c = constraint_of(chat("{" + m + R"(, "regex": "x{2}"})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kRegex);
 }
 
 GenerationEvent event(std::string text, std::vector<std::int32_t> ids, std::int64_t completion,

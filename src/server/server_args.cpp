@@ -9,6 +9,7 @@
 #include "base/env.h"
 #include "server/http_metrics.h"
 #include "server/openai_protocol.h"
+#include "grammar/regex.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
 #include "tokenizer/builtin_chat_templates.h"
@@ -157,6 +158,10 @@ Status ServerArgs::resolve() {
         return invalid("--mem-fraction-static must be in (0, 1], got " + std::to_string(*mem_fraction_static));
     if (!reasoning_parser.empty()) TSR_RETURN_IF_ERROR(server::reasoning_format(reasoning_parser).status());
     if (!tool_call_parser.empty()) TSR_RETURN_IF_ERROR(server::tool_call_format(tool_call_parser).status());
+    if (!constrained_json_whitespace_pattern.empty()) {
+        if (auto pattern = grammar::parse_regex(constrained_json_whitespace_pattern); !pattern.ok())
+            return invalid("--constrained-json-whitespace-pattern: " + pattern.status().message());
+    }
     if (!default_chat_template_kwargs.empty()) {
         const auto kwargs = nlohmann::json::parse(default_chat_template_kwargs, nullptr, false);
         if (!kwargs.is_object() || kwargs.contains("messages") || kwargs.contains("tools"))

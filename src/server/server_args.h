@@ -92,6 +92,11 @@ struct ServerArgs {
     bool enable_metrics = false;
     std::string reasoning_parser;  // --reasoning-parser ("" for none)
     std::string tool_call_parser;  // --tool-call-parser ("" for none)
+    // Constrained decoding: --grammar-backend (xgrammar, outlines and llguidance all mean
+    // tessera's own; none refuses constrained requests) and how JSON output may space itself.
+    std::string grammar_backend = "xgrammar";
+    std::string constrained_json_whitespace_pattern;  // "" for the backend's default
+    bool constrained_json_disable_any_whitespace = false;
     std::string chat_template;     // --chat-template: a Jinja template file ("" for the tokenizer's)
     std::string default_chat_template_kwargs;  // --default-chat-template-kwargs: a JSON object ("" for none)
     bool allow_auto_truncate = false;

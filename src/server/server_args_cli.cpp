@@ -447,6 +447,18 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "split a chat completion's reasoning into reasoning_content: deepseek-r1, deepseek-v3, deepseek-v4, glm45, "
           "interns1, kimi, kimi_k2, minimax, mistral, qwen3, qwen3-thinking, step3 or step3p5",
           kServe);
+    value(app, t, "--grammar-backend", a.grammar_backend,
+          "constrained decoding (regex, json_schema, response_format): xgrammar, outlines and llguidance all "
+          "select tessera's own regex / JSON-schema backend; none refuses such requests",
+          kServe)
+        ->check(CLI::IsMember({"xgrammar", "outlines", "llguidance", "none"}));
+    value(app, t, "--constrained-json-whitespace-pattern", a.constrained_json_whitespace_pattern,
+          "a regex for the whitespace JSON-constrained output may put between tokens (default: any run of "
+          "spaces, tabs and newlines)",
+          kServe);
+    flag(app, t, "--constrained-json-disable-any-whitespace", a.constrained_json_disable_any_whitespace,
+         "JSON-constrained output is written as json.dumps writes it: \", \" and \": \" and no other whitespace",
+         kServe);
     value(app, t, "--quantization-param-path", a.quantization_param_path,
           "SGLang's JSON of KV cache scaling factors per TP rank and layer, for --kv-cache-dtype fp8_e4m3 (taken "
           "as k_scale and v_scale; replaces the checkpoint's)",
