@@ -124,6 +124,9 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.scheduler = rank.scheduler;
     ec.stream_interval = static_cast<int>(args.stream_interval);
     ec.grammar_backend = args.grammar_backend != "none";
+    if (args.grammar_backend == "outlines" || args.grammar_backend == "llguidance")
+        TSR_LOG(INFO, "--grammar-backend {}: constrained requests are served by tessera's own regex / JSON-schema "
+                "backend", args.grammar_backend);
     if (!args.constrained_json_whitespace_pattern.empty()) {
         ec.json_whitespace = {.mode = grammar::JsonWhitespace::Mode::kPattern,
                               .pattern = args.constrained_json_whitespace_pattern};

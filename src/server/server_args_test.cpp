@@ -88,6 +88,12 @@ TEST(FlagTableTest, ValidationRunsBeforeTheUnimplementedCheck) {
               "--speculative-algorithm EAGLE: tessera does not implement speculative decoding; remove the flag");
     EXPECT_TRUE(parse({"--load-format", "dummy"}).status.ok());
     EXPECT_TRUE(parse({"--min-free-slots-delay", "4"}).status.ok());
+    EXPECT_TRUE(parse({"--grammar-backend", "outlines", "--constrained-json-whitespace-pattern", "[ \\n]{0,2}"})
+                    .status.ok());
+    EXPECT_NE(parse({"--constrained-json-whitespace-pattern", "( "}).status.message().find(
+                  "--constrained-json-whitespace-pattern: invalid regex at position 2: missing )"),
+              std::string::npos);
+    EXPECT_FALSE(parse({"--grammar-backend", "lark"}).status.ok());
     EXPECT_NE(parse({"--pp-size", "2", "--min-free-slots-delay", "4"})
                   .status.message()
                   .find("--min-free-slots-delay is not supported with pipeline parallelism"),

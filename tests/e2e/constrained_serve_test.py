@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Constrained decoding end to end, as a user runs it.
+
+A tiny f32 Qwen3 model with the real Qwen3 tokenizer is served in several layouts (one rank with
+and without overlap scheduling, TP2, PP2, two DP replicas). Its random weights want anything but
+the pattern, so every answer that matches shows the mask at work. Checked against Python's own
+`re` and `json`:
+- /generate with `regex`, greedy and sampled, matches as a whole and ends with "stop"; the greedy
+  tokens are the same in every layout (one rank's);
+- /generate with `json_schema`, and the OpenAI chat route with `response_format` json_schema and
+  json_object, give JSON that fits the schema, spaced as the server's whitespace flags say;
+- a streamed completion with `regex` matches once its chunks are joined;
+- with --reasoning-parser, a require_reasoning request thinks unconstrained until </think> and is
+  constrained after it;
+- bad patterns, ebnf, two constraints at once and --grammar-backend none are refused with 400.
+Exit 0 when every check passes.
+"""
+
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from e2e_support import Checks, Server, make_tiny_model, script_args  # noqa: E402
+
+THINK_END = 151668  # Qwen3's </think>
+LAYOUTS = [[], ["--disable-overlap-schedule"], ["--tp", "2"], ["--pp-size", "2"], ["--dp", "2"]]
+PHONE = r"\(\d{3}\) \d{3}-\d{4}"
+WORDS = r"(red|green|blue)( (and|or) (red|green|blue)){0,2}\."
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 8},
+    "size": {"enum": ["S", "M", "L"]},
+    "count": {"type": "integer"},
+    "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}},
+    "required": ["name", "size"]}
+
+
+def fits_schema(value):
+    """Whether `value` is an instance of SCHEMA (written out: no jsonschema package here)."""
+    if not isinstance(value, dict) or not {"name", "size"} <= value.keys() <= set(SCHEMA["properties"]):
+        return False
+    if not isinstance(value["name"], str) or len(value["name"]) > 8 or value["size"] not in ("S", "M", "L"):
+        return False
+    if "count" in value and (not isinstance(value["count"], int) or isinstance(value["count"], bool)):
+        return False
+    tags = value.get("tags", [])
+    return isinstance(tags, list) and len(tags) <= 3 and all(isinstance(t, bool) for t in tags)
+
+
+def generate(server, constraint, temperature=0.0, max_new_tokens=64, seed=None, **extra):
+    params = {"temperature": temperature, "max_new_tokens": max_new_tokens, **constraint}
+    if seed is not None:
+        params["sampling_seed"] = seed
+    return server.post("/generate", {"text": "Answer:", "sampling_params": params, **extra})
+
+
+def finish(body):
+    return body.get("meta_info", {}).get("finish_reason", {}).get("type")
+
+
+def check_regexes(check, server, name):
+    """Returns the greedy output ids of PHONE (compared across layouts)."""
+    greedy = None
+    for pattern in (PHONE, WORDS):
+        status, body = generate(server, {"regex": pattern})
+        ok = status == 200 and re.fullmatch(pattern, body.get("text", "")) is not None and finish(body) == "stop"
+        check(f"{name}: greedy regex {pattern} matches", ok, body)
+        if pattern == PHONE and status == 200:
+            greedy = body["output_ids"]
+        for seed in (1, 2):
+            status, body = generate(server, {"regex": pattern}, temperature=1.0, seed=seed)
+            ok = status == 200 and re.fullmatch(pattern, body.get("text", "")) is not None and finish(body) == "stop"
+            check(f"{name}: sampled regex {pattern} (seed {seed}) matches", ok, body)
+    return greedy
+
+
+def check_json(check, server, name, compact):
+    for seed in (None, 3):
+        status, body = generate(server, {"json_schema": json.dumps(SCHEMA)}, temperature=1.0 if seed else 0.0,
+                                seed=seed, max_new_tokens=120)
+        text = body.get("text", "") if status == 200 else ""
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        check(f"{name}: json_schema output fits (seed {seed})", fits_schema(value) and finish(body) == "stop", body)
+        if compact and value is not None:
+            check(f"{name}: compact JSON is json.dumps' spacing", text == json.dumps(value, ensure_ascii=False), text)
+    status, body = server.post("/v1/chat/completions", {
+        "model": "tiny", "messages": [{"role": "user", "content": "a shirt?"}], "max_tokens": 120,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "shirt", "schema": SCHEMA}}})
+    content = body["choices"][0]["message"]["content"] if status == 200 else ""
+    try:
+        ok = fits_schema(json.loads(content)) and body["choices"][0]["finish_reason"] == "stop"
+    except ValueError:
+        ok = False
+    check(f"{name}: chat response_format json_schema fits", ok, body)
+    status, body = server.post("/v1/chat/completions", {
+        "model": "tiny", "messages": [{"role": "user", "content": "json"}], "max_tokens": 60, "temperature": 0,
+        "response_format": {"type": "json_object"}})
+    content = body["choices"][0]["message"]["content"] if status == 200 else ""
+    try:
+        ok = isinstance(json.loads(content), dict)
+    except ValueError:
+        ok = body.get("choices", [{}])[0].get("finish_reason") == "length" and content.startswith("{")
+    check(f"{name}: chat json_object is an object (or its start, cut by max_tokens)", ok, body)
+
+
+def check_stream(check, server, name):
+    status, text = server_stream(server, {"model": "tiny", "prompt": "Colours:", "max_tokens": 40,
+                                          "temperature": 0.8, "seed": 7, "regex": WORDS, "stream": True})
+    check(f"{name}: streamed completion matches once joined", status == 200 and re.fullmatch(WORDS, text), text)
+
+
+def server_stream(server, body):
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    text = ""
+    for line in r.read().decode().splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            text += json.loads(line[6:])["choices"][0]["text"]
+    conn.close()
+    return r.status, text
+
+
+def check_refusals(check, server, name):
+    cases = [({"regex": "(?=a)b"}, "lookaround"), ({"regex": "(ab"}, "missing )"),
+             ({"json_schema": "{\"type\": \"integer\", \"minimum\": 1}"}, "'minimum' is not supported"),
+             ({"json_schema": "{not json"}, "not valid JSON"),
+             ({"ebnf": "root ::= \"a\""}, "EBNF grammars are not supported"),
+             ({"regex": "a", "json_schema": "{}"}, "Only one of regex, json_schema, or ebnf can be set.")]
+    for constraint, words in cases:
+        status, body = generate(server, constraint)
+        message = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
+        check(f"{name}: {constraint} refused", status == 400 and words in message, (status, body))
+
+
+def main():
+    tessera, workdir = script_args(__doc__)
+    check = Checks()
+    model = make_tiny_model(tessera, workdir)
+    greedy = {}
+    for index, flags in enumerate(LAYOUTS):
+        name = " ".join(flags) or "TP1"
+        # One layout writes JSON compactly, the others with at most one space between tokens (the
+        # random model would otherwise fill the default "any whitespace" with newlines).
+        compact = index == 0
+        ws = ["--constrained-json-disable-any-whitespace"] if compact else \
+            ["--constrained-json-whitespace-pattern", "[ ]?"]
+        server = Server(tessera, model, [*flags, *ws], os.path.join(workdir, f"layout{index}.log"))
+        try:
+            if not check(f"{name}: server ready", server.ready()):
+                continue
+            greedy[name] = check_regexes(check, server, name)
+            check_json(check, server, name, compact)
+            if index == 0:
+                check_stream(check, server, name)
+                check_refusals(check, server, name)
+        finally:
+            server.close()
+    first = greedy.get("TP1")
+    for name, ids in greedy.items():
+        check(f"{name}: greedy constrained tokens are one rank's", ids == first and ids is not None, (ids, first))
+
+    server = Server(tessera, model, ["--reasoning-parser", "qwen3"], os.path.join(workdir, "reasoning.log"))
+    try:
+        if check("reasoning: server ready", server.ready()):
+            status, body = generate(server, {"regex": r"\d{3}", "logit_bias": {str(THINK_END): 100.0}},
+                                    require_reasoning=True)
+            ids = body.get("output_ids", []) if status == 200 else []
+            text = body.get("text", "") if status == 200 else ""
+            check("reasoning: the think-end token comes unconstrained, then the pattern",
+                  ids[:1] == [THINK_END] and re.fullmatch(r"</think>\d{3}", text) is not None, body)
+            status, body = generate(server, {"regex": r"\d{3}", "logit_bias": {str(THINK_END): 100.0}})
+            check("reasoning: without require_reasoning the pattern applies from the first token",
+                  status == 200 and re.fullmatch(r"\d{3}", body.get("text", "")) is not None, body)
+    finally:
+        server.close()
+
+    server = Server(tessera, model, ["--grammar-backend", "none"], os.path.join(workdir, "none.log"))
+    try:
+        if check("--grammar-backend none: server ready", server.ready()):
+            status, body = generate(server, {"regex": "a"})
+            check("--grammar-backend none refuses constrained requests",
+                  status == 400 and "--grammar-backend none" in body.get("error", {}).get("message", ""), body)
+            status, body = generate(server, {})
+            check("--grammar-backend none still serves the rest", status == 200, body)
+    finally:
+        server.close()
+    print(check.summary())
+    return 0 if not check.failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
