@@ -178,7 +178,8 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.sampling.logit_bias = p.logit_bias;
     if (p.constraint) {
         if (!config_.is_generation)
-            return Status::InvalidArgument("regex and json_schema constrain generated text; this server serves embeddings");
+            return Status::InvalidArgument("regex and json_schema constrain generated text; this server serves "
+                                           "embeddings");
         if (!config_.grammar_backend) {
             return Status::InvalidArgument("Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not "
                                            "supported when the server is launched with --grammar-backend none");

@@ -52,7 +52,8 @@ StatusOr<std::shared_ptr<scheduler::TokenConstraint>> GrammarCompiler::constrain
             bytes[static_cast<std::size_t>(id)] = tokenizer_.token_bytes(id);
             special[static_cast<std::size_t>(id)] = tokenizer_.is_special(id);
         }
-        vocabulary_ = std::make_shared<grammar::Vocabulary>(std::move(bytes), special);
+        vocabulary_ = std::make_shared<grammar::Vocabulary>(
+            std::move(bytes), special, static_cast<int>(tokenizer_.leading_spaces_stripped()));
     }
     auto compiled = std::make_shared<grammar::CompiledGrammar>(std::move(nfa.value()), vocabulary_);
     if (compiled_.size() >= kMaxCachedGrammars) compiled_.clear();

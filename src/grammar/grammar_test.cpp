@@ -107,8 +107,9 @@ TEST(RegexTest, Utf8SequencesCoverExactlyTheRange) {
         const auto seqs = utf8_sequences(lo, hi);
         for (char32_t cp = lo > 0x40 ? lo - 0x40 : 0; cp <= std::min<char32_t>(hi + 0x40, 0x10FFFF); cp += 7) {
             if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-            EXPECT_EQ(covered(seqs, encode(cp)), cp >= lo && cp <= hi) << std::hex << static_cast<std::uint32_t>(cp) << " in " << static_cast<std::uint32_t>(lo) << ".."
-                                                                               << static_cast<std::uint32_t>(hi);
+            EXPECT_EQ(covered(seqs, encode(cp)), cp >= lo && cp <= hi)
+                << std::hex << static_cast<std::uint32_t>(cp) << " in " << static_cast<std::uint32_t>(lo) << ".."
+                << static_cast<std::uint32_t>(hi);
         }
     }
 }
@@ -232,12 +233,43 @@ TEST(JsonSchemaTest, Whitespace) {
     EXPECT_FALSE(full_match(custom, R"({"a":1,  "b":2})"));
 }
 
+TEST(JsonSchemaTest, IntegerRangesMatchExactlyTheirIntegers) {
+    const std::optional<std::int64_t> none;
+    const std::vector<std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>>> ranges = {
+        {0, 0}, {0, 9}, {1, 100}, {7, 77}, {-5, 5}, {-123, -45}, {-1000, 999}, {19, 301}, {0, none},
+        {37, none}, {-12, none}, {none, 0}, {none, -8}, {none, 250}, {none, none}};
+    for (const auto& [lo, hi] : ranges) {
+        const std::string re = integer_range_regex(lo, hi);
+        for (std::int64_t v = -1100; v <= 1100; ++v) {
+            const bool inside = (!lo || v >= *lo) && (!hi || v <= *hi);
+            EXPECT_EQ(full_match(re, std::to_string(v)), inside) << re << " for " << v;
+        }
+        EXPECT_FALSE(full_match(re, "-0")) << re;
+        EXPECT_FALSE(full_match(re, "007")) << re;
+        EXPECT_EQ(full_match(re, "123456789012"), !hi) << re;
+    }
+    const std::string schema = schema_regex(R"({"type": "integer", "minimum": 1, "exclusiveMaximum": 10})");
+    EXPECT_TRUE(full_match(schema, "9"));
+    EXPECT_FALSE(full_match(schema, "10"));
+    EXPECT_FALSE(full_match(schema, "0"));
+    const std::string draft4 = schema_regex(R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true,
+                                               "maximum": 2.5})");
+    EXPECT_FALSE(full_match(draft4, "0"));
+    EXPECT_TRUE(full_match(draft4, "2"));
+    EXPECT_FALSE(full_match(draft4, "3"));
+}
+
 TEST(JsonSchemaTest, RefusesWhatItWouldIgnore) {
     const auto error = [](std::string_view schema) {
         auto r = json_schema_to_regex(schema);
         return r.ok() ? std::string() : r.status().message();
     };
-    EXPECT_NE(error(R"({"type": "integer", "minimum": 0})").find("'minimum' is not supported"), std::string::npos);
+    EXPECT_NE(error(R"({"type": "number", "minimum": 0})").find("'minimum' on a number is not supported"),
+              std::string::npos);
+    EXPECT_NE(error(R"({"minimum": 0})").find("'minimum' on a number"), std::string::npos);
+    EXPECT_NE(error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer"), std::string::npos);
+    EXPECT_NE(error(R"({"type": "integer", "multipleOf": 2})").find("'multipleOf' is not supported"),
+              std::string::npos);
     EXPECT_NE(error(R"({"not": {"type": "string"}})").find("'not'"), std::string::npos);
     EXPECT_NE(error(R"({"type": "strin"})").find("unknown type 'strin'"), std::string::npos);
     EXPECT_NE(error(R"({"$ref": "#/$defs/missing"})").find("names nothing"), std::string::npos);
@@ -305,6 +337,23 @@ TEST(TokenGrammarTest, JsonSchemaOverTheVocabulary) {
     for (std::int32_t t : {9, 5, 14, 13}) ASSERT_TRUE(m.accept(t)) << t;  // {"  a  ":   12
     EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{3, 12, 13}));
     ASSERT_TRUE(m.accept(3));
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{0}));
+}
+
+// SentencePiece's Strip decoder drops the output's first space: the grammar sees the text
+// without it, so " a" may open "ab", and a lone " " leaves the start as it is, once.
+TEST(TokenGrammarTest, TheDetokenizersStrippedSpaceIsNotSeen) {
+    const std::vector<std::string> bytes = {"<eos>", " ", " a", "a", "b", " b", "  a"};
+    auto vocabulary = std::make_shared<Vocabulary>(bytes, std::vector<bool>{true}, /*leading_spaces_stripped=*/1);
+    auto grammar = std::make_shared<CompiledGrammar>(compile_regex("a b?").value(), vocabulary);
+    GrammarMatcher m(grammar, {0});
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{1, 2, 3}));  // " ", " a", "a"; not "  a"
+    GrammarMatcher after_space(grammar, {0});
+    ASSERT_TRUE(after_space.accept(1));
+    EXPECT_EQ(allowed(after_space), (std::vector<std::int32_t>{3}));  // the space is spent
+    ASSERT_TRUE(m.accept(2));
+    EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{1, 5}));  // spaces count again inside
+    ASSERT_TRUE(m.accept(5));
     EXPECT_EQ(allowed(m), (std::vector<std::int32_t>{0}));
 }
 

@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "grammar/regex.h"
@@ -30,6 +32,67 @@ constexpr std::string_view kDate = R"((?:\d{4})-(?:0[1-9]|1[0-2])-(?:0[1-9]|[1-2
 constexpr std::string_view kTime = R"((2[0-3]|[01][0-9]):([0-5][0-9]):([0-5][0-9])(\.[0-9]+)?(Z)?)";
 constexpr std::string_view kUuid =
     R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})";
+
+std::int64_t pow10(int n) {
+    std::int64_t p = 1;
+    for (int i = 0; i < n; ++i) p *= 10;
+    return p;
+}
+
+int digits(std::int64_t v) { return v < 10 ? 1 : 1 + digits(v / 10); }
+
+// The decimal numbers in [a, b] (0 <= a <= b), without leading zeros, as alternatives: each a
+// run of numbers that share their leading digits, differ in one digit and take every value in
+// the digits after it.
+std::string natural_range(std::int64_t a, std::int64_t b) {
+    std::string out;
+    if (a == 0) {
+        // Alone: a block from 0 would write the numbers after it with leading zeros.
+        out = "0";
+        a = 1;
+    }
+    while (a <= b) {
+        int p = 0;  // trailing digits the block spans fully
+        while (p + 1 < 19 && a % pow10(p + 1) == 0 && a + pow10(p + 1) - 1 <= b) ++p;
+        const std::int64_t step = pow10(p);
+        const std::int64_t digit = (a / step) % 10;
+        const std::int64_t blocks = std::min<std::int64_t>(10 - digit, (b - a + 1) / step);
+        const std::int64_t last = a + blocks * step - 1;
+        std::string block = a / step / 10 > 0 ? std::to_string(a / step / 10) : "";
+        block += blocks == 1 ? std::to_string(digit) : fmt::format("[{}-{}]", digit, digit + blocks - 1);
+        if (p > 0) block += fmt::format("[0-9]{{{}}}", p);
+        out += (out.empty() ? "" : "|") + block;
+        a = last + 1;
+    }
+    return out;
+}
+
+// The naturals from a up, unbounded.
+std::string natural_from(std::int64_t a) {
+    const int n = digits(a);
+    return natural_range(a, pow10(n) - 1) + fmt::format("|[1-9][0-9]{{{},}}", n);
+}
+
+}  // namespace
+
+// Integers in [lo, hi]; an absent bound is open.
+std::string integer_range_regex(std::optional<std::int64_t> lo, std::optional<std::int64_t> hi) {
+    std::vector<std::string> parts;
+    // Negative part: -n for n in [max(1, -hi), -lo].
+    if (!lo || *lo < 0) {
+        const std::int64_t n_lo = hi && *hi < 0 ? -*hi : 1;
+        parts.push_back("-(" + (lo ? natural_range(n_lo, -*lo) : natural_from(n_lo)) + ")");
+    }
+    if (!hi || *hi >= 0) {
+        const std::int64_t a = lo && *lo > 0 ? *lo : 0;
+        parts.push_back(hi ? natural_range(a, *hi) : natural_from(a));
+    }
+    std::string out = "(";
+    for (std::size_t i = 0; i < parts.size(); ++i) out += (i > 0 ? "|" : "") + parts[i];
+    return out + ")";
+}
+
+namespace {
 
 // Keywords that only describe (or that a regex here cannot enforce but does not need to).
 bool is_annotation(const std::string& key) {
@@ -74,7 +137,8 @@ class Converter {
             static const char* const kHandled[] = {
                 "type", "properties", "required", "additionalProperties", "items", "prefixItems",
                 "minItems", "maxItems", "minLength", "maxLength", "pattern", "enum", "const", "anyOf",
-                "oneOf", "allOf", "$ref", "unevaluatedProperties"};
+                "oneOf", "allOf", "$ref", "unevaluatedProperties", "minimum", "maximum", "exclusiveMinimum",
+                "exclusiveMaximum"};
             bool handled = false;
             for (const char* h : kHandled) handled = handled || key == h;
             if (!handled) {
@@ -117,6 +181,7 @@ class Converter {
             return value(parts[0], depth);
         }
         if (!schema.contains("type")) {
+            if (auto bound = number_bound(schema)) return *bound;
             if (schema.contains("properties")) return object(schema, depth);
             if (schema.contains("items") || schema.contains("prefixItems")) return array(schema, depth);
             return any_value(depth);
@@ -141,11 +206,63 @@ class Converter {
         if (t == "object") return object(schema, depth);
         if (t == "array") return array(schema, depth);
         if (t == "string") return string(schema);
-        if (t == "integer") return std::string(kInteger);
-        if (t == "number") return std::string(kNumber);
+        if (t == "integer") return integer(schema);
+        if (t == "number") {
+            if (auto bound = number_bound(schema)) return *bound;
+            return std::string(kNumber);
+        }
         if (t == "boolean") return std::string(kBoolean);
         if (t == "null") return std::string(kNull);
         return Status::InvalidArgument(fmt::format("json_schema: unknown type '{}'", t));
+    }
+
+    // The refusal of a bound on a value that may be a non-integer number.
+    static std::optional<Status> number_bound(const Json& schema) {
+        for (const char* bound : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+            if (!schema.contains(bound)) continue;
+            return Status::InvalidArgument(
+                fmt::format("json_schema: '{}' on a number is not supported by tessera's grammar backend (it bounds "
+                            "integers only: use \"type\": \"integer\", or drop the bound)",
+                            bound));
+        }
+        return std::nullopt;
+    }
+
+    // An integer, within minimum / maximum / exclusiveMinimum / exclusiveMaximum when given
+    // (a boolean exclusive* is draft 4's form of the same).
+    static StatusOr<std::string> integer(const Json& schema) {
+        constexpr double kLimit = 1e15;
+        std::optional<std::int64_t> lo;
+        std::optional<std::int64_t> hi;
+        for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+            if (!schema.contains(key)) continue;
+            const Json& v = schema[key];
+            const std::string_view name = key;
+            const bool lower = name == "minimum" || name == "exclusiveMinimum";
+            const bool exclusive = name.starts_with("exclusive");
+            if (v.is_boolean()) continue;  // draft 4: applied with minimum / maximum below
+            if (!v.is_number() || std::abs(v.get<double>()) > kLimit)
+                return Status::InvalidArgument(fmt::format("json_schema: {} must be a number within ±1e15", key));
+            const double d = v.get<double>();
+            const bool draft4_exclusive =
+                !exclusive && schema.contains(lower ? "exclusiveMinimum" : "exclusiveMaximum") &&
+                schema[lower ? "exclusiveMinimum" : "exclusiveMaximum"].is_boolean() &&
+                schema[lower ? "exclusiveMinimum" : "exclusiveMaximum"].get<bool>();
+            const bool strict = exclusive || draft4_exclusive;
+            if (lower) {
+                auto b = static_cast<std::int64_t>(std::ceil(d));
+                if (strict && static_cast<double>(b) == d) ++b;
+                lo = lo ? std::max(*lo, b) : b;
+            } else {
+                auto b = static_cast<std::int64_t>(std::floor(d));
+                if (strict && static_cast<double>(b) == d) --b;
+                hi = hi ? std::min(*hi, b) : b;
+            }
+        }
+        if (!lo && !hi) return std::string(kInteger);
+        if (lo && hi && *lo > *hi)
+            return Status::InvalidArgument("json_schema: no integer lies within the integer's minimum and maximum");
+        return integer_range_regex(lo, hi);
     }
 
     static StatusOr<int> count(const Json& schema, const char* key) {
@@ -243,8 +360,10 @@ class Converter {
         const Json* additional = schema.contains("additionalProperties") ? &schema["additionalProperties"] : nullptr;
         const bool extras = additional ? !(additional->is_boolean() && !additional->get<bool>()) : !properties;
         if (extras) {
-            TSR_ASSIGN_OR_RETURN(std::string v, (additional && additional->is_object()) ? value(*additional, depth + 1)
-                                                                                       : StatusOr<std::string>(any_value(depth + 1)));
+            std::string v = any_value(depth + 1);
+            if (additional && additional->is_object()) {
+                TSR_ASSIGN_OR_RETURN(v, value(*additional, depth + 1));
+            }
             items.push_back({"\"" + std::string(kStringChar) + "*\"" + key_sep_ + v, Item::Count::kMany});
         }
         const std::string open = items.empty() ? "" : ws_;

@@ -5,12 +5,15 @@
 // order; undeclared properties only where additionalProperties asks for them), items /
 // prefixItems / minItems / maxItems, string minLength / maxLength / pattern and the formats
 // date, time, date-time and uuid, enum, const, anyOf / oneOf, a one-member allOf, and local
-// $ref ("#", "#/$defs/...", "#/definitions/..."). Keywords that would narrow the output in a
-// way a regex here does not express (minimum, multipleOf, not, if/then, ...) are refused,
+// $ref ("#", "#/$defs/...", "#/definitions/..."), and minimum / maximum / exclusiveMinimum /
+// exclusiveMaximum on integers. Keywords that would narrow the output in a way a regex here does
+// not express (a number's bounds, multipleOf, not, if/then, ...) are refused,
 // never ignored. JSON is not a regular language: values of unconstrained type ({} or
 // {"type": "object"}) and recursive $refs nest at most kMaxNesting levels deep.
 // Pure functions; thread-safe.
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,5 +34,9 @@ struct JsonWhitespace {
 };
 
 StatusOr<std::string> json_schema_to_regex(std::string_view schema, const JsonWhitespace& whitespace = {});
+
+// The decimal integers in [lo, hi] (an absent bound is open), as JSON writes them: no leading
+// zeros, no "-0". For an integer's minimum / maximum.
+std::string integer_range_regex(std::optional<std::int64_t> lo, std::optional<std::int64_t> hi);
 
 }  // namespace tessera::grammar

@@ -8,8 +8,9 @@
 
 namespace tessera::grammar {
 
-Vocabulary::Vocabulary(std::vector<std::string> token_bytes, const std::vector<bool>& special)
-    : bytes_(std::move(token_bytes)), usable_(bytes_.size(), false) {
+Vocabulary::Vocabulary(std::vector<std::string> token_bytes, const std::vector<bool>& special,
+                       int leading_spaces_stripped)
+    : bytes_(std::move(token_bytes)), usable_(bytes_.size(), false), leading_spaces_stripped_(leading_spaces_stripped) {
     for (std::size_t id = 0; id < bytes_.size(); ++id) {
         if (bytes_[id].empty() || (id < special.size() && special[id])) continue;
         usable_[id] = true;
@@ -32,8 +33,33 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, const std::vector<b
 CompiledGrammar::CompiledGrammar(ByteNfa nfa, std::shared_ptr<const Vocabulary> vocabulary)
     : dfa_(std::move(nfa)), vocabulary_(std::move(vocabulary)) {}
 
-StatusOr<std::shared_ptr<const TokenBitmask>> CompiledGrammar::mask(std::int32_t state) {
-    if (const auto it = masks_.find(state); it != masks_.end()) return it->second;
+StatusOr<std::shared_ptr<const TokenBitmask>> CompiledGrammar::mask(std::int32_t state, int strip) {
+    const std::int64_t key = static_cast<std::int64_t>(state) * 8 + std::min(strip, 7);
+    if (const auto it = masks_.find(key); it != masks_.end()) return it->second;
+    TSR_ASSIGN_OR_RETURN(std::shared_ptr<TokenBitmask> mask, walk_all(state));
+    if (strip > 0) {
+        // At the start of the output: a token's first spaces vanish in the decoded text, so
+        // the grammar walks the rest (all of it gone: the token leaves the state as it is).
+        const Vocabulary& v = *vocabulary_;
+        for (const std::int32_t id : v.sorted_) {
+            const std::string& bytes = v.bytes_[static_cast<std::size_t>(id)];
+            std::size_t k = 0;
+            while (k < bytes.size() && static_cast<int>(k) < strip && bytes[k] == ' ') ++k;
+            if (k == 0) continue;
+            if (dfa_.walk(state, std::string_view(bytes).substr(k)) != LazyDfa::kDead)
+                (*mask)[static_cast<std::size_t>(id) >> 5] |= 1u << (id & 31);
+        }
+    }
+    if (dfa_.overflowed()) {
+        return Status::ResourceExhausted(fmt::format(
+            "the grammar needs more than {} automaton states; simplify the regex or schema", LazyDfa::kMaxStates));
+    }
+    if (masks_.size() >= kMaxCachedMasks) masks_.clear();
+    masks_.emplace(key, mask);
+    return std::shared_ptr<const TokenBitmask>(std::move(mask));
+}
+
+StatusOr<std::shared_ptr<TokenBitmask>> CompiledGrammar::walk_all(std::int32_t state) {
     const Vocabulary& v = *vocabulary_;
     auto mask = std::make_shared<TokenBitmask>((v.bytes_.size() + 31) / 32, 0u);
     // states[d]: the DFA state after the current token's first d bytes; valid up to `depth`.
@@ -53,17 +79,14 @@ StatusOr<std::shared_ptr<const TokenBitmask>> CompiledGrammar::mask(std::int32_t
         depth = d;
         if (d == bytes.size()) (*mask)[static_cast<std::size_t>(id) >> 5] |= 1u << (id & 31);
     }
-    if (dfa_.overflowed()) {
-        return Status::ResourceExhausted(fmt::format(
-            "the grammar needs more than {} automaton states; simplify the regex or schema", LazyDfa::kMaxStates));
-    }
-    if (masks_.size() >= kMaxCachedMasks) masks_.clear();
-    masks_.emplace(state, mask);
-    return std::shared_ptr<const TokenBitmask>(std::move(mask));
+    return mask;
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<CompiledGrammar> grammar, std::vector<std::int32_t> stop_tokens)
-    : grammar_(std::move(grammar)), stop_tokens_(std::move(stop_tokens)), state_(grammar_->dfa().start()) {}
+    : grammar_(std::move(grammar)),
+      stop_tokens_(std::move(stop_tokens)),
+      state_(grammar_->dfa().start()),
+      strip_(grammar_->vocabulary().leading_spaces_stripped()) {}
 
 bool GrammarMatcher::is_stop(std::int32_t token) const {
     return std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end();
@@ -84,7 +107,7 @@ StatusOr<std::shared_ptr<const TokenBitmask>> GrammarMatcher::allowed_tokens() {
     if (terminated_) return with_stops(nullptr);
     LazyDfa& dfa = grammar_->dfa();
     if (dfa.accepting(state_) && !dfa.can_continue(state_)) return with_stops(nullptr);
-    TSR_ASSIGN_OR_RETURN(std::shared_ptr<const TokenBitmask> mask, grammar_->mask(state_));
+    TSR_ASSIGN_OR_RETURN(std::shared_ptr<const TokenBitmask> mask, grammar_->mask(state_, strip_));
     if (dfa.accepting(state_)) return with_stops(mask.get());
     if (std::all_of(mask->begin(), mask->end(), [](std::uint32_t w) { return w == 0; })) {
         return Status::OutOfRange(
@@ -102,9 +125,14 @@ bool GrammarMatcher::accept(std::int32_t token) {
         return true;
     }
     if (token < 0 || token >= grammar_->vocabulary().size() || !grammar_->vocabulary().usable(token)) return false;
-    const std::int32_t next = grammar_->dfa().walk(state_, grammar_->vocabulary().bytes(token));
+    std::string_view bytes = grammar_->vocabulary().bytes(token);
+    std::size_t dropped = 0;
+    while (dropped < bytes.size() && static_cast<int>(dropped) < strip_ && bytes[dropped] == ' ') ++dropped;
+    const std::int32_t next = grammar_->dfa().walk(state_, bytes.substr(dropped));
     if (next == LazyDfa::kDead) return false;
     state_ = next;
+    // Once a byte the detokenizer keeps has come, no later space is dropped.
+    strip_ = dropped == bytes.size() ? strip_ - static_cast<int>(dropped) : 0;
     return true;
 }
 

@@ -30,7 +30,11 @@ inline bool bitmask_allows(const TokenBitmask& mask, std::int64_t token) {
 class Vocabulary {
  public:
     // token_bytes[id]: what the token decodes to; special[id]: a special (control) token.
-    Vocabulary(std::vector<std::string> token_bytes, const std::vector<bool>& special);
+    // leading_spaces_stripped: spaces the detokenizer drops from the start of an output
+    // (SentencePiece's Strip decoder), which the grammar then does not see either.
+    Vocabulary(std::vector<std::string> token_bytes, const std::vector<bool>& special,
+               int leading_spaces_stripped = 0);
+    int leading_spaces_stripped() const { return leading_spaces_stripped_; }
     std::int64_t size() const { return static_cast<std::int64_t>(bytes_.size()); }
     const std::string& bytes(std::int32_t id) const { return bytes_[static_cast<std::size_t>(id)]; }
     bool usable(std::int32_t id) const { return id >= 0 && id < size() && usable_[static_cast<std::size_t>(id)]; }
@@ -42,14 +46,16 @@ class Vocabulary {
     std::vector<std::int32_t> sorted_;   // usable ids, by their bytes
     std::vector<std::uint32_t> lcp_;     // [i]: common prefix of sorted_[i] and sorted_[i - 1]
     std::size_t max_len_ = 0;
+    int leading_spaces_stripped_ = 0;
 };
 
 class CompiledGrammar {
  public:
     CompiledGrammar(ByteNfa nfa, std::shared_ptr<const Vocabulary> vocabulary);
 
-    // The usable tokens that may follow in `state` (stop tokens not included).
-    StatusOr<std::shared_ptr<const TokenBitmask>> mask(std::int32_t state);
+    // The usable tokens that may follow in `state` (stop tokens not included), the first
+    // `strip` spaces of the output still to be dropped by the detokenizer.
+    StatusOr<std::shared_ptr<const TokenBitmask>> mask(std::int32_t state, int strip = 0);
     LazyDfa& dfa() { return dfa_; }
     const Vocabulary& vocabulary() const { return *vocabulary_; }
 
@@ -58,7 +64,8 @@ class CompiledGrammar {
     static constexpr std::size_t kMaxCachedMasks = 1024;
     LazyDfa dfa_;
     std::shared_ptr<const Vocabulary> vocabulary_;
-    std::unordered_map<std::int32_t, std::shared_ptr<const TokenBitmask>> masks_;
+    StatusOr<std::shared_ptr<TokenBitmask>> walk_all(std::int32_t state);
+    std::unordered_map<std::int64_t, std::shared_ptr<const TokenBitmask>> masks_;  // by state, strip
 };
 
 class GrammarMatcher {
@@ -81,6 +88,7 @@ class GrammarMatcher {
     std::shared_ptr<CompiledGrammar> grammar_;
     std::vector<std::int32_t> stop_tokens_;
     std::int32_t state_;
+    int strip_;  // leading spaces of the output the detokenizer will still drop
     bool terminated_ = false;
 };
 

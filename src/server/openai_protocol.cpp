@@ -439,20 +439,84 @@ std::optional<Json> normalize_messages(FieldReader& r, const Json& messages) {
     return out;
 }
 
+// The schema tool_choice "required" (any offered function) or a named function constrains the
+// output to: a JSON list of {"name", "parameters"} calls, at most one unless parallel_tool_calls
+// (SGLang's function_call/utils.py get_json_schema_constraint). The tools' $defs move to the
+// root, where their "#/$defs/..." references point.
+std::optional<Json> forced_calls_schema(FieldReader& r, const Json& tools, const std::optional<std::string>& named,
+                                        bool parallel) {
+    const auto call_schema = [](const Json& function) {
+        Json parameters = function.contains("parameters") && function["parameters"].is_object() &&
+                                  !function["parameters"].empty()
+                              ? function["parameters"]
+                              : Json{{"type", "object"}, {"properties", Json::object()}};
+        return Json{{"properties", {{"name", {{"type", "string"}, {"enum", Json::array({function["name"]})}}},
+                                    {"parameters", std::move(parameters)}}},
+                    {"required", Json::array({"name", "parameters"})}};
+    };
+    Json defs = Json::object();
+    Json options = Json::array();
+    for (const Json& tool : tools) {
+        const Json& function = tool["function"];
+        if (named && function["name"] != *named) continue;
+        if (function.contains("parameters") && function["parameters"].is_object() &&
+            function["parameters"].contains("$defs") && function["parameters"]["$defs"].is_object()) {
+            for (const auto& [name, schema] : function["parameters"]["$defs"].items()) {
+                if (defs.contains(name) && defs[name] != schema) {
+                    r.fail("tools", "Tool definition '" + name + "' has multiple schemas, which is not supported.");
+                    return std::nullopt;
+                }
+                defs[name] = schema;
+            }
+        }
+        options.push_back(call_schema(function));
+    }
+    if (options.empty()) {
+        r.fail("tool_choice", "names the function '" + named.value_or("") + "', which is not among the tools");
+        return std::nullopt;
+    }
+    Json schema = {{"type", "array"}, {"minItems", 1}};
+    schema["items"] = named ? options[0] : Json{{"type", "object"}, {"anyOf", std::move(options)}};
+    if (!parallel) schema["maxItems"] = 1;
+    if (!defs.empty()) schema["$defs"] = std::move(defs);
+    return schema;
+}
+
+struct OfferedTools {
+    Json tools;
+    std::optional<Json> forced_schema;  // tool_choice "required" or a named function
+};
+
 // tools must be [{"type": "function", "function": {"name": …}}]; returns nullopt when
 // tools are absent or tool_choice is "none" (the template then renders no tools).
-std::optional<Json> read_tools(FieldReader& r) {
+// tool_choice: "auto", "none", "required", or {"type": "function", "function": {"name": …}}.
+std::optional<OfferedTools> read_tools(FieldReader& r) {
     const Json* tools = r.get("tools");
-    if (const Json* choice = r.get("tool_choice")) {
-        if (!choice->is_string() || (*choice != "auto" && *choice != "none")) {
-            r.fail("tool_choice", "only \"auto\" and \"none\" are supported by this server, got " +
-                                      preview(*choice));
+    bool required = false;
+    std::optional<std::string> named;
+    if (const Json* choice = r.get("tool_choice"); choice && !choice->is_null()) {
+        if (choice->is_object() && choice->value("type", "") == "function" && choice->contains("function") &&
+            (*choice)["function"].is_object() && (*choice)["function"].contains("name") &&
+            (*choice)["function"]["name"].is_string()) {
+            named = (*choice)["function"]["name"].get<std::string>();
+        } else if (!choice->is_string() ||
+                   (*choice != "auto" && *choice != "none" && *choice != "required")) {
+            r.fail("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                                  "\"function\": {\"name\": …}}, got " + preview(*choice));
             return std::nullopt;
         }
         if (*choice == "none") return std::nullopt;
+        required = *choice == "required";
+        if ((required || named) && !tools) {
+            r.fail("tool_choice", "asks for a tool call, but the request offers no tools");
+            return std::nullopt;
+        }
     }
     if (!tools) return std::nullopt;
-    if (!tools->is_array()) return r.wrong_type<Json>("tools", "a list of tools", *tools);
+    if (!tools->is_array()) {
+        r.wrong_type<Json>("tools", "a list of tools", *tools);
+        return std::nullopt;
+    }
     for (std::size_t i = 0; i < tools->size(); ++i) {
         const Json& t = (*tools)[i];
         const std::string param = "tools[" + std::to_string(i) + "]";
@@ -463,7 +527,13 @@ std::optional<Json> read_tools(FieldReader& r) {
             return std::nullopt;
         }
     }
-    return *tools;
+    OfferedTools offered{*tools, std::nullopt};
+    if (required || named) {
+        const bool parallel = r.boolean("parallel_tool_calls").value_or(true);
+        offered.forced_schema = forced_calls_schema(r, *tools, named, parallel);
+        if (!offered.forced_schema) return std::nullopt;
+    }
+    return offered;
 }
 
 void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
@@ -477,17 +547,18 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
     if (!normalized) return;
     Json chat = Json::object();
     chat["messages"] = std::move(*normalized);
-    const std::optional<Json> tools = read_tools(r);
+    const std::optional<OfferedTools> tools = read_tools(r);
+    if (!r.ok()) return;
     if (tools) {
-        if (o.tool_calls) {
-            out.tool_calls = o.tool_calls;
-            for (const Json& t : *tools) out.tool_names.push_back(t["function"]["name"].get<std::string>());
+        if (o.tool_calls || tools->forced_schema) {
+            out.tool_calls = tools->forced_schema ? forced_tool_call_format() : *o.tool_calls;
+            for (const Json& t : tools->tools) out.tool_names.push_back(t["function"]["name"].get<std::string>());
             // serving_chat.py _get_history_tool_calls_cnt
             for (const Json& m : chat["messages"])
                 if (m["role"] == "assistant" && m.contains("tool_calls") && m["tool_calls"].is_array())
                     out.earlier_tool_calls += static_cast<int>(m["tool_calls"].size());
         }
-        chat["tools"] = *tools;
+        chat["tools"] = tools->tools;
     }
     // The server's defaults first (checked at start-up), the request's own on top.
     if (!o.default_chat_template_kwargs.empty()) {
@@ -526,6 +597,18 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
     if (o.chat_top_k) base.params.top_k = *o.chat_top_k;
     if (o.chat_min_p) base.params.min_p = *o.chat_min_p;
     read_openai_sampling(r, ApiKind::kChatCompletion, o, base.params);
+    if (tools && tools->forced_schema) {
+        // serving_chat.py _build_sampling_params: a constraint the request sets itself wins, and the
+        // calls are then parsed by --tool-call-parser as with "auto".
+        if (!base.params.constraint) {
+            base.params.constraint = OutputConstraint{OutputConstraint::Kind::kJsonSchema, dump(*tools->forced_schema)};
+        } else if (o.tool_calls) {
+            out.tool_calls = *o.tool_calls;
+        } else {
+            out.tool_calls.reset();
+            out.tool_names.clear();
+        }
+    }
     // serving_chat.py _process_messages: with tools on offer the output keeps its special
     // tokens, which is where many models' call markers are (Llama 3's <|python_tag|>).
     if (tools) base.params.skip_special_tokens = false;

@@ -107,6 +107,46 @@ TEST(OpenAiProtocolTest, ToolChoiceNoneDropsTools) {
     EXPECT_TRUE(o.request.requests[0].params.skip_special_tokens);
 }
 
+// tool_choice "required" and a named function constrain the output to a JSON list of calls
+// (SGLang's get_json_schema_constraint), parsed as such whatever --tool-call-parser says.
+TEST(OpenAiProtocolTest, ForcedToolChoiceConstrainsTheOutput) {
+    const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+    const std::string tools = R"("tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+            "properties": {"p": {"$ref": "#/$defs/P"}}, "$defs": {"P": {"type": "integer"}}}}},
+        {"type": "function", "function": {"name": "g"}}])";
+    const auto schema_of = [](const ParseOutcome& o) {
+        EXPECT_TRUE(o.ok()) << (o.ok() ? "" : o.error->message);
+        if (!o.ok() || !o.request.requests[0].params.constraint) return Json();
+        EXPECT_EQ(o.request.tool_calls->name, "json_array");
+        EXPECT_EQ(o.request.tool_names, (std::vector<std::string>{"f", "g"}));
+        return Json::parse(o.request.requests[0].params.constraint->text);
+    };
+    const Json f_call = Json::parse(R"({"properties": {"name": {"type": "string", "enum": ["f"]},
+        "parameters": {"type": "object", "properties": {"p": {"$ref": "#/$defs/P"}},
+                       "$defs": {"P": {"type": "integer"}}}},
+        "required": ["name", "parameters"]})");
+    const Json g_call = Json::parse(R"({"properties": {"name": {"type": "string", "enum": ["g"]},
+        "parameters": {"type": "object", "properties": {}}}, "required": ["name", "parameters"]})");
+    Json required = schema_of(chat("{" + m + ", " + tools + R"(, "tool_choice": "required"})"));
+    EXPECT_EQ(required, Json({{"type", "array"}, {"minItems", 1},
+                              {"items", {{"type", "object"}, {"anyOf", Json::array({f_call, g_call})}}},
+                              {"$defs", {{"P", {{"type", "integer"}}}}}}));
+    Json named = schema_of(chat("{" + m + ", " + tools +
+                                R"(, "tool_choice": {"type": "function", "function": {"name": "g"}},
+                                   "parallel_tool_calls": false})"));
+    EXPECT_EQ(named, Json({{"type", "array"}, {"minItems", 1}, {"items", g_call}, {"maxItems", 1}}));
+    // The request's own constraint wins; without --tool-call-parser the calls are then not parsed.
+    auto own = chat("{" + m + ", " + tools + R"(, "tool_choice": "required", "regex": "x+"})");
+    ASSERT_TRUE(own.ok());
+    EXPECT_EQ(own.request.requests[0].params.constraint->text, "x+");
+    EXPECT_FALSE(own.request.tool_calls);
+    expect_error(chat("{" + m + R"(, "tool_choice": "required", "tools": [
+        {"type": "function", "function": {"name": "a", "parameters": {"$defs": {"D": {"type": "string"}}}}},
+        {"type": "function", "function": {"name": "b", "parameters": {"$defs": {"D": {"type": "null"}}}}}]})"),
+                 "tools");
+}
+
 // serving_chat.py: tools on offer keep the special tokens in the output (call markers), even
 // over the request's own skip_special_tokens.
 // _patch_reasoning_skip_special_tokens: --reasoning-parser mistral keeps [THINK] (a special
@@ -179,7 +219,10 @@ TEST(OpenAiProtocolTest, ChatErrorsNameTheField) {
     expect_error(chat("{" + m + R"(, "response_format": {"type": "structural_tag"}})"), "response_format");
     expect_error(chat("{" + m + R"(, "regex": "a", "response_format": {"type": "json_object"}})"), "response_format");
     expect_error(chat("{" + m + R"(, "regex": 5})"), "regex");
-    expect_error(chat("{" + m + R"(, "tool_choice": "required"})"), "tool_choice");
+    expect_error(chat("{" + m + R"(, "tool_choice": "required"})"), "tool_choice");  // no tools
+    expect_error(chat("{" + m + R"(, "tool_choice": "any"})"), "tool_choice");
+    expect_error(chat("{" + m + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}},
+        "tools": [{"type": "function", "function": {"name": "f"}}]})"), "tool_choice");
     expect_error(chat("{" + m + R"(, "tools": [{"type": "function"}]})"), "tools[0]");
     expect_error(chat("{" + m + R"(, "chat_template_kwargs": [1]})"), "chat_template_kwargs");
     // null is "absent"
@@ -591,6 +634,26 @@ TEST(ResponseBuilderTest, KimiK2CallIdsCountTheConversationsCalls) {
     ASSERT_EQ(calls.size(), 2u);
     EXPECT_EQ(calls[0]["id"], "functions.add:1");
     EXPECT_EQ(calls[1]["id"], "functions.add:2");
+}
+
+// tool_choice "required": the output's JSON list becomes tool_calls (arguments from
+// "parameters"), and "stop" becomes "tool_calls"; no --tool-call-parser needed.
+TEST(ResponseBuilderTest, ForcedToolCallsAreTheOutputsList) {
+    const auto parsed = parse_request(ApiKind::kChatCompletion, R"({"messages": [{"role": "user", "content": "x"}],
+        "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "add"}},
+                                             {"type": "function", "function": {"name": "neg"}}]})",
+                                      options(), "chatcmpl-1");
+    ASSERT_TRUE(parsed.ok());
+    const Json j = chat_body(parsed, {R"([{"name": "add", "parameters": {"a": 1, "b": 2}}, {"name": "neg", )"
+                                      R"("parameters": {"x": 5}}])"});
+    const Json& message = j["choices"][0]["message"];
+    ASSERT_EQ(message["tool_calls"].size(), 2u);
+    EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "add");
+    EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"a":1,"b":2})");
+    EXPECT_EQ(message["tool_calls"][1]["function"]["name"], "neg");
+    EXPECT_EQ(message["tool_calls"][1]["index"], 1);
+    EXPECT_TRUE(message["content"].is_null() || message["content"] == "") << message;
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
 }
 
 // --tool-call-parser qwen25 with a tool offered: calls become tool_calls, "stop" becomes

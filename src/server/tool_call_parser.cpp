@@ -71,6 +71,10 @@ StatusOr<ToolCallFormat> tool_call_format(std::string_view name) {
     return find_named_format(kFormats, "--tool-call-parser", name);
 }
 
+ToolCallFormat forced_tool_call_format() {
+    return {.name = "json_array", .section_start = "", .layout = Layout::kJsonValues};
+}
+
 ToolCallDetector::ToolCallDetector(ToolCallFormat format, std::vector<std::string> tools)
     : format_(std::move(format)), tools_(std::move(tools)) {}
 

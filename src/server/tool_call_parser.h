@@ -41,6 +41,11 @@ struct ToolCallFormat {
 // another name is refused, listing these.
 StatusOr<ToolCallFormat> tool_call_format(std::string_view name);
 
+// What tool_choice "required" or a named function makes the output (SGLang's JsonArrayParser):
+// the whole output one JSON list of {"name": ..., "parameters": {...}}, whatever
+// --tool-call-parser says.
+ToolCallFormat forced_tool_call_format();
+
 struct ParsedToolCall {
     std::string name;
     std::string arguments;  // JSON text

@@ -10,6 +10,8 @@ the pattern, so every answer that matches shows the mask at work. Checked agains
 - /generate with `json_schema`, and the OpenAI chat route with `response_format` json_schema and
   json_object, give JSON that fits the schema, spaced as the server's whitespace flags say;
 - a streamed completion with `regex` matches once its chunks are joined;
+- chat with tool_choice "required" or a named function answers tool_calls whose arguments fit
+  the tools' parameters, whole and streamed;
 - with --reasoning-parser, a require_reasoning request thinks unconstrained until </think> and is
   constrained after it;
 - bad patterns, ebnf, two constraints at once and --grammar-backend none are refused with 400.
@@ -127,9 +129,63 @@ def server_stream(server, body):
     return r.status, text
 
 
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+              "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                              "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+              "required": ["city", "days"]}}},
+         {"type": "function", "function": {"name": "get_time"}}]
+
+
+def check_tool_choice(check, server, name):
+    """tool_choice "required" and a named function: the answer is tool_calls that fit the tools."""
+    for choice, parallel in (("required", True), ({"type": "function", "function": {"name": "get_weather"}}, False)):
+        for stream in (False, True):
+            body = {"model": "tiny", "messages": [{"role": "user", "content": "weather?"}], "tools": TOOLS,
+                    "tool_choice": choice, "parallel_tool_calls": parallel, "max_tokens": 200, "temperature": 0.7,
+                    "seed": 11, "stream": stream}
+            status, calls, finish = chat_tool_calls(server, body)
+            ok = status == 200 and finish == "tool_calls" and len(calls) >= 1 and (parallel or len(calls) == 1)
+            for call in calls:
+                args = json.loads(call["function"]["arguments"])
+                if call["function"]["name"] == "get_weather":
+                    ok = ok and set(args) == {"city", "days"} and 1 <= args["days"] <= 7 and len(args["city"]) <= 12
+                else:
+                    ok = ok and call["function"]["name"] == "get_time" and choice == "required" and args == {}
+                ok = ok and call["id"].startswith("call_")
+            check(f"{name}: tool_choice {json.dumps(choice)} (stream {stream}) answers fitting tool_calls", ok,
+                  (status, calls, finish))
+
+
+def chat_tool_calls(server, body):
+    """(status, the choice's tool_calls, finish_reason), joining a stream's deltas."""
+    if not body["stream"]:
+        status, answer = server.post("/v1/chat/completions", body)
+        if status != 200:
+            return status, [], answer
+        choice = answer["choices"][0]
+        return status, choice["message"].get("tool_calls") or [], choice["finish_reason"]
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    calls, finish = {}, None
+    for line in r.read().decode().splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        choice = json.loads(line[6:])["choices"][0]
+        finish = choice.get("finish_reason") or finish
+        for piece in choice["delta"].get("tool_calls") or []:
+            call = calls.setdefault(piece["index"], {"id": "", "function": {"name": "", "arguments": ""}})
+            call["id"] = piece.get("id") or call["id"]
+            call["function"]["name"] += piece.get("function", {}).get("name") or ""
+            call["function"]["arguments"] += piece.get("function", {}).get("arguments") or ""
+    conn.close()
+    return r.status, [calls[i] for i in sorted(calls)], finish
+
+
 def check_refusals(check, server, name):
     cases = [({"regex": "(?=a)b"}, "lookaround"), ({"regex": "(ab"}, "missing )"),
-             ({"json_schema": "{\"type\": \"integer\", \"minimum\": 1}"}, "'minimum' is not supported"),
+             ({"json_schema": "{\"type\": \"number\", \"minimum\": 1}"}, "'minimum' on a number is not supported"),
              ({"json_schema": "{not json"}, "not valid JSON"),
              ({"ebnf": "root ::= \"a\""}, "EBNF grammars are not supported"),
              ({"regex": "a", "json_schema": "{}"}, "Only one of regex, json_schema, or ebnf can be set.")]
@@ -159,6 +215,7 @@ def main():
             check_json(check, server, name, compact)
             if index == 0:
                 check_stream(check, server, name)
+                check_tool_choice(check, server, name)
                 check_refusals(check, server, name)
         finally:
             server.close()
