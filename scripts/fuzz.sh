@@ -10,7 +10,7 @@ command -v clang++ >/dev/null || { echo "fuzz: clang++ is needed (apt install cl
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
   -DTSR_BUILD_TESTS=OFF -DTSR_BUILD_BENCH=OFF >/dev/null
 targets=(request_json_fuzz step_codec_fuzz store_wire_fuzz chat_template_fuzz tokenizer_fuzz safetensors_fuzz
-         launch_flags_fuzz gateway_request_fuzz tool_call_stream_fuzz)
+         launch_flags_fuzz gateway_request_fuzz tool_call_stream_fuzz grammar_fuzz)
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"
 rm -f build-fuzz/fuzz/crash-* build-fuzz/fuzz/leak-* build-fuzz/fuzz/timeout-*
 seconds="${FUZZ_SECONDS:-60}"

@@ -33,8 +33,9 @@ class GrammarCompiler {
                                                                      std::vector<std::int32_t> stop_tokens);
 
  private:
-    // Compiled grammars kept for reuse; past this many the cache starts over.
-    static constexpr std::size_t kMaxCachedGrammars = 64;
+    // Compiled grammars kept for reuse; past this many the cache starts over. Each may grow to
+    // its DFA bound (20 MiB) and its mask cache (1024 masks of vocab / 8 bytes).
+    static constexpr std::size_t kMaxCachedGrammars = 16;
 
     const tokenizer::Tokenizer& tokenizer_;
     const grammar::JsonWhitespace json_whitespace_;

@@ -358,11 +358,15 @@ TEST(TokenGrammarTest, TheDetokenizersStrippedSpaceIsNotSeen) {
 }
 
 TEST(TokenGrammarTest, AVocabularyThatCannotSpellThePatternIsAnError) {
-    auto grammar = std::make_shared<CompiledGrammar>(compile_regex("xyz").value(), toy_vocabulary());
-    GrammarMatcher m(grammar, {0});
-    auto mask = m.allowed_tokens();
-    ASSERT_FALSE(mask.ok());
-    EXPECT_NE(mask.status().message().find("no token of the vocabulary can continue"), std::string::npos);
+    // "xyz" has no tokens; [^\s\S] matches nothing at all (found by the fuzzer: a DFA with no state).
+    for (const char* pattern : {"xyz", "[^\\s\\S]", "a[^\\s\\S]"}) {
+        auto grammar = std::make_shared<CompiledGrammar>(compile_regex(pattern).value(), toy_vocabulary());
+        GrammarMatcher m(grammar, {0});
+        auto mask = m.allowed_tokens();
+        ASSERT_FALSE(mask.ok()) << pattern;
+        EXPECT_NE(mask.status().message().find("no token of the vocabulary can continue"), std::string::npos);
+        EXPECT_FALSE(m.accept(0)) << pattern;
+    }
 }
 
 }  // namespace

@@ -7,7 +7,17 @@
 namespace tessera::grammar {
 
 LazyDfa::LazyDfa(ByteNfa nfa) : nfa_(std::move(nfa)), mark_(nfa_.states.size(), 0) {
-    intern(closure({0}));
+    // State 0 exists even for a pattern that matches nothing: a start with no way on.
+    std::vector<std::int32_t> start = closure({0});
+    if (start.empty()) {
+        accepting_.push_back(false);
+        sets_.emplace_back();
+        std::array<std::int32_t, 256> row;
+        row.fill(kDead);
+        transitions_.push_back(row);
+        return;
+    }
+    intern(std::move(start));
 }
 
 std::vector<std::int32_t> LazyDfa::closure(std::vector<std::int32_t> seeds) {

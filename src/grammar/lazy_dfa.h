@@ -18,15 +18,19 @@ class LazyDfa {
     static constexpr std::int32_t kDead = -1;
     // The most states one automaton may make; past it next() answers kDead and overflowed()
     // turns true (the request using it is then ended with an error rather than left unbounded).
-    static constexpr std::size_t kMaxStates = 50000;
+    // 1 KiB of transitions each: 20 MiB per grammar at most.
+    static constexpr std::size_t kMaxStates = 20000;
 
     explicit LazyDfa(ByteNfa nfa);
 
     std::int32_t start() const { return 0; }
     std::int32_t next(std::int32_t state, std::uint8_t byte) {
-        std::int32_t& to = transitions_[static_cast<std::size_t>(state)][byte];
-        if (to == kUnknown) to = compute(state, byte);
-        return to;
+        const std::int32_t to = transitions_[static_cast<std::size_t>(state)][byte];
+        if (to != kUnknown) return to;
+        // compute() may add a state and move transitions_: store by index afterwards.
+        const std::int32_t computed = compute(state, byte);
+        transitions_[static_cast<std::size_t>(state)][byte] = computed;
+        return computed;
     }
     // The state after `bytes`, or kDead.
     std::int32_t walk(std::int32_t state, std::string_view bytes);

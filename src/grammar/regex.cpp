@@ -49,18 +49,6 @@ std::vector<CodeRange> class_escape(char c) {
     }
 }
 
-std::unique_ptr<RegexNode> make_node(RegexNode::Kind kind) {
-    auto node = std::make_unique<RegexNode>();
-    node->kind = kind;
-    return node;
-}
-
-std::unique_ptr<RegexNode> class_node(std::vector<CodeRange> ranges) {
-    auto node = make_node(RegexNode::Kind::kClass);
-    node->ranges = normalized(std::move(ranges));
-    return node;
-}
-
 class Parser {
  public:
     explicit Parser(std::string_view pattern) : p_(pattern) {}
@@ -81,6 +69,19 @@ class Parser {
     }
     bool done() const { return pos_ >= p_.size() || !error_.empty(); }
     char peek() const { return p_[pos_]; }
+
+    std::unique_ptr<RegexNode> make_node(RegexNode::Kind kind) {
+        if (++nodes_ > kMaxRegexNodes && error_.empty())
+            error_ = fmt::format("the pattern is too large for constrained decoding (over {} elements)", kMaxRegexNodes);
+        auto node = std::make_unique<RegexNode>();
+        node->kind = kind;
+        return node;
+    }
+    std::unique_ptr<RegexNode> class_node(std::vector<CodeRange> ranges) {
+        auto node = make_node(RegexNode::Kind::kClass);
+        node->ranges = normalized(std::move(ranges));
+        return node;
+    }
 
     std::unique_ptr<RegexNode> alternation() {
         std::vector<std::unique_ptr<RegexNode>> options;
@@ -301,6 +302,10 @@ class Parser {
 
     std::unique_ptr<RegexNode> group() {
         ++pos_;  // '('
+        if (++depth_ > kMaxRegexDepth) {
+            error_ = fmt::format("groups nest deeper than {} levels", kMaxRegexDepth);
+            return nullptr;
+        }
         if (pos_ < p_.size() && p_[pos_] == '?') {
             const std::string_view rest = p_.substr(pos_ + 1);
             if (rest.starts_with(":")) {
@@ -328,6 +333,7 @@ class Parser {
             return nullptr;
         }
         ++pos_;
+        --depth_;
         return inner;
     }
 
@@ -381,6 +387,8 @@ class Parser {
     std::string_view p_;
     std::size_t pos_ = 0;
     std::string error_;
+    std::size_t nodes_ = 0;
+    int depth_ = 0;
 };
 
 // Thompson fragments: `start` and `end` states; `end` has no edges yet.

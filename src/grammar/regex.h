@@ -54,8 +54,11 @@ struct ByteNfa {
     std::int32_t accept = 0;
 };
 
-// The most NFA states a pattern may compile to (bounded repeats are expanded); beyond it the
-// pattern is refused as too large.
+// What a pattern may cost, so that a request cannot exhaust the server: the syntax tree's
+// nodes and the nesting of its groups (the parser recurses into them), and the NFA states it
+// compiles to (bounded repeats are expanded). Beyond them the pattern is refused as too large.
+inline constexpr std::size_t kMaxRegexNodes = 200000;
+inline constexpr int kMaxRegexDepth = 1000;
 inline constexpr std::size_t kMaxNfaStates = 400000;
 
 StatusOr<ByteNfa> compile_nfa(const RegexNode& root);
