@@ -72,7 +72,8 @@ class Parser {
 
     std::unique_ptr<RegexNode> make_node(RegexNode::Kind kind) {
         if (++nodes_ > kMaxRegexNodes && error_.empty())
-            error_ = fmt::format("the pattern is too large for constrained decoding (over {} elements)", kMaxRegexNodes);
+            error_ = fmt::format("the pattern is too large for constrained decoding (over {} elements)",
+                                 kMaxRegexNodes);
         auto node = std::make_unique<RegexNode>();
         node->kind = kind;
         return node;
