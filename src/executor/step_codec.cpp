@@ -12,14 +12,15 @@ class Writer {
     void i64(std::int64_t v) { append(&v, sizeof(v)); }
     void f32(float v) { append(&v, sizeof(v)); }
     void u64(std::uint64_t v) { append(&v, sizeof(v)); }
-    void i32s(const std::vector<std::int32_t>& v) {
+    // A vector of 32-bit values (token ids, slots, a token mask's words): its length, then the values.
+    template <typename T>
+    void words(const std::vector<T>& v) {
+        static_assert(sizeof(T) == 4);
         i64(static_cast<std::int64_t>(v.size()));
-        append(v.data(), v.size() * sizeof(std::int32_t));
+        append(v.data(), v.size() * sizeof(T));
     }
-    void u32s(const std::vector<std::uint32_t>& v) {
-        i64(static_cast<std::int64_t>(v.size()));
-        append(v.data(), v.size() * sizeof(std::uint32_t));
-    }
+    void i32s(const std::vector<std::int32_t>& v) { words(v); }
+    void u32s(const std::vector<std::uint32_t>& v) { words(v); }
     std::vector<std::uint8_t> take() { return std::move(bytes_); }
 
  private:
@@ -49,20 +50,16 @@ class Reader {
         *v = static_cast<int>(x);
         return true;
     }
-    bool i32s(std::vector<std::int32_t>* v) {
+    template <typename T>
+    bool words(std::vector<T>* v) {
+        static_assert(sizeof(T) == 4);
         std::int64_t n = 0;
-        if (!i64(&n) || n < 0 || static_cast<std::size_t>(n) > (bytes_.size() - pos_) / sizeof(std::int32_t))
-            return false;
+        if (!i64(&n) || n < 0 || static_cast<std::size_t>(n) > (bytes_.size() - pos_) / sizeof(T)) return false;
         v->resize(static_cast<std::size_t>(n));
-        return take(v->data(), v->size() * sizeof(std::int32_t));
+        return take(v->data(), v->size() * sizeof(T));
     }
-    bool u32s(std::vector<std::uint32_t>* v) {
-        std::int64_t n = 0;
-        if (!i64(&n) || n < 0 || static_cast<std::size_t>(n) > (bytes_.size() - pos_) / sizeof(std::uint32_t))
-            return false;
-        v->resize(static_cast<std::size_t>(n));
-        return take(v->data(), v->size() * sizeof(std::uint32_t));
-    }
+    bool i32s(std::vector<std::int32_t>* v) { return words(v); }
+    bool u32s(std::vector<std::uint32_t>* v) { return words(v); }
     bool done() const { return pos_ == bytes_.size(); }
     std::size_t remaining() const { return bytes_.size() - pos_; }
 

@@ -7,6 +7,7 @@
 #include "grammar/lazy_dfa.h"
 #include "grammar/regex.h"
 #include "grammar/token_grammar.h"
+#include "tokenizer/utf8.h"
 
 namespace tessera::grammar {
 namespace {
@@ -70,23 +71,10 @@ TEST(RegexTest, MatchesUtf8ByCodePoint) {
 }
 
 TEST(RegexTest, Utf8SequencesCoverExactlyTheRange) {
+    // The tokenizer's encoder, written apart from the one under test.
     const auto encode = [](char32_t cp) {
         std::string s;
-        if (cp < 0x80) {
-            s += static_cast<char>(cp);
-        } else if (cp < 0x800) {
-            s += static_cast<char>(0xC0 | (cp >> 6));
-            s += static_cast<char>(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-            s += static_cast<char>(0xE0 | (cp >> 12));
-            s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            s += static_cast<char>(0x80 | (cp & 0x3F));
-        } else {
-            s += static_cast<char>(0xF0 | (cp >> 18));
-            s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-            s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            s += static_cast<char>(0x80 | (cp & 0x3F));
-        }
+        tokenizer::append_utf8(cp, s);
         return s;
     };
     const auto covered = [](const auto& seqs, const std::string& bytes) {

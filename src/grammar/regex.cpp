@@ -248,6 +248,16 @@ class Parser {
         return {};
     }
 
+    // One member of a [...] class at pos_: a character or an escape.
+    std::vector<CodeRange> class_member() {
+        if (p_[pos_] != '\\') {
+            const char32_t cp = code_point();
+            return {{cp, cp}};
+        }
+        ++pos_;
+        return escape(/*in_class=*/true);
+    }
+
     std::unique_ptr<RegexNode> char_class() {
         ++pos_;  // '['
         const bool negate = pos_ < p_.size() && p_[pos_] == '^';
@@ -264,27 +274,13 @@ class Parser {
                 break;
             }
             first = false;
-            std::vector<CodeRange> item;
-            if (p_[pos_] == '\\') {
-                ++pos_;
-                item = escape(/*in_class=*/true);
-            } else {
-                const char32_t cp = code_point();
-                item = {{cp, cp}};
-            }
+            std::vector<CodeRange> item = class_member();
             if (!error_.empty()) return nullptr;
             // A range a-b: both ends single characters; '-' before ']' is literal.
             if (item.size() == 1 && item[0].lo == item[0].hi && pos_ + 1 < p_.size() && p_[pos_] == '-' &&
                 p_[pos_ + 1] != ']') {
                 ++pos_;
-                std::vector<CodeRange> end;
-                if (p_[pos_] == '\\') {
-                    ++pos_;
-                    end = escape(/*in_class=*/true);
-                } else {
-                    const char32_t cp = code_point();
-                    end = {{cp, cp}};
-                }
+                const std::vector<CodeRange> end = class_member();
                 if (!error_.empty()) return nullptr;
                 if (end.size() != 1 || end[0].lo != end[0].hi) {
                     error_ = "bad character range";
