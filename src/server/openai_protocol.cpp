@@ -640,29 +640,43 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
     }
 }
 
-void parse_completion(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
-                      GenerationRequest& base) {
+// The most inputs one batched /generate or completion may hold (before n multiplies them).
+constexpr std::size_t kMaxBatchInputs = 256;
+
+// prompt: a string, a list of token ids, or a list of either (a batch: one choice per prompt, and
+// per further sample of n, in SGLang's order). `batch` gets one request per prompt when there
+// are several; otherwise `base` holds the one.
+void parse_completion(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out, GenerationRequest& base,
+                      std::vector<GenerationRequest>& batch) {
     const Json* prompt = r.get("prompt");
     if (!prompt) {
         if (r.ok()) r.fail("prompt", "is required");
         return;
     }
-    const char* batch_msg =
-        "batched prompts are not supported; send one request per prompt (a list of one is accepted)";
+    std::vector<GenerationInput> inputs;
     if (prompt->is_string()) {
-        base.input.text = prompt->get<std::string>();
-    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_string()) {
-        if (prompt->size() != 1) return r.fail("prompt", batch_msg);
-        base.input.text = (*prompt)[0].get<std::string>();
-    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_array()) {
-        if (prompt->size() != 1) return r.fail("prompt", batch_msg);
-        base.input.input_ids = r.token_ids("prompt", (*prompt)[0], /*allow_empty=*/false);
+        inputs.push_back({.text = prompt->get<std::string>()});
+    } else if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
+        for (std::size_t i = 0; i < prompt->size() && r.ok(); ++i) {
+            const Json& p = (*prompt)[i];
+            if (p.is_string()) {
+                inputs.push_back({.text = p.get<std::string>()});
+            } else if (p.is_array()) {
+                inputs.push_back({.input_ids = r.token_ids("prompt", p, /*allow_empty=*/false)});
+            } else {
+                return r.fail("prompt", "a list of prompts holds strings or lists of token ids (item " +
+                                            std::to_string(i) + ")");
+            }
+        }
+        if (inputs.size() > kMaxBatchInputs)
+            return r.fail("prompt", "a batch holds at most " + std::to_string(kMaxBatchInputs) + " prompts");
     } else if (prompt->is_array()) {
-        base.input.input_ids = r.token_ids("prompt", *prompt, /*allow_empty=*/false);
+        inputs.push_back({.input_ids = r.token_ids("prompt", *prompt, /*allow_empty=*/false)});
     } else {
-        r.wrong_type<int>("prompt", "a string, a list of token ids, or a list of one of those", *prompt);
+        r.wrong_type<int>("prompt", "a string, a list of token ids, or a list of either", *prompt);
         return;
     }
+    if (!r.ok()) return;
     read_openai_sampling(r, ApiKind::kCompletion, o, base.params);
     if (auto v = r.integer("logprobs", 0, o.max_top_logprobs)) {
         out.logprobs = true;
@@ -672,19 +686,27 @@ void parse_completion(FieldReader& r, const ProtocolOptions& o, ParsedRequest& o
     if (auto suffix = r.string("suffix"); suffix && !suffix->empty()) {
         // serving_completions.py: generate_completion_prompt_from_request.
         const auto& t = o.completion_template;
-        if (!t) {
-            r.fail("suffix", "needs a fill-in-the-middle template: start the server with --completion-template "
-                             "deepseek_coder, star_coder or qwen_coder");
-        } else if (!base.input.text) {
-            r.fail("suffix", "needs a text prompt (not token ids) to make a fill-in-the-middle prompt");
-        } else {
-            const std::string& prompt = *base.input.text;
-            base.input.text = t->middle_at_end ? t->fim_begin + prompt + t->fim_end + *suffix + t->fim_middle
-                                               : t->fim_begin + prompt + t->fim_middle + *suffix + t->fim_end;
+        for (GenerationInput& input : inputs) {
+            if (!t) {
+                r.fail("suffix", "needs a fill-in-the-middle template: start the server with --completion-template "
+                                 "deepseek_coder, star_coder or qwen_coder");
+            } else if (!input.text) {
+                r.fail("suffix", "needs a text prompt (not token ids) to make a fill-in-the-middle prompt");
+            } else {
+                const std::string& text = *input.text;
+                input.text = t->middle_at_end ? t->fim_begin + text + t->fim_end + *suffix + t->fim_middle
+                                              : t->fim_begin + text + t->fim_middle + *suffix + t->fim_end;
+            }
+            if (!r.ok()) return;
         }
     }
     if (auto v = r.integer("best_of", 1, o.max_n); v && *v > 1)
         r.fail("best_of", "is not supported by this server (use n)");
+    if (inputs.size() == 1) {
+        base.input = std::move(inputs.front());
+        return;
+    }
+    for (GenerationInput& input : inputs) batch.push_back({"", std::move(input), base.params});
 }
 
 // SGLang's sampling_params fields that /generate reads.
@@ -719,8 +741,13 @@ void read_native_sampling(FieldReader& s, const ProtocolOptions& o, GenerationPa
     if (auto v = s.integer("n", 1, o.max_n)) n = static_cast<int>(*v);
 }
 
-void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
-                    GenerationRequest& base, int& n) {
+// /generate (SGLang's GenerateReqInput): one input, or a batch, a list of texts or of id lists.
+// A batch answers a list, in the order of io_struct.py _normalize_batch_inputs: every input
+// once, then again for each further sample of n. sampling_params is one object for all, or one
+// per input; rid one string, or one per answer. Single: `base` holds the request; batched:
+// `batch` holds one per input, with its params.
+void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out, GenerationRequest& base, int& n,
+                    std::vector<GenerationRequest>& batch, std::vector<std::string>& rids) {
     const Json* text = r.get("text");
     const Json* ids = r.get("input_ids");
     if (r.has("input_embeds") || r.has("image_data") || r.has("video_data") || r.has("audio_data"))
@@ -730,27 +757,40 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
         if (r.ok()) r.fail("text", "exactly one of 'text' and 'input_ids' must be given");
         return;
     }
-    const char* batch_msg = "batched inputs are not supported; send one request per input";
+    std::vector<GenerationInput> inputs;
+    const char* field = text ? "text" : "input_ids";
     if (text) {
-        if (text->is_array()) {
-            if (text->size() != 1 || !(*text)[0].is_string()) return r.fail("text", batch_msg);
-            base.input.text = (*text)[0].get<std::string>();
-        } else if (text->is_string()) {
-            base.input.text = text->get<std::string>();
+        if (text->is_string()) {
+            inputs.push_back({.text = text->get<std::string>()});
+        } else if (text->is_array() && !text->empty()) {
+            out.batched_input = true;
+            for (std::size_t i = 0; i < text->size(); ++i) {
+                if (!(*text)[i].is_string())
+                    return r.fail("text", "a batch must be a list of strings (item " + std::to_string(i) + ")");
+                inputs.push_back({.text = (*text)[i].get<std::string>()});
+            }
         } else {
-            r.wrong_type<int>("text", "a string", *text);
+            r.wrong_type<int>("text", "a string or a non-empty list of strings", *text);
             return;
         }
     } else if (ids->is_array() && !ids->empty() && (*ids)[0].is_array()) {
-        if (ids->size() != 1) return r.fail("input_ids", batch_msg);
-        base.input.input_ids = r.token_ids("input_ids", (*ids)[0], false);
+        out.batched_input = true;
+        for (std::size_t i = 0; i < ids->size() && r.ok(); ++i)
+            inputs.push_back({.input_ids = r.token_ids("input_ids", (*ids)[i], false)});
     } else {
-        base.input.input_ids = r.token_ids("input_ids", *ids, false);
+        inputs.push_back({.input_ids = r.token_ids("input_ids", *ids, false)});
     }
+    if (inputs.size() > kMaxBatchInputs)
+        return r.fail(field, "a batch holds at most " + std::to_string(kMaxBatchInputs) + " inputs");
     if (auto rid = r.get("rid")) {
-        if (!rid->is_string() || rid->get<std::string>().empty())
-            return r.fail("rid", "must be a non-empty string (batched rids are not supported)");
-        out.id = rid->get<std::string>();
+        if (rid->is_string() && !rid->get<std::string>().empty()) {
+            out.id = rid->get<std::string>();
+        } else if (rid->is_array() && !rid->empty() &&
+                   std::all_of(rid->begin(), rid->end(), [](const Json& x) { return x.is_string() && x != ""; })) {
+            for (const Json& x : *rid) rids.push_back(x.get<std::string>());
+        } else {
+            return r.fail("rid", "must be a non-empty string, or for a batch a list of them");
+        }
     }
     if (auto v = r.boolean("stream")) out.stream = *v;
     out.incremental = out.stream && o.incremental_streaming_output;
@@ -767,17 +807,47 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     read_routed_experts(r, base.params);
     // GenerateReqInput.require_reasoning: the client says the output begins with reasoning.
     if (auto v = r.boolean("require_reasoning")) base.params.require_reasoning = *v;
+    if (!r.ok()) return;
     const Json* sp = r.get("sampling_params");
-    if (!sp || !r.ok()) return;
-    if (!sp->is_object()) {
-        r.wrong_type<int>("sampling_params", "an object (lists for batches are not supported)", *sp);
+    std::vector<GenerationParams> params(inputs.size(), base.params);
+    if (sp && sp->is_array()) {
+        if (!out.batched_input || sp->size() != inputs.size()) {
+            return r.fail("sampling_params", "a list needs one object per input of a batch (" +
+                                                 std::to_string(inputs.size()) + "), got " +
+                                                 std::to_string(sp->size()));
+        }
+        for (std::size_t i = 0; i < sp->size(); ++i) {
+            const std::string prefix = "sampling_params[" + std::to_string(i) + "].";
+            if (!(*sp)[i].is_object()) return r.fail(prefix.substr(0, prefix.size() - 1), "must be an object");
+            FieldReader s((*sp)[i], prefix);
+            int item_n = n;
+            read_native_sampling(s, o, params[i], item_n);
+            read_constraint(s, params[i]);
+            reject_unsupported(s);
+            if (!s.ok()) return r.fail_with(*s.error());
+            // io_struct.py: "The parallel_sample_num should be the same for all samples in sample params."
+            if (i > 0 && item_n != n)
+                return r.fail(prefix + "n", "The parallel_sample_num should be the same for all samples in sample "
+                                            "params.");
+            n = item_n;
+        }
+    } else if (sp) {
+        if (!sp->is_object()) {
+            r.wrong_type<int>("sampling_params", "an object, or for a batch a list of them", *sp);
+            return;
+        }
+        FieldReader s(*sp, "sampling_params.");
+        read_native_sampling(s, o, base.params, n);
+        read_constraint(s, base.params);
+        reject_unsupported(s);
+        if (!s.ok()) return r.fail_with(*s.error());
+        std::fill(params.begin(), params.end(), base.params);
+    }
+    if (!out.batched_input) {
+        base.input = std::move(inputs.front());
         return;
     }
-    FieldReader s(*sp, "sampling_params.");
-    read_native_sampling(s, o, base.params, n);
-    read_constraint(s, base.params);
-    reject_unsupported(s);
-    if (!s.ok()) r.fail_with(*s.error());
+    for (std::size_t i = 0; i < inputs.size(); ++i) batch.push_back({"", std::move(inputs[i]), std::move(params[i])});
 }
 
 }  // namespace
@@ -935,6 +1005,8 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
     }
     GenerationRequest base;
     int n = 1;
+    std::vector<GenerationRequest> batch;  // a batched /generate or completion: one per input
+    std::vector<std::string> rids;         // its rid list, one per answer
     switch (kind) {
         case ApiKind::kChatCompletion:
             parse_chat(r, options, out, base);
@@ -942,21 +1014,27 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
             read_stream(r, options, out);
             break;
         case ApiKind::kCompletion:
-            parse_completion(r, options, out, base);
+            parse_completion(r, options, out, base, batch);
             n = read_n(r, options);
             read_stream(r, options, out);
             break;
         case ApiKind::kGenerate:
-            parse_generate(r, options, out, base, n);
+            parse_generate(r, options, out, base, n, batch, rids);
             break;
         case ApiKind::kEmbedding:
         case ApiKind::kEncode:
             break;  // parse_embedding_request, above
     }
+    if (batch.empty()) batch.push_back(base);
+    if (r.ok() && !rids.empty() && rids.size() != batch.size() * static_cast<std::size_t>(n)) {
+        r.fail("rid", "The specified rids length mismatch with the batch_size for batch processing. (" +
+                          std::to_string(rids.size()) + " rids for " + std::to_string(batch.size() * n) + " answers)");
+    }
     if (r.ok() && options.skip_tokenizer_init) {
-        if (base.input.text)
+        if (std::any_of(batch.begin(), batch.end(), [](const GenerationRequest& b) { return b.input.text.has_value(); }))
             r.fail("text", "needs the tokenizer, which --skip-tokenizer-init leaves out; send input_ids");
-        else if (!base.params.stop.empty())
+        else if (std::any_of(batch.begin(), batch.end(),
+                             [](const GenerationRequest& b) { return !b.params.stop.empty(); }))
             r.fail("sampling_params.stop", "strings need the tokenizer, which --skip-tokenizer-init leaves out; use "
                                            "stop_token_ids");
         out.token_ids_only = true;
@@ -965,14 +1043,19 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
         outcome.error = r.error();
         return outcome;
     }
-    base.params.logprobs = out.logprobs;
-    base.params.top_logprobs = out.top_logprobs;
-    if (kind != ApiKind::kGenerate && options.preferred_sampling)
-        base.params.stream_interval = options.preferred_sampling->params.stream_interval;
-    for (int i = 0; i < n; ++i) {
-        GenerationRequest req = base;
-        req.request_id = n == 1 ? out.id : out.id + "-" + std::to_string(i);
-        out.requests.push_back(std::move(req));
+    // Every input once, then again for each further sample (io_struct.py _expand_inputs).
+    const std::size_t answers = batch.size() * static_cast<std::size_t>(n);
+    for (int round = 0; round < n; ++round) {
+        for (const GenerationRequest& item : batch) {
+            GenerationRequest req = item;
+            req.params.logprobs = out.logprobs;
+            req.params.top_logprobs = out.top_logprobs;
+            if (kind != ApiKind::kGenerate && options.preferred_sampling)
+                req.params.stream_interval = options.preferred_sampling->params.stream_interval;
+            const std::size_t k = out.requests.size();
+            req.request_id = !rids.empty() ? rids[k] : answers == 1 ? out.id : out.id + "-" + std::to_string(k);
+            out.requests.push_back(std::move(req));
+        }
     }
     return outcome;
 }

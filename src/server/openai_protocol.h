@@ -129,10 +129,10 @@ struct ParsedRequest {
     std::vector<std::string> tool_names;
     int earlier_tool_calls = 0;  // the tool_calls of the request's assistant messages
     // Embedding routes: the request's `dimensions` (the vectors' first entries, scaled to unit
-    // length again), OpenAI's encoding_format "base64" (little-endian f32 bytes), and whether
-    // /encode was given a list (then it answers a list, even of one).
+    // length again) and OpenAI's encoding_format "base64" (little-endian f32 bytes).
     std::optional<std::int64_t> dimensions;
     bool base64 = false;
+    // /encode or /generate was given a list of inputs: it answers a list, even of one.
     bool batched_input = false;
     std::vector<GenerationRequest> requests;
 };

@@ -306,8 +306,16 @@ TEST(OpenAiProtocolTest, CompletionPrompts) {
     EXPECT_EQ(*ids.request.requests[0].input.input_ids, (std::vector<std::int32_t>{1, 2, 3}));
     EXPECT_TRUE(completion(R"({"prompt": ["one"]})").ok());
     EXPECT_TRUE(completion(R"({"prompt": [[4, 5]]})").ok());
-    std::string msg = expect_error(completion(R"({"prompt": ["a", "b"]})"), "prompt");
-    EXPECT_NE(msg.find("batched"), std::string::npos);
+    // A batch: one choice per prompt and per further sample, in SGLang's order.
+    auto batch = completion(R"({"prompt": ["a", [4, 5]], "n": 2, "max_tokens": 3})");
+    ASSERT_TRUE(batch.ok()) << batch.error->message;
+    ASSERT_EQ(batch.request.requests.size(), 4u);
+    EXPECT_EQ(*batch.request.requests[0].input.text, "a");
+    EXPECT_EQ(*batch.request.requests[1].input.input_ids, (std::vector<std::int32_t>{4, 5}));
+    EXPECT_EQ(*batch.request.requests[2].input.text, "a");
+    EXPECT_EQ(batch.request.requests[3].params.max_new_tokens, 3);
+    EXPECT_EQ(batch.request.requests[3].request_id, "cmpl-1-3");
+    expect_error(completion(R"({"prompt": ["a", 5]})"), "prompt");
     expect_error(completion(R"({"prompt": [1, -2]})"), "prompt");
     expect_error(completion(R"({"prompt": []})"), "prompt");
     expect_error(completion(R"({"prompt": 5})"), "prompt");
@@ -337,7 +345,8 @@ TEST(OpenAiProtocolTest, NativeGenerate) {
     EXPECT_EQ(d.request.requests[0].params.max_new_tokens, 128);
     expect_error(generate(R"({})"), "text");
     expect_error(generate(R"({"text": "a", "input_ids": [1]})"), "text");
-    expect_error(generate(R"({"text": ["a", "b"]})"), "text");
+    expect_error(generate(R"({"text": []})"), "text");
+    expect_error(generate(R"({"text": ["a", 5]})"), "text");
     expect_error(generate(R"({"text": "a", "sampling_params": {"max_new_tokens": -5}})"),
                  "sampling_params.max_new_tokens");
     expect_error(generate(R"({"text": "a", "sampling_params": {"regex": "a+", "json_schema": "{}"}})"),
@@ -348,6 +357,49 @@ TEST(OpenAiProtocolTest, NativeGenerate) {
     expect_error(generate(R"({"text": "a", "sampling_params": {"json_schema": 5}})"), "sampling_params.json_schema");
     expect_error(generate(R"({"text": "a", "sampling_params": [{}]})"), "sampling_params");
     expect_error(generate(R"({"text": "a", "rid": 5})"), "rid");
+}
+
+// A batched /generate (SGLang's GenerateReqInput with a list): every input once, then again for
+// each further sample of n; sampling_params one for all or one per input; rid one per answer.
+TEST(OpenAiProtocolTest, BatchedGenerate) {
+    auto o = generate(R"({"text": ["a", "b"], "sampling_params": {"max_new_tokens": 3, "n": 2}})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    EXPECT_TRUE(o.request.batched_input);
+    ASSERT_EQ(o.request.requests.size(), 4u);
+    std::vector<std::string> texts, ids;
+    for (const GenerationRequest& req : o.request.requests) {
+        texts.push_back(*req.input.text);
+        ids.push_back(req.request_id);
+        EXPECT_EQ(req.params.max_new_tokens, 3);
+    }
+    EXPECT_EQ(texts, (std::vector<std::string>{"a", "b", "a", "b"}));
+    EXPECT_EQ(ids, (std::vector<std::string>{"gen-1-0", "gen-1-1", "gen-1-2", "gen-1-3"}));
+    o = generate(R"({"input_ids": [[1, 2], [3]], "rid": ["x", "y"], "return_logprob": true,
+        "sampling_params": [{"temperature": 0, "max_new_tokens": 2}, {"temperature": 0.5, "regex": "a+"}]})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    ASSERT_EQ(o.request.requests.size(), 2u);
+    EXPECT_EQ(o.request.requests[0].request_id, "x");
+    EXPECT_EQ(*o.request.requests[1].input.input_ids, (std::vector<std::int32_t>{3}));
+    EXPECT_EQ(o.request.requests[0].params.max_new_tokens, 2);
+    EXPECT_EQ(o.request.requests[1].params.max_new_tokens, 128);
+    EXPECT_EQ(o.request.requests[1].params.temperature, 0.5f);
+    EXPECT_FALSE(o.request.requests[0].params.constraint);
+    EXPECT_TRUE(o.request.requests[1].params.constraint);
+    EXPECT_TRUE(o.request.requests[1].params.logprobs);
+    o = generate(R"({"text": ["only"]})");  // a list of one is a batch of one
+    ASSERT_TRUE(o.ok());
+    EXPECT_TRUE(o.request.batched_input);
+    EXPECT_EQ(o.request.requests.size(), 1u);
+    expect_error(generate(R"({"text": ["a", "b"], "rid": ["x"]})"), "rid");
+    expect_error(generate(R"({"text": "a", "sampling_params": [{}]})"), "sampling_params");
+    expect_error(generate(R"({"text": ["a", "b"], "sampling_params": [{}]})"), "sampling_params");
+    expect_error(generate(R"({"text": ["a", "b"], "sampling_params": [{"n": 2}, {"n": 1}]})"),
+                 "sampling_params[1].n");
+    expect_error(generate(R"({"text": ["a", "b"], "sampling_params": [{}, {"top_k": 0}]})"),
+                 "sampling_params[1].top_k");
+    std::string many = R"({"text": [)";
+    for (int i = 0; i < 257; ++i) many += std::string(i ? "," : "") + "\"x\"";
+    expect_error(generate(many + "]}"), "text");
 }
 
 // regex / json_schema in /generate's sampling_params, at the top of the OpenAI routes, and the

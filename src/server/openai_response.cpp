@@ -212,7 +212,7 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
         if (event.routed_experts) meta["routed_experts"] = routed_experts_base64(*event.routed_experts);
         Json chunk = Json::object();
-        if (choices_.size() > 1) chunk["index"] = index;
+        if (choices_.size() > 1 || batched_input_) chunk["index"] = index;
         if (!token_ids_only_) chunk["text"] = incremental_ ? event.text : c.text + event.text;
         Json ids = incremental_ ? Json::array() : Json(c.output_ids);
         for (std::int32_t t : event.token_ids) ids.push_back(t);
@@ -391,7 +391,8 @@ std::string ResponseBuilder::body() const {
             item["meta_info"] = std::move(meta);
             items.push_back(std::move(item));
         }
-        return dump(items.size() == 1 ? items[0] : items);
+        // A batch answers a list, even of one (SGLang's is_single).
+        return dump(items.size() == 1 && !batched_input_ ? items[0] : items);
     }
 
     const bool chat = kind_ == ApiKind::kChatCompletion;
