@@ -1031,7 +1031,8 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
                           std::to_string(rids.size()) + " rids for " + std::to_string(batch.size() * n) + " answers)");
     }
     if (r.ok() && options.skip_tokenizer_init) {
-        if (std::any_of(batch.begin(), batch.end(), [](const GenerationRequest& b) { return b.input.text.has_value(); }))
+        const auto has_text = [](const GenerationRequest& b) { return b.input.text.has_value(); };
+        if (std::any_of(batch.begin(), batch.end(), has_text))
             r.fail("text", "needs the tokenizer, which --skip-tokenizer-init leaves out; send input_ids");
         else if (std::any_of(batch.begin(), batch.end(),
                              [](const GenerationRequest& b) { return !b.params.stop.empty(); }))
