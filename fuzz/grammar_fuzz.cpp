@@ -1,5 +1,5 @@
-// libFuzzer target: a request's constraint (the input after its first byte) as a regex or, when
-// the first byte is odd, as a JSON schema. No input may crash or hang the compiler: a pattern
+// libFuzzer target: a request's constraint (the input after its first byte) as a regex, or as a
+// JSON schema (first byte odd), or as an EBNF grammar (first byte even with bit 3 set). No input may crash or hang the compiler: a pattern
 // compiles or is refused, and a compiled one is walked along the input's own bytes and asked
 // for a token mask over a small vocabulary, within the automaton's bounds.
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "grammar/ebnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_grammar.h"
 
@@ -22,6 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (schema) {
         auto regex = json_schema_to_regex(text, {.mode = (data[0] & 2) ? JsonWhitespace::Mode::kCompact
                                                                        : JsonWhitespace::Mode::kAny});
+        if (!regex.ok()) return 0;
+        pattern = regex.value();
+    } else if (data[0] & 8) {
+        auto regex = ebnf_to_regex(text);
         if (!regex.ok()) return 0;
         pattern = regex.value();
     }

@@ -178,15 +178,15 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.sampling.logit_bias = p.logit_bias;
     if (p.constraint) {
         if (!config_.is_generation)
-            return Status::InvalidArgument("regex and json_schema constrain generated text; this server serves "
-                                           "embeddings");
+            return Status::InvalidArgument("regex, json_schema and ebnf constrain generated text; this server "
+                                           "serves embeddings");
         if (!config_.grammar_backend) {
             return Status::InvalidArgument("Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not "
                                            "supported when the server is launched with --grammar-backend none");
         }
         if (!grammar_compiler_) {
-            return Status::InvalidArgument("regex and json_schema need the tokenizer, which --skip-tokenizer-init "
-                                           "leaves out");
+            return Status::InvalidArgument("regex, json_schema and ebnf need the tokenizer, which "
+                                           "--skip-tokenizer-init leaves out");
         }
         std::vector<std::int32_t> stops = req.eos_token_ids;
         stops.insert(stops.end(), req.stop_token_ids.begin(), req.stop_token_ids.end());

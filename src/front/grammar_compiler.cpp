@@ -2,6 +2,8 @@
 
 #include "front/grammar_compiler.h"
 
+#include "grammar/ebnf.h"
+
 namespace tessera::front {
 namespace {
 
@@ -28,21 +30,23 @@ GrammarCompiler::GrammarCompiler(const tokenizer::Tokenizer& tokenizer, grammar:
 
 StatusOr<std::shared_ptr<scheduler::TokenConstraint>> GrammarCompiler::constraint(
     const server::OutputConstraint& constraint, std::vector<std::int32_t> stop_tokens) {
-    const bool is_schema = constraint.kind == server::OutputConstraint::Kind::kJsonSchema;
-    const std::string key = (is_schema ? "json_schema:" : "regex:") + constraint.text;
+    using Kind = server::OutputConstraint::Kind;
+    const char* kind = constraint.kind == Kind::kJsonSchema ? "json_schema" : constraint.kind == Kind::kEbnf ? "ebnf"
+                                                                                                             : "regex";
+    const std::string key = std::string(kind) + ":" + constraint.text;
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (const auto it = compiled_.find(key); it != compiled_.end())
             return ConstraintPtr(std::make_shared<GrammarConstraint>(it->second, std::move(stop_tokens)));
     }
     std::string regex = constraint.text;
-    if (is_schema) {
+    if (constraint.kind == Kind::kJsonSchema) {
         TSR_ASSIGN_OR_RETURN(regex, grammar::json_schema_to_regex(constraint.text, json_whitespace_));
+    } else if (constraint.kind == Kind::kEbnf) {
+        TSR_ASSIGN_OR_RETURN(regex, grammar::ebnf_to_regex(constraint.text));
     }
     auto nfa = grammar::compile_regex(regex);
-    if (!nfa.ok()) {
-        return Status::InvalidArgument((is_schema ? "json_schema: " : "regex: ") + nfa.status().message());
-    }
+    if (!nfa.ok()) return Status::InvalidArgument(std::string(kind) + ": " + nfa.status().message());
     std::lock_guard<std::mutex> lock(mu_);
     if (!vocabulary_) {
         const auto n = static_cast<std::int32_t>(tokenizer_.vocab_size());

@@ -1,5 +1,5 @@
 #pragma once
-// front/grammar_compiler.h — turns a request's regex or JSON schema into the TokenConstraint
+// front/grammar_compiler.h — turns a request's regex, JSON schema or EBNF grammar into the TokenConstraint
 // the scheduler walks (SGLang's grammar backend: compile, cache by the grammar's text, hand
 // each request a fresh matcher). Compiling happens on the submitting (HTTP) thread, so a bad
 // pattern is a 400 before the request is queued; the compiled automaton then grows lazily on

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/ebnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/lazy_dfa.h"
 #include "grammar/regex.h"
@@ -266,6 +267,68 @@ TEST(JsonSchemaTest, RefusesWhatItWouldIgnore) {
     EXPECT_NE(error("{not json").find("not valid JSON"), std::string::npos);
     EXPECT_NE(error("false").find("admits no value"), std::string::npos);
     EXPECT_NE(error(R"j({"type": "string", "pattern": "(?=x)"})j").find("lookaround"), std::string::npos);
+}
+
+std::string ebnf_regex(std::string_view grammar) {
+    auto regex = ebnf_to_regex(grammar);
+    EXPECT_TRUE(regex.ok()) << grammar << ": " << regex.status().to_string();
+    return regex.ok() ? regex.value() : "";
+}
+
+TEST(EbnfTest, RulesLiteralsClassesAndRepetition) {
+    const std::string re = ebnf_regex(R"(
+# a list of assignments
+root  ::= stmt (";" ws stmt)*
+stmt  ::= name ws "=" ws value
+name  ::= [a-zA-Z_] [a-zA-Z0-9_]{0,7}
+value ::= "\"" [^"\n]* "\"" | [0-9]+ | "true" | "false"
+ws    ::= [ \t]?
+)");
+    EXPECT_TRUE(full_match(re, R"(x = 1)"));
+    EXPECT_TRUE(full_match(re, "a_b=\"hi there\"; c =true;\tflag= false"));
+    EXPECT_FALSE(full_match(re, "1x = 1"));
+    EXPECT_FALSE(full_match(re, "x = maybe"));
+    EXPECT_FALSE(full_match(re, "x = 1;"));
+    // A rule may continue on an indented or operator-led next line; literals take escapes.
+    const std::string multi = ebnf_regex("root ::= \"a\"\n    | \"b\" \"\\x41\\u00e9\\n\"\n");
+    EXPECT_TRUE(full_match(multi, "a"));
+    EXPECT_TRUE(full_match(multi, "bAé\n"));
+    EXPECT_FALSE(full_match(multi, "ab"));
+}
+
+TEST(EbnfTest, RecursionIsCutAtTheNestingBound) {
+    const std::string re = ebnf_regex(R"g(root ::= "(" root ")" | "x")g");
+    EXPECT_TRUE(full_match(re, "x"));
+    EXPECT_TRUE(full_match(re, "((x))"));
+    EXPECT_FALSE(full_match(re, "((x)"));
+    std::string deep = "x";
+    for (int i = 0; i < kMaxNesting + 2; ++i) deep = "(" + deep + ")";
+    EXPECT_FALSE(full_match(re, deep));
+    const std::string mutual = ebnf_regex(R"(root ::= a
+a ::= "[" b? "]"
+b ::= a ("," a)*)");
+    EXPECT_TRUE(full_match(mutual, "[[],[[]]]"));
+}
+
+TEST(EbnfTest, RefusesWhatItCannotRead) {
+    const auto error = [](std::string_view grammar) {
+        auto r = ebnf_to_regex(grammar);
+        return r.ok() ? std::string() : r.status().message();
+    };
+    EXPECT_NE(error(R"(start ::= "a")").find("no 'root' rule"), std::string::npos);
+    EXPECT_NE(error(R"(root ::= item)").find("rule 'item' is used but not defined"), std::string::npos);
+    EXPECT_NE(error(R"(root ::= "a
+")").find("control character"), std::string::npos);
+    EXPECT_NE(error(R"(root ::= "a)").find("closing '\"'"), std::string::npos);
+    EXPECT_NE(error(R"g(root ::= (= "a") "b")g").find("lookahead"), std::string::npos);
+    EXPECT_NE(error("root ::= \"a\"\nroot ::= \"b\"").find("defined twice"), std::string::npos);
+    EXPECT_NE(error(R"(root = "a")").find("'::='"), std::string::npos);
+    // Inlining that doubles at every level is bounded.
+    std::string doubling = "root ::= r0\n";
+    for (int i = 0; i < 40; ++i) doubling += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " r" +
+                                             std::to_string(i + 1) + "\n";
+    doubling += "r40 ::= \"a\"\n";
+    EXPECT_NE(error(doubling).find("too large"), std::string::npos);
 }
 
 // A toy vocabulary: single characters, a few merges, two special tokens and a stop token.

@@ -21,11 +21,12 @@ namespace tessera::server {
 // last output token; or true (full), the prompt's rows and then one per output token.
 enum class HiddenStatesMode { kNone, kLast, kFull };
 
-// Constrained decoding (SGLang's regex and json_schema sampling parameters, and the OpenAI
-// response_format): the output must match the regex, or be an instance of the JSON schema.
+// Constrained decoding (SGLang's regex, json_schema and ebnf sampling parameters, and the
+// OpenAI response_format): the output must match the regex, be an instance of the JSON schema,
+// or be a sentence of the grammar's root rule.
 struct OutputConstraint {
-    enum class Kind { kRegex, kJsonSchema } kind = Kind::kRegex;
-    std::string text;  // the regex, or the schema's JSON text
+    enum class Kind { kRegex, kJsonSchema, kEbnf } kind = Kind::kRegex;
+    std::string text;  // the regex, the schema's JSON text, or the grammar
 };
 
 struct GenerationParams {

@@ -193,9 +193,9 @@ void reject_unsupported(FieldReader& r) {
     }
 }
 
-// Constrained decoding: regex, json_schema (its JSON text, or the schema itself), and the
-// grammar kinds tessera's backend does not take (ebnf, structural_tag), refused by name. At most
-// one, as SGLang's sampling_params.py verify() says.
+// Constrained decoding: regex, json_schema (its JSON text, or the schema itself) and ebnf, at most
+// one, as SGLang's sampling_params.py verify() says; structural_tag, which tessera's backend
+// does not take, is refused by name.
 void set_constraint(FieldReader& r, GenerationParams& p, OutputConstraint::Kind kind, std::string text,
                     const char* name) {
     if (p.constraint) return r.fail(name, "Only one of regex, json_schema, or ebnf can be set.");
@@ -219,8 +219,11 @@ void read_constraint(FieldReader& r, GenerationParams& p) {
                        "json_schema");
     }
     if (const Json* j = r.get("ebnf"); j && !j->is_null()) {
-        if (p.constraint) return r.fail("ebnf", "Only one of regex, json_schema, or ebnf can be set.");
-        r.fail("ebnf", "EBNF grammars are not supported by tessera's grammar backend; use regex or json_schema");
+        if (!j->is_string()) {
+            r.wrong_type<int>("ebnf", "a string", *j);
+            return;
+        }
+        set_constraint(r, p, OutputConstraint::Kind::kEbnf, j->get<std::string>(), "ebnf");
     }
     if (const Json* j = r.get("structural_tag"); j && !j->is_null())
         r.fail("structural_tag", "is not supported by tessera's grammar backend; use regex or json_schema");

@@ -351,7 +351,9 @@ TEST(OpenAiProtocolTest, NativeGenerate) {
                  "sampling_params.max_new_tokens");
     expect_error(generate(R"({"text": "a", "sampling_params": {"regex": "a+", "json_schema": "{}"}})"),
                  "sampling_params.json_schema");
-    expect_error(generate(R"({"text": "a", "sampling_params": {"ebnf": "root ::= \"a\""}})"), "sampling_params.ebnf");
+    expect_error(generate(R"({"text": "a", "sampling_params": {"ebnf": 5}})"), "sampling_params.ebnf");
+    expect_error(generate(R"({"text": "a", "sampling_params": {"ebnf": "root ::= \"a\"", "regex": "a"}})"),
+                 "sampling_params.ebnf");
     expect_error(generate(R"({"text": "a", "sampling_params": {"structural_tag": "{}"}})"),
                  "sampling_params.structural_tag");
     expect_error(generate(R"({"text": "a", "sampling_params": {"json_schema": 5}})"), "sampling_params.json_schema");
@@ -423,6 +425,9 @@ TEST(OpenAiProtocolTest, ConstraintsReachTheParams) {
     ASSERT_TRUE(c);
     EXPECT_EQ(c->text, R"({"type":"integer"})");
     EXPECT_FALSE(constraint_of(generate(R"({"text": "a", "sampling_params": {"regex": null}})")));
+    c = constraint_of(generate(R"({"text": "a", "sampling_params": {"ebnf": "root ::= \"x\""}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kEbnf);
     const std::string m = R"("model": "tiny", "messages": [{"role": "user", "content": "hi"}])";
     c = constraint_of(chat("{" + m + R"(, "response_format": {"type": "json_object"}})"));
     ASSERT_TRUE(c);

@@ -14,7 +14,8 @@ the pattern, so every answer that matches shows the mask at work. Checked agains
   the tools' parameters, whole and streamed;
 - with --reasoning-parser, a require_reasoning request thinks unconstrained until </think> and is
   constrained after it;
-- bad patterns, ebnf, two constraints at once and --grammar-backend none are refused with 400.
+- an `ebnf` grammar (rules, literals, classes, repetition) gives a sentence of its root rule;
+- bad patterns and grammars, two constraints at once and --grammar-backend none are refused with 400.
 Exit 0 when every check passes.
 """
 
@@ -76,6 +77,22 @@ def check_regexes(check, server, name):
             ok = status == 200 and re.fullmatch(pattern, body.get("text", "")) is not None and finish(body) == "stop"
             check(f"{name}: sampled regex {pattern} (seed {seed}) matches", ok, body)
     return greedy
+
+
+# GBNF as xgrammar reads it: a greeting, then one to three items, each a word and a number.
+EBNF = r'''
+root   ::= greet ": " item (", " item){0,2} "."
+greet  ::= "hello" | "hi"   # either word
+item   ::= [a-z]{2,5} " " [1-9] [0-9]?
+'''
+EBNF_RE = r"(hello|hi): [a-z]{2,5} [1-9][0-9]?(, [a-z]{2,5} [1-9][0-9]?){0,2}\."
+
+
+def check_ebnf(check, server, name):
+    for seed in (None, 5):
+        status, body = generate(server, {"ebnf": EBNF}, temperature=1.0 if seed else 0.0, seed=seed)
+        ok = status == 200 and re.fullmatch(EBNF_RE, body.get("text", "")) is not None and finish(body) == "stop"
+        check(f"{name}: ebnf output is a sentence of root (seed {seed})", ok, body)
 
 
 def check_json(check, server, name, compact):
@@ -187,7 +204,7 @@ def check_refusals(check, server, name):
     cases = [({"regex": "(?=a)b"}, "lookaround"), ({"regex": "(ab"}, "missing )"),
              ({"json_schema": "{\"type\": \"number\", \"minimum\": 1}"}, "'minimum' on a number is not supported"),
              ({"json_schema": "{not json"}, "not valid JSON"),
-             ({"ebnf": "root ::= \"a\""}, "EBNF grammars are not supported"),
+             ({"ebnf": "root ::= item\nitem ::= \"a\" missing"}, "rule 'missing' is used but not defined"),
              ({"regex": "a", "json_schema": "{}"}, "Only one of regex, json_schema, or ebnf can be set.")]
     for constraint, words in cases:
         status, body = generate(server, constraint)
@@ -212,6 +229,7 @@ def main():
             if not check(f"{name}: server ready", server.ready()):
                 continue
             greedy[name] = check_regexes(check, server, name)
+            check_ebnf(check, server, name)
             check_json(check, server, name, compact)
             if index == 0:
                 check_stream(check, server, name)
