@@ -1,7 +1,8 @@
 // libFuzzer target: a request's constraint (the input after its first byte) as a regex, or as a
-// JSON schema (first byte odd), or as an EBNF grammar (first byte even with bit 3 set). No input may crash or hang the compiler: a pattern
-// compiles or is refused, and a compiled one is walked along the input's own bytes and asked
-// for a token mask over a small vocabulary, within the automaton's bounds.
+// JSON schema (first byte odd), or as an EBNF grammar (first byte even with bit 3 set). No input
+// may crash or hang the compiler: a pattern compiles or is refused, and a compiled one is walked
+// along the input's own bytes and asked for a token mask over a small vocabulary, within the
+// automaton's bounds.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
