@@ -9,7 +9,6 @@ A list of one answers a list of one, and a rid list of the wrong length is a 400
 on /v1/completions gives one choice per prompt. Exit 0 when every check passes.
 """
 
-import http.client
 import json
 import os
 import sys
@@ -23,18 +22,6 @@ TEXTS = ["The weather today", "Tiles on the floor", "Numbers: 1, 2, 3"]
 
 def greedy(max_new_tokens=6):
     return {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
-
-
-def stream(server, body):
-    """The chunks of a streamed /generate, parsed."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    conn.request("POST", "/generate", body=json.dumps({**body, "stream": True}),
-                 headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
-    chunks = [json.loads(line[6:]) for line in r.read().decode().splitlines()
-              if line.startswith("data: ") and line != "data: [DONE]"]
-    conn.close()
-    return r.status, chunks
 
 
 def main():
@@ -75,7 +62,7 @@ def main():
               status == 200 and isinstance(batch, list) and len(batch) == 1 and
               batch[0]["output_ids"] == alone[0].get("output_ids"), (status, batch))
 
-        status, chunks = stream(server, {"text": TEXTS[:2], "sampling_params": greedy()})
+        status, chunks = server.stream("/generate", {"text": TEXTS[:2], "sampling_params": greedy()})
         last = {}
         for chunk in chunks:
             last[chunk.get("index")] = chunk

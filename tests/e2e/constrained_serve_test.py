@@ -128,22 +128,10 @@ def check_json(check, server, name, compact):
 
 
 def check_stream(check, server, name):
-    status, text = server_stream(server, {"model": "tiny", "prompt": "Colours:", "max_tokens": 40,
-                                          "temperature": 0.8, "seed": 7, "regex": WORDS, "stream": True})
+    status, chunks = server.stream("/v1/completions", {"model": "tiny", "prompt": "Colours:", "max_tokens": 40,
+                                                       "temperature": 0.8, "seed": 7, "regex": WORDS})
+    text = "".join(chunk["choices"][0]["text"] for chunk in chunks)
     check(f"{name}: streamed completion matches once joined", status == 200 and re.fullmatch(WORDS, text), text)
-
-
-def server_stream(server, body):
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
-    text = ""
-    for line in r.read().decode().splitlines():
-        if line.startswith("data: ") and line != "data: [DONE]":
-            text += json.loads(line[6:])["choices"][0]["text"]
-    conn.close()
-    return r.status, text
 
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -181,23 +169,17 @@ def chat_tool_calls(server, body):
             return status, [], answer
         choice = answer["choices"][0]
         return status, choice["message"].get("tool_calls") or [], choice["finish_reason"]
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
+    status, chunks = server.stream("/v1/chat/completions", body)
     calls, finish = {}, None
-    for line in r.read().decode().splitlines():
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        choice = json.loads(line[6:])["choices"][0]
+    for chunk in chunks:
+        choice = chunk["choices"][0]
         finish = choice.get("finish_reason") or finish
         for piece in choice["delta"].get("tool_calls") or []:
             call = calls.setdefault(piece["index"], {"id": "", "function": {"name": "", "arguments": ""}})
             call["id"] = piece.get("id") or call["id"]
             call["function"]["name"] += piece.get("function", {}).get("name") or ""
             call["function"]["arguments"] += piece.get("function", {}).get("arguments") or ""
-    conn.close()
-    return r.status, [calls[i] for i in sorted(calls)], finish
+    return status, [calls[i] for i in sorted(calls)], finish
 
 
 def check_refusals(check, server, name):

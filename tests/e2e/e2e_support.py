@@ -128,6 +128,17 @@ class Server:
     def post(self, path, body):
         return post_json(self.port, path, body)
 
+    def stream(self, path, body):
+        """POST `body` with "stream": true: (status, the parsed `data:` payloads before [DONE])."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request("POST", path, body=json.dumps({**body, "stream": True}),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        lines = r.read().decode().splitlines()
+        conn.close()
+        payloads = [line[6:] for line in lines if line.startswith("data: ") and line != "data: [DONE]"]
+        return r.status, [json.loads(p) for p in payloads]
+
     def close(self):
         stop_server(self.proc)
         self.log.close()
