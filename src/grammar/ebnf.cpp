@@ -61,8 +61,8 @@ class EbnfParser {
         }
     }
 
-    // After the end of a rule's line: whether the next line continues it (it starts with an
-    // operator or is indented), as GBNF lets a rule span lines.
+    // After the end of a rule's line: whether the next line continues it, as GBNF lets a rule
+    // span lines (it does unless it starts the next rule, `NAME ::=`).
     bool continues_on_next_line() const {
         std::size_t p = pos_;
         if (p >= t_.size() || t_[p] != '\n') return false;
@@ -117,7 +117,9 @@ class EbnfParser {
                     const std::string_view counts = t_.substr(pos_ + 1, close - pos_ - 1);
                     if (counts.empty() || counts.find_first_not_of("0123456789, ") != std::string_view::npos)
                         return error("a repetition count {m}, {m,} or {m,n}");
-                    item = "(" + item + "){" + std::string(counts) + "}";
+                    std::string bounds(counts);
+                    std::erase(bounds, ' ');  // "{1, 3}" as the regex syntax writes it
+                    item = "(" + item + "){" + bounds + "}";
                     pos_ = close + 1;
                 }
             }

@@ -294,6 +294,9 @@ ws    ::= [ \t]?
     EXPECT_TRUE(full_match(multi, "a"));
     EXPECT_TRUE(full_match(multi, "bAé\n"));
     EXPECT_FALSE(full_match(multi, "ab"));
+    const std::string counted = ebnf_regex(R"(root ::= "ab"{1, 2} [0-9]{3})");
+    EXPECT_TRUE(full_match(counted, "abab123"));
+    EXPECT_FALSE(full_match(counted, "ab{1, 2}123"));
 }
 
 TEST(EbnfTest, RecursionIsCutAtTheNestingBound) {

@@ -819,11 +819,12 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
                                                  std::to_string(inputs.size()) + "), got " +
                                                  std::to_string(sp->size()));
         }
+        const int default_n = n;
         for (std::size_t i = 0; i < sp->size(); ++i) {
             const std::string prefix = "sampling_params[" + std::to_string(i) + "].";
             if (!(*sp)[i].is_object()) return r.fail(prefix.substr(0, prefix.size() - 1), "must be an object");
             FieldReader s((*sp)[i], prefix);
-            int item_n = n;
+            int item_n = default_n;
             read_native_sampling(s, o, params[i], item_n);
             read_constraint(s, params[i]);
             reject_unsupported(s);

@@ -397,6 +397,8 @@ TEST(OpenAiProtocolTest, BatchedGenerate) {
     expect_error(generate(R"({"text": ["a", "b"], "sampling_params": [{}]})"), "sampling_params");
     expect_error(generate(R"({"text": ["a", "b"], "sampling_params": [{"n": 2}, {"n": 1}]})"),
                  "sampling_params[1].n");
+    expect_error(generate(R"({"text": ["a", "b"], "sampling_params": [{"n": 2}, {}]})"),
+                 "sampling_params[1].n");  // the second's n is the default, 1
     expect_error(generate(R"({"text": ["a", "b"], "sampling_params": [{}, {"top_k": 0}]})"),
                  "sampling_params[1].top_k");
     std::string many = R"({"text": [)";
