@@ -747,8 +747,8 @@ void read_native_sampling(FieldReader& s, const ProtocolOptions& o, GenerationPa
 // /generate (SGLang's GenerateReqInput): one input, or a batch, a list of texts or of id lists.
 // A batch answers a list, in the order of io_struct.py _normalize_batch_inputs: every input
 // once, then again for each further sample of n. sampling_params is one object for all, or one
-// per input; rid one string, or one per answer. Single: `base` holds the request; batched:
-// `batch` holds one per input, with its params.
+// per input; rid one string, or one per input (its samples of n are RID-0, RID-1, ...).
+// Single: `base` holds the request; batched: `batch` holds one per input, with its params.
 void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out, GenerationRequest& base, int& n,
                     std::vector<GenerationRequest>& batch, std::vector<std::string>& rids) {
     const Json* text = r.get("text");
@@ -1030,9 +1030,10 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
             break;  // parse_embedding_request, above
     }
     if (batch.empty()) batch.push_back(base);
-    if (r.ok() && !rids.empty() && rids.size() != batch.size() * static_cast<std::size_t>(n)) {
+    // io_struct.py _normalize_rid: one rid per input (the samples of n are named after it).
+    if (r.ok() && !rids.empty() && rids.size() != batch.size()) {
         r.fail("rid", "The specified rids length mismatch with the batch_size for batch processing. (" +
-                          std::to_string(rids.size()) + " rids for " + std::to_string(batch.size() * n) + " answers)");
+                          std::to_string(rids.size()) + " rids for " + std::to_string(batch.size()) + " inputs)");
     }
     if (r.ok() && options.skip_tokenizer_init) {
         const auto has_text = [](const GenerationRequest& b) { return b.input.text.has_value(); };
@@ -1058,7 +1059,12 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
             if (kind != ApiKind::kGenerate && options.preferred_sampling)
                 req.params.stream_interval = options.preferred_sampling->params.stream_interval;
             const std::size_t k = out.requests.size();
-            req.request_id = !rids.empty() ? rids[k] : answers == 1 ? out.id : out.id + "-" + std::to_string(k);
+            if (!rids.empty()) {
+                const std::string& rid = rids[k % batch.size()];
+                req.request_id = n == 1 ? rid : rid + "-" + std::to_string(round);
+            } else {
+                req.request_id = answers == 1 ? out.id : out.id + "-" + std::to_string(k);
+            }
             out.requests.push_back(std::move(req));
         }
     }

@@ -393,6 +393,11 @@ TEST(OpenAiProtocolTest, BatchedGenerate) {
     EXPECT_TRUE(o.request.batched_input);
     EXPECT_EQ(o.request.requests.size(), 1u);
     expect_error(generate(R"({"text": ["a", "b"], "rid": ["x"]})"), "rid");
+    o = generate(R"({"text": ["a", "b"], "rid": ["x", "y"], "sampling_params": {"n": 2}})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    ids.clear();
+    for (const GenerationRequest& req : o.request.requests) ids.push_back(req.request_id);
+    EXPECT_EQ(ids, (std::vector<std::string>{"x-0", "y-0", "x-1", "y-1"}));
     expect_error(generate(R"({"text": "a", "sampling_params": [{}]})"), "sampling_params");
     expect_error(generate(R"({"text": ["a", "b"], "sampling_params": [{}]})"), "sampling_params");
     expect_error(generate(R"({"text": ["a", "b"], "sampling_params": [{"n": 2}, {"n": 1}]})"),

@@ -4,7 +4,7 @@
 A tiny f32 Qwen3 model with the real Qwen3 tokenizer serves `text` and `input_ids` lists. The
 answer must be a list in SGLang's order (every input once, then again for each further sample
 of n), each item the same as the input sent alone (greedy). The request's `sampling_params` may
-give one object per input, and `rid` one id per answer. Streamed, each chunk names its `index`.
+give one object per input, and `rid` one id per input. Streamed, each chunk names its `index`.
 A list of one answers a list of one, and a rid list of the wrong length is a 400. A prompt list
 on /v1/completions gives one choice per prompt. Exit 0 when every check passes.
 """
@@ -53,7 +53,7 @@ def main():
 
         status, batch = server.post("/generate", {"text": TEXTS[:2], "rid": ["first", "second"],
                                                   "sampling_params": [greedy(2), greedy(5)]})
-        check("sampling_params per input and a rid per answer",
+        check("sampling_params and a rid per input",
               status == 200 and [len(b["output_ids"]) for b in batch] == [2, 5] and
               [b["meta_info"]["id"] for b in batch] == ["first", "second"], (status, batch))
 
