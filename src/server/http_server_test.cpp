@@ -254,7 +254,7 @@ TEST_F(HttpServerTest, BadInputsAreRejectedAndServerKeepsServing) {
         {"/v1/chat/completions", "{" + m + R"(, "model": "gpt-4o"})", 404, "model"},
         {"/v1/chat/completions", R"({"messages": []})", 400, "messages"},
         {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xc3\x28\"}]}", 400, ""},
-        {"/v1/completions", R"({"prompt": ["a", "b"]})", 400, "prompt"},
+        {"/v1/completions", R"({"prompt": ["a", 5]})", 400, "prompt"},
         {"/v1/completions", R"({"prompt": "__reject__"})", 400, ""},
         {"/generate", R"({"text": "x", "sampling_params": {"top_p": 2}})", 400, "sampling_params.top_p"},
     };
