@@ -1,7 +1,8 @@
 // libFuzzer target: model output (the input after its first byte) read by every
-// --tool-call-parser, whole and streamed in pieces whose size the first byte picks. No input
-// may crash a detector; the streamed deltas must open each call once, in order, before its
-// arguments, and for calls between markers add up to what parse_all answers.
+// --tool-call-parser and by the list a forced tool_choice writes, whole and streamed in pieces
+// whose size the first byte picks. No input may crash a detector; the streamed deltas must open
+// each call once, in order, before its arguments, and for calls between markers add up to what
+// parse_all answers.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -19,8 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
     (void)parse_partial_json(text, true);
     (void)parse_partial_json(text, false);
-    for (const char* name : {"qwen25", "deepseekv3", "deepseekv31", "kimi_k2", "llama3", "mistral", "pythonic"}) {
-        const ToolCallFormat format = tool_call_format(name).value();
+    // Every --tool-call-parser, and the JSON list tool_choice "required" constrains the output to.
+    for (const char* name :
+         {"qwen25", "deepseekv3", "deepseekv31", "kimi_k2", "llama3", "mistral", "pythonic", "json_array"}) {
+        const ToolCallFormat format =
+            std::string_view(name) == "json_array" ? forced_tool_call_format() : tool_call_format(name).value();
         const std::vector<std::string> tools = {"f", "get_weather", "add"};
         const ToolCallParts whole = ToolCallDetector(format, tools).parse_all(text);
         ToolCallDetector d(format, tools);
