@@ -744,6 +744,18 @@ void read_native_sampling(FieldReader& s, const ProtocolOptions& o, GenerationPa
     if (auto v = s.integer("n", 1, o.max_n)) n = static_cast<int>(*v);
 }
 
+// One /generate sampling_params object into `p` (and its n); false when it failed `r` with the
+// object's first error.
+bool read_sampling_object(FieldReader& r, const Json& object, const std::string& prefix, const ProtocolOptions& o,
+                          GenerationParams& p, int& n) {
+    FieldReader s(object, prefix);
+    read_native_sampling(s, o, p, n);
+    read_constraint(s, p);
+    reject_unsupported(s);
+    if (!s.ok()) r.fail_with(*s.error());
+    return s.ok();
+}
+
 // /generate (SGLang's GenerateReqInput): one input, or a batch, a list of texts or of id lists.
 // A batch answers a list, in the order of io_struct.py _normalize_batch_inputs: every input
 // once, then again for each further sample of n. sampling_params is one object for all, or one
@@ -823,12 +835,8 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
         for (std::size_t i = 0; i < sp->size(); ++i) {
             const std::string prefix = "sampling_params[" + std::to_string(i) + "].";
             if (!(*sp)[i].is_object()) return r.fail(prefix.substr(0, prefix.size() - 1), "must be an object");
-            FieldReader s((*sp)[i], prefix);
             int item_n = default_n;
-            read_native_sampling(s, o, params[i], item_n);
-            read_constraint(s, params[i]);
-            reject_unsupported(s);
-            if (!s.ok()) return r.fail_with(*s.error());
+            if (!read_sampling_object(r, (*sp)[i], prefix, o, params[i], item_n)) return;
             // io_struct.py: "The parallel_sample_num should be the same for all samples in sample params."
             if (i > 0 && item_n != n)
                 return r.fail(prefix + "n", "The parallel_sample_num should be the same for all samples in sample "
@@ -840,11 +848,7 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
             r.wrong_type<int>("sampling_params", "an object, or for a batch a list of them", *sp);
             return;
         }
-        FieldReader s(*sp, "sampling_params.");
-        read_native_sampling(s, o, base.params, n);
-        read_constraint(s, base.params);
-        reject_unsupported(s);
-        if (!s.ok()) return r.fail_with(*s.error());
+        if (!read_sampling_object(r, *sp, "sampling_params.", o, base.params, n)) return;
         std::fill(params.begin(), params.end(), base.params);
     }
     if (!out.batched_input) {
