@@ -26,7 +26,7 @@ DpAttentionSync::GroupStep group_step(const ForwardBatch& batch, bool stopping) 
     DpAttentionSync::GroupStep g;
     for (const auto& seq : batch.seqs) {
         g.tokens += static_cast<std::int64_t>(seq.tokens.size());
-        g.logit_rows += seq.need_token && !seq.tokens.empty() ? 1 : 0;
+        g.logit_rows += seq.tokens.empty() ? 0 : logit_rows(seq);
         // A step of more than one new token of a sequence is a prefill chunk.
         g.extend = g.extend || seq.tokens.size() > 1;
     }
@@ -306,9 +306,7 @@ Status EveryGroupModel::forward(const models::BatchInput& batch, const kvcache::
                                std::vector<float>* out) {
     std::int64_t logit_rows = 0;
     for (const auto& seq : batch.seqs)
-        logit_rows += seq.logits == models::LogitsMode::kAll                               ? seq.n_tokens
-                      : seq.logits == models::LogitsMode::kLast && seq.n_tokens > 0 ? 1
-                                                                                     : 0;
+        logit_rows += models::logit_rows(seq);
     const auto n = static_cast<std::int64_t>(batch.tokens.size());
     layers::DpAttentionStep step;
     step.num_tokens.assign(static_cast<std::size_t>(groups_), n);

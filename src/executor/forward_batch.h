@@ -44,6 +44,14 @@ struct ForwardSequence {
     bool need_token = false;               // sample a next token after this step
     SequenceSampling sampling;
     std::vector<std::int32_t> output_ids;  // tokens generated so far (penalties, seeded RNG step)
+    // Prompt log-probabilities (SGLang's input_token_logprobs): row input_logprob_row + k of
+    // this step reports the log-probability of input_logprob_targets[k], the prompt token after
+    // it (for a chunk that ends inside the prompt, the last target is the next chunk's first
+    // token), of the raw logits, with the best input_top_logprobs of the row. The row a token
+    // is sampled from comes after them. Empty: none.
+    std::int64_t input_logprob_row = 0;
+    std::vector<std::int32_t> input_logprob_targets;
+    int input_top_logprobs = 0;
 };
 
 struct ForwardBatch {
@@ -64,6 +72,10 @@ struct SampledToken {
     std::int32_t token = -1;
     float logprob = 0.0f;                                      // when requested
     std::vector<std::pair<std::int32_t, float>> top_logprobs;  // when requested, best first
+    // ForwardSequence::input_logprob_targets: one log-probability per target, and the best
+    // input_top_logprobs of each of their rows, f32 [targets × k] (row by row, best first).
+    std::vector<float> input_logprobs;
+    std::vector<std::pair<std::int32_t, float>> input_top_logprobs;
     // An embedding model's output instead of a token (token stays -1): the sequence's pooled
     // hidden state, f32 [hidden_size], unit L2 norm.
     std::vector<float> embedding;

@@ -128,28 +128,78 @@ StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, cons
     return results;
 }
 
+namespace {
+
+// The log-probability of `target` in `row` (raw logits: SGLang's input logprobs are neither
+// penalised nor temperature-scaled), and the best `top` of the row appended to `best`.
+float prompt_logprob(std::span<const float> row, std::int32_t target, int top,
+                     std::vector<std::pair<std::int32_t, float>>& best, std::vector<std::int32_t>& ids) {
+    const float max_logit = *std::max_element(row.begin(), row.end());
+    double sum = 0.0;
+    for (float v : row) sum += std::exp(static_cast<double>(v - max_logit));
+    const float log_norm = max_logit + static_cast<float>(std::log(sum));
+    const auto vocab = static_cast<std::int64_t>(row.size());
+    if (top > 0) {
+        const auto k = std::min<std::int64_t>(top, vocab);
+        ids.resize(static_cast<std::size_t>(vocab));
+        for (std::int64_t i = 0; i < vocab; ++i) ids[i] = static_cast<std::int32_t>(i);
+        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
+            return row[a] > row[b] || (row[a] == row[b] && a < b);
+        });
+        for (std::int64_t i = 0; i < k; ++i) best.emplace_back(ids[i], row[ids[i]] - log_norm);
+    }
+    return target >= 0 && target < vocab ? row[target] - log_norm : -INFINITY;
+}
+
+}  // namespace
+
 StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std::span<float> logits,
                                                  std::int64_t vocab, ThreadPool* pool, SamplingScratch& scratch) {
     std::vector<SampledToken> out(batch.seqs.size());
-    std::vector<std::size_t> sampled;  // the sequences that need a token; row k is sampled[k]'s
-    for (std::size_t i = 0; i < batch.seqs.size(); ++i)
-        if (batch.seqs[i].need_token) sampled.push_back(i);
-    const auto n_rows = static_cast<std::int64_t>(sampled.size());
+    // Prompt log-probabilities apart from `out`: a sequence's rows may be on several threads.
+    std::vector<SampledToken> prompt(batch.seqs.size());
+    // Every row the step computed: (sequence, its row k; k == targets is the row to sample from).
+    std::vector<std::pair<std::size_t, std::int64_t>> rows;
+    for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+        const ForwardSequence& seq = batch.seqs[i];
+        const auto targets = static_cast<std::int64_t>(seq.input_logprob_targets.size());
+        for (std::int64_t k = 0; k < logit_rows(seq); ++k) rows.emplace_back(i, k);
+        const auto top = std::min<std::int64_t>(seq.input_top_logprobs, vocab);
+        prompt[i].input_logprobs.resize(static_cast<std::size_t>(targets));
+        prompt[i].input_top_logprobs.resize(static_cast<std::size_t>(targets * top));
+    }
+    const auto n_rows = static_cast<std::int64_t>(rows.size());
     if (static_cast<std::int64_t>(logits.size()) < n_rows * vocab)
-        return Status::Internal("fewer logits rows than sequences needing a token");
+        return Status::Internal("fewer logits rows than the step's sequences ask for");
     const int n_threads = pool != nullptr && n_rows > 1 ? pool->size() : 1;
     if (static_cast<int>(scratch.size()) < n_threads) scratch.resize(static_cast<std::size_t>(n_threads));
-    auto sample_rows = [&](int worker, int n_workers) {
-        for (std::int64_t k = n_rows * worker / n_workers; k < n_rows * (worker + 1) / n_workers; ++k) {
-            const ForwardSequence& seq = batch.seqs[sampled[k]];
-            out[sampled[k]] = sample_row(logits.subspan(static_cast<std::size_t>(k * vocab), static_cast<std::size_t>(vocab)),
-                                         seq.sampling, seq.output_ids, scratch[worker]);
+    auto run_rows = [&](int worker, int n_workers) {
+        std::vector<std::pair<std::int32_t, float>> best;
+        std::vector<std::int32_t> ids;
+        for (std::int64_t r = n_rows * worker / n_workers; r < n_rows * (worker + 1) / n_workers; ++r) {
+            const auto [i, k] = rows[static_cast<std::size_t>(r)];
+            const ForwardSequence& seq = batch.seqs[i];
+            const std::span<float> row =
+                logits.subspan(static_cast<std::size_t>(r * vocab), static_cast<std::size_t>(vocab));
+            if (k == static_cast<std::int64_t>(seq.input_logprob_targets.size())) {
+                out[i] = sample_row(row, seq.sampling, seq.output_ids, scratch[worker]);
+                continue;
+            }
+            best.clear();
+            prompt[i].input_logprobs[k] =
+                prompt_logprob(row, seq.input_logprob_targets[k], seq.input_top_logprobs, best, ids);
+            std::copy(best.begin(), best.end(),
+                      prompt[i].input_top_logprobs.begin() + k * static_cast<std::int64_t>(best.size()));
         }
     };
     if (n_threads > 1) {
-        pool->run(sample_rows);
+        pool->run(run_rows);
     } else {
-        sample_rows(0, 1);
+        run_rows(0, 1);
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        out[i].input_logprobs = std::move(prompt[i].input_logprobs);
+        out[i].input_top_logprobs = std::move(prompt[i].input_top_logprobs);
     }
     return out;
 }

@@ -138,6 +138,72 @@ TEST(SampleBatchTest, RowsSplitOverThreadsSampleAsOneThreadDoes) {
     EXPECT_FALSE(sample_batch(batch, short_logits, kVocab, &pool, scratch).ok());
 }
 
+// A sequence with prompt log-probability targets has a row per target before the one it
+// samples from; each target's value is the row's log-softmax at the target, unpenalised.
+TEST(SampleBatchTest, PromptLogprobRowsComeBeforeTheSampledRow) {
+    constexpr std::int64_t kVocab = 50;
+    ForwardBatch batch;
+    batch.seqs.push_back({.rid = "plain", .tokens = {1, 2}, .need_token = true});
+    batch.seqs.push_back({.rid = "chunk", .tokens = {3, 4, 5}, .need_token = false});
+    batch.seqs.back().input_logprob_row = 1;
+    batch.seqs.back().input_logprob_targets = {9, 17};  // rows 1, 2; 17 is the next chunk's first token
+    batch.seqs.push_back({.rid = "last", .tokens = {6, 7, 8, 9}, .need_token = true});
+    batch.seqs.back().input_logprob_targets = {7, 8, 9};  // rows 0..2, then row 3 samples
+    batch.seqs.back().input_top_logprobs = 2;
+    batch.seqs.back().sampling.frequency_penalty = 2.0f;  // must not touch the prompt's rows
+    batch.seqs.back().output_ids = {7, 8};
+    const std::int64_t n_rows = 1 + 2 + 4;
+    std::vector<float> logits(static_cast<std::size_t>(n_rows * kVocab));
+    for (std::size_t j = 0; j < logits.size(); ++j) logits[j] = std::cos(0.91f * static_cast<float>(j)) * 3.0f;
+    const std::vector<float> raw = logits;
+    const auto log_softmax = [&](std::int64_t row, std::int32_t token) {
+        const auto r = std::span<const float>(raw).subspan(static_cast<std::size_t>(row * kVocab), kVocab);
+        double sum = 0.0;
+        const float mx = *std::max_element(r.begin(), r.end());
+        for (float v : r) sum += std::exp(static_cast<double>(v - mx));
+        return r[token] - mx - static_cast<float>(std::log(sum));
+    };
+    SamplingScratch scratch;
+    ThreadPool pool(2);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> work = raw;
+        auto got = sample_batch(batch, work, kVocab, p, scratch);
+        ASSERT_TRUE(got.ok());
+        EXPECT_TRUE((*got)[0].input_logprobs.empty());
+        EXPECT_EQ((*got)[1].token, -1);
+        ASSERT_EQ((*got)[1].input_logprobs.size(), 2u);
+        EXPECT_NEAR((*got)[1].input_logprobs[0], log_softmax(1, 9), 1e-5);
+        EXPECT_NEAR((*got)[1].input_logprobs[1], log_softmax(2, 17), 1e-5);
+        EXPECT_TRUE((*got)[1].input_top_logprobs.empty());
+        ASSERT_EQ((*got)[2].input_logprobs.size(), 3u);
+        for (int k = 0; k < 3; ++k) EXPECT_NEAR((*got)[2].input_logprobs[k], log_softmax(3 + k, 7 + k), 1e-5) << k;
+        ASSERT_EQ((*got)[2].input_top_logprobs.size(), 6u);
+        for (int k = 0; k < 3; ++k) {
+            const auto r = std::span<const float>(raw).subspan(static_cast<std::size_t>((3 + k) * kVocab), kVocab);
+            const auto best = std::max_element(r.begin(), r.end()) - r.begin();
+            EXPECT_EQ((*got)[2].input_top_logprobs[2 * k].first, best) << k;
+            EXPECT_NEAR((*got)[2].input_top_logprobs[2 * k].second,
+                        log_softmax(3 + k, static_cast<std::int32_t>(best)), 1e-5);
+            EXPECT_GE((*got)[2].input_top_logprobs[2 * k].second, (*got)[2].input_top_logprobs[2 * k + 1].second);
+        }
+        // The rows sampled from: "plain" row 0, "last" row 6 (greedy).
+        const auto row6 = std::span<const float>(work).subspan(6 * kVocab, kVocab);
+        EXPECT_EQ((*got)[2].token, std::max_element(row6.begin(), row6.end()) - row6.begin());
+    }
+    std::vector<float> short_logits(static_cast<std::size_t>((n_rows - 1) * kVocab));
+    EXPECT_FALSE(sample_batch(batch, short_logits, kVocab, nullptr, scratch).ok());
+    // The model's view: kAll from the first target's row; rows that do not end the step are refused.
+    std::vector<std::int32_t> tokens;
+    for (auto& seq : batch.seqs) seq.slots.assign(seq.tokens.size(), 0);
+    auto input = batch_input(batch, &tokens);
+    ASSERT_TRUE(input.ok());
+    EXPECT_EQ(models::logit_rows(input->seqs[0]), 1);
+    EXPECT_EQ(models::logit_rows(input->seqs[1]), 2);
+    EXPECT_EQ(models::logit_rows(input->seqs[2]), 4);
+    batch.seqs[1].input_logprob_row = 0;
+    EXPECT_FALSE(batch_input(batch, &tokens).ok());
+}
+
 TEST(StepResultsTest, AnEmbeddingModelHandsBackEachSequencesRow) {
     ForwardBatch batch;
     for (int i = 0; i < 3; ++i) batch.seqs.push_back({.rid = "r" + std::to_string(i), .need_token = i != 1});
@@ -242,10 +308,14 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     sampling.hidden_states = HiddenCapture::kFirstPass;
     sampling.allowed_tokens = std::make_shared<std::vector<std::uint32_t>>(std::vector<std::uint32_t>{0x5, 0x80000000});
     batch.seqs.push_back({"a", {5}, 2, {1, 2, 3}, true, sampling, {10, 11}});
-    batch.seqs.push_back({"b", {6, 7}, 0, {4, 5}, false, {}, {}});
+    batch.seqs.push_back({"b", {6, 7}, 0, {4, 5}, false, {}, {}, 1, {8}, 4});  // a chunk with prompt logprobs
     std::int64_t flags = 0;
     auto back = decode_step(encode_step(batch, kStepWithSampling | kStepLocalOnly), &flags);
     ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back->seqs[1].input_logprob_row, 1);
+    EXPECT_EQ(back->seqs[1].input_logprob_targets, (std::vector<std::int32_t>{8}));
+    EXPECT_EQ(back->seqs[1].input_top_logprobs, 4);
+    EXPECT_TRUE(back->seqs[0].input_logprob_targets.empty());
     EXPECT_EQ(flags, kStepWithSampling | kStepLocalOnly);
     const SequenceSampling& got = back->seqs[0].sampling;
     EXPECT_EQ(got.params.temperature, 0.7f);
@@ -294,6 +364,15 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     EXPECT_EQ((*results)[0].hidden_states, tokens[0].hidden_states);
     EXPECT_EQ((*results)[0].hidden_rows, 2);
     EXPECT_EQ((*results)[1].hidden_rows, 0);
+    tokens[1].input_logprobs = {-0.5f, -2.0f};  // prompt log-probabilities and their best ones
+    tokens[1].input_top_logprobs = {{4, -0.25f}, {9, -1.5f}};
+    results = decode_results(encode_results(tokens));
+    ASSERT_TRUE(results.ok());
+    EXPECT_EQ((*results)[1].input_logprobs, tokens[1].input_logprobs);
+    EXPECT_EQ((*results)[1].input_top_logprobs, tokens[1].input_top_logprobs);
+    EXPECT_TRUE((*results)[0].input_logprobs.empty());
+    tokens[1].input_logprobs.clear();
+    tokens[1].input_top_logprobs.clear();
     tokens[0].hidden_rows = 4;  // rows that do not divide the values: corrupt
     EXPECT_FALSE(decode_results(encode_results(tokens)).ok());
     tokens[0].hidden_rows = 2;

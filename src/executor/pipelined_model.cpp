@@ -36,7 +36,7 @@ Status PipelinedModel::forward(const models::BatchInput& batch, const kvcache::K
     // The logits rows follow from the batch on every stage.
     std::int64_t rows = 0;
     for (const auto& seq : batch.seqs)
-        rows += seq.logits == models::LogitsMode::kAll ? seq.n_tokens : (seq.logits == models::LogitsMode::kLast ? 1 : 0);
+        rows += models::logit_rows(seq);
     out->resize(static_cast<std::size_t>(rows * config().vocab_size));
     if (rows > 0) TSR_RETURN_IF_ERROR(pp_.broadcast(bytes_of(*out), last));
     std::int64_t hidden_rows = 0;

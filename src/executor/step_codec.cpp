@@ -90,6 +90,9 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
         w.i64(s.start_pos);
         w.i32s(s.slots);
         w.i64(s.need_token ? 1 : 0);
+        w.i64(s.input_logprob_row);
+        w.i32s(s.input_logprob_targets);
+        w.i64(s.input_top_logprobs);
         if ((flags & kStepWithSampling) == 0 || !s.need_token) continue;
         const SequenceSampling& p = s.sampling;
         w.f32(p.params.temperature);
@@ -123,14 +126,16 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
         n > kMaxCount || record < 0 || record > 3)
         return Status::DataLoss("corrupt step header");
     batch.expert_record = static_cast<eplb::ExpertRecordCommand>(record);
-    // Every sequence takes at least four i64 fields: a count the bytes cannot hold is corrupt
+    // Every sequence takes at least seven i64 fields: a count the bytes cannot hold is corrupt
     // (and must not allocate a million sequences first).
-    if (static_cast<std::size_t>(n) > r.remaining() / (4 * sizeof(std::int64_t)))
+    if (static_cast<std::size_t>(n) > r.remaining() / (7 * sizeof(std::int64_t)))
         return Status::DataLoss("corrupt step header: " + std::to_string(n) + " sequences in " +
                                 std::to_string(r.remaining()) + " bytes");
     batch.seqs.resize(static_cast<std::size_t>(n));
     for (auto& s : batch.seqs) {
-        if (!r.i32s(&s.tokens) || !r.i64(&s.start_pos) || !r.i32s(&s.slots) || !r.flag(&s.need_token))
+        if (!r.i32s(&s.tokens) || !r.i64(&s.start_pos) || !r.i32s(&s.slots) || !r.flag(&s.need_token) ||
+            !r.i64(&s.input_logprob_row) || !r.i32s(&s.input_logprob_targets) || !r.i32(&s.input_top_logprobs) ||
+            s.input_logprob_row < 0 || s.input_top_logprobs < 0)
             return Status::DataLoss("corrupt step");
         if ((flags & kStepWithSampling) == 0 || !s.need_token) continue;
         SequenceSampling& p = s.sampling;
@@ -181,6 +186,13 @@ std::vector<std::uint8_t> encode_results(const std::vector<SampledToken>& tokens
         w.i64(static_cast<std::int64_t>(t.hidden_states.size()));
         for (float v : t.hidden_states) w.f32(v);
         w.i32s(t.routed_experts);
+        w.i64(static_cast<std::int64_t>(t.input_logprobs.size()));
+        for (float v : t.input_logprobs) w.f32(v);
+        w.i64(static_cast<std::int64_t>(t.input_top_logprobs.size()));
+        for (const auto& [id, lp] : t.input_top_logprobs) {
+            w.i64(id);
+            w.f32(lp);
+        }
     }
     return w.take();
 }
@@ -217,6 +229,21 @@ StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_
         for (float& v : t.hidden_states)
             if (!r.f32(&v)) return Status::DataLoss("corrupt hidden states");
         if (!r.i32s(&t.routed_experts)) return Status::DataLoss("corrupt routed experts");
+        std::int64_t n_input = 0, n_top = 0;
+        if (!r.i64(&n_input) || n_input < 0 || static_cast<std::size_t>(n_input) > r.remaining() / sizeof(float))
+            return Status::DataLoss("corrupt prompt log-probabilities");
+        t.input_logprobs.resize(static_cast<std::size_t>(n_input));
+        for (float& v : t.input_logprobs)
+            if (!r.f32(&v)) return Status::DataLoss("corrupt prompt log-probabilities");
+        if (!r.i64(&n_top) || n_top < 0 ||
+            static_cast<std::size_t>(n_top) > r.remaining() / (sizeof(std::int64_t) + sizeof(float)))
+            return Status::DataLoss("corrupt prompt top log-probabilities");
+        t.input_top_logprobs.resize(static_cast<std::size_t>(n_top));
+        for (auto& [id, lp] : t.input_top_logprobs) {
+            int v = 0;
+            if (!r.i32(&v) || !r.f32(&lp)) return Status::DataLoss("corrupt prompt top log-probabilities");
+            id = v;
+        }
     }
     if (!r.done()) return Status::DataLoss("trailing bytes in sampled tokens");
     return out;
@@ -256,6 +283,10 @@ StatusOr<layers::DpAttentionStep> decode_dp_step(const std::vector<std::uint8_t>
     return step;
 }
 
+std::int64_t logit_rows(const ForwardSequence& seq) {
+    return static_cast<std::int64_t>(seq.input_logprob_targets.size()) + (seq.need_token ? 1 : 0);
+}
+
 std::int64_t hidden_rows(const ForwardSequence& seq) {
     if (!seq.need_token || seq.tokens.empty()) return 0;
     switch (seq.sampling.hidden_states) {
@@ -278,9 +309,16 @@ StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<
                                     " KV slots for " + std::to_string(seq.start_pos + n_new) + " positions");
         }
         tokens->insert(tokens->end(), seq.tokens.begin(), seq.tokens.end());
-        input.seqs.push_back({n_new, seq.start_pos, seq.slots.data(),
-                              seq.need_token ? models::LogitsMode::kLast : models::LogitsMode::kNone,
-                              hidden_rows(seq)});
+        const auto targets = static_cast<std::int64_t>(seq.input_logprob_targets.size());
+        if (targets > 0 && seq.input_logprob_row + targets + (seq.need_token ? 1 : 0) != n_new) {
+            return Status::Internal("request " + seq.rid + ": prompt log-probabilities of " + std::to_string(targets) +
+                                    " rows from row " + std::to_string(seq.input_logprob_row) + " in a step of " +
+                                    std::to_string(n_new) + " tokens");
+        }
+        const models::LogitsMode logits = targets > 0       ? models::LogitsMode::kAll
+                                          : seq.need_token ? models::LogitsMode::kLast
+                                                           : models::LogitsMode::kNone;
+        input.seqs.push_back({n_new, seq.start_pos, seq.slots.data(), logits, hidden_rows(seq), seq.input_logprob_row});
     }
     input.tokens = *tokens;
     input.expert_record = batch.expert_record;

@@ -34,13 +34,17 @@ std::vector<std::uint8_t> encode_dp_step(const layers::DpAttentionStep& step, co
 StatusOr<layers::DpAttentionStep> decode_dp_step(const std::vector<std::uint8_t>& message,
                                                  std::vector<std::uint8_t>* bytes);
 
+// How many logits rows the model returns for `seq`: one per prompt log-probability target,
+// then one to sample from when it needs a token.
+std::int64_t logit_rows(const ForwardSequence& seq);
+
 // How many final-normed hidden-state rows the step returns for `seq` (its last tokens'):
 // SequenceSampling::hidden_states on a step that samples.
 std::int64_t hidden_rows(const ForwardSequence& seq);
 
-// The model's view of a step: one logits row per sequence that needs a token. `tokens`
+// The model's view of a step: logit_rows(seq) rows per sequence, its last ones. `tokens`
 // receives the concatenated new tokens and must outlive the result. Internal if a sequence
-// has fewer KV slots than positions.
+// has fewer KV slots than positions, or prompt log-probability rows that do not end the step.
 StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<std::int32_t>* tokens);
 
 }  // namespace tessera::executor

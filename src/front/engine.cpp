@@ -1,6 +1,7 @@
 #include "front/engine.h"
 
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include <fmt/format.h>
@@ -14,15 +15,33 @@ namespace tessera::front {
 
 namespace {
 
-// A token's text is "" without a tokenizer.
-server::TokenLogprob to_logprob(const tokenizer::Tokenizer* tok, const executor::SampledToken& t) {
-    server::TokenLogprob lp;
-    lp.token = t.token;
+// A token's entry; its text is "" without a tokenizer. Ids below 0 in `top` are rows that were
+// not computed (the scheduler logged them) and are left out.
+server::TokenLogprob token_logprob(const tokenizer::Tokenizer* tok, std::int32_t token, float logprob,
+                                   std::span<const std::pair<std::int32_t, float>> top) {
     const auto text = [tok](std::int32_t id) { return tok ? tok->token_bytes(id) : std::string(); };
-    lp.text = text(t.token);
-    lp.logprob = t.logprob;
-    for (const auto& [id, value] : t.top_logprobs) lp.top.emplace_back(text(id), value);
+    server::TokenLogprob lp{.token = token, .text = text(token), .logprob = logprob};
+    for (const auto& [id, value] : top) {
+        if (id < 0) continue;
+        lp.top.emplace_back(text(id), value);
+        lp.top_ids.push_back(id);
+    }
     return lp;
+}
+
+// The prompt's entries of a request's first event (ReqEvent::has_input_logprobs): the first
+// without a value.
+std::vector<server::TokenLogprob> input_logprobs(const tokenizer::Tokenizer* tok, const scheduler::ReqEvent& e) {
+    const std::size_t rows = e.input_logprobs.size();
+    const std::size_t top = rows == 0 ? 0 : e.input_top_logprobs.size() / rows;
+    std::vector<server::TokenLogprob> out;
+    for (std::size_t i = 0; i < e.input_logprob_tokens.size(); ++i) {
+        const bool scored = i > 0 && i - 1 < rows;
+        out.push_back(token_logprob(tok, e.input_logprob_tokens[i], scored ? e.input_logprobs[i - 1] : NAN,
+                                    scored ? e.input_top_logprobs.subspan((i - 1) * top, top)
+                                           : std::span<const std::pair<std::int32_t, float>>()));
+    }
+    return out;
 }
 
 // SGLang's tokenizer_manager.py _validate_one_request: what the request asks against what the
@@ -133,10 +152,10 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     } else if (p.max_new_tokens < 0) {
         // No max_tokens in a chat request: the rest of the context, as SGLang.
         p.max_new_tokens = std::min(config_.context_len, scheduler_.max_req_len()) - n_prompt;
+        if (p.max_new_tokens < 1)
+            return Status::OutOfRange("the prompt (" + std::to_string(n_prompt) + " tokens) leaves no room to generate "
+                                      "in the context length of " + std::to_string(config_.context_len) + " tokens");
     }
-    if (config_.is_generation && p.max_new_tokens < 1)
-        return Status::OutOfRange("the prompt (" + std::to_string(n_prompt) + " tokens) leaves no room to generate in "
-                                  "the context length of " + std::to_string(config_.context_len) + " tokens");
     if (n_prompt + p.max_new_tokens > config_.context_len) {
         return Status::OutOfRange("the prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
                                   std::to_string(p.max_new_tokens) + ") exceeds the context length of " +
@@ -160,6 +179,15 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.sampling.presence_penalty = p.presence_penalty;
     req.sampling.logprobs = p.logprobs || p.top_logprobs > 0;
     req.sampling.top_logprobs = p.top_logprobs;
+    if (p.logprobs || p.top_logprobs > 0) {
+        // scheduler.py handle_generate_request's check, refused before the request is queued.
+        if (p.logprob_start_len > n_prompt)
+            return Status::InvalidArgument(fmt::format("logprob_start_len={} is higher than the number of input "
+                                                       "tokens {}. Please use a smaller logprob_start_len.",
+                                                       p.logprob_start_len, n_prompt));
+        req.logprob_start_len = p.logprob_start_len;
+        req.input_top_logprobs = p.top_logprobs;
+    }
     TSR_RETURN_IF_ERROR(check_hidden_states_mode(p.return_hidden_states, config_.max_hidden_states_mode));
     if (p.return_routed_experts && (p.routed_experts_start_len < 0 || p.routed_experts_start_len > n_prompt))
         return Status::InvalidArgument("routed_experts_start_len (" + std::to_string(p.routed_experts_start_len) +
@@ -216,8 +244,14 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     if (crash_dump_) crash_dump_->received(req.rid, parameters);
     stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,
                                p.return_hidden_states, p.return_routed_experts && config_.return_routed_experts,
-                               p.stream_interval > 0 ? p.stream_interval : config_.stream_interval,
+                               p.stream_interval > 0 ? p.stream_interval : config_.stream_interval, std::nullopt,
                                exported ? std::move(parameters) : "", std::chrono::steady_clock::now()};
+    if (p.echo) {
+        // serving_completions.py: a text prompt as given, token ids as the tokenizer decodes them.
+        stream_params_[req.rid].echo = request.input.text ? *request.input.text
+                                       : tokenizer_       ? tokenizer_->decode(req.input_ids, false)
+                                                          : std::string();
+    }
     request_log_.received(request.request_id, request.input, p, n_prompt);
     Command c{Command::Kind::kAdd, std::move(req), {}};
     inbox_.push_back(std::move(c));
@@ -306,6 +340,7 @@ void Engine::loop() {
                                                                        ? std::make_optional<std::vector<std::int32_t>>()
                                                                        : std::nullopt,
                                                  .interval = sp.interval,
+                                                 .echo = std::move(sp.echo),
                                                  .exported_parameters = std::move(sp.exported_parameters),
                                                  .received_at = sp.received_at});
                     c.req.sink = [this](const scheduler::ReqEvent& e) { on_req_event(e); };
@@ -418,11 +453,14 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
     }
     server::GenerationEvent ev;
     ev.usage = {e.prompt_tokens, e.completion_tokens, e.cached_tokens, e.reasoning_tokens};
+    if (e.has_input_logprobs) ev.input_logprobs = input_logprobs(tokenizer_, e);
+    ev.prompt_text = std::exchange(stream.echo, std::nullopt);
     if (e.token && !e.token->embedding.empty()) {
         ev.embedding = e.token->embedding;
     } else if (e.token) {
         ev.token_ids.push_back(e.token->token);
-        if (stream.logprobs) ev.logprobs.push_back(to_logprob(tokenizer_, *e.token));
+        if (stream.logprobs)
+            ev.logprobs.push_back(token_logprob(tokenizer_, e.token->token, e.token->logprob, e.token->top_logprobs));
         if (e.token->hidden_rows > 0) {
             const bool prompt = stream.hidden_states == server::HiddenStatesMode::kFull && e.completion_tokens == 1;
             ev.hidden_states.push_back({e.token->hidden_states, e.token->hidden_rows, prompt});
@@ -455,6 +493,8 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         held.text += ev.text;
         held.token_ids.insert(held.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
         for (auto& lp : ev.logprobs) held.logprobs.push_back(std::move(lp));
+        if (ev.input_logprobs) held.input_logprobs = std::move(ev.input_logprobs);
+        if (ev.prompt_text) held.prompt_text = std::move(ev.prompt_text);
         for (auto& h : ev.hidden_states) held.hidden_states.push_back(std::move(h));
         if (ev.routed_experts) held.routed_experts = std::move(ev.routed_experts);
         held.usage = ev.usage;

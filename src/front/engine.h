@@ -133,6 +133,7 @@ class Engine final : public server::Backend {
         server::HiddenStatesMode hidden_states = server::HiddenStatesMode::kNone;
         bool routed_experts = false;
         int interval = 1;
+        std::optional<std::string> echo;  // GenerationParams::echo: the prompt's text
         std::string exported_parameters;  // --export-metrics-to-file: the request's parameters
         std::chrono::steady_clock::time_point received_at;
     };
@@ -148,6 +149,7 @@ class Engine final : public server::Backend {
         // with an interval k > 1 an event goes out at output tokens 1, k + 1, 2k + 1, ... and at
         // the end, carrying every token since the one before; `held` gathers them meanwhile.
         int interval = 1;
+        std::optional<std::string> echo;  // sent with the first event
         std::int64_t tokens = 0;
         server::GenerationEvent held;
         std::string logged_output;  // --log-requests: the output so far, as much as the level shows

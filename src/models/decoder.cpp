@@ -431,7 +431,7 @@ Status Decoder::check_dp_attention(const BatchInput& batch) const {
                                 " groups for " + std::to_string(groups));
     std::int64_t logit_rows = 0;
     for (const auto& seq : batch.seqs)
-        logit_rows += seq.logits == LogitsMode::kAll ? seq.n_tokens : seq.logits == LogitsMode::kLast && seq.n_tokens > 0;
+        logit_rows += models::logit_rows(seq);
     const auto me = static_cast<std::size_t>(dpa_.dp_rank);
     if (step->num_tokens[me] != static_cast<std::int64_t>(batch.tokens.size()) ||
         (stage_.last && step->num_logit_rows[me] != logit_rows))
@@ -644,11 +644,9 @@ Status Decoder::forward(const BatchInput& batch, const kvcache::KvView& kv, Thre
             positions[t0 + i] = static_cast<std::int32_t>(pos);
             kv_rows[t0 + i] = seq.slots == nullptr ? pos : seq.slots[pos];
         }
-        if (stage_.last && seq.logits == LogitsMode::kAll) {
-            for (std::int64_t i = 0; i < seq.n_tokens; ++i) logit_rows.push_back(t0 + i);
-        } else if (stage_.last && seq.logits == LogitsMode::kLast && seq.n_tokens > 0) {
-            logit_rows.push_back(t0 + seq.n_tokens - 1);
-        }
+        if (stage_.last)
+            for (std::int64_t i = seq.n_tokens - models::logit_rows(seq); i < seq.n_tokens; ++i)
+                logit_rows.push_back(t0 + i);
         t0 += seq.n_tokens;
     }
 

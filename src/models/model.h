@@ -3,6 +3,7 @@
 // over its KV cache, returning logits. Models are immutable after load; forward() is called
 // by one thread at a time per KvCache (the executor thread).
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -39,7 +40,17 @@ struct SequenceInput {
     // Return the final-normed hidden states of its last `hidden_rows` new tokens (0: none) in
     // BatchInput::hidden_out, last stage only (SGLang's return_hidden_states).
     std::int64_t hidden_rows = 0;
+    // kAll: logits rows for the new tokens from this one on (prompt log-probabilities need the
+    // rows from logprob_start_len, not the cached or earlier ones).
+    std::int64_t first_logit = 0;
 };
+
+// The logits rows `seq` asks for: n_tokens - first_logit (kAll), 1 (kLast) or none.
+inline std::int64_t logit_rows(const SequenceInput& seq) {
+    if (seq.n_tokens <= 0) return 0;
+    if (seq.logits == LogitsMode::kAll) return seq.n_tokens - std::min(seq.first_logit, seq.n_tokens);
+    return seq.logits == LogitsMode::kLast ? 1 : 0;
+}
 
 struct BatchInput {
     std::span<const std::int32_t> tokens;  // I32 [Σ n_tokens]

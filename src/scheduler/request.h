@@ -5,11 +5,14 @@
 // owns the Req after add_request and is the only one to touch the bookkeeping part.
 // Not thread-safe: lives on the scheduler thread; the event sink is called on that thread.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "executor/forward_batch.h"
@@ -41,6 +44,13 @@ struct ReqEvent {
     // Req::return_routed_experts: I32 [positions, num_hidden_layers, top_k], the positions
     // computed since the previous event.
     std::vector<std::int32_t> routed_experts;
+    // Req::logprob_start_len, with the request's first answer (its first token, or its end):
+    // the prompt's tokens from there on, the log-probability of each after the first, and
+    // [those × input_top_logprobs] best ones. Unset otherwise.
+    bool has_input_logprobs = false;
+    std::span<const std::int32_t> input_logprob_tokens;
+    std::span<const float> input_logprobs;
+    std::span<const std::pair<std::int32_t, float>> input_top_logprobs;
 };
 using ReqEventSink = std::function<void(const ReqEvent&)>;
 
@@ -68,6 +78,12 @@ struct Req {
     // think_end_id it applies from the token after the think-end token (SGLang's
     // ReasonerGrammarBackend).
     std::shared_ptr<TokenConstraint> constraint;
+    // Prompt log-probabilities (SGLang's logprob_start_len with return_logprob): the first
+    // token's event carries, for each prompt position after this one, the log-probability of
+    // its token given the ones before it (of the raw logits), with the best
+    // input_top_logprobs of each; -1: none. The prefix cache serves no position from it on.
+    std::int64_t logprob_start_len = -1;
+    int input_top_logprobs = 0;
     ReqEventSink sink;       // may be empty (no events)
 
     // ---- owned by the scheduler -------------------------------------------------------
@@ -91,6 +107,14 @@ struct Req {
     // error when that step's token comes.
     std::string constraint_error;
     std::int64_t routed_experts_sent = -1;           // positions whose routing went out (-1: none yet)
+    // Prompt log-probabilities of positions logprob_start_len + 1 on, as far as computed, and
+    // [that many × input_top_logprobs] best ones; sent with the first token's event.
+    std::vector<float> input_logprobs;
+    std::vector<std::pair<std::int32_t, float>> input_top_logprobs_ready;
+    bool input_logprobs_sent = false;
+    // Asked for max_new_tokens 0 (SGLang's is_prefill_only): it ends with its prompt. Not one
+    // that add_request's clamp to the context brought to 0, which still gets one token.
+    bool prefill_only = false;
     std::vector<std::int32_t> routed_experts_ready;  // for the next event
     // Scheduler clock (seconds): when it was queued, and first put in a batch (-1: not yet).
     double queued_at = 0.0;
@@ -125,6 +149,12 @@ struct Req {
     void count_reasoning(std::int32_t token);
     // The constraint applies to the next output token (it has one, and any reasoning is over).
     bool constrained_now() const { return constraint && (!think_end_id || reasoning_over); }
+    // The prompt positions whose logits give a prompt log-probability still to send:
+    // [logprob_start_len, n_input - 1); empty ({0, 0}) once sent or when none was asked for.
+    std::pair<std::int64_t, std::int64_t> input_logprob_rows() const {
+        if (logprob_start_len < 0 || input_logprobs_sent) return {0, 0};
+        return {logprob_start_len, std::max(logprob_start_len, static_cast<std::int64_t>(input_ids.size()) - 1)};
+    }
 };
 
 }  // namespace tessera::scheduler

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <unordered_set>
 #include <utility>
@@ -131,10 +132,21 @@ Status Scheduler::add_request(Req req) {
     }
     if (req.max_new_tokens < 0)
         return Status::InvalidArgument(fmt::format("max_new_tokens ({}) must be >= 0", req.max_new_tokens));
+    // scheduler.py handle_generate_request's check, refused here rather than aborted later.
+    if (req.logprob_start_len > n_in)
+        return Status::InvalidArgument(fmt::format("logprob_start_len={} is higher than the number of input tokens "
+                                                   "{}. Please use a smaller logprob_start_len.",
+                                                   req.logprob_start_len, n_in));
+    if (req.logprob_start_len < -1)
+        return Status::InvalidArgument(fmt::format("logprob_start_len ({}) must be -1 or >= 0", req.logprob_start_len));
     TSR_RETURN_IF_ERROR(make_room_in_queue(req.priority));
+    req.prefill_only = req.max_new_tokens == 0;
     // Same clamp as SGLang: input + output must fit one request's context.
     req.max_new_tokens = std::min(req.max_new_tokens, max_req_len_ - n_in - 1);
     req.output_ids.clear();
+    req.input_logprobs.clear();
+    req.input_top_logprobs_ready.clear();
+    req.input_logprobs_sent = false;
     req.reasoning_tokens = 0;
     req.reasoning_over = false;
     req.slots.clear();
@@ -209,7 +221,22 @@ void Scheduler::emit(Req& req, const executor::SampledToken* token) {
     ev.reasoning_tokens = req.reasoning_tokens;
     ev.routed_experts = std::move(req.routed_experts_ready);
     req.routed_experts_ready.clear();
+    // The prompt's log-probabilities go with its first token, or the end of a request that
+    // asked for none (max_new_tokens 0).
+    const bool first_answer = token != nullptr || (req.finished() && req.finish_reason != FinishReason::kAbort);
+    const bool send_input_logprobs = req.logprob_start_len >= 0 && !req.input_logprobs_sent && first_answer;
+    if (send_input_logprobs) {
+        ev.has_input_logprobs = true;
+        ev.input_logprob_tokens = std::span(req.input_ids).subspan(static_cast<std::size_t>(req.logprob_start_len));
+        ev.input_logprobs = req.input_logprobs;
+        ev.input_top_logprobs = req.input_top_logprobs_ready;
+    }
     req.sink(ev);
+    if (send_input_logprobs) {
+        req.input_logprobs_sent = true;
+        req.input_logprobs = {};
+        req.input_top_logprobs_ready = {};
+    }
 }
 
 void Scheduler::finish(Req& req, FinishReason reason, std::string error) {
@@ -263,8 +290,12 @@ bool Scheduler::flush_cache() {
 // ---- KV bookkeeping ------------------------------------------------------------------------
 
 kvcache::MatchResult Scheduler::match(const Req& req) {
-    // At least the last token is recomputed: its logits give the next token.
-    return cache_->match_prefix(req.fill_ids(0, req.fill_len() - 1));
+    // At least the last token is recomputed: its logits give the next token. A request for
+    // prompt log-probabilities recomputes its positions from logprob_start_len on
+    // (schedule_batch.py Req._compute_max_prefix_len).
+    std::int64_t end = req.fill_len() - 1;
+    if (const auto [first, last] = req.input_logprob_rows(); first < last) end = std::min(end, first);
+    return cache_->match_prefix(req.fill_ids(0, end));
 }
 
 void Scheduler::evict_if_needed(std::int64_t n_tokens) {
@@ -673,6 +704,14 @@ void Scheduler::launch_prefill(const std::vector<PrefillItem>& items, const std:
                               .need_token = !it.truncated,
                               .sampling = r.sampling,
                               .output_ids = r.output_ids});
+        // Rows of the prompt's log-probabilities: each predicts the prompt token after it.
+        if (const auto [first, last] = r.input_logprob_rows(); std::max(first, start) < std::min(last, r.kv_len())) {
+            executor::ForwardSequence& seq = batch.seqs.back();
+            const std::int64_t begin = std::max(first, start), end = std::min(last, r.kv_len());
+            seq.input_logprob_row = begin - start;
+            seq.input_logprob_targets = r.fill_ids(begin + 1, end + 1);
+            seq.input_top_logprobs = r.input_top_logprobs;
+        }
         step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = !it.truncated,
                              .truncated = it.truncated, .start_pos = start, .n_tokens = it.extend_len});
         ++r.in_flight_steps;
@@ -938,6 +977,7 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
             any_finished = apply_decode_token(r, tokens[i]) || any_finished;
             continue;
         }
+        record_input_logprobs(r, step.seqs[i], tokens[i]);
         if (step.seqs[i].truncated) {
             // Share the finished chunks through the tree; the next chunk starts from them.
             // Not while a later chunk is in flight: kv_len already covers its positions, so
@@ -949,8 +989,10 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
         }
         erase_ptr(prefilling_, &r);
         const executor::SampledToken& tok = tokens[i];
-        if (!tok.embedding.empty()) {
-            // An embedding request ends with its prompt, as SGLang's FINISH_LENGTH(length=0).
+        const bool prefill_only = !tok.embedding.empty() || r.prefill_only;
+        if (prefill_only) {
+            // An embedding request, or one of max_new_tokens 0 (SGLang's is_prefill_only),
+            // ends with its prompt, as SGLang's FINISH_LENGTH(length=0).
             r.finish_reason = FinishReason::kLength;
         } else if (!take_constrained_token(r, tok.token)) {
             any_finished = true;
@@ -968,11 +1010,30 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
             cache_unfinished_req(r);  // others can match this prompt right away
             last_prefill_.push_back(&r);
         }
-        emit(r, &tok);
+        emit(r, prefill_only && tok.embedding.empty() ? nullptr : &tok);
     }
     if (any_finished) batch_is_full_ = false;
     drop_finished();
     if (any_decode && ++forward_ct_decode_ % config_.decode_log_interval == 0) log_decode();
+}
+
+void Scheduler::record_input_logprobs(Req& r, const InFlightSeq& seq, const executor::SampledToken& result) {
+    const auto [first, last] = r.input_logprob_rows();
+    const std::int64_t begin = std::max(first, seq.start_pos);
+    if (begin >= std::min(last, seq.start_pos + seq.n_tokens)) return;
+    // Entries of the positions before this step's; more were kept when a retracted request
+    // computes its prompt again.
+    const std::int64_t before = begin - first;
+    if (static_cast<std::int64_t>(r.input_logprobs.size()) < before) {
+        // Served from the prefix cache, which match() keeps them out of: unknown (null).
+        TSR_LOG_C(ERROR, "sched", "request '{}': prompt log-probabilities of positions {}..{} were not computed",
+                  r.rid, first + static_cast<std::int64_t>(r.input_logprobs.size()) + 1, begin);
+    }
+    r.input_logprobs.resize(static_cast<std::size_t>(before), NAN);
+    r.input_top_logprobs_ready.resize(static_cast<std::size_t>(before * r.input_top_logprobs), {-1, NAN});
+    r.input_logprobs.insert(r.input_logprobs.end(), result.input_logprobs.begin(), result.input_logprobs.end());
+    r.input_top_logprobs_ready.insert(r.input_top_logprobs_ready.end(), result.input_top_logprobs.begin(),
+                                      result.input_top_logprobs.end());
 }
 
 void Scheduler::apply_decode_results(const std::vector<Req*>& reqs,

@@ -231,6 +231,8 @@ class Scheduler {
     void launch_decode(const std::vector<Req*>& batch);
     void launch(executor::ForwardBatch& batch, InFlightStep step);
     StepKind collect_oldest();
+    // Appends the prompt log-probabilities a prefill step computed for `r`.
+    void record_input_logprobs(Req& r, const InFlightSeq& seq, const executor::SampledToken& result);
     void apply_prefill_results(const InFlightStep& step, const std::vector<Req*>& reqs,
                                const std::vector<executor::SampledToken>& tokens);
     void apply_decode_results(const std::vector<Req*>& reqs,

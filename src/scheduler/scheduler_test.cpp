@@ -57,6 +57,11 @@ std::int32_t reference_next(const Tokens& history) {
     return to_token(acc);
 }
 
+// The fake's "log-probability" of `target` following position `pos`.
+float fake_logprob(std::int64_t pos, std::int32_t target) {
+    return -static_cast<float>(pos) - static_cast<float>(target) / 1024.0f;
+}
+
 class FakeRunner final : public executor::BatchRunner {
  public:
     explicit FakeRunner(std::int64_t n_rows) : kv_(static_cast<std::size_t>(n_rows), 0) {}
@@ -193,6 +198,14 @@ class FakeRunner final : public executor::BatchRunner {
                 out.push_back({.token = s.need_token ? allowed_token(to_token(acc), s.sampling) : -1});
                 if (s.sampling.allowed_tokens) ++masked_samples;
             }
+            // Prompt log-probabilities: fake_logprob of each row's position and target, and as
+            // its best ones the position and the row.
+            for (std::size_t k = 0; k < s.input_logprob_targets.size(); ++k) {
+                const std::int64_t pos = s.start_pos + s.input_logprob_row + static_cast<std::int64_t>(k);
+                out.back().input_logprobs.push_back(fake_logprob(pos, s.input_logprob_targets[k]));
+                for (int t = 0; t < s.input_top_logprobs; ++t)
+                    out.back().input_top_logprobs.emplace_back(static_cast<std::int32_t>(pos), static_cast<float>(t));
+            }
             // --enable-return-routed-experts: each token's "experts" are its id and position.
             for (std::size_t i = 0; batch.record_routed_experts && i < s.tokens.size(); ++i) {
                 out.back().routed_experts.push_back(s.tokens[i]);
@@ -219,6 +232,11 @@ struct Result {
     std::string error;
     std::int64_t cached_tokens = -1;
     int n_events = 0;
+    // ReqEvent::has_input_logprobs: the tokens, values and best ones that came (once).
+    int input_logprob_events = 0;
+    std::vector<std::int32_t> input_tokens;
+    std::vector<float> input_logprobs;
+    std::vector<std::pair<std::int32_t, float>> input_top;
 };
 
 // Drives a scheduler to completion, checking the KV invariants before every batch and the
@@ -243,6 +261,12 @@ class Harness {
             ++r.n_events;
             EXPECT_EQ(ev.rid, rid);
             r.routed_experts.insert(r.routed_experts.end(), ev.routed_experts.begin(), ev.routed_experts.end());
+            if (ev.has_input_logprobs) {
+                ++r.input_logprob_events;
+                r.input_tokens.assign(ev.input_logprob_tokens.begin(), ev.input_logprob_tokens.end());
+                r.input_logprobs.assign(ev.input_logprobs.begin(), ev.input_logprobs.end());
+                r.input_top.assign(ev.input_top_logprobs.begin(), ev.input_top_logprobs.end());
+            }
             if (ev.token && !ev.token->embedding.empty()) {
                 r.embedding = ev.token->embedding;
             } else if (ev.token) {
@@ -467,6 +491,84 @@ TEST_P(SchedulerTest, MaxRunningRequestsIsRespected) {
     EXPECT_LE(h->max_running_, 3);
     EXPECT_EQ(h->max_running_, 3);
     for (const auto& b : h->runner_.batches) EXPECT_LE(b.size(), 3u);
+}
+
+// A request's prompt log-probabilities from logprob_start_len: one event, the prompt's
+// tokens from there, and every later position's value and best ones, in order.
+void expect_input_logprobs(const Req& req, const Result& got) {
+    SCOPED_TRACE(req.rid);
+    const auto n = static_cast<std::int64_t>(req.input_ids.size());
+    ASSERT_EQ(got.input_logprob_events, 1);
+    EXPECT_EQ(got.input_tokens, Tokens(req.input_ids.begin() + req.logprob_start_len, req.input_ids.end()));
+    std::vector<float> want;
+    std::vector<std::pair<std::int32_t, float>> want_top;
+    for (std::int64_t pos = req.logprob_start_len; pos + 1 < n; ++pos) {
+        want.push_back(fake_logprob(pos, req.input_ids[pos + 1]));
+        for (int t = 0; t < req.input_top_logprobs; ++t) want_top.emplace_back(pos, static_cast<float>(t));
+    }
+    EXPECT_EQ(got.input_logprobs, want);
+    EXPECT_EQ(got.input_top, want_top);
+}
+
+TEST_P(SchedulerTest, PromptLogprobsCoverEveryPositionFromTheStartThroughChunksAndTheCache) {
+    const Tokens long_prompt = prompt(5, 150);
+    std::vector<Req> reqs;
+    for (const std::int64_t start : {0, 1, 37, 148, 149, 150}) {
+        Req r = make_req("from" + std::to_string(start), long_prompt, 3);
+        r.logprob_start_len = start;
+        r.input_top_logprobs = start % 2 == 0 ? 2 : 0;
+        reqs.push_back(std::move(r));
+    }
+    for (const bool queued : {false, true}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.chunked_prefill_size = 32;
+        if (queued) cfg.max_in_flight_steps = 3;
+        Harness h(cfg, queued);
+        // The whole prompt is cached first: a request still computes its positions from
+        // logprob_start_len on.
+        h.add(make_req("warm", long_prompt, 1));
+        h.run();
+        for (const Req& r : reqs) h.add(r);
+        h.run();
+        for (const Req& r : reqs) {
+            const Result& got = h.results_[r.rid];
+            EXPECT_EQ(got.tokens, expected(r)) << r.rid;
+            expect_input_logprobs(r, got);
+            EXPECT_LE(got.cached_tokens, std::min<std::int64_t>(r.logprob_start_len, 149)) << r.rid;
+        }
+        EXPECT_EQ(h.results_["from150"].cached_tokens, 149 / page() * page());
+        EXPECT_EQ(h.results_["warm"].input_logprob_events, 0);
+    }
+}
+
+TEST_P(SchedulerTest, MaxNewTokensZeroEndsWithThePromptAndItsLogprobs) {
+    Req r = make_req("score", prompt(8, 40), 0);
+    r.logprob_start_len = 0;
+    SchedulerConfig cfg = roomy(page());
+    cfg.chunked_prefill_size = 16;
+    Harness h(cfg);
+    h.add(r);
+    h.run();
+    const Result& got = h.results_["score"];
+    EXPECT_TRUE(got.tokens.empty());
+    EXPECT_EQ(got.reason, FinishReason::kLength);
+    EXPECT_EQ(got.n_events, 1);
+    expect_input_logprobs(r, got);
+    // Its prompt stays cached for the next one.
+    h.add(make_req("next", prompt(8, 40), 2));
+    h.run();
+    EXPECT_EQ(h.results_["next"].cached_tokens, 39 / page() * page());
+}
+
+TEST_P(SchedulerTest, PromptLogprobsSurviveRetraction) {
+    auto reqs = workload(8, 24, 60);
+    for (Req& r : reqs) r.logprob_start_len = 5;
+    SchedulerConfig tight = roomy(page());
+    tight.max_total_num_tokens = 256;
+    tight.new_token_ratio.schedule_conservativeness = 0.3;
+    auto pressed = run_and_check(tight, reqs);
+    EXPECT_GT(last_->sched_.stats().total_retracted_reqs, 0);
+    for (const Req& r : reqs) expect_input_logprobs(r, pressed[r.rid]);
 }
 
 TEST_P(SchedulerTest, RepeatedPrefixIsServedFromTheCache) {
@@ -1057,6 +1159,13 @@ TEST(SchedulerValidationTest, RejectsBadRequestsAndConfigs) {
     EXPECT_NE(too_long.message().find("exceeds the maximum allowed length (62 tokens)"), std::string::npos);
     EXPECT_TRUE(s.add_request(make_req("ok", prompt(1, 60), 100)).ok());
     EXPECT_FALSE(s.add_request(make_req("ok", prompt(1, 4), 4)).ok());  // duplicate rid
+    Req past_prompt = make_req("past", prompt(1, 4), 4);
+    past_prompt.logprob_start_len = 5;
+    const Status past = s.add_request(past_prompt);
+    EXPECT_NE(past.message().find("logprob_start_len=5 is higher than the number of input tokens 4"),
+              std::string::npos) << past.to_string();
+    past_prompt.logprob_start_len = -2;
+    EXPECT_FALSE(s.add_request(past_prompt).ok());
     while (!s.idle()) s.step();
 
     SchedulerConfig bad = roomy(16);

@@ -44,6 +44,11 @@ struct GenerationParams {
     float presence_penalty = 0.0f;
     bool logprobs = false;
     int top_logprobs = 0;
+    // SGLang's logprob_start_len: with logprobs, the prompt's log-probabilities from this
+    // position on come with the first event (-1: none; at most the prompt's length).
+    std::int64_t logprob_start_len = -1;
+    // OpenAI's echo: the first event carries the prompt's text (GenerationEvent::prompt_text).
+    bool echo = false;
     // OpenAI's logit_bias: added to the token's logit before sampling (-100 bans, +100 forces).
     std::vector<std::pair<std::int32_t, float>> logit_bias;
     // Output tokens per event while streaming (SGLang's sampling_params.stream_interval);
@@ -83,6 +88,7 @@ struct TokenLogprob {
     std::string text;
     float logprob = 0.0f;
     std::vector<std::pair<std::string, float>> top;  // top_logprobs: (token text, logprob)
+    std::vector<std::int32_t> top_ids;               // their token ids
 };
 
 // One entry of meta_info.hidden_states: the final-normed hidden state at the position that
@@ -108,6 +114,10 @@ struct GenerationEvent {
     std::string text;                     // new text since the previous event (UTF-8 complete)
     std::vector<std::int32_t> token_ids;  // tokens since the previous event
     std::vector<TokenLogprob> logprobs;   // one per token when requested
+    // GenerationParams::logprob_start_len, with the first event: one entry per prompt token
+    // from there on; the first has no log-probability (NaN: nothing before it is in the range).
+    std::optional<std::vector<TokenLogprob>> input_logprobs;
+    std::optional<std::string> prompt_text;  // GenerationParams::echo, with the first event
     std::optional<std::string> finish_reason;
     std::optional<std::string> matched_stop;  // the stop string or token that ended it
     std::vector<float> embedding;              // an embedding server's answer (its last event)

@@ -188,7 +188,7 @@ std::int64_t max_tokens_limit(const ProtocolOptions& o) {
 // Features that need machinery tessera does not have yet: a request that sets one is refused
 // rather than served without it.
 void reject_unsupported(FieldReader& r) {
-    for (const char* name : {"lora_path", "custom_logit_processor", "custom_params"}) {
+    for (const char* name : {"lora_path", "custom_logit_processor", "custom_params", "token_ids_logprob"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server");
     }
 }
@@ -685,7 +685,9 @@ void parse_completion(FieldReader& r, const ProtocolOptions& o, ParsedRequest& o
         out.logprobs = true;
         out.top_logprobs = static_cast<int>(*v);
     }
-    if (auto v = r.boolean("echo"); v && *v) r.fail("echo", "is not supported by this server");
+    if (auto v = r.boolean("echo")) out.echo = *v;
+    // serving_completions.py _convert_to_internal_request: echo with logprobs scores the prompt.
+    if (out.echo && out.logprobs) out.logprob_start_len = 0;
     if (auto suffix = r.string("suffix"); suffix && !suffix->empty()) {
         // serving_completions.py: generate_completion_prompt_from_request.
         const auto& t = o.completion_template;
@@ -811,6 +813,11 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     out.incremental = out.stream && o.incremental_streaming_output;
     if (auto v = r.boolean("return_logprob")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs_num", 0, o.max_top_logprobs)) out.top_logprobs = static_cast<int>(*v);
+    // io_struct.py: -1 (the default) asks for the output's log-probabilities only.
+    if (auto v = r.integer("logprob_start_len", -1, std::numeric_limits<std::int32_t>::max()))
+        out.logprob_start_len = *v;
+    out.return_text_in_logprobs = false;
+    if (auto v = r.boolean("return_text_in_logprobs")) out.return_text_in_logprobs = *v;
     if (o.preferred_sampling) {
         base.params = o.preferred_sampling->params;
         n = o.preferred_sampling->n;
@@ -1060,6 +1067,8 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
             GenerationRequest req = item;
             req.params.logprobs = out.logprobs;
             req.params.top_logprobs = out.top_logprobs;
+            req.params.logprob_start_len = out.logprob_start_len;
+            req.params.echo = out.echo;
             if (kind != ApiKind::kGenerate && options.preferred_sampling)
                 req.params.stream_interval = options.preferred_sampling->params.stream_interval;
             const std::size_t k = out.requests.size();

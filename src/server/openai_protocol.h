@@ -116,6 +116,11 @@ struct ParsedRequest {
     bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;
     int top_logprobs = 0;
+    // With logprobs: the prompt's log-probabilities from this position on (/generate's
+    // logprob_start_len; 0 for a completion with echo); -1: none.
+    std::int64_t logprob_start_len = -1;
+    bool return_text_in_logprobs = true;  // /generate's: its logprob entries carry token text
+    bool echo = false;                    // completions: each choice's text starts with the prompt
     bool token_ids_only = false;  // --skip-tokenizer-init: /generate answers output_ids, no text
     bool incremental = false;     // --incremental-streaming-output: /generate chunks carry what is new
     // Chat with --reasoning-parser and the request's separate_reasoning (default true): how
@@ -178,6 +183,7 @@ class ResponseBuilder {
         std::string text;
         std::vector<std::int32_t> output_ids;
         std::vector<TokenLogprob> logprobs;
+        std::optional<std::vector<TokenLogprob>> input_logprobs;  // the prompt's, once they came
         std::optional<std::string> finish_reason;
         std::optional<std::string> matched_stop;
         Usage usage;
@@ -205,6 +211,9 @@ class ResponseBuilder {
     bool stream_;
     bool include_usage_;
     bool logprobs_;
+    int top_logprobs_;
+    bool text_in_logprobs_;
+    bool echo_;
     HiddenStatesMode hidden_states_;
     bool token_ids_only_;
     bool incremental_;

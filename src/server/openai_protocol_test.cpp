@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -320,7 +321,7 @@ TEST(OpenAiProtocolTest, CompletionPrompts) {
     expect_error(completion(R"({"prompt": []})"), "prompt");
     expect_error(completion(R"({"prompt": 5})"), "prompt");
     expect_error(completion(R"({})"), "prompt");
-    expect_error(completion(R"({"prompt": "x", "echo": true})"), "echo");
+    expect_error(completion(R"({"prompt": "x", "echo": 1})"), "echo");
     expect_error(completion(R"({"prompt": "x", "logprobs": true})"), "logprobs");
 }
 
@@ -912,6 +913,96 @@ TEST(ResponseBuilderTest, CompletionLogprobs) {
     EXPECT_FLOAT_EQ(j["choices"][0]["logprobs"]["token_logprobs"][0].get<float>(), -0.5f);
     EXPECT_FLOAT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0]["ab"].get<float>(), -0.5f);
     EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"][0], 0);
+}
+
+// /generate's logprob_start_len and return_text_in_logprobs; a completion's echo with logprobs
+// asks for the prompt's from position 0 (serving_completions.py).
+TEST(OpenAiProtocolTest, PromptLogprobFields) {
+    auto o = generate(R"({"text": "hi", "return_logprob": true, "logprob_start_len": 3,
+        "return_text_in_logprobs": true})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    EXPECT_EQ(o.request.requests[0].params.logprob_start_len, 3);
+    EXPECT_TRUE(o.request.return_text_in_logprobs);
+    auto d = generate(R"({"text": "hi", "return_logprob": true})");
+    EXPECT_EQ(d.request.requests[0].params.logprob_start_len, -1);
+    EXPECT_FALSE(d.request.return_text_in_logprobs);
+    expect_error(generate(R"({"text": "hi", "logprob_start_len": -2})"), "logprob_start_len");
+    expect_error(generate(R"({"text": "hi", "logprob_start_len": [0]})"), "logprob_start_len");
+    expect_error(generate(R"({"text": "hi", "token_ids_logprob": [1, 2]})"), "token_ids_logprob");
+    auto echo = completion(R"({"prompt": "x", "echo": true, "logprobs": 2})");
+    ASSERT_TRUE(echo.ok()) << echo.error->message;
+    EXPECT_TRUE(echo.request.requests[0].params.echo);
+    EXPECT_EQ(echo.request.requests[0].params.logprob_start_len, 0);
+    auto plain_echo = completion(R"({"prompt": "x", "echo": true})");
+    EXPECT_TRUE(plain_echo.request.requests[0].params.echo);
+    EXPECT_EQ(plain_echo.request.requests[0].params.logprob_start_len, -1);
+    EXPECT_EQ(completion(R"({"prompt": "x", "logprobs": 1})").request.requests[0].params.logprob_start_len, -1);
+}
+
+// The prompt's entries as the backend gives them: one per token from logprob_start_len, the first
+// without a value.
+std::vector<TokenLogprob> prompt_entries() {
+    return {TokenLogprob{.token = 3, .text = "Hi", .logprob = NAN},
+            TokenLogprob{.token = 4, .text = " there", .logprob = -2.5f, .top = {{" you", -0.5f}}, .top_ids = {8}}};
+}
+
+TEST(ResponseBuilderTest, CompletionEchoPutsThePromptFirst) {
+    auto o = completion(R"({"prompt": "Hi there", "echo": true, "logprobs": 1})");
+    ResponseBuilder b(o.request);
+    auto e = event("!", {7}, 1, "length");
+    e.prompt_text = "Hi there";
+    e.input_logprobs = prompt_entries();
+    e.logprobs.push_back(
+        TokenLogprob{.token = 7, .text = "!", .logprob = -0.75f, .top = {{"!", -0.75f}}, .top_ids = {7}});
+    b.add_event(0, e);
+    const Json j = Json::parse(b.body());
+    EXPECT_EQ(j["choices"][0]["text"], "Hi there!");
+    const Json& lp = j["choices"][0]["logprobs"];
+    EXPECT_EQ(lp["tokens"], Json::array({"Hi", " there", "!"}));
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+    EXPECT_FLOAT_EQ(lp["token_logprobs"][1].get<float>(), -2.5f);
+    EXPECT_FLOAT_EQ(lp["token_logprobs"][2].get<float>(), -0.75f);
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+    EXPECT_FLOAT_EQ(lp["top_logprobs"][1][" you"].get<float>(), -0.5f);
+    EXPECT_EQ(lp["text_offset"], Json::array({0, 2, 8}));
+
+    auto so = completion(R"({"prompt": "Hi there", "echo": true, "stream": true})");
+    ResponseBuilder sb(so.request);
+    auto first = event("", {}, 0);
+    first.prompt_text = "Hi there";
+    std::string out = sb.add_event(0, first);
+    out += sb.add_event(0, event("!", {7}, 1, "stop"));
+    auto payloads = sse_payloads(out);
+    ASSERT_GE(payloads.size(), 2u) << out;
+    EXPECT_EQ(Json::parse(payloads[0])["choices"][0]["text"], "Hi there");
+    EXPECT_EQ(Json::parse(payloads[1])["choices"][0]["text"], "!");
+}
+
+TEST(ResponseBuilderTest, NativeGeneratePromptLogprobs) {
+    auto o = generate(R"({"text": "Hi there", "return_logprob": true, "logprob_start_len": 0,
+        "top_logprobs_num": 1})");
+    ResponseBuilder b(o.request);
+    auto e = event("!", {7}, 1, "length");
+    e.input_logprobs = prompt_entries();
+    e.logprobs.push_back(
+        TokenLogprob{.token = 7, .text = "!", .logprob = -0.75f, .top = {{"!", -0.75f}}, .top_ids = {7}});
+    b.add_event(0, e);
+    const Json meta = Json::parse(b.body())["meta_info"];
+    EXPECT_EQ(meta["input_token_logprobs"], Json::parse(R"([[null, 3, null], [-2.5, 4, null]])"));
+    EXPECT_EQ(meta["input_top_logprobs"], Json::parse(R"([null, [[-0.5, 8, null]]])"));
+    EXPECT_EQ(meta["output_token_logprobs"], Json::parse(R"([[-0.75, 7, null]])"));
+    EXPECT_EQ(meta["output_top_logprobs"], Json::parse(R"([[[-0.75, 7, null]]])"));
+    // With text, and without top_logprobs_num no top lists.
+    auto t = generate(R"({"text": "x", "return_logprob": true, "return_text_in_logprobs": true})");
+    ResponseBuilder tb(t.request);
+    auto te = event("!", {7}, 1, "length");
+    te.logprobs.push_back(TokenLogprob{.token = 7, .text = "!", .logprob = -0.75f});
+    tb.add_event(0, te);
+    const Json tmeta = Json::parse(tb.body())["meta_info"];
+    EXPECT_EQ(tmeta["output_token_logprobs"], Json::parse(R"([[-0.75, 7, "!"]])"));
+    EXPECT_EQ(tmeta["input_token_logprobs"], Json::array());
+    EXPECT_FALSE(tmeta.contains("output_top_logprobs"));
+    EXPECT_FALSE(tmeta.contains("input_top_logprobs"));
 }
 
 TEST(ResponseBuilderTest, ChatLogprobs) {

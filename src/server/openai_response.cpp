@@ -3,6 +3,7 @@
 // native /generate body, streaming (SSE) or not (embedding bodies: embedding_protocol.cpp).
 
 #include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -54,24 +55,73 @@ Json chat_logprobs(const std::vector<TokenLogprob>& lps) {
     return Json{{"content", std::move(content)}};
 }
 
-// completions: {"tokens", "token_logprobs", "top_logprobs": [{text: lp}], "text_offset"};
+// A log-probability, or null where there is none (the first of a prompt's).
+Json logprob_or_null(float v) { return std::isnan(v) ? Json(nullptr) : Json(v); }
+
+// completions: {"tokens", "token_logprobs", "top_logprobs": [{text: lp}], "text_offset"}; with
+// echo the prompt's entries first, its first one null (SGLang's to_openai_style_logprobs).
 // `offset` is the text offset of the first token and is advanced past the last one.
-Json completion_logprobs(const std::vector<TokenLogprob>& lps, std::size_t& offset) {
+Json completion_logprobs(const std::vector<TokenLogprob>* prompt, const std::vector<TokenLogprob>& lps,
+                         std::size_t& offset) {
     Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(),
          offsets = Json::array();
-    for (const TokenLogprob& lp : lps) {
+    const auto add = [&](const TokenLogprob& lp, bool first_of_prompt) {
         tokens.push_back(lp.text);
-        token_lps.push_back(lp.logprob);
+        token_lps.push_back(logprob_or_null(lp.logprob));
         Json top = Json::object();
         for (const auto& [text, logprob] : lp.top) top[text] = logprob;
-        tops.push_back(std::move(top));
+        tops.push_back(first_of_prompt ? Json(nullptr) : std::move(top));
         offsets.push_back(offset);
         offset += lp.text.size();
-    }
+    };
+    if (prompt != nullptr)
+        for (std::size_t i = 0; i < prompt->size(); ++i) add((*prompt)[i], i == 0);
+    for (const TokenLogprob& lp : lps) add(lp, false);
     return Json{{"tokens", std::move(tokens)},
                 {"token_logprobs", std::move(token_lps)},
                 {"top_logprobs", std::move(tops)},
                 {"text_offset", std::move(offsets)}};
+}
+
+// meta_info's lists of log-probabilities (SGLang's tokenizer_manager.py
+// detokenize_logprob_tokens): [logprob, token_id, text or null] per token, and per token the
+// list of its best ones alike; a prompt's first entry has a null log-probability and no list.
+struct NativeLogprobs {
+    Json tokens = Json::array();
+    Json tops = Json::array();
+};
+NativeLogprobs native_logprobs(const std::vector<TokenLogprob>& lps, bool with_text, bool prompt) {
+    NativeLogprobs out;
+    for (std::size_t i = 0; i < lps.size(); ++i) {
+        const TokenLogprob& lp = lps[i];
+        const Json text = with_text ? Json(lp.text) : Json(nullptr);
+        out.tokens.push_back(Json::array({logprob_or_null(lp.logprob), lp.token, text}));
+        if (prompt && i == 0) {
+            out.tops.push_back(nullptr);
+            continue;
+        }
+        Json top = Json::array();
+        for (std::size_t k = 0; k < lp.top.size(); ++k) {
+            const Json id = k < lp.top_ids.size() ? Json(lp.top_ids[k]) : Json(nullptr);
+            top.push_back(Json::array({lp.top[k].second, id, with_text ? Json(lp.top[k].first) : Json(nullptr)}));
+        }
+        out.tops.push_back(std::move(top));
+    }
+    return out;
+}
+
+// meta_info's log-probability fields (tokenizer_manager.py add_logprob_to_meta_info): the
+// prompt's (from logprob_start_len; [] when none came) and the output's, with their best ones
+// when top_logprobs_num asked for some.
+void add_native_logprobs(Json& meta, const std::vector<TokenLogprob>* prompt, const std::vector<TokenLogprob>& output,
+                         bool with_text, bool with_top) {
+    NativeLogprobs in = native_logprobs(prompt ? *prompt : std::vector<TokenLogprob>{}, with_text, true);
+    NativeLogprobs out = native_logprobs(output, with_text, false);
+    meta["input_token_logprobs"] = std::move(in.tokens);
+    meta["output_token_logprobs"] = std::move(out.tokens);
+    if (!with_top) return;
+    meta["input_top_logprobs"] = std::move(in.tops);
+    meta["output_top_logprobs"] = std::move(out.tops);
 }
 
 Json native_finish_reason(const std::optional<std::string>& reason,
@@ -125,7 +175,10 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       created_(request.created),
       stream_(request.stream),
       include_usage_(request.include_usage),
-      logprobs_(request.logprobs),
+      logprobs_(request.logprobs || request.top_logprobs > 0),
+      top_logprobs_(request.top_logprobs),
+      text_in_logprobs_(request.return_text_in_logprobs),
+      echo_(request.echo),
       hidden_states_(request.requests.empty() ? HiddenStatesMode::kNone
                                               : request.requests[0].params.return_hidden_states),
       token_ids_only_(request.token_ids_only),
@@ -160,8 +213,10 @@ std::string ResponseBuilder::add_event(std::size_t index, const GenerationEvent&
         c.hidden_states.insert(c.hidden_states.end(), event.hidden_states.begin(), event.hidden_states.end());
     }
     if (event.routed_experts) c.routed_experts = event.routed_experts;
+    if (event.input_logprobs) c.input_logprobs = event.input_logprobs;
     std::string out;
     if (stream_) out = stream_chunk(index, event);
+    if (echo_ && event.prompt_text) c.text += *event.prompt_text;
     c.text += event.text;
     c.output_ids.insert(c.output_ids.end(), event.token_ids.begin(), event.token_ids.end());
     if (!stream_) c.logprobs.insert(c.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
@@ -198,17 +253,9 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         meta["reasoning_tokens"] = event.usage.reasoning_tokens;
         meta["e2e_latency"] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-        if (logprobs_) {
-            Json lps = Json::array(), tops = Json::array();
-            for (const TokenLogprob& lp : event.logprobs) {
-                lps.push_back(Json::array({lp.logprob, lp.token, lp.text}));
-                Json top = Json::array();
-                for (const auto& [text, logprob] : lp.top) top.push_back(Json::array({logprob, nullptr, text}));
-                tops.push_back(std::move(top));
-            }
-            meta["output_token_logprobs"] = std::move(lps);
-            meta["output_top_logprobs"] = std::move(tops);
-        }
+        if (logprobs_)
+            add_native_logprobs(meta, event.input_logprobs ? &*event.input_logprobs : nullptr, event.logprobs,
+                                text_in_logprobs_, top_logprobs_ > 0);
         if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
         if (event.routed_experts) meta["routed_experts"] = routed_experts_base64(*event.routed_experts);
         Json chunk = Json::object();
@@ -276,7 +323,8 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
             send_delta(Json{{"tool_calls", Json::array({std::move(call_json)})}});
         }
     }
-    if (content.empty() && event.logprobs.empty() && !final) return out;
+    const bool echoes = !chat && echo_ && event.prompt_text;
+    if (content.empty() && event.logprobs.empty() && !final && !echoes) return out;
 
     Json choice = Json::object();
     choice["index"] = index;
@@ -284,9 +332,10 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         choice["delta"] = content.empty() ? Json::object() : Json{{"content", content}};
         choice["logprobs"] = logprobs_ && !event.logprobs.empty() ? chat_logprobs(event.logprobs) : Json(nullptr);
     } else {
-        choice["text"] = event.text;
-        choice["logprobs"] = logprobs_ && !event.logprobs.empty()
-                                 ? completion_logprobs(event.logprobs, c.text_offset)
+        choice["text"] = echoes ? *event.prompt_text + event.text : event.text;
+        const std::vector<TokenLogprob>* prompt = echo_ && event.input_logprobs ? &*event.input_logprobs : nullptr;
+        choice["logprobs"] = logprobs_ && (!event.logprobs.empty() || prompt != nullptr)
+                                 ? completion_logprobs(prompt, event.logprobs, c.text_offset)
                                  : Json(nullptr);
     }
     // serving_chat.py: a stop after tool calls finishes as "tool_calls".
@@ -371,18 +420,9 @@ std::string ResponseBuilder::body() const {
             meta["cached_tokens"] = c.usage.cached_tokens;
             meta["reasoning_tokens"] = c.usage.reasoning_tokens;
             meta["e2e_latency"] = std::chrono::duration<double>(c.finished_at - start_).count();
-            if (logprobs_) {
-                Json lps = Json::array(), tops = Json::array();
-                for (const TokenLogprob& lp : c.logprobs) {
-                    lps.push_back(Json::array({lp.logprob, lp.token, lp.text}));
-                    Json top = Json::array();
-                    for (const auto& [text, logprob] : lp.top)
-                        top.push_back(Json::array({logprob, nullptr, text}));
-                    tops.push_back(std::move(top));
-                }
-                meta["output_token_logprobs"] = std::move(lps);
-                meta["output_top_logprobs"] = std::move(tops);
-            }
+            if (logprobs_)
+                add_native_logprobs(meta, c.input_logprobs ? &*c.input_logprobs : nullptr, c.logprobs,
+                                    text_in_logprobs_, top_logprobs_ > 0);
             if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
             if (c.routed_experts) meta["routed_experts"] = routed_experts_base64(*c.routed_experts);
             Json item = Json::object();
@@ -437,7 +477,8 @@ std::string ResponseBuilder::body() const {
         } else {
             choice["text"] = c.text;
             std::size_t offset = 0;
-            choice["logprobs"] = logprobs_ ? completion_logprobs(c.logprobs, offset) : Json(nullptr);
+            const std::vector<TokenLogprob>* prompt = echo_ && c.input_logprobs ? &*c.input_logprobs : nullptr;
+            choice["logprobs"] = logprobs_ ? completion_logprobs(prompt, c.logprobs, offset) : Json(nullptr);
         }
         choice["finish_reason"] = finish_reason ? Json(openai_finish_reason(*finish_reason)) : Json(nullptr);
         choice["matched_stop"] = std::move(matched_stop);

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Prompt log-probabilities end to end, checked against the independent PyTorch reference.
+
+A tiny f32 Qwen3 model with the real Qwen3 tokenizer is served in several layouts (one rank with
+small prefill chunks, TP 2, PP 2 with small chunks, DP 2). SGLang's /generate with
+return_logprob and logprob_start_len must answer meta_info.input_token_logprobs: one
+[logprob, token_id, text] entry per prompt token from logprob_start_len, the first without a
+value, each other the log-softmax of the reference's logits at the position before it; with
+top_logprobs_num the best ones of each row. The same request served again from a warm prefix
+cache answers the same; max_new_tokens 0 answers the prompt's log-probabilities and no output;
+a logprob_start_len past the prompt is a 400 with SGLang's message. /v1/completions with echo
+and logprobs (lm-eval-harness's loglikelihood request) puts the prompt's tokens first.
+Exit 0 when every check passes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from e2e_support import Checks, Server, make_tiny_model, script_args  # noqa: E402
+
+REFERENCE = os.path.join(HERE, "..", "reference", "torch_reference.py")
+TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps on: 1, 2, 3."
+PROMPT = []  # TEXT's ids, from `tessera tokenize`
+NEW_TOKENS = 3
+LAYOUTS = [["--chunked-prefill-size", "8"], ["--tp", "2"], ["--pp-size", "2", "--chunked-prefill-size", "8"],
+           ["--dp", "2"]]
+TOLERANCE = 2e-3  # f32 compute in both; the server's GEMM order differs from PyTorch's
+
+
+def reference_log_softmax(model, workdir):
+    """log-softmax f32 [len(PROMPT) + NEW_TOKENS - 1, vocab] of the reference's logits, and its greedy ids."""
+    logits_path = os.path.join(workdir, "reference.npy")
+    json_path = os.path.join(workdir, "reference.json")
+    subprocess.run(["/usr/bin/python3", REFERENCE, "--model-path", model, "--prompt-ids", ",".join(map(str, PROMPT)),
+                    "--max-new-tokens", str(NEW_TOKENS), "--out-logits", logits_path, "--out-json", json_path],
+                   check=True, capture_output=True)
+    logits = np.load(logits_path).astype(np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return log_softmax, json.load(open(json_path))["output_ids"]
+
+
+def worst_input_error(entries, start, log_softmax):
+    """The largest difference from the reference over the entries after the first (inf if malformed)."""
+    if len(entries) != len(PROMPT) - start or entries[0][0] is not None:
+        return float("inf")
+    worst = 0.0
+    for i, (value, token, _) in enumerate(entries[1:], start=start + 1):
+        if token != PROMPT[i] or value is None:
+            return float("inf")
+        worst = max(worst, abs(value - log_softmax[i - 1, PROMPT[i]]))
+    return worst
+
+
+def generate(server, start, max_new_tokens=NEW_TOKENS, top=0, **extra):
+    body = {"input_ids": PROMPT, "return_logprob": True, "logprob_start_len": start, "top_logprobs_num": top,
+            "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True}, **extra}
+    return server.post("/generate", body)
+
+
+def check_layout(check, server, name, log_softmax, greedy):
+    status, body = generate(server, 0, top=2)
+    meta = body.get("meta_info", {}) if status == 200 else {}
+    entries = meta.get("input_token_logprobs", [])
+    error = worst_input_error(entries, 0, log_softmax)
+    check(f"{name}: input_token_logprobs from 0 match the reference", error < TOLERANCE, (status, error, body))
+    check(f"{name}: the greedy output is the reference's", body.get("output_ids") == greedy, (body, greedy))
+    tops = meta.get("input_top_logprobs", [])
+    want_tops = [None] + [list(np.argsort(-log_softmax[i])[:2]) for i in range(len(PROMPT) - 1)]
+    got_tops = [None if row is None else [t[1] for t in row] for row in tops]
+    check(f"{name}: input_top_logprobs are the reference's best two of each row",
+          got_tops == [None if w is None else [int(x) for x in w] for w in want_tops], (got_tops, want_tops))
+    outputs = meta.get("output_token_logprobs", [])
+    output_error = max((abs(v - log_softmax[len(PROMPT) - 1 + i, t]) for i, (v, t, _) in enumerate(outputs)),
+                       default=float("inf"))
+    check(f"{name}: output_token_logprobs continue the prompt's", output_error < TOLERANCE, (outputs, output_error))
+
+    # Again: the prompt is in the prefix cache now, and positions from 11 on are computed again.
+    status, again = generate(server, 11)
+    entries = again.get("meta_info", {}).get("input_token_logprobs", []) if status == 200 else []
+    check(f"{name}: from 11 with the prompt cached", worst_input_error(entries, 11, log_softmax) < TOLERANCE,
+          (status, again))
+    check(f"{name}: no top lists without top_logprobs_num", "input_top_logprobs" not in again.get("meta_info", {}),
+          again)
+
+    status, scored = generate(server, 0, max_new_tokens=0, return_text_in_logprobs=True)
+    meta = scored.get("meta_info", {}) if status == 200 else {}
+    entries = meta.get("input_token_logprobs", [])
+    check(f"{name}: max_new_tokens 0 scores the prompt and generates nothing",
+          worst_input_error(entries, 0, log_softmax) < TOLERANCE and scored.get("output_ids") == [] and
+          meta.get("completion_tokens") == 0 and meta.get("finish_reason", {}).get("type") == "length" and
+          all(isinstance(e[2], str) for e in entries), (status, scored))
+
+
+def main():
+    tessera, workdir = script_args(__doc__)
+    check = Checks()
+    model = make_tiny_model(tessera, workdir)
+    tokenized = subprocess.run([tessera, "tokenize", "--model-path", model], input=json.dumps(TEXT) + "\n",
+                               check=True, capture_output=True, text=True)
+    PROMPT.extend(json.loads(tokenized.stdout))
+    log_softmax, greedy = reference_log_softmax(model, workdir)
+    for index, flags in enumerate(LAYOUTS):
+        name = " ".join(flags)
+        server = Server(tessera, model, flags, os.path.join(workdir, f"layout{index}.log"))
+        try:
+            if not check(f"{name}: server ready", server.ready()):
+                continue
+            check_layout(check, server, name, log_softmax, greedy)
+            if index > 0:
+                continue
+            status, body = generate(server, len(PROMPT) + 1)
+            check("a logprob_start_len past the prompt is a 400 with SGLang's message",
+                  status == 400 and "is higher than the number of input tokens" in json.dumps(body), (status, body))
+            status, body = generate(server, len(PROMPT))
+            check("logprob_start_len at the prompt's end answers no prompt entries",
+                  status == 200 and body["meta_info"]["input_token_logprobs"] == [], (status, body))
+            status, body = generate(server, -1)
+            check("the default (-1) answers no prompt entries",
+                  status == 200 and body["meta_info"]["input_token_logprobs"] == [], (status, body))
+
+            request = {"model": "tiny", "prompt": PROMPT, "max_tokens": 1, "temperature": 0, "logprobs": 1,
+                       "echo": True}
+            status, body = server.post("/v1/completions", request)
+            choice = body["choices"][0] if status == 200 else {}
+            lps = choice.get("logprobs") or {}
+            values = lps.get("token_logprobs", [])
+            prompt_error = max((abs(values[i] - log_softmax[i - 1, PROMPT[i]]) for i in range(1, len(PROMPT))),
+                               default=float("inf")) if len(values) == len(PROMPT) + 1 else float("inf")
+            check("/v1/completions echo + logprobs: the prompt's tokens first, the first null, as the reference",
+                  values[:1] == [None] and prompt_error < TOLERANCE and len(lps.get("tokens", [])) == len(values) and
+                  lps.get("top_logprobs", [0])[0] is None, (status, body))
+            status, plain = server.post("/v1/completions", {**request, "logprobs": None})
+            check("/v1/completions echo: the text starts with the prompt's text",
+                  status == 200 and plain["choices"][0]["text"].startswith("".join(lps.get("tokens", [])[:-1])) and
+                  plain["choices"][0]["logprobs"] is None, (status, plain, lps))
+        finally:
+            server.close()
+    print(check.summary())
+    return 0 if not check.failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
