@@ -52,6 +52,9 @@ struct ForwardSequence {
     std::int64_t input_logprob_row = 0;
     std::vector<std::int32_t> input_logprob_targets;
     int input_top_logprobs = 0;
+    // SGLang's token_ids_logprob: the sampled row and every prompt log-probability row also
+    // report the log-probabilities of these tokens. Empty: none.
+    std::vector<std::int32_t> logprob_token_ids;
 };
 
 struct ForwardBatch {
@@ -76,6 +79,10 @@ struct SampledToken {
     // input_top_logprobs of each of their rows, f32 [targets × k] (row by row, best first).
     std::vector<float> input_logprobs;
     std::vector<std::pair<std::int32_t, float>> input_top_logprobs;
+    // ForwardSequence::logprob_token_ids: their log-probabilities at the sampled row, and at
+    // each prompt row, f32 [targets × ids].
+    std::vector<float> token_ids_logprobs;
+    std::vector<float> input_token_ids_logprobs;
     // An embedding model's output instead of a token (token stays -1): the sequence's pooled
     // hidden state, f32 [hidden_size], unit L2 norm.
     std::vector<float> embedding;

@@ -10,7 +10,7 @@
 namespace tessera::executor {
 
 SampledToken sample_row(std::span<float> row, const SequenceSampling& s, const std::vector<std::int32_t>& output_ids,
-                        std::vector<std::pair<float, std::int32_t>>& scratch) {
+                        std::vector<std::pair<float, std::int32_t>>& scratch, std::span<const std::int32_t> token_ids) {
     const auto vocab = static_cast<std::int64_t>(row.size());
     for (const auto& [token, bias] : s.logit_bias)
         if (token >= 0 && token < vocab) row[token] += bias;
@@ -31,7 +31,8 @@ SampledToken sample_row(std::span<float> row, const SequenceSampling& s, const s
     }
     SampledToken out;
     float log_norm = 0.0f;
-    if (s.logprobs || s.top_logprobs > 0) {
+    const bool any_logprobs = s.logprobs || s.top_logprobs > 0 || !token_ids.empty();
+    if (any_logprobs) {
         const float max_logit = *std::max_element(row.begin(), row.end());
         double sum = 0.0;
         for (float v : row) sum += std::exp(static_cast<double>(v - max_logit));
@@ -40,7 +41,9 @@ SampledToken sample_row(std::span<float> row, const SequenceSampling& s, const s
     // Step n of a request always draws from the same generator state.
     kernels::Rng rng(s.params.seed * 0x9E3779B97F4A7C15ull + output_ids.size() + 1);
     out.token = kernels::sample(row.data(), vocab, s.params, rng, scratch);
-    if (s.logprobs || s.top_logprobs > 0) {
+    for (std::int32_t id : token_ids)
+        out.token_ids_logprobs.push_back(id >= 0 && id < vocab ? row[id] - log_norm : NAN);
+    if (any_logprobs) {
         out.logprob = row[out.token] - log_norm;
         if (s.top_logprobs > 0) {
             const auto k = std::min<std::int64_t>(s.top_logprobs, vocab);
@@ -132,13 +135,16 @@ namespace {
 
 // The log-probability of `target` in `row` (raw logits: SGLang's input logprobs are neither
 // penalised nor temperature-scaled), and the best `top` of the row appended to `best`.
+// With them, the log-probabilities of `token_ids` appended to `chosen`.
 float prompt_logprob(std::span<const float> row, std::int32_t target, int top,
-                     std::vector<std::pair<std::int32_t, float>>& best, std::vector<std::int32_t>& ids) {
+                     std::vector<std::pair<std::int32_t, float>>& best, std::vector<std::int32_t>& ids,
+                     std::span<const std::int32_t> token_ids, float* chosen) {
     const float max_logit = *std::max_element(row.begin(), row.end());
     double sum = 0.0;
     for (float v : row) sum += std::exp(static_cast<double>(v - max_logit));
     const float log_norm = max_logit + static_cast<float>(std::log(sum));
     const auto vocab = static_cast<std::int64_t>(row.size());
+    for (std::int32_t id : token_ids) *chosen++ = id >= 0 && id < vocab ? row[id] - log_norm : NAN;
     if (top > 0) {
         const auto k = std::min<std::int64_t>(top, vocab);
         ids.resize(static_cast<std::size_t>(vocab));
@@ -167,6 +173,7 @@ StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std:
         const auto top = std::min<std::int64_t>(seq.input_top_logprobs, vocab);
         prompt[i].input_logprobs.resize(static_cast<std::size_t>(targets));
         prompt[i].input_top_logprobs.resize(static_cast<std::size_t>(targets * top));
+        prompt[i].input_token_ids_logprobs.resize(static_cast<std::size_t>(targets) * seq.logprob_token_ids.size());
     }
     const auto n_rows = static_cast<std::int64_t>(rows.size());
     if (static_cast<std::int64_t>(logits.size()) < n_rows * vocab)
@@ -182,12 +189,14 @@ StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std:
             const std::span<float> row =
                 logits.subspan(static_cast<std::size_t>(r * vocab), static_cast<std::size_t>(vocab));
             if (k == static_cast<std::int64_t>(seq.input_logprob_targets.size())) {
-                out[i] = sample_row(row, seq.sampling, seq.output_ids, scratch[worker]);
+                out[i] = sample_row(row, seq.sampling, seq.output_ids, scratch[worker], seq.logprob_token_ids);
                 continue;
             }
             best.clear();
-            prompt[i].input_logprobs[k] =
-                prompt_logprob(row, seq.input_logprob_targets[k], seq.input_top_logprobs, best, ids);
+            float* chosen = prompt[i].input_token_ids_logprobs.data() +
+                            static_cast<std::size_t>(k) * seq.logprob_token_ids.size();
+            prompt[i].input_logprobs[k] = prompt_logprob(row, seq.input_logprob_targets[k], seq.input_top_logprobs,
+                                                         best, ids, seq.logprob_token_ids, chosen);
             std::copy(best.begin(), best.end(),
                       prompt[i].input_top_logprobs.begin() + k * static_cast<std::int64_t>(best.size()));
         }
@@ -200,6 +209,7 @@ StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std:
     for (std::size_t i = 0; i < out.size(); ++i) {
         out[i].input_logprobs = std::move(prompt[i].input_logprobs);
         out[i].input_top_logprobs = std::move(prompt[i].input_top_logprobs);
+        out[i].input_token_ids_logprobs = std::move(prompt[i].input_token_ids_logprobs);
     }
     return out;
 }

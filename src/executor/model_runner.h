@@ -42,11 +42,13 @@ class ModelRunner final : public BatchRunner {
 
 // The sampling of one logits row f32 [vocab] for one sequence, as ModelRunner does it:
 // penalties over `output_ids`, then log-probabilities (of the penalised logits, before
-// temperature) when asked, then the seeded sampler. The RNG of step n is seeded from
-// (seed, n), so a request samples the same tokens whatever it is batched with.
+// temperature) when asked, those of `token_ids` too, then the seeded sampler. The RNG of
+// step n is seeded from (seed, n), so a request samples the same tokens whatever it is
+// batched with.
 SampledToken sample_row(std::span<float> row, const SequenceSampling& sampling,
                         const std::vector<std::int32_t>& output_ids,
-                        std::vector<std::pair<float, std::int32_t>>& scratch);
+                        std::vector<std::pair<float, std::int32_t>>& scratch,
+                        std::span<const std::int32_t> token_ids = {});
 
 // sample_row for every sequence of `batch` that needs a token, on its row of `logits`
 // (f32 [rows x vocab], one row per such sequence, in batch order; penalties are applied in

@@ -150,6 +150,7 @@ TEST(SampleBatchTest, PromptLogprobRowsComeBeforeTheSampledRow) {
     batch.seqs.push_back({.rid = "last", .tokens = {6, 7, 8, 9}, .need_token = true});
     batch.seqs.back().input_logprob_targets = {7, 8, 9};  // rows 0..2, then row 3 samples
     batch.seqs.back().input_top_logprobs = 2;
+    batch.seqs.back().logprob_token_ids = {0, 49};  // token_ids_logprob
     batch.seqs.back().sampling.frequency_penalty = 2.0f;  // must not touch the prompt's rows
     batch.seqs.back().output_ids = {7, 8};
     const std::int64_t n_rows = 1 + 2 + 4;
@@ -186,9 +187,21 @@ TEST(SampleBatchTest, PromptLogprobRowsComeBeforeTheSampledRow) {
                         log_softmax(3 + k, static_cast<std::int32_t>(best)), 1e-5);
             EXPECT_GE((*got)[2].input_top_logprobs[2 * k].second, (*got)[2].input_top_logprobs[2 * k + 1].second);
         }
-        // The rows sampled from: "plain" row 0, "last" row 6 (greedy).
+        // token_ids_logprob at every prompt row, and at the sampled row after the penalties.
+        ASSERT_EQ((*got)[2].input_token_ids_logprobs.size(), 6u);
+        for (int k = 0; k < 3; ++k) {
+            EXPECT_NEAR((*got)[2].input_token_ids_logprobs[2 * k], log_softmax(3 + k, 0), 1e-5);
+            EXPECT_NEAR((*got)[2].input_token_ids_logprobs[2 * k + 1], log_softmax(3 + k, 49), 1e-5);
+        }
+        ASSERT_EQ((*got)[2].token_ids_logprobs.size(), 2u);
+        EXPECT_TRUE((*got)[1].token_ids_logprobs.empty());
+        // The rows sampled from: "plain" row 0, "last" row 6 (greedy, penalised in place).
         const auto row6 = std::span<const float>(work).subspan(6 * kVocab, kVocab);
         EXPECT_EQ((*got)[2].token, std::max_element(row6.begin(), row6.end()) - row6.begin());
+        double sum6 = 0.0;
+        const float max6 = *std::max_element(row6.begin(), row6.end());
+        for (float v : row6) sum6 += std::exp(static_cast<double>(v - max6));
+        EXPECT_NEAR((*got)[2].token_ids_logprobs[1], row6[49] - max6 - std::log(sum6), 1e-5);
     }
     std::vector<float> short_logits(static_cast<std::size_t>((n_rows - 1) * kVocab));
     EXPECT_FALSE(sample_batch(batch, short_logits, kVocab, nullptr, scratch).ok());
@@ -308,13 +321,14 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     sampling.hidden_states = HiddenCapture::kFirstPass;
     sampling.allowed_tokens = std::make_shared<std::vector<std::uint32_t>>(std::vector<std::uint32_t>{0x5, 0x80000000});
     batch.seqs.push_back({"a", {5}, 2, {1, 2, 3}, true, sampling, {10, 11}});
-    batch.seqs.push_back({"b", {6, 7}, 0, {4, 5}, false, {}, {}, 1, {8}, 4});  // a chunk with prompt logprobs
+    batch.seqs.push_back({"b", {6, 7}, 0, {4, 5}, false, {}, {}, 1, {8}, 4, {3, 9}});  // a chunk with prompt logprobs
     std::int64_t flags = 0;
     auto back = decode_step(encode_step(batch, kStepWithSampling | kStepLocalOnly), &flags);
     ASSERT_TRUE(back.ok()) << back.status().to_string();
     EXPECT_EQ(back->seqs[1].input_logprob_row, 1);
     EXPECT_EQ(back->seqs[1].input_logprob_targets, (std::vector<std::int32_t>{8}));
     EXPECT_EQ(back->seqs[1].input_top_logprobs, 4);
+    EXPECT_EQ(back->seqs[1].logprob_token_ids, (std::vector<std::int32_t>{3, 9}));
     EXPECT_TRUE(back->seqs[0].input_logprob_targets.empty());
     EXPECT_EQ(flags, kStepWithSampling | kStepLocalOnly);
     const SequenceSampling& got = back->seqs[0].sampling;
@@ -366,13 +380,19 @@ TEST(StepWireTest, CarriesSamplingForThePipelineAndResultsBack) {
     EXPECT_EQ((*results)[1].hidden_rows, 0);
     tokens[1].input_logprobs = {-0.5f, -2.0f};  // prompt log-probabilities and their best ones
     tokens[1].input_top_logprobs = {{4, -0.25f}, {9, -1.5f}};
+    tokens[1].token_ids_logprobs = {-3.0f};
+    tokens[1].input_token_ids_logprobs = {-4.0f, -5.0f};
     results = decode_results(encode_results(tokens));
     ASSERT_TRUE(results.ok());
+    EXPECT_EQ((*results)[1].token_ids_logprobs, tokens[1].token_ids_logprobs);
+    EXPECT_EQ((*results)[1].input_token_ids_logprobs, tokens[1].input_token_ids_logprobs);
     EXPECT_EQ((*results)[1].input_logprobs, tokens[1].input_logprobs);
     EXPECT_EQ((*results)[1].input_top_logprobs, tokens[1].input_top_logprobs);
     EXPECT_TRUE((*results)[0].input_logprobs.empty());
     tokens[1].input_logprobs.clear();
     tokens[1].input_top_logprobs.clear();
+    tokens[1].token_ids_logprobs.clear();
+    tokens[1].input_token_ids_logprobs.clear();
     tokens[0].hidden_rows = 4;  // rows that do not divide the values: corrupt
     EXPECT_FALSE(decode_results(encode_results(tokens)).ok());
     tokens[0].hidden_rows = 2;

@@ -21,6 +21,7 @@ class Writer {
     }
     void i32s(const std::vector<std::int32_t>& v) { words(v); }
     void u32s(const std::vector<std::uint32_t>& v) { words(v); }
+    void f32s(const std::vector<float>& v) { words(v); }
     std::vector<std::uint8_t> take() { return std::move(bytes_); }
 
  private:
@@ -60,6 +61,7 @@ class Reader {
     }
     bool i32s(std::vector<std::int32_t>* v) { return words(v); }
     bool u32s(std::vector<std::uint32_t>* v) { return words(v); }
+    bool f32s(std::vector<float>* v) { return words(v); }
     bool done() const { return pos_ == bytes_.size(); }
     std::size_t remaining() const { return bytes_.size() - pos_; }
 
@@ -93,6 +95,7 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
         w.i64(s.input_logprob_row);
         w.i32s(s.input_logprob_targets);
         w.i64(s.input_top_logprobs);
+        w.i32s(s.logprob_token_ids);
         if ((flags & kStepWithSampling) == 0 || !s.need_token) continue;
         const SequenceSampling& p = s.sampling;
         w.f32(p.params.temperature);
@@ -126,16 +129,16 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
         n > kMaxCount || record < 0 || record > 3)
         return Status::DataLoss("corrupt step header");
     batch.expert_record = static_cast<eplb::ExpertRecordCommand>(record);
-    // Every sequence takes at least seven i64 fields: a count the bytes cannot hold is corrupt
+    // Every sequence takes at least eight i64 fields: a count the bytes cannot hold is corrupt
     // (and must not allocate a million sequences first).
-    if (static_cast<std::size_t>(n) > r.remaining() / (7 * sizeof(std::int64_t)))
+    if (static_cast<std::size_t>(n) > r.remaining() / (8 * sizeof(std::int64_t)))
         return Status::DataLoss("corrupt step header: " + std::to_string(n) + " sequences in " +
                                 std::to_string(r.remaining()) + " bytes");
     batch.seqs.resize(static_cast<std::size_t>(n));
     for (auto& s : batch.seqs) {
         if (!r.i32s(&s.tokens) || !r.i64(&s.start_pos) || !r.i32s(&s.slots) || !r.flag(&s.need_token) ||
             !r.i64(&s.input_logprob_row) || !r.i32s(&s.input_logprob_targets) || !r.i32(&s.input_top_logprobs) ||
-            s.input_logprob_row < 0 || s.input_top_logprobs < 0)
+            !r.i32s(&s.logprob_token_ids) || s.input_logprob_row < 0 || s.input_top_logprobs < 0)
             return Status::DataLoss("corrupt step");
         if ((flags & kStepWithSampling) == 0 || !s.need_token) continue;
         SequenceSampling& p = s.sampling;
@@ -186,13 +189,14 @@ std::vector<std::uint8_t> encode_results(const std::vector<SampledToken>& tokens
         w.i64(static_cast<std::int64_t>(t.hidden_states.size()));
         for (float v : t.hidden_states) w.f32(v);
         w.i32s(t.routed_experts);
-        w.i64(static_cast<std::int64_t>(t.input_logprobs.size()));
-        for (float v : t.input_logprobs) w.f32(v);
+        w.f32s(t.input_logprobs);
         w.i64(static_cast<std::int64_t>(t.input_top_logprobs.size()));
         for (const auto& [id, lp] : t.input_top_logprobs) {
             w.i64(id);
             w.f32(lp);
         }
+        w.f32s(t.token_ids_logprobs);
+        w.f32s(t.input_token_ids_logprobs);
     }
     return w.take();
 }
@@ -229,12 +233,8 @@ StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_
         for (float& v : t.hidden_states)
             if (!r.f32(&v)) return Status::DataLoss("corrupt hidden states");
         if (!r.i32s(&t.routed_experts)) return Status::DataLoss("corrupt routed experts");
-        std::int64_t n_input = 0, n_top = 0;
-        if (!r.i64(&n_input) || n_input < 0 || static_cast<std::size_t>(n_input) > r.remaining() / sizeof(float))
-            return Status::DataLoss("corrupt prompt log-probabilities");
-        t.input_logprobs.resize(static_cast<std::size_t>(n_input));
-        for (float& v : t.input_logprobs)
-            if (!r.f32(&v)) return Status::DataLoss("corrupt prompt log-probabilities");
+        std::int64_t n_top = 0;
+        if (!r.f32s(&t.input_logprobs)) return Status::DataLoss("corrupt prompt log-probabilities");
         if (!r.i64(&n_top) || n_top < 0 ||
             static_cast<std::size_t>(n_top) > r.remaining() / (sizeof(std::int64_t) + sizeof(float)))
             return Status::DataLoss("corrupt prompt top log-probabilities");
@@ -244,6 +244,8 @@ StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_
             if (!r.i32(&v) || !r.f32(&lp)) return Status::DataLoss("corrupt prompt top log-probabilities");
             id = v;
         }
+        if (!r.f32s(&t.token_ids_logprobs) || !r.f32s(&t.input_token_ids_logprobs))
+            return Status::DataLoss("corrupt token_ids_logprob values");
     }
     if (!r.done()) return Status::DataLoss("trailing bytes in sampled tokens");
     return out;

@@ -16,9 +16,11 @@ namespace tessera::front {
 namespace {
 
 // A token's entry; its text is "" without a tokenizer. Ids below 0 in `top` are rows that were
-// not computed (the scheduler logged them) and are left out.
+// not computed (the scheduler logged them) and are left out. `chosen`: the values of
+// `chosen_ids` (token_ids_logprob), or none.
 server::TokenLogprob token_logprob(const tokenizer::Tokenizer* tok, std::int32_t token, float logprob,
-                                   std::span<const std::pair<std::int32_t, float>> top) {
+                                   std::span<const std::pair<std::int32_t, float>> top,
+                                   std::span<const std::int32_t> chosen_ids, std::span<const float> chosen) {
     const auto text = [tok](std::int32_t id) { return tok ? tok->token_bytes(id) : std::string(); };
     server::TokenLogprob lp{.token = token, .text = text(token), .logprob = logprob};
     for (const auto& [id, value] : top) {
@@ -26,20 +28,29 @@ server::TokenLogprob token_logprob(const tokenizer::Tokenizer* tok, std::int32_t
         lp.top.emplace_back(text(id), value);
         lp.top_ids.push_back(id);
     }
+    for (std::size_t k = 0; k < chosen.size() && k < chosen_ids.size(); ++k) {
+        lp.chosen.emplace_back(text(chosen_ids[k]), chosen[k]);
+        lp.chosen_ids.push_back(chosen_ids[k]);
+    }
     return lp;
 }
 
 // The prompt's entries of a request's first event (ReqEvent::has_input_logprobs): the first
 // without a value.
-std::vector<server::TokenLogprob> input_logprobs(const tokenizer::Tokenizer* tok, const scheduler::ReqEvent& e) {
+std::vector<server::TokenLogprob> input_logprobs(const tokenizer::Tokenizer* tok, const scheduler::ReqEvent& e,
+                                                 std::span<const std::int32_t> chosen_ids) {
     const std::size_t rows = e.input_logprobs.size();
     const std::size_t top = rows == 0 ? 0 : e.input_top_logprobs.size() / rows;
+    const std::size_t chosen = rows == 0 ? 0 : e.input_token_ids_logprobs.size() / rows;
     std::vector<server::TokenLogprob> out;
     for (std::size_t i = 0; i < e.input_logprob_tokens.size(); ++i) {
-        const bool scored = i > 0 && i - 1 < rows;
-        out.push_back(token_logprob(tok, e.input_logprob_tokens[i], scored ? e.input_logprobs[i - 1] : NAN,
-                                    scored ? e.input_top_logprobs.subspan((i - 1) * top, top)
-                                           : std::span<const std::pair<std::int32_t, float>>()));
+        if (i == 0 || i - 1 >= rows) {
+            out.push_back(token_logprob(tok, e.input_logprob_tokens[i], NAN, {}, {}, {}));
+            continue;
+        }
+        out.push_back(token_logprob(tok, e.input_logprob_tokens[i], e.input_logprobs[i - 1],
+                                    e.input_top_logprobs.subspan((i - 1) * top, top), chosen_ids,
+                                    e.input_token_ids_logprobs.subspan((i - 1) * chosen, chosen)));
     }
     return out;
 }
@@ -187,6 +198,13 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
                                                        p.logprob_start_len, n_prompt));
         req.logprob_start_len = p.logprob_start_len;
         req.input_top_logprobs = p.top_logprobs;
+        // tokenizer_manager.py _validate_token_ids_logprob.
+        for (std::int32_t id : p.token_ids_logprob) {
+            if (id < 0 || id >= vocab_size())
+                return Status::InvalidArgument(fmt::format("token_ids_logprob contains an out-of-vocabulary token id "
+                                                           "{}; the vocabulary is [0, {})", id, vocab_size()));
+        }
+        req.logprob_token_ids = p.token_ids_logprob;
     }
     TSR_RETURN_IF_ERROR(check_hidden_states_mode(p.return_hidden_states, config_.max_hidden_states_mode));
     if (p.return_routed_experts && (p.routed_experts_start_len < 0 || p.routed_experts_start_len > n_prompt))
@@ -244,8 +262,9 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     if (crash_dump_) crash_dump_->received(req.rid, parameters);
     stream_params_[req.rid] = {p.skip_special_tokens, p.stop, p.logprobs || p.top_logprobs > 0,
                                p.return_hidden_states, p.return_routed_experts && config_.return_routed_experts,
-                               p.stream_interval > 0 ? p.stream_interval : config_.stream_interval, std::nullopt,
+                               p.stream_interval > 0 ? p.stream_interval : config_.stream_interval, std::nullopt, {},
                                exported ? std::move(parameters) : "", std::chrono::steady_clock::now()};
+    if (p.logprobs || p.top_logprobs > 0) stream_params_[req.rid].logprob_token_ids = p.token_ids_logprob;
     if (p.echo) {
         // serving_completions.py: a text prompt as given, token ids as the tokenizer decodes them.
         stream_params_[req.rid].echo = request.input.text ? *request.input.text
@@ -341,6 +360,7 @@ void Engine::loop() {
                                                                        : std::nullopt,
                                                  .interval = sp.interval,
                                                  .echo = std::move(sp.echo),
+                                                 .logprob_token_ids = std::move(sp.logprob_token_ids),
                                                  .exported_parameters = std::move(sp.exported_parameters),
                                                  .received_at = sp.received_at});
                     c.req.sink = [this](const scheduler::ReqEvent& e) { on_req_event(e); };
@@ -453,14 +473,15 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
     }
     server::GenerationEvent ev;
     ev.usage = {e.prompt_tokens, e.completion_tokens, e.cached_tokens, e.reasoning_tokens};
-    if (e.has_input_logprobs) ev.input_logprobs = input_logprobs(tokenizer_, e);
+    if (e.has_input_logprobs) ev.input_logprobs = input_logprobs(tokenizer_, e, stream.logprob_token_ids);
     ev.prompt_text = std::exchange(stream.echo, std::nullopt);
     if (e.token && !e.token->embedding.empty()) {
         ev.embedding = e.token->embedding;
     } else if (e.token) {
         ev.token_ids.push_back(e.token->token);
         if (stream.logprobs)
-            ev.logprobs.push_back(token_logprob(tokenizer_, e.token->token, e.token->logprob, e.token->top_logprobs));
+            ev.logprobs.push_back(token_logprob(tokenizer_, e.token->token, e.token->logprob, e.token->top_logprobs,
+                                                stream.logprob_token_ids, e.token->token_ids_logprobs));
         if (e.token->hidden_rows > 0) {
             const bool prompt = stream.hidden_states == server::HiddenStatesMode::kFull && e.completion_tokens == 1;
             ev.hidden_states.push_back({e.token->hidden_states, e.token->hidden_rows, prompt});

@@ -134,6 +134,7 @@ class Engine final : public server::Backend {
         bool routed_experts = false;
         int interval = 1;
         std::optional<std::string> echo;  // GenerationParams::echo: the prompt's text
+        std::vector<std::int32_t> logprob_token_ids;  // GenerationParams::token_ids_logprob
         std::string exported_parameters;  // --export-metrics-to-file: the request's parameters
         std::chrono::steady_clock::time_point received_at;
     };
@@ -150,6 +151,7 @@ class Engine final : public server::Backend {
         // the end, carrying every token since the one before; `held` gathers them meanwhile.
         int interval = 1;
         std::optional<std::string> echo;  // sent with the first event
+        std::vector<std::int32_t> logprob_token_ids;  // GenerationParams::token_ids_logprob
         std::int64_t tokens = 0;
         server::GenerationEvent held;
         std::string logged_output;  // --log-requests: the output so far, as much as the level shows

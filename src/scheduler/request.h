@@ -51,6 +51,7 @@ struct ReqEvent {
     std::span<const std::int32_t> input_logprob_tokens;
     std::span<const float> input_logprobs;
     std::span<const std::pair<std::int32_t, float>> input_top_logprobs;
+    std::span<const float> input_token_ids_logprobs;  // [those × Req::logprob_token_ids]
 };
 using ReqEventSink = std::function<void(const ReqEvent&)>;
 
@@ -84,6 +85,9 @@ struct Req {
     // input_top_logprobs of each; -1: none. The prefix cache serves no position from it on.
     std::int64_t logprob_start_len = -1;
     int input_top_logprobs = 0;
+    // SGLang's token_ids_logprob: every output token, and every prompt position scored, also
+    // reports the log-probabilities of these tokens.
+    std::vector<std::int32_t> logprob_token_ids;
     ReqEventSink sink;       // may be empty (no events)
 
     // ---- owned by the scheduler -------------------------------------------------------
@@ -111,6 +115,7 @@ struct Req {
     // [that many × input_top_logprobs] best ones; sent with the first token's event.
     std::vector<float> input_logprobs;
     std::vector<std::pair<std::int32_t, float>> input_top_logprobs_ready;
+    std::vector<float> input_token_ids_logprobs_ready;  // [that many × logprob_token_ids]
     bool input_logprobs_sent = false;
     // Asked for max_new_tokens 0 (SGLang's is_prefill_only): it ends with its prompt. Not one
     // that add_request's clamp to the context brought to 0, which still gets one token.

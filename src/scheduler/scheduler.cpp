@@ -146,6 +146,7 @@ Status Scheduler::add_request(Req req) {
     req.output_ids.clear();
     req.input_logprobs.clear();
     req.input_top_logprobs_ready.clear();
+    req.input_token_ids_logprobs_ready.clear();
     req.input_logprobs_sent = false;
     req.reasoning_tokens = 0;
     req.reasoning_over = false;
@@ -230,12 +231,14 @@ void Scheduler::emit(Req& req, const executor::SampledToken* token) {
         ev.input_logprob_tokens = std::span(req.input_ids).subspan(static_cast<std::size_t>(req.logprob_start_len));
         ev.input_logprobs = req.input_logprobs;
         ev.input_top_logprobs = req.input_top_logprobs_ready;
+        ev.input_token_ids_logprobs = req.input_token_ids_logprobs_ready;
     }
     req.sink(ev);
     if (send_input_logprobs) {
         req.input_logprobs_sent = true;
         req.input_logprobs = {};
         req.input_top_logprobs_ready = {};
+        req.input_token_ids_logprobs_ready = {};
     }
 }
 
@@ -712,6 +715,8 @@ void Scheduler::launch_prefill(const std::vector<PrefillItem>& items, const std:
             seq.input_logprob_targets = r.fill_ids(begin + 1, end + 1);
             seq.input_top_logprobs = r.input_top_logprobs;
         }
+        if (!it.truncated || !batch.seqs.back().input_logprob_targets.empty())
+            batch.seqs.back().logprob_token_ids = r.logprob_token_ids;
         step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = !it.truncated,
                              .truncated = it.truncated, .start_pos = start, .n_tokens = it.extend_len});
         ++r.in_flight_steps;
@@ -880,7 +885,8 @@ void Scheduler::add_decode_seq(Req& r, executor::ForwardBatch& batch, InFlightSt
                           .slots = r.slots,
                           .need_token = true,
                           .sampling = r.sampling,
-                          .output_ids = r.output_ids});
+                          .output_ids = r.output_ids,
+                          .logprob_token_ids = r.logprob_token_ids});
     constrain(r, batch.seqs.back());
     step.seqs.push_back({.rid = r.rid, .arrival = r.arrival, .need_token = true, .decode = true, .start_pos = pos,
                          .n_tokens = 1});
@@ -1031,6 +1037,10 @@ void Scheduler::record_input_logprobs(Req& r, const InFlightSeq& seq, const exec
     }
     r.input_logprobs.resize(static_cast<std::size_t>(before), NAN);
     r.input_top_logprobs_ready.resize(static_cast<std::size_t>(before * r.input_top_logprobs), {-1, NAN});
+    r.input_token_ids_logprobs_ready.resize(static_cast<std::size_t>(before) * r.logprob_token_ids.size(), NAN);
+    r.input_token_ids_logprobs_ready.insert(r.input_token_ids_logprobs_ready.end(),
+                                            result.input_token_ids_logprobs.begin(),
+                                            result.input_token_ids_logprobs.end());
     r.input_logprobs.insert(r.input_logprobs.end(), result.input_logprobs.begin(), result.input_logprobs.end());
     r.input_top_logprobs_ready.insert(r.input_top_logprobs_ready.end(), result.input_top_logprobs.begin(),
                                       result.input_top_logprobs.end());

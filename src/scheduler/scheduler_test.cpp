@@ -205,7 +205,13 @@ class FakeRunner final : public executor::BatchRunner {
                 out.back().input_logprobs.push_back(fake_logprob(pos, s.input_logprob_targets[k]));
                 for (int t = 0; t < s.input_top_logprobs; ++t)
                     out.back().input_top_logprobs.emplace_back(static_cast<std::int32_t>(pos), static_cast<float>(t));
+                for (std::int32_t id : s.logprob_token_ids)
+                    out.back().input_token_ids_logprobs.push_back(fake_logprob(pos, id));
             }
+            // token_ids_logprob at the sampled row: the ids asked for, as values.
+            if (s.need_token)
+                for (std::int32_t id : s.logprob_token_ids)
+                    out.back().token_ids_logprobs.push_back(static_cast<float>(id));
             // --enable-return-routed-experts: each token's "experts" are its id and position.
             for (std::size_t i = 0; batch.record_routed_experts && i < s.tokens.size(); ++i) {
                 out.back().routed_experts.push_back(s.tokens[i]);
@@ -237,6 +243,8 @@ struct Result {
     std::vector<std::int32_t> input_tokens;
     std::vector<float> input_logprobs;
     std::vector<std::pair<std::int32_t, float>> input_top;
+    std::vector<float> input_chosen;              // token_ids_logprob's at the prompt's rows
+    std::vector<std::vector<float>> chosen;       // and at each output token
 };
 
 // Drives a scheduler to completion, checking the KV invariants before every batch and the
@@ -266,7 +274,9 @@ class Harness {
                 r.input_tokens.assign(ev.input_logprob_tokens.begin(), ev.input_logprob_tokens.end());
                 r.input_logprobs.assign(ev.input_logprobs.begin(), ev.input_logprobs.end());
                 r.input_top.assign(ev.input_top_logprobs.begin(), ev.input_top_logprobs.end());
+                r.input_chosen.assign(ev.input_token_ids_logprobs.begin(), ev.input_token_ids_logprobs.end());
             }
+            if (ev.token) r.chosen.push_back(ev.token->token_ids_logprobs);
             if (ev.token && !ev.token->embedding.empty()) {
                 r.embedding = ev.token->embedding;
             } else if (ev.token) {
@@ -500,14 +510,19 @@ void expect_input_logprobs(const Req& req, const Result& got) {
     const auto n = static_cast<std::int64_t>(req.input_ids.size());
     ASSERT_EQ(got.input_logprob_events, 1);
     EXPECT_EQ(got.input_tokens, Tokens(req.input_ids.begin() + req.logprob_start_len, req.input_ids.end()));
-    std::vector<float> want;
+    std::vector<float> want, want_chosen;
     std::vector<std::pair<std::int32_t, float>> want_top;
     for (std::int64_t pos = req.logprob_start_len; pos + 1 < n; ++pos) {
         want.push_back(fake_logprob(pos, req.input_ids[pos + 1]));
         for (int t = 0; t < req.input_top_logprobs; ++t) want_top.emplace_back(pos, static_cast<float>(t));
+        for (std::int32_t id : req.logprob_token_ids) want_chosen.push_back(fake_logprob(pos, id));
     }
     EXPECT_EQ(got.input_logprobs, want);
     EXPECT_EQ(got.input_top, want_top);
+    EXPECT_EQ(got.input_chosen, want_chosen);
+    // Every output token (prefill's and decode's) has token_ids_logprob's values.
+    const std::vector<float> ids(req.logprob_token_ids.begin(), req.logprob_token_ids.end());
+    for (const std::vector<float>& values : got.chosen) EXPECT_EQ(values, ids);
 }
 
 TEST_P(SchedulerTest, PromptLogprobsCoverEveryPositionFromTheStartThroughChunksAndTheCache) {
@@ -517,6 +532,7 @@ TEST_P(SchedulerTest, PromptLogprobsCoverEveryPositionFromTheStartThroughChunksA
         Req r = make_req("from" + std::to_string(start), long_prompt, 3);
         r.logprob_start_len = start;
         r.input_top_logprobs = start % 2 == 0 ? 2 : 0;
+        if (start == 37) r.logprob_token_ids = {4, 11, 0};
         reqs.push_back(std::move(r));
     }
     for (const bool queued : {false, true}) {

@@ -47,6 +47,8 @@ struct GenerationParams {
     // SGLang's logprob_start_len: with logprobs, the prompt's log-probabilities from this
     // position on come with the first event (-1: none; at most the prompt's length).
     std::int64_t logprob_start_len = -1;
+    // SGLang's token_ids_logprob: with logprobs, each entry also gives these tokens'.
+    std::vector<std::int32_t> token_ids_logprob;
     // OpenAI's echo: the first event carries the prompt's text (GenerationEvent::prompt_text).
     bool echo = false;
     // OpenAI's logit_bias: added to the token's logit before sampling (-100 bans, +100 forces).
@@ -89,6 +91,9 @@ struct TokenLogprob {
     float logprob = 0.0f;
     std::vector<std::pair<std::string, float>> top;  // top_logprobs: (token text, logprob)
     std::vector<std::int32_t> top_ids;               // their token ids
+    // GenerationParams::token_ids_logprob: (token text, logprob) of each, in that order.
+    std::vector<std::pair<std::string, float>> chosen;
+    std::vector<std::int32_t> chosen_ids;
 };
 
 // One entry of meta_info.hidden_states: the final-normed hidden state at the position that

@@ -181,6 +181,8 @@ class FieldReader {
     std::optional<ApiError> error_;
 };
 
+constexpr std::size_t kMaxTokenIdsLogprob = 1024;
+
 std::int64_t max_tokens_limit(const ProtocolOptions& o) {
     return o.max_model_len > 0 ? o.max_model_len : std::numeric_limits<std::int32_t>::max();
 }
@@ -188,7 +190,7 @@ std::int64_t max_tokens_limit(const ProtocolOptions& o) {
 // Features that need machinery tessera does not have yet: a request that sets one is refused
 // rather than served without it.
 void reject_unsupported(FieldReader& r) {
-    for (const char* name : {"lora_path", "custom_logit_processor", "custom_params", "token_ids_logprob"}) {
+    for (const char* name : {"lora_path", "custom_logit_processor", "custom_params"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server");
     }
 }
@@ -825,6 +827,13 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
         base.params.max_new_tokens = 128;  // SGLang's SamplingParams default
     }
     read_priority(r, base.params);
+    // io_struct.py: an empty list asks for nothing.
+    if (const Json* j = r.get("token_ids_logprob"); j && !j->is_null()) {
+        if (auto ids = r.token_ids("token_ids_logprob", *j, /*allow_empty=*/true)) base.params.token_ids_logprob = *ids;
+        // Every scored row answers each id: a bound keeps a request's answer a reasonable size.
+        if (base.params.token_ids_logprob.size() > kMaxTokenIdsLogprob)
+            return r.fail("token_ids_logprob", "holds at most " + std::to_string(kMaxTokenIdsLogprob) + " token ids");
+    }
     read_return_hidden_states(r, base.params);
     read_routed_experts(r, base.params);
     // GenerateReqInput.require_reasoning: the client says the output begins with reasoning.

@@ -214,6 +214,7 @@ class ResponseBuilder {
     int top_logprobs_;
     bool text_in_logprobs_;
     bool echo_;
+    bool token_ids_logprob_;
     HiddenStatesMode hidden_states_;
     bool token_ids_only_;
     bool incremental_;

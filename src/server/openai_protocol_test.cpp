@@ -928,7 +928,15 @@ TEST(OpenAiProtocolTest, PromptLogprobFields) {
     EXPECT_FALSE(d.request.return_text_in_logprobs);
     expect_error(generate(R"({"text": "hi", "logprob_start_len": -2})"), "logprob_start_len");
     expect_error(generate(R"({"text": "hi", "logprob_start_len": [0]})"), "logprob_start_len");
-    expect_error(generate(R"({"text": "hi", "token_ids_logprob": [1, 2]})"), "token_ids_logprob");
+    auto ids = generate(R"({"text": "hi", "return_logprob": true, "token_ids_logprob": [1, 2]})");
+    ASSERT_TRUE(ids.ok()) << ids.error->message;
+    EXPECT_EQ(ids.request.requests[0].params.token_ids_logprob, (std::vector<std::int32_t>{1, 2}));
+    auto no_ids = generate(R"({"text": "hi", "token_ids_logprob": []})");
+    EXPECT_TRUE(no_ids.request.requests[0].params.token_ids_logprob.empty());
+    expect_error(generate(R"({"text": "hi", "token_ids_logprob": [-1]})"), "token_ids_logprob");
+    std::string many = "[0";
+    for (int i = 1; i <= 1024; ++i) many += ", " + std::to_string(i);
+    expect_error(generate(R"({"text": "hi", "token_ids_logprob": )" + many + "]}"), "token_ids_logprob");
     auto echo = completion(R"({"prompt": "x", "echo": true, "logprobs": 2})");
     ASSERT_TRUE(echo.ok()) << echo.error->message;
     EXPECT_TRUE(echo.request.requests[0].params.echo);
@@ -1003,6 +1011,21 @@ TEST(ResponseBuilderTest, NativeGeneratePromptLogprobs) {
     EXPECT_EQ(tmeta["input_token_logprobs"], Json::array());
     EXPECT_FALSE(tmeta.contains("output_top_logprobs"));
     EXPECT_FALSE(tmeta.contains("input_top_logprobs"));
+    EXPECT_FALSE(tmeta.contains("output_token_ids_logprobs"));
+
+    // token_ids_logprob: each entry's values of the asked ids, the prompt's first null.
+    auto c = generate(R"({"text": "x", "return_logprob": true, "logprob_start_len": 0, "token_ids_logprob": [8]})");
+    ResponseBuilder cb(c.request);
+    auto ce = event("!", {7}, 1, "length");
+    ce.input_logprobs = prompt_entries();
+    (*ce.input_logprobs)[1].chosen = {{" you", -0.5f}};
+    (*ce.input_logprobs)[1].chosen_ids = {8};
+    ce.logprobs.push_back(TokenLogprob{.token = 7, .text = "!", .logprob = -0.75f, .chosen = {{" you", -3.0f}},
+                                       .chosen_ids = {8}});
+    cb.add_event(0, ce);
+    const Json cmeta = Json::parse(cb.body())["meta_info"];
+    EXPECT_EQ(cmeta["input_token_ids_logprobs"], Json::parse(R"([null, [[-0.5, 8, null]]])"));
+    EXPECT_EQ(cmeta["output_token_ids_logprobs"], Json::parse(R"([[[-3.0, 8, null]]])"));
 }
 
 TEST(ResponseBuilderTest, ChatLogprobs) {

@@ -84,44 +84,59 @@ Json completion_logprobs(const std::vector<TokenLogprob>* prompt, const std::vec
 }
 
 // meta_info's lists of log-probabilities (SGLang's tokenizer_manager.py
-// detokenize_logprob_tokens): [logprob, token_id, text or null] per token, and per token the
-// list of its best ones alike; a prompt's first entry has a null log-probability and no list.
+// detokenize_logprob_tokens / detokenize_top_logprobs_tokens): [logprob, token_id, text or
+// null] per token, and per token the list of its best ones and of the token_ids_logprob ones
+// alike; a prompt's first entry has a null log-probability and null lists.
 struct NativeLogprobs {
     Json tokens = Json::array();
     Json tops = Json::array();
+    Json chosen = Json::array();
 };
+Json token_values(const std::vector<std::pair<std::string, float>>& values, const std::vector<std::int32_t>& ids,
+                  bool with_text) {
+    Json out = Json::array();
+    for (std::size_t k = 0; k < values.size(); ++k) {
+        const Json id = k < ids.size() ? Json(ids[k]) : Json(nullptr);
+        out.push_back(Json::array({logprob_or_null(values[k].second), id,
+                                   with_text ? Json(values[k].first) : Json(nullptr)}));
+    }
+    return out;
+}
 NativeLogprobs native_logprobs(const std::vector<TokenLogprob>& lps, bool with_text, bool prompt) {
     NativeLogprobs out;
     for (std::size_t i = 0; i < lps.size(); ++i) {
         const TokenLogprob& lp = lps[i];
         const Json text = with_text ? Json(lp.text) : Json(nullptr);
         out.tokens.push_back(Json::array({logprob_or_null(lp.logprob), lp.token, text}));
-        if (prompt && i == 0) {
-            out.tops.push_back(nullptr);
-            continue;
-        }
-        Json top = Json::array();
-        for (std::size_t k = 0; k < lp.top.size(); ++k) {
-            const Json id = k < lp.top_ids.size() ? Json(lp.top_ids[k]) : Json(nullptr);
-            top.push_back(Json::array({lp.top[k].second, id, with_text ? Json(lp.top[k].first) : Json(nullptr)}));
-        }
-        out.tops.push_back(std::move(top));
+        const bool none = prompt && i == 0;
+        out.tops.push_back(none ? Json(nullptr) : token_values(lp.top, lp.top_ids, with_text));
+        out.chosen.push_back(none ? Json(nullptr) : token_values(lp.chosen, lp.chosen_ids, with_text));
     }
     return out;
 }
 
 // meta_info's log-probability fields (tokenizer_manager.py add_logprob_to_meta_info): the
 // prompt's (from logprob_start_len; [] when none came) and the output's, with their best ones
-// when top_logprobs_num asked for some.
+// when top_logprobs_num asked for some, and the token_ids_logprob ones when it gave ids.
+struct NativeLogprobFields {
+    bool with_text = false;
+    bool with_top = false;
+    bool with_chosen = false;
+};
 void add_native_logprobs(Json& meta, const std::vector<TokenLogprob>* prompt, const std::vector<TokenLogprob>& output,
-                         bool with_text, bool with_top) {
-    NativeLogprobs in = native_logprobs(prompt ? *prompt : std::vector<TokenLogprob>{}, with_text, true);
-    NativeLogprobs out = native_logprobs(output, with_text, false);
+                         NativeLogprobFields fields) {
+    NativeLogprobs in = native_logprobs(prompt ? *prompt : std::vector<TokenLogprob>{}, fields.with_text, true);
+    NativeLogprobs out = native_logprobs(output, fields.with_text, false);
     meta["input_token_logprobs"] = std::move(in.tokens);
     meta["output_token_logprobs"] = std::move(out.tokens);
-    if (!with_top) return;
-    meta["input_top_logprobs"] = std::move(in.tops);
-    meta["output_top_logprobs"] = std::move(out.tops);
+    if (fields.with_top) {
+        meta["input_top_logprobs"] = std::move(in.tops);
+        meta["output_top_logprobs"] = std::move(out.tops);
+    }
+    if (fields.with_chosen) {
+        meta["input_token_ids_logprobs"] = std::move(in.chosen);
+        meta["output_token_ids_logprobs"] = std::move(out.chosen);
+    }
 }
 
 Json native_finish_reason(const std::optional<std::string>& reason,
@@ -179,6 +194,7 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       top_logprobs_(request.top_logprobs),
       text_in_logprobs_(request.return_text_in_logprobs),
       echo_(request.echo),
+      token_ids_logprob_(!request.requests.empty() && !request.requests[0].params.token_ids_logprob.empty()),
       hidden_states_(request.requests.empty() ? HiddenStatesMode::kNone
                                               : request.requests[0].params.return_hidden_states),
       token_ids_only_(request.token_ids_only),
@@ -255,7 +271,7 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
         if (logprobs_)
             add_native_logprobs(meta, event.input_logprobs ? &*event.input_logprobs : nullptr, event.logprobs,
-                                text_in_logprobs_, top_logprobs_ > 0);
+                                {text_in_logprobs_, top_logprobs_ > 0, token_ids_logprob_});
         if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
         if (event.routed_experts) meta["routed_experts"] = routed_experts_base64(*event.routed_experts);
         Json chunk = Json::object();
@@ -422,7 +438,7 @@ std::string ResponseBuilder::body() const {
             meta["e2e_latency"] = std::chrono::duration<double>(c.finished_at - start_).count();
             if (logprobs_)
                 add_native_logprobs(meta, c.input_logprobs ? &*c.input_logprobs : nullptr, c.logprobs,
-                                    text_in_logprobs_, top_logprobs_ > 0);
+                                    {text_in_logprobs_, top_logprobs_ > 0, token_ids_logprob_});
             if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
             if (c.routed_experts) meta["routed_experts"] = routed_experts_base64(*c.routed_experts);
             Json item = Json::object();

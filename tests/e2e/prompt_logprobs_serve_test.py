@@ -6,7 +6,8 @@ small prefill chunks, TP 2, PP 2 with small chunks, DP 2). SGLang's /generate wi
 return_logprob and logprob_start_len must answer meta_info.input_token_logprobs: one
 [logprob, token_id, text] entry per prompt token from logprob_start_len, the first without a
 value, each other the log-softmax of the reference's logits at the position before it; with
-top_logprobs_num the best ones of each row. The same request served again from a warm prefix
+top_logprobs_num the best ones of each row, and with token_ids_logprob those tokens' at every
+prompt and output row. The same request served again from a warm prefix
 cache answers the same; max_new_tokens 0 answers the prompt's log-probabilities and no output;
 a logprob_start_len past the prompt is a 400 with SGLang's message. /v1/completions with echo
 and logprobs (lm-eval-harness's loglikelihood request) puts the prompt's tokens first.
@@ -28,6 +29,7 @@ REFERENCE = os.path.join(HERE, "..", "reference", "torch_reference.py")
 TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps on: 1, 2, 3."
 PROMPT = []  # TEXT's ids, from `tessera tokenize`
 NEW_TOKENS = 3
+CHOSEN = [0, 13]  # token_ids_logprob
 LAYOUTS = [["--chunked-prefill-size", "8"], ["--tp", "2"], ["--pp-size", "2", "--chunked-prefill-size", "8"],
            ["--dp", "2"]]
 TOLERANCE = 2e-3  # f32 compute in both; the server's GEMM order differs from PyTorch's
@@ -64,8 +66,18 @@ def generate(server, start, max_new_tokens=NEW_TOKENS, top=0, **extra):
     return server.post("/generate", body)
 
 
+def chosen_error(rows, first_row, log_softmax):
+    """The largest difference of token_ids_logprob entries from the reference, row k at first_row + k."""
+    worst = 0.0
+    for k, row in enumerate(rows):
+        if [entry[1] for entry in row] != CHOSEN:
+            return float("inf")
+        worst = max([worst] + [abs(v - log_softmax[first_row + k, t]) for v, t, _ in row])
+    return worst if rows else float("inf")
+
+
 def check_layout(check, server, name, log_softmax, greedy):
-    status, body = generate(server, 0, top=2)
+    status, body = generate(server, 0, top=2, token_ids_logprob=CHOSEN)
     meta = body.get("meta_info", {}) if status == 200 else {}
     entries = meta.get("input_token_logprobs", [])
     error = worst_input_error(entries, 0, log_softmax)
@@ -80,6 +92,12 @@ def check_layout(check, server, name, log_softmax, greedy):
     output_error = max((abs(v - log_softmax[len(PROMPT) - 1 + i, t]) for i, (v, t, _) in enumerate(outputs)),
                        default=float("inf"))
     check(f"{name}: output_token_logprobs continue the prompt's", output_error < TOLERANCE, (outputs, output_error))
+    chosen_in = meta.get("input_token_ids_logprobs", [None])
+    chosen_out = meta.get("output_token_ids_logprobs", [])
+    check(f"{name}: token_ids_logprob at every prompt and output row match the reference",
+          chosen_in[0] is None and len(chosen_in) == len(PROMPT) and len(chosen_out) == NEW_TOKENS and
+          chosen_error(chosen_in[1:], 0, log_softmax) < TOLERANCE and
+          chosen_error(chosen_out, len(PROMPT) - 1, log_softmax) < TOLERANCE, (chosen_in, chosen_out))
 
     # Again: the prompt is in the prefix cache now, and positions from 11 on are computed again.
     status, again = generate(server, 11)
