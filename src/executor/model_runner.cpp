@@ -9,6 +9,40 @@
 
 namespace tessera::executor {
 
+namespace {
+
+// log Σ exp(row): a token's log-probability is its logit minus this.
+float log_normalizer(std::span<const float> row) {
+    const float max_logit = *std::max_element(row.begin(), row.end());
+    double sum = 0.0;
+    for (float v : row) sum += std::exp(static_cast<double>(v - max_logit));
+    return max_logit + static_cast<float>(std::log(sum));
+}
+
+// The `k` best (token, log-probability) of `row`, best first (ties: the lower id), appended to
+// `out`; `ids` is scratch.
+void append_best(std::span<const float> row, std::int64_t k, float log_norm, std::vector<std::int32_t>& ids,
+                 std::vector<std::pair<std::int32_t, float>>& out) {
+    const auto vocab = static_cast<std::int64_t>(row.size());
+    k = std::min(k, vocab);
+    if (k <= 0) return;
+    ids.resize(static_cast<std::size_t>(vocab));
+    for (std::int64_t i = 0; i < vocab; ++i) ids[i] = static_cast<std::int32_t>(i);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
+        return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    for (std::int64_t i = 0; i < k; ++i) out.emplace_back(ids[i], row[ids[i]] - log_norm);
+}
+
+// The log-probabilities of `token_ids` in `row` (NaN for one outside it), written to `out`.
+void chosen_logprobs(std::span<const float> row, std::span<const std::int32_t> token_ids, float log_norm,
+                     float* out) {
+    const auto vocab = static_cast<std::int64_t>(row.size());
+    for (std::int32_t id : token_ids) *out++ = id >= 0 && id < vocab ? row[id] - log_norm : NAN;
+}
+
+}  // namespace
+
 SampledToken sample_row(std::span<float> row, const SequenceSampling& s, const std::vector<std::int32_t>& output_ids,
                         std::vector<std::pair<float, std::int32_t>>& scratch, std::span<const std::int32_t> token_ids) {
     const auto vocab = static_cast<std::int64_t>(row.size());
@@ -30,30 +64,17 @@ SampledToken sample_row(std::span<float> row, const SequenceSampling& s, const s
         for (std::int64_t t = covered; t < vocab; ++t) row[t] = -INFINITY;
     }
     SampledToken out;
-    float log_norm = 0.0f;
     const bool any_logprobs = s.logprobs || s.top_logprobs > 0 || !token_ids.empty();
-    if (any_logprobs) {
-        const float max_logit = *std::max_element(row.begin(), row.end());
-        double sum = 0.0;
-        for (float v : row) sum += std::exp(static_cast<double>(v - max_logit));
-        log_norm = max_logit + static_cast<float>(std::log(sum));
-    }
+    const float log_norm = any_logprobs ? log_normalizer(row) : 0.0f;
     // Step n of a request always draws from the same generator state.
     kernels::Rng rng(s.params.seed * 0x9E3779B97F4A7C15ull + output_ids.size() + 1);
     out.token = kernels::sample(row.data(), vocab, s.params, rng, scratch);
-    for (std::int32_t id : token_ids)
-        out.token_ids_logprobs.push_back(id >= 0 && id < vocab ? row[id] - log_norm : NAN);
     if (any_logprobs) {
         out.logprob = row[out.token] - log_norm;
-        if (s.top_logprobs > 0) {
-            const auto k = std::min<std::int64_t>(s.top_logprobs, vocab);
-            std::vector<std::int32_t> ids(static_cast<std::size_t>(vocab));
-            for (std::int64_t i = 0; i < vocab; ++i) ids[i] = static_cast<std::int32_t>(i);
-            std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
-                return row[a] > row[b] || (row[a] == row[b] && a < b);
-            });
-            for (std::int64_t i = 0; i < k; ++i) out.top_logprobs.emplace_back(ids[i], row[ids[i]] - log_norm);
-        }
+        std::vector<std::int32_t> ids;
+        append_best(row, s.top_logprobs, log_norm, ids, out.top_logprobs);
+        out.token_ids_logprobs.resize(token_ids.size());
+        chosen_logprobs(row, token_ids, log_norm, out.token_ids_logprobs.data());
     }
     return out;
 }
@@ -131,34 +152,6 @@ StatusOr<std::vector<SampledToken>> step_results(const ForwardBatch& batch, cons
     return results;
 }
 
-namespace {
-
-// The log-probability of `target` in `row` (raw logits: SGLang's input logprobs are neither
-// penalised nor temperature-scaled), and the best `top` of the row appended to `best`.
-// With them, the log-probabilities of `token_ids` appended to `chosen`.
-float prompt_logprob(std::span<const float> row, std::int32_t target, int top,
-                     std::vector<std::pair<std::int32_t, float>>& best, std::vector<std::int32_t>& ids,
-                     std::span<const std::int32_t> token_ids, float* chosen) {
-    const float max_logit = *std::max_element(row.begin(), row.end());
-    double sum = 0.0;
-    for (float v : row) sum += std::exp(static_cast<double>(v - max_logit));
-    const float log_norm = max_logit + static_cast<float>(std::log(sum));
-    const auto vocab = static_cast<std::int64_t>(row.size());
-    for (std::int32_t id : token_ids) *chosen++ = id >= 0 && id < vocab ? row[id] - log_norm : NAN;
-    if (top > 0) {
-        const auto k = std::min<std::int64_t>(top, vocab);
-        ids.resize(static_cast<std::size_t>(vocab));
-        for (std::int64_t i = 0; i < vocab; ++i) ids[i] = static_cast<std::int32_t>(i);
-        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
-            return row[a] > row[b] || (row[a] == row[b] && a < b);
-        });
-        for (std::int64_t i = 0; i < k; ++i) best.emplace_back(ids[i], row[ids[i]] - log_norm);
-    }
-    return target >= 0 && target < vocab ? row[target] - log_norm : -INFINITY;
-}
-
-}  // namespace
-
 StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std::span<float> logits,
                                                  std::int64_t vocab, ThreadPool* pool, SamplingScratch& scratch) {
     std::vector<SampledToken> out(batch.seqs.size());
@@ -192,11 +185,17 @@ StatusOr<std::vector<SampledToken>> sample_batch(const ForwardBatch& batch, std:
                 out[i] = sample_row(row, seq.sampling, seq.output_ids, scratch[worker], seq.logprob_token_ids);
                 continue;
             }
+            // A prompt row: raw logits (SGLang's input logprobs are neither penalised nor
+            // temperature-scaled).
+            const float log_norm = log_normalizer(row);
+            const auto row_k = static_cast<std::size_t>(k);
+            const std::size_t n_chosen = seq.logprob_token_ids.size();
+            chosen_logprobs(row, std::span(seq.input_logprob_targets).subspan(row_k, 1), log_norm,
+                            &prompt[i].input_logprobs[row_k]);
+            chosen_logprobs(row, seq.logprob_token_ids, log_norm,
+                            prompt[i].input_token_ids_logprobs.data() + row_k * n_chosen);
             best.clear();
-            float* chosen = prompt[i].input_token_ids_logprobs.data() +
-                            static_cast<std::size_t>(k) * seq.logprob_token_ids.size();
-            prompt[i].input_logprobs[k] = prompt_logprob(row, seq.input_logprob_targets[k], seq.input_top_logprobs,
-                                                         best, ids, seq.logprob_token_ids, chosen);
+            append_best(row, seq.input_top_logprobs, log_norm, ids, best);
             std::copy(best.begin(), best.end(),
                       prompt[i].input_top_logprobs.begin() + k * static_cast<std::int64_t>(best.size()));
         }

@@ -22,6 +22,15 @@ class Writer {
     void i32s(const std::vector<std::int32_t>& v) { words(v); }
     void u32s(const std::vector<std::uint32_t>& v) { words(v); }
     void f32s(const std::vector<float>& v) { words(v); }
+    // (token id, value) pairs (logit_bias, top log-probabilities): their count, then each id
+    // as an i64 and its value.
+    void id_values(const std::vector<std::pair<std::int32_t, float>>& v) {
+        i64(static_cast<std::int64_t>(v.size()));
+        for (const auto& [id, value] : v) {
+            i64(id);
+            f32(value);
+        }
+    }
     std::vector<std::uint8_t> take() { return std::move(bytes_); }
 
  private:
@@ -62,6 +71,15 @@ class Reader {
     bool i32s(std::vector<std::int32_t>* v) { return words(v); }
     bool u32s(std::vector<std::uint32_t>* v) { return words(v); }
     bool f32s(std::vector<float>* v) { return words(v); }
+    bool id_values(std::vector<std::pair<std::int32_t, float>>* v) {
+        std::int64_t n = 0;
+        if (!i64(&n) || n < 0 || static_cast<std::size_t>(n) > remaining() / (sizeof(std::int64_t) + sizeof(float)))
+            return false;
+        v->resize(static_cast<std::size_t>(n));
+        for (auto& [id, value] : *v)
+            if (!i32(&id) || !f32(&value)) return false;
+        return true;
+    }
     bool done() const { return pos_ == bytes_.size(); }
     std::size_t remaining() const { return bytes_.size() - pos_; }
 
@@ -107,11 +125,7 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
         w.f32(p.presence_penalty);
         w.i64(p.top_logprobs);
         w.i64(p.logprobs ? 1 : 0);
-        w.i64(static_cast<std::int64_t>(p.logit_bias.size()));
-        for (const auto& [id, bias] : p.logit_bias) {
-            w.i64(id);
-            w.f32(bias);
-        }
+        w.id_values(p.logit_bias);
         w.i64(static_cast<std::int64_t>(p.hidden_states));
         w.i64(p.allowed_tokens ? 1 : 0);
         if (p.allowed_tokens) w.u32s(*p.allowed_tokens);
@@ -142,18 +156,11 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
             return Status::DataLoss("corrupt step");
         if ((flags & kStepWithSampling) == 0 || !s.need_token) continue;
         SequenceSampling& p = s.sampling;
-        std::int64_t n_bias = 0;
         if (!r.f32(&p.params.temperature) || !r.i32(&p.params.top_k) || !r.f32(&p.params.top_p) ||
             !r.f32(&p.params.min_p) || !r.u64(&p.params.seed) || !r.f32(&p.frequency_penalty) ||
-            !r.f32(&p.presence_penalty) || !r.i32(&p.top_logprobs) || !r.flag(&p.logprobs) || !r.i64(&n_bias) ||
-            n_bias < 0 || n_bias > kMaxCount)
+            !r.f32(&p.presence_penalty) || !r.i32(&p.top_logprobs) || !r.flag(&p.logprobs))
             return Status::DataLoss("corrupt sampling parameters in a step");
-        p.logit_bias.resize(static_cast<std::size_t>(n_bias));
-        for (auto& [id, bias] : p.logit_bias) {
-            int token = 0;
-            if (!r.i32(&token) || !r.f32(&bias)) return Status::DataLoss("corrupt logit_bias in a step");
-            id = token;
-        }
+        if (!r.id_values(&p.logit_bias)) return Status::DataLoss("corrupt logit_bias in a step");
         std::int64_t capture = 0;
         if (!r.i64(&capture) || capture < 0 || capture > static_cast<std::int64_t>(HiddenCapture::kFirstPass))
             return Status::DataLoss("corrupt hidden-state capture in a step");
@@ -178,23 +185,13 @@ std::vector<std::uint8_t> encode_results(const std::vector<SampledToken>& tokens
     for (const auto& t : tokens) {
         w.i64(t.token);
         w.f32(t.logprob);
-        w.i64(static_cast<std::int64_t>(t.top_logprobs.size()));
-        for (const auto& [id, lp] : t.top_logprobs) {
-            w.i64(id);
-            w.f32(lp);
-        }
-        w.i64(static_cast<std::int64_t>(t.embedding.size()));
-        for (float v : t.embedding) w.f32(v);
+        w.id_values(t.top_logprobs);
+        w.f32s(t.embedding);
         w.i64(t.hidden_rows);
-        w.i64(static_cast<std::int64_t>(t.hidden_states.size()));
-        for (float v : t.hidden_states) w.f32(v);
+        w.f32s(t.hidden_states);
         w.i32s(t.routed_experts);
         w.f32s(t.input_logprobs);
-        w.i64(static_cast<std::int64_t>(t.input_top_logprobs.size()));
-        for (const auto& [id, lp] : t.input_top_logprobs) {
-            w.i64(id);
-            w.f32(lp);
-        }
+        w.id_values(t.input_top_logprobs);
         w.f32s(t.token_ids_logprobs);
         w.f32s(t.input_token_ids_logprobs);
     }
@@ -207,43 +204,17 @@ StatusOr<std::vector<SampledToken>> decode_results(const std::vector<std::uint8_
     if (!r.i64(&n) || n < 0 || n > kMaxCount) return Status::DataLoss("corrupt sampled-token header");
     std::vector<SampledToken> out(static_cast<std::size_t>(n));
     for (auto& t : out) {
-        std::int64_t k = 0;
-        int token = 0;
-        if (!r.i32(&token) || !r.f32(&t.logprob) || !r.i64(&k) || k < 0 || k > kMaxCount)
-            return Status::DataLoss("corrupt sampled token");
-        t.token = token;
-        t.top_logprobs.resize(static_cast<std::size_t>(k));
-        for (auto& [id, lp] : t.top_logprobs) {
-            int v = 0;
-            if (!r.i32(&v) || !r.f32(&lp)) return Status::DataLoss("corrupt top log-probabilities");
-            id = v;
-        }
-        std::int64_t dim = 0;
-        if (!r.i64(&dim) || dim < 0 || static_cast<std::size_t>(dim) > r.remaining() / sizeof(float))
-            return Status::DataLoss("corrupt embedding size");
-        t.embedding.resize(static_cast<std::size_t>(dim));
-        for (float& v : t.embedding)
-            if (!r.f32(&v)) return Status::DataLoss("corrupt embedding");
-        std::int64_t values = 0;
-        if (!r.i64(&t.hidden_rows) || !r.i64(&values) || t.hidden_rows < 0 || values < 0 ||
-            static_cast<std::size_t>(values) > r.remaining() / sizeof(float) ||
-            (t.hidden_rows == 0 ? values != 0 : values % t.hidden_rows != 0))
+        if (!r.i32(&t.token) || !r.f32(&t.logprob)) return Status::DataLoss("corrupt sampled token");
+        if (!r.id_values(&t.top_logprobs)) return Status::DataLoss("corrupt top log-probabilities");
+        if (!r.f32s(&t.embedding)) return Status::DataLoss("corrupt embedding");
+        if (!r.i64(&t.hidden_rows) || !r.f32s(&t.hidden_states) || t.hidden_rows < 0)
+            return Status::DataLoss("corrupt hidden states");
+        const auto values = static_cast<std::int64_t>(t.hidden_states.size());
+        if (t.hidden_rows == 0 ? values != 0 : values % t.hidden_rows != 0)
             return Status::DataLoss("corrupt hidden states size");
-        t.hidden_states.resize(static_cast<std::size_t>(values));
-        for (float& v : t.hidden_states)
-            if (!r.f32(&v)) return Status::DataLoss("corrupt hidden states");
         if (!r.i32s(&t.routed_experts)) return Status::DataLoss("corrupt routed experts");
-        std::int64_t n_top = 0;
         if (!r.f32s(&t.input_logprobs)) return Status::DataLoss("corrupt prompt log-probabilities");
-        if (!r.i64(&n_top) || n_top < 0 ||
-            static_cast<std::size_t>(n_top) > r.remaining() / (sizeof(std::int64_t) + sizeof(float)))
-            return Status::DataLoss("corrupt prompt top log-probabilities");
-        t.input_top_logprobs.resize(static_cast<std::size_t>(n_top));
-        for (auto& [id, lp] : t.input_top_logprobs) {
-            int v = 0;
-            if (!r.i32(&v) || !r.f32(&lp)) return Status::DataLoss("corrupt prompt top log-probabilities");
-            id = v;
-        }
+        if (!r.id_values(&t.input_top_logprobs)) return Status::DataLoss("corrupt prompt top log-probabilities");
         if (!r.f32s(&t.token_ids_logprobs) || !r.f32s(&t.input_token_ids_logprobs))
             return Status::DataLoss("corrupt token_ids_logprob values");
     }

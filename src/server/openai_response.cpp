@@ -190,7 +190,7 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       created_(request.created),
       stream_(request.stream),
       include_usage_(request.include_usage),
-      logprobs_(request.logprobs || request.top_logprobs > 0),
+      logprobs_(request.logprobs),
       top_logprobs_(request.top_logprobs),
       text_in_logprobs_(request.return_text_in_logprobs),
       echo_(request.echo),

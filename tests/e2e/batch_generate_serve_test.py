@@ -31,8 +31,7 @@ def main():
     server = Server(tessera, model, [], os.path.join(workdir, "serve.log"))
     try:
         if not check("server ready", server.ready()):
-            print(check.summary())
-            return 1
+            return check.report()
         alone = []
         for text in TEXTS:
             status, body = server.post("/generate", {"text": text, "sampling_params": greedy()})
@@ -86,8 +85,7 @@ def main():
         check("a single text still answers an object", status == 200 and isinstance(body, dict), body)
     finally:
         server.close()
-    print(check.summary())
-    return 0 if not check.failures else 1
+    return check.report()
 
 
 if __name__ == "__main__":

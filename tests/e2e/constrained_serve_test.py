@@ -248,8 +248,7 @@ def main():
             check("--grammar-backend none still serves the rest", status == 200, body)
     finally:
         server.close()
-    print(check.summary())
-    return 0 if not check.failures else 1
+    return check.report()
 
 
 if __name__ == "__main__":

@@ -36,6 +36,11 @@ class Checks:
     def summary(self):
         return f"{self.passed} passed, {len(self.failures)} failed"
 
+    def report(self):
+        """Prints the summary; the script's exit code: 0 when every check passed, else 1."""
+        print(self.summary())
+        return 1 if self.failures else 0
+
 
 def call(port, method, path, body=None, timeout=60):
     """One HTTP request with a JSON body (or none) to 127.0.0.1:port: (status, body text)."""

@@ -133,8 +133,7 @@ def main():
         expected = reference_embeddings(model)
         for flags in layouts:
             check_layout(check, tessera, model, arch, flags, expected, workdir)
-    print(check.summary())
-    return 0 if not check.failures else 1
+    return check.report()
 
 
 if __name__ == "__main__":

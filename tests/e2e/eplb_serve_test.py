@@ -183,8 +183,7 @@ def main():
     recorder_case(tessera, model, a.workdir, config)
     refused_case(tessera, model, a.workdir)
     rebalance_case(tessera, model, a.workdir)
-    print(check.summary())
-    return 1 if check.failures else 0
+    return check.report()
 
 
 if __name__ == "__main__":

@@ -160,8 +160,7 @@ def main():
         for flags in layouts:
             check_layout(check, tessera, model, ref, arch, flags, index, workdir)
             index += 1
-    print(check.summary())
-    return 0 if not check.failures else 1
+    return check.report()
 
 
 if __name__ == "__main__":

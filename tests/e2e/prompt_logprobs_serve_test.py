@@ -160,8 +160,7 @@ def main():
                   plain["choices"][0]["logprobs"] is None, (status, plain, lps))
         finally:
             server.close()
-    print(check.summary())
-    return 0 if not check.failures else 1
+    return check.report()
 
 
 if __name__ == "__main__":

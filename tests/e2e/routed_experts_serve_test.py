@@ -150,8 +150,7 @@ def main():
     check_refused_launch(check, tessera, make_tiny_model(tessera, os.path.join(workdir, "qwen3"), "qwen3"), [],
                          "--enable-return-routed-experts needs a MoE model; Qwen3ForCausalLM has no routed experts",
                          workdir, "dense")
-    print(check.summary())
-    return 0 if not check.failures else 1
+    return check.report()
 
 
 if __name__ == "__main__":
