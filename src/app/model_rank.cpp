@@ -150,6 +150,11 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.strip_thinking_cache = args.strip_thinking_cache;
     if (args.enable_return_routed_experts)
         sc.routed_experts_width = m.config().num_hidden_layers * m.config().moe.num_experts_per_tok;
+    // A step's logits of scored prompt positions stay within 256 MiB: 441 rows of Qwen3's
+    // 151936-token vocabulary. An 8192-token chunk would otherwise ask for 5 GiB.
+    constexpr std::int64_t kScoredLogitsBytes = std::int64_t{256} << 20;
+    const std::int64_t rows = kScoredLogitsBytes / (4 * std::max<std::int64_t>(m.config().vocab_size, 1));
+    sc.max_scored_rows_per_step = std::max(sc.page_size, rows / sc.page_size * sc.page_size);
     // scheduler.py init_chunked_prefill: is_mixed_chunk needs chunked prefill.
     sc.enable_mixed_chunk = args.enable_mixed_chunk && chunked > 0;
     if (args.enable_mixed_chunk && chunked <= 0)

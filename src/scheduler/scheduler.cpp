@@ -69,6 +69,11 @@ Status SchedulerConfig::validate() const {
     if (context_len < 0) return Status::InvalidArgument(fmt::format("context_len ({}) must be >= 0", context_len));
     if (max_cached_tokens < -1)
         return Status::InvalidArgument(fmt::format("max_cached_tokens ({}) must be -1 (no cap) or >= 0", max_cached_tokens));
+    if (max_scored_rows_per_step != -1 &&
+        (max_scored_rows_per_step < page_size || max_scored_rows_per_step % page_size != 0))
+        return Status::InvalidArgument(fmt::format(
+            "max_scored_rows_per_step ({}) must be -1 (no bound) or a positive multiple of page_size ({})",
+            max_scored_rows_per_step, page_size));
     if (max_in_flight_steps < 1)
         return Status::InvalidArgument(fmt::format("max_in_flight_steps ({}) must be >= 1", max_in_flight_steps));
     if (max_micro_batch_size < 0)
@@ -464,6 +469,20 @@ bool Scheduler::launch_next_batch() {
 }
 
 std::int64_t Scheduler::prefill_chunk_budget() const {
+    const std::int64_t chunk = configured_chunk_budget();
+    const std::int64_t cap = config_.max_scored_rows_per_step;
+    if (cap <= 0) return chunk;
+    const auto scores_prompt = [](const Req* r) {
+        const auto [first, last] = r->input_logprob_rows();
+        return first < last;
+    };
+    if ((chunked_req_ == nullptr || !scores_prompt(chunked_req_)) &&
+        std::none_of(waiting_.begin(), waiting_.end(), scores_prompt))
+        return chunk;
+    return chunk > 0 ? std::min(chunk, cap) : cap;
+}
+
+std::int64_t Scheduler::configured_chunk_budget() const {
     if (!config_.dynamic_chunking) return config_.chunked_prefill_size;
     // Sized for the continued chunked request's prefix (reference §7); a round of fresh
     // requests uses the size of a first chunk.

@@ -81,6 +81,10 @@ struct SchedulerConfig {
     // × top_k); 0 when off. Every step then records each token's experts by KV slot, and a
     // request with return_routed_experts gets its positions' rows with its tokens.
     std::int64_t routed_experts_width = 0;
+    // Prompt log-probabilities need a logits row (vocab_size floats) per scored position: while
+    // a request that asks for them waits or is being prefilled, a prefill step takes at most
+    // this many tokens (a multiple of page_size; -1: no bound).
+    std::int64_t max_scored_rows_per_step = -1;
     std::uint64_t random_seed = 0;           // --random-seed (policy random)
     // Pipeline parallelism (reference §6.3): steps in flight at once (pp_size +
     // --pp-async-batch-depth; 1 = run each step to completion), and the most requests in
@@ -196,7 +200,11 @@ class Scheduler {
     int in_flight_limit() const { return config_.overlap_schedule ? 2 : config_.max_in_flight_steps; }
     void merge_last_prefill();
     bool launch_next_batch();
+    // The next prefill step's token budget: configured_chunk_budget(), bounded by
+    // max_scored_rows_per_step while a request that scores its prompt waits or is prefilled.
     std::int64_t prefill_chunk_budget() const;
+    // --chunked-prefill-size, or dynamic chunking's size for the next chunk (-1: no chunking).
+    std::int64_t configured_chunk_budget() const;
     std::vector<PrefillItem> get_new_batch_prefill();
     bool alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_chunked);
     // Priority preemption for `incoming` (extend_len tokens to compute) when the running batch

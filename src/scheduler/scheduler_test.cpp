@@ -557,6 +557,38 @@ TEST_P(SchedulerTest, PromptLogprobsCoverEveryPositionFromTheStartThroughChunksA
     }
 }
 
+// A step's scored rows are bounded (each is a vocab-sized logits row): while a request that
+// scores its prompt waits or is prefilled, prefill steps take at most max_scored_rows_per_step
+// tokens; the others keep the configured chunk size.
+TEST_P(SchedulerTest, ScoredPromptsArePrefilledInBoundedSteps) {
+    for (const std::int64_t chunked : {-1, 64}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.chunked_prefill_size = chunked;
+        cfg.max_scored_rows_per_step = 32;
+        Harness h(cfg);
+        Req scored = make_req("scored", prompt(3, 100), 2);
+        scored.logprob_start_len = 0;
+        h.add(scored);
+        h.run();
+        expect_input_logprobs(scored, h.results_["scored"]);
+        std::int64_t steps = 0;
+        for (const ForwardBatch& b : h.runner_.launched) {
+            if (b.seqs.empty() || b.seqs[0].tokens.size() < 2) continue;  // a decode step
+            EXPECT_LE(b.total_new_tokens(), cfg.max_scored_rows_per_step) << "chunked " << chunked;
+            ++steps;
+        }
+        EXPECT_GE(steps, 100 / cfg.max_scored_rows_per_step) << "chunked " << chunked;
+        // A plain prompt after it is not bounded.
+        const std::size_t before = h.runner_.launched.size();
+        h.add(make_req("plain", prompt(4, 100), 2));
+        h.run();
+        EXPECT_EQ(h.runner_.launched[before].total_new_tokens(), chunked > 0 ? chunked : 100) << "chunked " << chunked;
+    }
+    SchedulerConfig bad = roomy(16);
+    bad.max_scored_rows_per_step = 24;
+    EXPECT_FALSE(bad.validate().ok());
+}
+
 TEST_P(SchedulerTest, MaxNewTokensZeroEndsWithThePromptAndItsLogprobs) {
     Req r = make_req("score", prompt(8, 40), 0);
     r.logprob_start_len = 0;

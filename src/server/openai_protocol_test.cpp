@@ -1128,6 +1128,34 @@ TEST(ResponseBuilderTest, IncrementalStreamingOutput) {
     EXPECT_EQ(Json::parse(w.body())["text"], "abc");
 }
 
+// A streamed /generate's log-probabilities (tokenizer_manager.py add_logprob_to_meta_info): the
+// prompt's in every chunk, the output's so far, or only the new ones with
+// --incremental-streaming-output; output_token_logprobs_length counts them all.
+TEST(ResponseBuilderTest, StreamedLogprobsAreCumulativeUnlessIncremental) {
+    for (const bool incremental : {false, true}) {
+        ProtocolOptions o = options();
+        o.incremental_streaming_output = incremental;
+        ParseOutcome p = parse_request(ApiKind::kGenerate, R"({"text": "x", "stream": true, "return_logprob": true,
+            "logprob_start_len": 0})", o, "");
+        ResponseBuilder b(p.request);
+        auto first = event("a", {1}, 1);
+        first.input_logprobs = prompt_entries();
+        first.logprobs.push_back(TokenLogprob{.token = 1, .text = "a", .logprob = -1.0f});
+        auto second = event("b", {2}, 2, "length");
+        second.logprobs.push_back(TokenLogprob{.token = 2, .text = "b", .logprob = -2.0f});
+        std::string out = b.add_event(0, first);
+        out += b.add_event(0, second);
+        const auto payloads = sse_payloads(out);
+        ASSERT_EQ(payloads.size(), 3u);
+        const Json last = Json::parse(payloads[1])["meta_info"];
+        EXPECT_EQ(last["input_token_logprobs"], Json::parse(R"([[null, 3, null], [-2.5, 4, null]])")) << incremental;
+        const Json both = Json::parse(R"([[-1.0, 1, null], [-2.0, 2, null]])");
+        EXPECT_EQ(last["output_token_logprobs"], incremental ? Json::parse(R"([[-2.0, 2, null]])") : both)
+            << incremental;
+        EXPECT_EQ(last["output_token_logprobs_length"], 2);
+    }
+}
+
 // --skip-tokenizer-init: only /generate with input_ids and no stop strings; the answer has
 // output_ids and no text, whole and streamed.
 TEST(OpenAiProtocolTest, SkipTokenizerInit) {

@@ -118,16 +118,18 @@ NativeLogprobs native_logprobs(const std::vector<TokenLogprob>& lps, bool with_t
 // meta_info's log-probability fields (tokenizer_manager.py add_logprob_to_meta_info): the
 // prompt's (from logprob_start_len; [] when none came) and the output's, with their best ones
 // when top_logprobs_num asked for some, and the token_ids_logprob ones when it gave ids.
+// `output_length`: how many output tokens have one so far (`output` may be only the new ones).
 struct NativeLogprobFields {
     bool with_text = false;
     bool with_top = false;
     bool with_chosen = false;
 };
 void add_native_logprobs(Json& meta, const std::vector<TokenLogprob>* prompt, const std::vector<TokenLogprob>& output,
-                         NativeLogprobFields fields) {
+                         std::size_t output_length, NativeLogprobFields fields) {
     NativeLogprobs in = native_logprobs(prompt ? *prompt : std::vector<TokenLogprob>{}, fields.with_text, true);
     NativeLogprobs out = native_logprobs(output, fields.with_text, false);
     meta["input_token_logprobs"] = std::move(in.tokens);
+    meta["output_token_logprobs_length"] = output_length;
     meta["output_token_logprobs"] = std::move(out.tokens);
     if (fields.with_top) {
         meta["input_top_logprobs"] = std::move(in.tops);
@@ -235,7 +237,9 @@ std::string ResponseBuilder::add_event(std::size_t index, const GenerationEvent&
     if (echo_ && event.prompt_text) c.text += *event.prompt_text;
     c.text += event.text;
     c.output_ids.insert(c.output_ids.end(), event.token_ids.begin(), event.token_ids.end());
-    if (!stream_) c.logprobs.insert(c.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+    // Kept while streaming too: a streamed /generate chunk repeats the output's so far.
+    if (!stream_ || kind_ == ApiKind::kGenerate)
+        c.logprobs.insert(c.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
     c.usage = event.usage;
     if (!event.embedding.empty()) c.embedding = event.embedding;
     if (event.error && !error_) error_ = ApiError::from_status(*event.error);
@@ -269,9 +273,16 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         meta["reasoning_tokens"] = event.usage.reasoning_tokens;
         meta["e2e_latency"] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-        if (logprobs_)
-            add_native_logprobs(meta, event.input_logprobs ? &*event.input_logprobs : nullptr, event.logprobs,
+        if (logprobs_) {
+            // tokenizer_manager.py add_logprob_to_meta_info: every chunk carries the prompt's and
+            // the output's so far; --incremental-streaming-output slices the output's to what is
+            // new (_slice_streaming_output_meta_info).
+            std::vector<TokenLogprob> output = incremental_ ? std::vector<TokenLogprob>{} : c.logprobs;
+            output.insert(output.end(), event.logprobs.begin(), event.logprobs.end());
+            add_native_logprobs(meta, c.input_logprobs ? &*c.input_logprobs : nullptr, output,
+                                c.logprobs.size() + event.logprobs.size(),
                                 {text_in_logprobs_, top_logprobs_ > 0, token_ids_logprob_});
+        }
         if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
         if (event.routed_experts) meta["routed_experts"] = routed_experts_base64(*event.routed_experts);
         Json chunk = Json::object();
@@ -438,7 +449,7 @@ std::string ResponseBuilder::body() const {
             meta["e2e_latency"] = std::chrono::duration<double>(c.finished_at - start_).count();
             if (logprobs_)
                 add_native_logprobs(meta, c.input_logprobs ? &*c.input_logprobs : nullptr, c.logprobs,
-                                    {text_in_logprobs_, top_logprobs_ > 0, token_ids_logprob_});
+                                    c.logprobs.size(), {text_in_logprobs_, top_logprobs_ > 0, token_ids_logprob_});
             if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
             if (c.routed_experts) meta["routed_experts"] = routed_experts_base64(*c.routed_experts);
             Json item = Json::object();

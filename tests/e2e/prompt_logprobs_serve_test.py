@@ -99,6 +99,14 @@ def check_layout(check, server, name, log_softmax, greedy):
           chosen_error(chosen_in[1:], 0, log_softmax) < TOLERANCE and
           chosen_error(chosen_out, len(PROMPT) - 1, log_softmax) < TOLERANCE, (chosen_in, chosen_out))
 
+    status, chunks = server.stream("/generate", {"input_ids": PROMPT, "return_logprob": True, "logprob_start_len": 0,
+                                                 "sampling_params": {"temperature": 0, "max_new_tokens": NEW_TOKENS,
+                                                                     "ignore_eos": True}})
+    last = chunks[-1].get("meta_info", {}) if status == 200 and chunks else {}
+    check(f"{name}: streamed, the last chunk repeats the prompt's and holds every output token's",
+          worst_input_error(last.get("input_token_logprobs", []), 0, log_softmax) < TOLERANCE and
+          [e[1] for e in last.get("output_token_logprobs", [])] == greedy, (status, chunks[-1:] if chunks else None))
+
     # Again: the prompt is in the prefix cache now, and positions from 11 on are computed again.
     status, again = generate(server, 11)
     entries = again.get("meta_info", {}).get("input_token_logprobs", []) if status == 200 else []
