@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Prompt log-probabilities end to end, checked against the independent PyTorch reference.
 
-A tiny f32 Qwen3 model with the real Qwen3 tokenizer is served in several layouts (one rank with
-small prefill chunks, TP 2, PP 2 with small chunks, DP 2). SGLang's /generate with
+Tiny f32 models with the real Qwen3 tokenizer are served in several layouts: Qwen3 on one rank with
+small prefill chunks, TP 2, PP 2 with small chunks and DP 2; Qwen3-MoE with DP-attention (TP 2,
+DP 2, small chunks); DeepSeek-V3 (MLA) with TP 2. SGLang's /generate with
 return_logprob and logprob_start_len must answer meta_info.input_token_logprobs: one
 [logprob, token_id, text] entry per prompt token from logprob_start_len, the first without a
 value, each other the log-softmax of the reference's logits at the position before it; with
@@ -30,8 +31,12 @@ TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps on: 1, 2
 PROMPT = []  # TEXT's ids, from `tessera tokenize`
 NEW_TOKENS = 3
 CHOSEN = [0, 13]  # token_ids_logprob
-LAYOUTS = [["--chunked-prefill-size", "8"], ["--tp", "2"], ["--pp-size", "2", "--chunked-prefill-size", "8"],
-           ["--dp", "2"]]
+LAYOUTS = {
+    "qwen3": [["--chunked-prefill-size", "8"], ["--tp", "2"], ["--pp-size", "2", "--chunked-prefill-size", "8"],
+              ["--dp", "2"]],
+    "qwen3-moe": [["--tp", "2", "--dp", "2", "--enable-dp-attention", "--chunked-prefill-size", "8"]],
+    "deepseek-v3": [["--tp", "2"]],
+}
 TOLERANCE = 2e-3  # f32 compute in both; the server's GEMM order differs from PyTorch's
 
 
@@ -127,48 +132,60 @@ def check_layout(check, server, name, log_softmax, greedy):
 def main():
     tessera, workdir = script_args(__doc__)
     check = Checks()
-    model = make_tiny_model(tessera, workdir)
-    tokenized = subprocess.run([tessera, "tokenize", "--model-path", model], input=json.dumps(TEXT) + "\n",
-                               check=True, capture_output=True, text=True)
-    PROMPT.extend(json.loads(tokenized.stdout))
-    log_softmax, greedy = reference_log_softmax(model, workdir)
-    for index, flags in enumerate(LAYOUTS):
-        name = " ".join(flags)
-        server = Server(tessera, model, flags, os.path.join(workdir, f"layout{index}.log"))
-        try:
-            if not check(f"{name}: server ready", server.ready()):
-                continue
-            check_layout(check, server, name, log_softmax, greedy)
-            if index > 0:
-                continue
-            status, body = generate(server, len(PROMPT) + 1)
-            check("a logprob_start_len past the prompt is a 400 with SGLang's message",
-                  status == 400 and "is higher than the number of input tokens" in json.dumps(body), (status, body))
-            status, body = generate(server, len(PROMPT))
-            check("logprob_start_len at the prompt's end answers no prompt entries",
-                  status == 200 and body["meta_info"]["input_token_logprobs"] == [], (status, body))
-            status, body = generate(server, -1)
-            check("the default (-1) answers no prompt entries",
-                  status == 200 and body["meta_info"]["input_token_logprobs"] == [], (status, body))
-
-            request = {"model": "tiny", "prompt": PROMPT, "max_tokens": 1, "temperature": 0, "logprobs": 1,
-                       "echo": True}
-            status, body = server.post("/v1/completions", request)
-            choice = body["choices"][0] if status == 200 else {}
-            lps = choice.get("logprobs") or {}
-            values = lps.get("token_logprobs", [])
-            prompt_error = max((abs(values[i] - log_softmax[i - 1, PROMPT[i]]) for i in range(1, len(PROMPT))),
-                               default=float("inf")) if len(values) == len(PROMPT) + 1 else float("inf")
-            check("/v1/completions echo + logprobs: the prompt's tokens first, the first null, as the reference",
-                  values[:1] == [None] and prompt_error < TOLERANCE and len(lps.get("tokens", [])) == len(values) and
-                  lps.get("top_logprobs", [0])[0] is None, (status, body))
-            status, plain = server.post("/v1/completions", {**request, "logprobs": None})
-            check("/v1/completions echo: the text starts with the prompt's text",
-                  status == 200 and plain["choices"][0]["text"].startswith("".join(lps.get("tokens", [])[:-1])) and
-                  plain["choices"][0]["logprobs"] is None, (status, plain, lps))
-        finally:
-            server.close()
+    for arch, layouts in LAYOUTS.items():
+        model = make_tiny_model(tessera, os.path.join(workdir, arch), arch)
+        if not PROMPT:
+            tokenized = subprocess.run([tessera, "tokenize", "--model-path", model], input=json.dumps(TEXT) + "\n",
+                                       check=True, capture_output=True, text=True)
+            PROMPT.extend(json.loads(tokenized.stdout))
+        log_softmax, greedy = reference_log_softmax(model, os.path.join(workdir, arch))
+        for index, flags in enumerate(layouts):
+            check_server(check, tessera, model, arch, flags, os.path.join(workdir, arch, f"layout{index}.log"),
+                         log_softmax, greedy, first=arch == "qwen3" and index == 0)
     return check.report()
+
+
+def check_server(check, tessera, model, arch, flags, log_path, log_softmax, greedy, first):
+    """One layout's checks; the first server also checks refusals and /v1/completions."""
+    name = arch + " " + " ".join(flags)
+    server = Server(tessera, model, flags, log_path)
+    try:
+        if not check(f"{name}: server ready", server.ready()):
+            return
+        check_layout(check, server, name, log_softmax, greedy)
+        if first:
+            check_first_server(check, server, log_softmax)
+    finally:
+        server.close()
+
+
+def check_first_server(check, server, log_softmax):
+    """Refusals and defaults of logprob_start_len, and /v1/completions with echo."""
+    status, body = generate(server, len(PROMPT) + 1)
+    check("a logprob_start_len past the prompt is a 400 with SGLang's message",
+          status == 400 and "is higher than the number of input tokens" in json.dumps(body), (status, body))
+    status, body = generate(server, len(PROMPT))
+    check("logprob_start_len at the prompt's end answers no prompt entries",
+          status == 200 and body["meta_info"]["input_token_logprobs"] == [], (status, body))
+    status, body = generate(server, -1)
+    check("the default (-1) answers no prompt entries",
+          status == 200 and body["meta_info"]["input_token_logprobs"] == [], (status, body))
+
+    request = {"model": "tiny", "prompt": PROMPT, "max_tokens": 1, "temperature": 0, "logprobs": 1,
+               "echo": True}
+    status, body = server.post("/v1/completions", request)
+    choice = body["choices"][0] if status == 200 else {}
+    lps = choice.get("logprobs") or {}
+    values = lps.get("token_logprobs", [])
+    prompt_error = max((abs(values[i] - log_softmax[i - 1, PROMPT[i]]) for i in range(1, len(PROMPT))),
+                       default=float("inf")) if len(values) == len(PROMPT) + 1 else float("inf")
+    check("/v1/completions echo + logprobs: the prompt's tokens first, the first null, as the reference",
+          values[:1] == [None] and prompt_error < TOLERANCE and len(lps.get("tokens", [])) == len(values) and
+          lps.get("top_logprobs", [0])[0] is None, (status, body))
+    status, plain = server.post("/v1/completions", {**request, "logprobs": None})
+    check("/v1/completions echo: the text starts with the prompt's text",
+          status == 200 and plain["choices"][0]["text"].startswith("".join(lps.get("tokens", [])[:-1])) and
+          plain["choices"][0]["logprobs"] is None, (status, plain, lps))
 
 
 if __name__ == "__main__":
