@@ -760,6 +760,64 @@ bool read_sampling_object(FieldReader& r, const Json& object, const std::string&
     return s.ok();
 }
 
+// /generate's log-probability fields of one input.
+struct InputLogprobs {
+    bool on = false;                      // return_logprob
+    int top = 0;                          // top_logprobs_num
+    std::int64_t start = -1;              // logprob_start_len: -1 asks for the output's only
+    std::vector<std::int32_t> token_ids;  // token_ids_logprob; empty asks for none
+    void apply(GenerationParams& p) const {
+        p.logprobs = on;
+        p.top_logprobs = top;
+        p.logprob_start_len = start;
+        p.token_ids_logprob = token_ids;
+    }
+};
+
+// return_logprob, top_logprobs_num, logprob_start_len and token_ids_logprob, each one value for
+// every input or, for a batch, a list of one per input (io_struct.py _normalize_logprob_params;
+// token_ids_logprob's per-input form is a list of lists). Returns the name of a field given as a
+// list ("" for none), which n > 1 refuses.
+std::string read_input_logprobs(FieldReader& r, const ProtocolOptions& o, bool batched,
+                                std::vector<InputLogprobs>& out) {
+    std::string list_field;
+    const auto each = [&](const char* name, bool list_form_is_nested, const auto& read_one) {
+        const Json* j = r.get(name);
+        if (j == nullptr) return;
+        const bool nested = j->is_array() && !j->empty() && (*j)[0].is_array();
+        const bool per_input = batched && j->is_array() && (list_form_is_nested ? nested : true);
+        if (!per_input) {
+            for (std::size_t i = 0; i < out.size() && r.ok(); ++i) read_one(name, *j, out[i]);
+            return;
+        }
+        if (j->size() != out.size())
+            return r.fail(name, "a list needs one value per input of the batch (" + std::to_string(out.size()) +
+                                    "), got " + std::to_string(j->size()));
+        list_field = name;
+        for (std::size_t i = 0; i < out.size() && r.ok(); ++i)
+            read_one(std::string(name) + "[" + std::to_string(i) + "]", (*j)[i], out[i]);
+    };
+    each("return_logprob", false, [&](const std::string& name, const Json& v, InputLogprobs& lp) {
+        if (!v.is_boolean()) return (void)r.wrong_type<bool>(name, "a boolean, or for a batch a list of them", v);
+        lp.on = v.get<bool>();
+    });
+    each("top_logprobs_num", false, [&](const std::string& name, const Json& v, InputLogprobs& lp) {
+        if (auto k = r.integer_value(name, v, 0, o.max_top_logprobs)) lp.top = static_cast<int>(*k);
+    });
+    each("logprob_start_len", false, [&](const std::string& name, const Json& v, InputLogprobs& lp) {
+        if (auto s = r.integer_value(name, v, -1, std::numeric_limits<std::int32_t>::max())) lp.start = *s;
+    });
+    each("token_ids_logprob", true, [&](const std::string& name, const Json& v, InputLogprobs& lp) {
+        auto ids = r.token_ids(name, v, /*allow_empty=*/true);
+        if (!ids) return;
+        // Every scored row answers each id: a bound keeps a request's answer a reasonable size.
+        if (ids->size() > kMaxTokenIdsLogprob)
+            return r.fail(name, "holds at most " + std::to_string(kMaxTokenIdsLogprob) + " token ids");
+        lp.token_ids = std::move(*ids);
+    });
+    return list_field;
+}
+
 // /generate (SGLang's GenerateReqInput): one input, or a batch, a list of texts or of id lists.
 // A batch answers a list, in the order of io_struct.py _normalize_batch_inputs: every input
 // once, then again for each further sample of n. sampling_params is one object for all, or one
@@ -813,11 +871,9 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     }
     if (auto v = r.boolean("stream")) out.stream = *v;
     out.incremental = out.stream && o.incremental_streaming_output;
-    if (auto v = r.boolean("return_logprob")) out.logprobs = *v;
-    if (auto v = r.integer("top_logprobs_num", 0, o.max_top_logprobs)) out.top_logprobs = static_cast<int>(*v);
-    // io_struct.py: -1 (the default) asks for the output's log-probabilities only.
-    if (auto v = r.integer("logprob_start_len", -1, std::numeric_limits<std::int32_t>::max()))
-        out.logprob_start_len = *v;
+    std::vector<InputLogprobs> logprobs(inputs.size());
+    const std::string logprob_list = read_input_logprobs(r, o, out.batched_input, logprobs);
+    if (!r.ok()) return;
     out.return_text_in_logprobs = false;
     if (auto v = r.boolean("return_text_in_logprobs")) out.return_text_in_logprobs = *v;
     if (o.preferred_sampling) {
@@ -827,13 +883,6 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
         base.params.max_new_tokens = 128;  // SGLang's SamplingParams default
     }
     read_priority(r, base.params);
-    // io_struct.py: an empty list asks for nothing.
-    if (const Json* j = r.get("token_ids_logprob"); j && !j->is_null()) {
-        if (auto ids = r.token_ids("token_ids_logprob", *j, /*allow_empty=*/true)) base.params.token_ids_logprob = *ids;
-        // Every scored row answers each id: a bound keeps a request's answer a reasonable size.
-        if (base.params.token_ids_logprob.size() > kMaxTokenIdsLogprob)
-            return r.fail("token_ids_logprob", "holds at most " + std::to_string(kMaxTokenIdsLogprob) + " token ids");
-    }
     read_return_hidden_states(r, base.params);
     read_routed_experts(r, base.params);
     // GenerateReqInput.require_reasoning: the client says the output begins with reasoning.
@@ -867,11 +916,17 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
         if (!read_sampling_object(r, *sp, "sampling_params.", o, base.params, n)) return;
         std::fill(params.begin(), params.end(), base.params);
     }
+    if (!logprob_list.empty() && n > 1)
+        return r.fail(logprob_list, "Cannot use list " + logprob_list + " with parallel_sample_num > 1");
     if (!out.batched_input) {
+        logprobs[0].apply(base.params);
         base.input = std::move(inputs.front());
         return;
     }
-    for (std::size_t i = 0; i < inputs.size(); ++i) batch.push_back({"", std::move(inputs[i]), std::move(params[i])});
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        logprobs[i].apply(params[i]);
+        batch.push_back({"", std::move(inputs[i]), std::move(params[i])});
+    }
 }
 
 }  // namespace
@@ -1074,10 +1129,12 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
     for (int round = 0; round < n; ++round) {
         for (const GenerationRequest& item : batch) {
             GenerationRequest req = item;
-            req.params.logprobs = out.logprobs;
-            req.params.top_logprobs = out.top_logprobs;
-            req.params.logprob_start_len = out.logprob_start_len;
-            req.params.echo = out.echo;
+            if (kind != ApiKind::kGenerate) {  // /generate's are per input
+                req.params.logprobs = out.logprobs;
+                req.params.top_logprobs = out.top_logprobs;
+                req.params.logprob_start_len = out.logprob_start_len;
+                req.params.echo = out.echo;
+            }
             if (kind != ApiKind::kGenerate && options.preferred_sampling)
                 req.params.stream_interval = options.preferred_sampling->params.stream_interval;
             const std::size_t k = out.requests.size();

@@ -182,6 +182,11 @@ class ResponseBuilder {
     struct Choice {
         std::string text;
         std::vector<std::int32_t> output_ids;
+        // What the choice's request asked for: log-probabilities, how many best ones, and
+        // token_ids_logprob's (a batched /generate may ask per input).
+        bool wants_logprobs = false;
+        int top_logprobs = 0;
+        bool wants_token_ids_logprobs = false;
         std::vector<TokenLogprob> logprobs;
         std::optional<std::vector<TokenLogprob>> input_logprobs;  // the prompt's, once they came
         std::optional<std::string> finish_reason;
@@ -210,11 +215,8 @@ class ResponseBuilder {
     std::int64_t created_;
     bool stream_;
     bool include_usage_;
-    bool logprobs_;
-    int top_logprobs_;
     bool text_in_logprobs_;
     bool echo_;
-    bool token_ids_logprob_;
     HiddenStatesMode hidden_states_;
     bool token_ids_only_;
     bool incremental_;

@@ -947,6 +947,38 @@ TEST(OpenAiProtocolTest, PromptLogprobFields) {
     EXPECT_EQ(completion(R"({"prompt": "x", "logprobs": 1})").request.requests[0].params.logprob_start_len, -1);
 }
 
+// A batch's log-probability fields: one value for all inputs, or a list of one per input
+// (io_struct.py _normalize_logprob_params), which n > 1 refuses.
+TEST(OpenAiProtocolTest, PerInputLogprobFieldsOfABatch) {
+    auto o = generate(R"({"text": ["a", "b"], "return_logprob": [true, false], "logprob_start_len": [0, -1],
+        "top_logprobs_num": [2, 0], "token_ids_logprob": [[1], [2, 3]]})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    ASSERT_EQ(o.request.requests.size(), 2u);
+    const GenerationParams& a = o.request.requests[0].params;
+    const GenerationParams& b = o.request.requests[1].params;
+    EXPECT_TRUE(a.logprobs);
+    EXPECT_FALSE(b.logprobs);
+    EXPECT_EQ(a.logprob_start_len, 0);
+    EXPECT_EQ(b.logprob_start_len, -1);
+    EXPECT_EQ(a.top_logprobs, 2);
+    EXPECT_EQ(b.top_logprobs, 0);
+    EXPECT_EQ(a.token_ids_logprob, (std::vector<std::int32_t>{1}));
+    EXPECT_EQ(b.token_ids_logprob, (std::vector<std::int32_t>{2, 3}));
+    // One value (a flat id list) for every input.
+    auto all = generate(R"({"text": ["a", "b"], "return_logprob": true, "token_ids_logprob": [4, 5]})");
+    ASSERT_TRUE(all.ok()) << all.error->message;
+    for (const GenerationRequest& r : all.request.requests) {
+        EXPECT_TRUE(r.params.logprobs);
+        EXPECT_EQ(r.params.token_ids_logprob, (std::vector<std::int32_t>{4, 5}));
+    }
+    expect_error(generate(R"({"text": ["a", "b"], "return_logprob": [true]})"), "return_logprob");
+    expect_error(generate(R"({"text": ["a", "b"], "logprob_start_len": [0, "x"]})"), "logprob_start_len[1]");
+    const std::string with_n = expect_error(generate(R"({"text": ["a", "b"], "return_logprob": [true, true],
+        "sampling_params": {"n": 2}})"), "return_logprob");
+    EXPECT_NE(with_n.find("Cannot use list return_logprob with parallel_sample_num > 1"), std::string::npos);
+    expect_error(generate(R"({"text": "a", "return_logprob": [true]})"), "return_logprob");
+}
+
 // The prompt's entries as the backend gives them: one per token from logprob_start_len, the first
 // without a value.
 std::vector<TokenLogprob> prompt_entries() {
@@ -1012,6 +1044,18 @@ TEST(ResponseBuilderTest, NativeGeneratePromptLogprobs) {
     EXPECT_FALSE(tmeta.contains("output_top_logprobs"));
     EXPECT_FALSE(tmeta.contains("input_top_logprobs"));
     EXPECT_FALSE(tmeta.contains("output_token_ids_logprobs"));
+
+    // A batch whose second input asked for none: its item has no log-probability fields.
+    auto mixed = generate(R"({"text": ["x", "y"], "return_logprob": [true, false]})");
+    ResponseBuilder mb(mixed.request);
+    for (std::size_t i = 0; i < 2; ++i) {
+        auto me = event("!", {7}, 1, "length");
+        me.logprobs.push_back(TokenLogprob{.token = 7, .text = "!", .logprob = -0.75f});
+        mb.add_event(i, me);
+    }
+    const Json items = Json::parse(mb.body());
+    EXPECT_EQ(items[0]["meta_info"]["output_token_logprobs"], Json::parse(R"([[-0.75, 7, null]])"));
+    EXPECT_FALSE(items[1]["meta_info"].contains("output_token_logprobs"));
 
     // token_ids_logprob: each entry's values of the asked ids, the prompt's first null.
     auto c = generate(R"({"text": "x", "return_logprob": true, "logprob_start_len": 0, "token_ids_logprob": [8]})");

@@ -192,11 +192,8 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       created_(request.created),
       stream_(request.stream),
       include_usage_(request.include_usage),
-      logprobs_(request.logprobs),
-      top_logprobs_(request.top_logprobs),
       text_in_logprobs_(request.return_text_in_logprobs),
       echo_(request.echo),
-      token_ids_logprob_(!request.requests.empty() && !request.requests[0].params.token_ids_logprob.empty()),
       hidden_states_(request.requests.empty() ? HiddenStatesMode::kNone
                                               : request.requests[0].params.return_hidden_states),
       token_ids_only_(request.token_ids_only),
@@ -211,6 +208,12 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       earlier_tool_calls_(request.earlier_tool_calls),
       start_(std::chrono::steady_clock::now()),
       choices_(request.requests.size()) {
+    for (std::size_t i = 0; i < choices_.size(); ++i) {
+        const GenerationParams& p = request.requests[i].params;
+        choices_[i].wants_logprobs = p.logprobs;
+        choices_[i].top_logprobs = p.top_logprobs;
+        choices_[i].wants_token_ids_logprobs = !p.token_ids_logprob.empty();
+    }
     for (const GenerationRequest& r : request.requests) request_ids_.push_back(r.request_id);
     if (reasoning_ && stream_) {
         for (Choice& c : choices_) c.reasoning.emplace(*reasoning_, force_reasoning_, request.stream_reasoning);
@@ -273,7 +276,7 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
         meta["reasoning_tokens"] = event.usage.reasoning_tokens;
         meta["e2e_latency"] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-        if (logprobs_) {
+        if (c.wants_logprobs) {
             // tokenizer_manager.py add_logprob_to_meta_info: every chunk carries the prompt's and
             // the output's so far; --incremental-streaming-output slices the output's to what is
             // new (_slice_streaming_output_meta_info).
@@ -281,7 +284,7 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
             output.insert(output.end(), event.logprobs.begin(), event.logprobs.end());
             add_native_logprobs(meta, c.input_logprobs ? &*c.input_logprobs : nullptr, output,
                                 c.logprobs.size() + event.logprobs.size(),
-                                {text_in_logprobs_, top_logprobs_ > 0, token_ids_logprob_});
+                                {text_in_logprobs_, c.top_logprobs > 0, c.wants_token_ids_logprobs});
         }
         if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
         if (event.routed_experts) meta["routed_experts"] = routed_experts_base64(*event.routed_experts);
@@ -357,11 +360,12 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
     choice["index"] = index;
     if (chat) {
         choice["delta"] = content.empty() ? Json::object() : Json{{"content", content}};
-        choice["logprobs"] = logprobs_ && !event.logprobs.empty() ? chat_logprobs(event.logprobs) : Json(nullptr);
+        choice["logprobs"] =
+            c.wants_logprobs && !event.logprobs.empty() ? chat_logprobs(event.logprobs) : Json(nullptr);
     } else {
         choice["text"] = echoes ? *event.prompt_text + event.text : event.text;
         const std::vector<TokenLogprob>* prompt = echo_ && event.input_logprobs ? &*event.input_logprobs : nullptr;
-        choice["logprobs"] = logprobs_ && (!event.logprobs.empty() || prompt != nullptr)
+        choice["logprobs"] = c.wants_logprobs && (!event.logprobs.empty() || prompt != nullptr)
                                  ? completion_logprobs(prompt, event.logprobs, c.text_offset)
                                  : Json(nullptr);
     }
@@ -447,9 +451,10 @@ std::string ResponseBuilder::body() const {
             meta["cached_tokens"] = c.usage.cached_tokens;
             meta["reasoning_tokens"] = c.usage.reasoning_tokens;
             meta["e2e_latency"] = std::chrono::duration<double>(c.finished_at - start_).count();
-            if (logprobs_)
+            if (c.wants_logprobs)
                 add_native_logprobs(meta, c.input_logprobs ? &*c.input_logprobs : nullptr, c.logprobs,
-                                    c.logprobs.size(), {text_in_logprobs_, top_logprobs_ > 0, token_ids_logprob_});
+                                    c.logprobs.size(),
+                                    {text_in_logprobs_, c.top_logprobs > 0, c.wants_token_ids_logprobs});
             if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
             if (c.routed_experts) meta["routed_experts"] = routed_experts_base64(*c.routed_experts);
             Json item = Json::object();
@@ -500,12 +505,12 @@ std::string ResponseBuilder::body() const {
                                      {"reasoning_content", parts.reasoning.empty() ? Json(nullptr)
                                                                                    : Json(std::move(parts.reasoning))},
                                      {"tool_calls", std::move(tool_calls)}};
-            choice["logprobs"] = logprobs_ ? chat_logprobs(c.logprobs) : Json(nullptr);
+            choice["logprobs"] = c.wants_logprobs ? chat_logprobs(c.logprobs) : Json(nullptr);
         } else {
             choice["text"] = c.text;
             std::size_t offset = 0;
             const std::vector<TokenLogprob>* prompt = echo_ && c.input_logprobs ? &*c.input_logprobs : nullptr;
-            choice["logprobs"] = logprobs_ ? completion_logprobs(prompt, c.logprobs, offset) : Json(nullptr);
+            choice["logprobs"] = c.wants_logprobs ? completion_logprobs(prompt, c.logprobs, offset) : Json(nullptr);
         }
         choice["finish_reason"] = finish_reason ? Json(openai_finish_reason(*finish_reason)) : Json(nullptr);
         choice["matched_stop"] = std::move(matched_stop);

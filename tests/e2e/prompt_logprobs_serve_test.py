@@ -182,6 +182,13 @@ def check_first_server(check, server, log_softmax):
     check("/v1/completions echo + logprobs: the prompt's tokens first, the first null, as the reference",
           values[:1] == [None] and prompt_error < TOLERANCE and len(lps.get("tokens", [])) == len(values) and
           lps.get("top_logprobs", [0])[0] is None, (status, body))
+    status, batch = server.post("/generate", {"input_ids": [PROMPT, PROMPT[:10]], "return_logprob": [True, False],
+                                              "logprob_start_len": [0, -1],
+                                              "sampling_params": {"temperature": 0, "max_new_tokens": 1}})
+    first = batch[0]["meta_info"] if status == 200 and isinstance(batch, list) else {}
+    check("a batch with return_logprob and logprob_start_len per input",
+          worst_input_error(first.get("input_token_logprobs", []), 0, log_softmax) < TOLERANCE and
+          "input_token_logprobs" not in batch[1]["meta_info"], (status, batch))
     status, plain = server.post("/v1/completions", {**request, "logprobs": None})
     check("/v1/completions echo: the text starts with the prompt's text",
           status == 200 and plain["choices"][0]["text"].startswith("".join(lps.get("tokens", [])[:-1])) and
