@@ -111,6 +111,7 @@ struct Req {
     // error when that step's token comes.
     std::string constraint_error;
     std::int64_t routed_experts_sent = -1;           // positions whose routing went out (-1: none yet)
+    std::vector<std::int32_t> routed_experts_ready;  // for the next event
     // Prompt log-probabilities of positions logprob_start_len + 1 on, as far as computed, and
     // [that many × input_top_logprobs] best ones; sent with the first token's event.
     std::vector<float> input_logprobs;
@@ -120,7 +121,6 @@ struct Req {
     // Asked for max_new_tokens 0 (SGLang's is_prefill_only): it ends with its prompt. Not one
     // that add_request's clamp to the context brought to 0, which still gets one token.
     bool prefill_only = false;
-    std::vector<std::int32_t> routed_experts_ready;  // for the next event
     // Scheduler clock (seconds): when it was queued, and first put in a batch (-1: not yet).
     double queued_at = 0.0;
     double forward_at = -1.0;

@@ -114,10 +114,11 @@ struct ParsedRequest {
     std::int64_t created = 0;  // unix seconds
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
+    // The OpenAI routes' logprobs / top_logprobs, copied to every request's params.
     bool logprobs = false;
     int top_logprobs = 0;
-    // With logprobs: the prompt's log-probabilities from this position on (/generate's
-    // logprob_start_len; 0 for a completion with echo); -1: none.
+    // A completion with echo and logprobs scores its prompt from 0; -1: no prompt scoring.
+    // (/generate's log-probability fields are per input, in each request's params.)
     std::int64_t logprob_start_len = -1;
     bool return_text_in_logprobs = true;  // /generate's: its logprob entries carry token text
     bool echo = false;                    // completions: each choice's text starts with the prompt
