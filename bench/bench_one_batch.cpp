@@ -11,6 +11,7 @@
 #include "base/thread_pool.h"
 #include "bench/latency_stats.h"
 #include "executor/model_runner.h"
+#include "kernels/batch_invariance.h"
 #include "kernels/isa.h"
 #include "kvcache/kv_cache.h"
 #include "models/model.h"
@@ -96,6 +97,7 @@ Status OneBatchOptions::validate() const {
 
 StatusOr<OneBatchResult> run_one_batch(const OneBatchOptions& o) {
     TSR_RETURN_IF_ERROR(o.validate());
+    kernels::set_batch_invariant(o.batch_invariant);
     const auto t_load = Clock::now();
     models::LoadOptions load;
     load.model_path = o.model_path;
@@ -114,7 +116,7 @@ StatusOr<OneBatchResult> run_one_batch(const OneBatchOptions& o) {
     ThreadPool pool(r.threads);
     r.model = o.model_path;
     r.dtype = std::string(dtype_name(model->compute_dtype()));
-    r.kernels = std::string(kernels::isa_name(kernels::active_isa()));
+    r.kernels = std::string(kernels::isa_name(kernels::active_isa())) + (o.batch_invariant ? " batch-invariant" : "");
     r.weight_mb = static_cast<double>(model->weight_bytes()) / 1e6;
     r.batch_size = o.batch_size;
     r.input_len = o.input_len;

@@ -27,6 +27,7 @@ struct OneBatchOptions {
     std::int64_t output_len = 16;
     std::uint64_t seed = 1;
     bool warmup = true;  // one untimed run of the same shape (at most 4 decode steps) first
+    bool batch_invariant = false;  // --enable-deterministic-inference: the batch-invariant kernels
 
     Status validate() const;
 };
@@ -44,7 +45,7 @@ struct OneBatchResult {
     double overall_throughput_tok_s = 0.0;  // batch_size · (input_len + output_len) / total
     std::string model;
     std::string dtype;  // compute dtype of the loaded weights
-    std::string kernels;
+    std::string kernels;  // the ISA path, with " batch-invariant" under deterministic inference
     int threads = 0;
     double load_s = 0.0;
     double weight_mb = 0.0;

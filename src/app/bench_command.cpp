@@ -220,6 +220,7 @@ int run_one_batch_bench(const server::ServerArgs& args, const OneBatchFlags& f) 
     o.output_len = f.output_len;
     o.seed = f.seed;
     o.warmup = !f.no_warmup;
+    o.batch_invariant = args.enable_deterministic_inference;
     auto r = bench::run_one_batch(o);
     if (!r.ok())
         return fail(r.status(),

@@ -183,9 +183,11 @@ int main(int argc, char** argv) {
             TSR_LOG(ERROR, "{}", s.message());
             return 2;
         }
+        // Once per launch: by the launcher, or by the only rank.
+        if (!serve_rank)
+            for (const auto& note : serve_args.notes) TSR_LOG(INFO, "{}", note);
         auto layout = tessera::dist::ParallelLayout::create(serve_args.parallel_config());
         if (!serve_rank && layout.ok() && layout->world_size() > 1) {
-            for (const auto& note : serve_args.notes) TSR_LOG(INFO, "{}", note);
             tessera::app::LaunchOptions launch;
             launch.argv.assign(argv, argv + argc);
             launch.dist_init_addr = serve_args.dist_init_addr;

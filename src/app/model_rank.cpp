@@ -19,6 +19,7 @@
 #include "executor/pipeline_trace.h"
 #include "executor/pp_runner.h"
 #include "executor/tp_batch_runner.h"
+#include "kernels/batch_invariance.h"
 #include "kernels/isa.h"
 #include "planner/plan.h"
 #include "scheduler/memory_plan.h"
@@ -89,9 +90,10 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
         m.linear_weight_dtype() == m.compute_dtype()
             ? std::string(dtype_name(m.compute_dtype()))
             : fmt::format("{} projections, {}", dtype_name(m.linear_weight_dtype()), dtype_name(m.compute_dtype()));
-    TSR_LOG(INFO, "model loaded in {:.2f} s: {:.1f} MB of {} weights (layers {}..{} of {}), {} threads, {} kernels",
-            rank->load_s, m.weight_bytes() / 1e6, weights, stage.layer_begin,
-            stage.layer_end - 1, m.config().num_hidden_layers, rt.threads, kernels::isa_name(kernels::active_isa()));
+    TSR_LOG(INFO, "model loaded in {:.2f} s: {:.1f} MB of {} weights (layers {}..{} of {}), {} threads, {} kernels{}",
+            rank->load_s, m.weight_bytes() / 1e6, weights, stage.layer_begin, stage.layer_end - 1,
+            m.config().num_hidden_layers, rt.threads, kernels::isa_name(kernels::active_isa()),
+            kernels::batch_invariant() ? " (batch-invariant: deterministic inference)" : "");
 
     const kvcache::KvCacheShape kv_shape = m.kv_cache_shape();
     TSR_LOG(INFO, "KV cache: {} bytes per token ({} layers x {} of {} {} values{})", kv_shape.bytes_per_token(),

@@ -16,6 +16,7 @@
 #include "base/thread_pool.h"
 #include "dist/group_factory.h"
 #include "eplb/balancedness_report.h"
+#include "kernels/batch_invariance.h"
 
 namespace tessera::app {
 
@@ -121,6 +122,7 @@ Status await_world(dist::Store& store, const dist::ParallelLayout& layout, int r
 StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::optional<int> internal_rank,
                                         const std::string& internal_store) {
     TSR_ASSIGN_OR_RETURN(auto layout, dist::ParallelLayout::create(args.parallel_config()));
+    kernels::set_batch_invariant(args.enable_deterministic_inference);
     const int rank = internal_rank.value_or(0);
     if (rank < 0 || rank >= layout.world_size())
         return Status::InvalidArgument("--internal-rank " + std::to_string(rank) + " is outside the world of " +
@@ -145,6 +147,7 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
     TSR_ASSIGN_OR_RETURN(rt.store, dist::make_tcp_store(so));
 
     dist::GroupFactoryOptions go;
+    go.rank_order_reduce = args.enable_deterministic_inference;
     if (args.dist_timeout) go.timeout = std::chrono::seconds(*args.dist_timeout);
     TSR_RETURN_IF_ERROR(await_world(*rt.store, layout, rank, internal_store, go.timeout));
     TSR_ASSIGN_OR_RETURN(go.hostname, gloo_address(so.host));

@@ -121,6 +121,7 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())
             ec.eos_token_ids.push_back(id);
     ec.random_seed = rank.scheduler.random_seed;
+    if (args.enable_deterministic_inference) ec.default_sampling_seed = 42;
     ec.scheduler = rank.scheduler;
     ec.stream_interval = static_cast<int>(args.stream_interval);
     ec.grammar_backend = args.grammar_backend != "none";

@@ -24,6 +24,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> create_group(const ParallelLayout& layou
     o.hostname = options.hostname;
     o.global_ranks = members;
     o.p2p_buffer_bytes = options.p2p_buffer_bytes;
+    o.rank_order_reduce = options.rank_order_reduce;
     auto prefixed = make_prefix_store(name, store);
     if (one_node && !options.force_gloo) return make_shm_group(*prefixed, o);
     TSR_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> all, make_gloo_group(*prefixed, o));

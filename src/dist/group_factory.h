@@ -28,6 +28,7 @@ struct GroupFactoryOptions {
     // ordered pair of ranks (see ProcessGroupOptions); 0 = a group on one node has none, and a
     // group across nodes sends everything over Gloo.
     std::size_t p2p_buffer_bytes = 0;
+    bool rank_order_reduce = false;  // see ProcessGroupOptions
 };
 
 StatusOr<std::unique_ptr<ProcessGroup>> create_group(const ParallelLayout& layout, GroupKind kind,

@@ -104,6 +104,10 @@ struct ProcessGroupOptions {
     // Shared memory: bytes of the ring each ordered pair of ranks sends isend / irecv messages
     // through (messages of any size stream through it); 0 = no point-to-point.
     std::size_t p2p_buffer_bytes = 0;
+    // Reductions add the ranks' parts in rank order, whatever the length of the buffer, so a
+    // value's sum does not depend on what else is reduced with it (deterministic inference).
+    // The shared-memory group always does; Gloo's ring does not with more than two ranks.
+    bool rank_order_reduce = false;
 };
 
 // Gloo over TCP: any ranks on any nodes. Rendezvous through `store`.

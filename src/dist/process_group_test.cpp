@@ -82,8 +82,9 @@ std::string unique_name() {
 }
 
 ProcessGroupOptions options_of(const std::string& name, int rank, int size, milliseconds timeout,
-                               std::size_t p2p_buffer_bytes = 0) {
+                               std::size_t p2p_buffer_bytes = 0, bool rank_order_reduce = false) {
     ProcessGroupOptions o;
+    o.rank_order_reduce = rank_order_reduce;
     o.name = name;
     o.rank = rank;
     o.size = size;
@@ -95,14 +96,16 @@ ProcessGroupOptions options_of(const std::string& name, int rank, int size, mill
 // Runs body(group) on n threads, one rank each; groups are destroyed only after every rank
 // finished its body.
 void run_ranks(Backend backend, StoreKind kind, int n, milliseconds timeout,
-               const std::function<void(ProcessGroup&)>& body, std::size_t p2p_buffer_bytes = 0) {
+               const std::function<void(ProcessGroup&)>& body, std::size_t p2p_buffer_bytes = 0,
+               bool rank_order_reduce = false) {
     Stores stores(kind, n);
     const std::string name = unique_name();
     std::latch done(n);
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
         threads.emplace_back([&, r] {
-            auto g = make_group(backend, stores.for_rank(r), options_of(name, r, n, timeout, p2p_buffer_bytes));
+            auto g = make_group(backend, stores.for_rank(r),
+                                options_of(name, r, n, timeout, p2p_buffer_bytes, rank_order_reduce));
             if (!g.ok()) {
                 ADD_FAILURE() << "rank " << r << ": " << g.status().to_string();
                 done.count_down();
@@ -323,6 +326,32 @@ void check_ring_p2p(ProcessGroup& g, size_t bytes, int tag) {
             FAIL() << "p2p " << bytes << " bytes: byte " << i;
     }
 }
+
+// Deterministic inference: with rank_order_reduce every element is ((part 0 + part 1) + part 2),
+// whatever the buffer's length. The parts 1e8, -1e8, 1 tell the orders apart: any other order
+// loses the 1 (-1e8 + 1 rounds to -1e8).
+class RankOrderReduceTest : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(RankOrderReduceTest, SumsInRankOrderAtEveryLength) {
+    run_ranks(
+        GetParam(), StoreKind::kTcp, 3, milliseconds(10'000),
+        [](ProcessGroup& g) {
+            const float part = g.rank() == 0 ? 1e8f : g.rank() == 1 ? -1e8f : 1.0f;
+            for (std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{70'000}}) {
+                std::vector<float> data(n, part);
+                ASSERT_TRUE(g.all_reduce(data).ok());
+                for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[i], 1.0f) << "all_reduce of " << n << " at " << i;
+                const std::vector<float> in(3 * n, part);
+                std::vector<float> out(n);
+                ASSERT_TRUE(g.reduce_scatter(in, out).ok());
+                for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 1.0f) << "reduce_scatter of " << n << " at " << i;
+            }
+        },
+        0, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, RankOrderReduceTest, ::testing::Values(Backend::kGloo, Backend::kShm),
+                         [](const auto& info) { return to_string(info.param); });
 
 TEST(ProcessGroupGlooTest, P2pRingOddAndMediumSizes) {
     run_ranks(Backend::kGloo, StoreKind::kTcp, 3, milliseconds(10'000), [](ProcessGroup& g) {

@@ -240,7 +240,9 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_.count(req.rid) != 0) return Status::InvalidArgument("request id " + req.rid + " is already running");
-    req.sampling.params.seed = p.seed ? *p.seed : seed_rng_();
+    req.sampling.params.seed = p.seed                          ? *p.seed
+                               : config_.default_sampling_seed ? *config_.default_sampling_seed
+                                                               : seed_rng_();
     // SGLang's scheduler.py _set_or_validate_priority.
     const scheduler::SchedulerConfig& sc = config_.scheduler;
     if (sc.enable_priority_scheduling) {

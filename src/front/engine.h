@@ -52,6 +52,9 @@ struct EngineConfig {
     // ignored, as SGLang ignores it).
     bool return_routed_experts = false;
     std::uint64_t random_seed = 0;
+    // The sampling seed of a request that gives none: under --enable-deterministic-inference
+    // 42 (SGLang's sampling_batch_info.py), else one drawn from random_seed per request.
+    std::optional<std::uint64_t> default_sampling_seed;
     scheduler::SchedulerConfig scheduler;
     std::string startup_info_json = "{}";  // resolved launch settings for /get_server_info
     // What this (the HTTP) rank's memory should hold, set against its resident size in

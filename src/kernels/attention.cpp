@@ -12,6 +12,7 @@
 #include "base/aligned_buffer.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "kernels/batch_invariance.h"
 #include "kernels/attention_simd.h"
 #include "kernels/cpu/attention_avx512.h"
 #include "kernels/isa.h"
@@ -337,7 +338,13 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
     };
     const std::int64_t group = shape.n_heads / shape.n_kv_heads;
     const bool decode_supported = decode_rows_supported(shape);
-    const auto is_decode = [&](const AttentionArgs& a) { return decode_supported && a.n_q <= kDecodeMaxTokens; };
+    // Batch-invariant: every row takes the same per-row sweep over its keys, in blocks from
+    // position 0 and never split, so a row's result does not depend on how many rows its
+    // sequence brought, on the other sequences or on the number of workers.
+    const bool invariant = batch_invariant();
+    const auto is_decode = [&](const AttentionArgs& a) {
+        return decode_supported && (invariant || a.n_q <= kDecodeMaxTokens);
+    };
     // Per calling thread and kept between calls, so that a decode step allocates nothing.
     // Used through references: in the workers' lambdas a thread_local name would be the
     // worker's own.
@@ -370,7 +377,8 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
         const AttentionArgs& a = args[i];
         if (is_decode(a)) {
             const std::int64_t n_keys = a.start_pos + a.n_q;
-            const std::int64_t n_parts = pool == nullptr ? 1 : decode_key_parts(n_decode, n_keys, n_workers);
+            const std::int64_t n_parts =
+                pool == nullptr || invariant ? 1 : decode_key_parts(n_decode, n_keys, n_workers);
             if (n_parts > 1) {
                 const std::int64_t per_part = (n_keys + n_parts - 1) / n_parts;
                 const std::int64_t step = (per_part + 31) / 32 * 32;  // whole online-softmax blocks
@@ -384,15 +392,19 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
                 }
                 continue;
             }
-            for (std::int64_t h = 0; h < shape.n_kv_heads; h += decode_heads)
-                tasks.push_back({i, Kind::kDecode, {h, h + decode_heads, 0, a.n_q}});
+            // A prompt's rows (batch-invariant only) in blocks, for the workers to share.
+            const std::int64_t q_step = a.n_q <= kDecodeMaxTokens ? a.n_q : kQueryBlock;
+            for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += q_step)
+                for (std::int64_t h = 0; h < shape.n_kv_heads; h += decode_heads)
+                    tasks.push_back(
+                        {i, Kind::kDecode, {h, h + decode_heads, q_begin, std::min(a.n_q, q_begin + q_step)}});
             continue;
         }
         // Query blocks interleaved over KV heads so that early (cheap) and late (expensive)
         // blocks under the causal mask mix.
         for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += kQueryBlock) {
             const std::int64_t q_end = std::min(a.n_q, q_begin + kQueryBlock);
-            const Kind kind = (q_end - q_begin) * group <= kDirectRowLimit ? Kind::kDirect : Kind::kBlock;
+            const Kind kind = invariant || (q_end - q_begin) * group <= kDirectRowLimit ? Kind::kDirect : Kind::kBlock;
             for (std::int64_t h = 0; h < shape.n_kv_heads; ++h) tasks.push_back({i, kind, {h, h + 1, q_begin, q_end}});
         }
     }

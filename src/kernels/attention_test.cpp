@@ -11,6 +11,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/attention_decode.h"
+#include "kernels/batch_invariance.h"
 #include "kernels/isa.h"
 #include "tensor/dtype.h"
 
@@ -253,6 +254,74 @@ TEST(AttentionTest, DecodeBatchMatchesReference) {
                     << " seq " << s << " at " << i;
                 ASSERT_EQ(outputs[s][i], serial.back()[i]) << "seq " << s << " at " << i;
             }
+        }
+    }
+}
+
+// Deterministic inference: with the switch on, a position's output is the same bits whether
+// it was computed in one prefill, in a chunk of any size after a cached prefix, or decoded,
+// alone or beside other sequences, with or without workers. Shapes cover the decode kernels
+// (bf16 AVX-512, f32, fp8) and a head_dim they do not take (the per-row direct kernel).
+TEST(AttentionTest, BatchInvariantRowsEqualWhateverTheBatch) {
+    struct InvariantCase {
+        std::int64_t n_heads, n_kv_heads, head_dim;
+        DType kv;
+    };
+    struct Invariant {
+        Invariant() { set_batch_invariant(true); }
+        ~Invariant() { set_batch_invariant(false); }
+    } invariant;
+    const InvariantCase cases[] = {
+        {16, 8, 128, DType::kBF16}, {6, 2, 48, DType::kF32}, {4, 4, 20, DType::kF32}, {8, 2, 64, DType::kF8E4M3}};
+    constexpr std::int64_t kLen = 300, kOtherLen = 90;
+    ThreadPool pool(2);
+    std::mt19937 gen(23);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (const InvariantCase& c : cases) {
+        const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
+                                   1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+        const std::int64_t q_row = c.n_heads * c.head_dim, kv_row = c.n_kv_heads * c.head_dim;
+        const std::int64_t total = kLen + kOtherLen;
+        std::vector<std::int32_t> slots(static_cast<std::size_t>(total));  // both sequences shuffled over one pool
+        for (std::int64_t i = 0; i < total; ++i) slots[i] = static_cast<std::int32_t>((i * 53 + 11) % total);
+        const StoredKv k = store_kv(total * kv_row, c.kv, gen), v = store_kv(total * kv_row, c.kv, gen);
+        std::vector<float> q(kLen * q_row), other_q(kOtherLen * q_row);
+        for (auto* vec : {&q, &other_q})
+            for (auto& x : *vec) x = 2.0f * dist(gen);
+        const auto args = [&](std::int64_t start, std::int64_t n_q, float* out) {
+            return AttentionArgs{q.data() + start * q_row, k.bytes.data(), v.bytes.data(), out, n_q, start, 0, 0,
+                                 slots.data(), c.kv};
+        };
+        // The other sequence, beside each call: n_q rows at its end.
+        std::vector<float> other_out(kOtherLen * q_row);
+        const auto other = [&](std::int64_t n_q) {
+            return AttentionArgs{other_q.data(), k.bytes.data(), v.bytes.data(), other_out.data(), n_q,
+                                 kOtherLen - n_q, 0, 0, slots.data() + kLen, c.kv};
+        };
+        std::vector<float> whole(kLen * q_row);
+        attention(args(0, kLen, whole.data()), shape, &pool);
+        const auto expect_rows = [&](const std::vector<float>& got, std::int64_t start, std::int64_t n_q,
+                                     const char* how) {
+            for (std::int64_t i = 0; i < n_q * q_row; ++i)
+                ASSERT_EQ(got[i], whole[start * q_row + i])
+                    << how << ": heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim << " "
+                    << dtype_name(c.kv) << " position " << start + i / q_row;
+        };
+        std::int64_t start = 0;
+        for (std::int64_t chunk : {7, 64, 129, 95}) {  // chunked prefill, beside a prefill or a decode
+            std::vector<float> out(chunk * q_row);
+            const AttentionArgs batch[] = {other(chunk % 2 == 0 ? 1 : 33), args(start, chunk, out.data())};
+            attention_batch(batch, shape, chunk % 2 == 0 ? &pool : nullptr);
+            expect_rows(out, start, chunk, "chunk");
+            start += chunk;
+        }
+        for (std::int64_t pos = kLen - 5; pos < kLen; ++pos) {  // decode, alone and in a batch
+            std::vector<float> out(q_row);
+            attention(args(pos, 1, out.data()), shape, nullptr);
+            expect_rows(out, pos, 1, "decode alone");
+            const AttentionArgs batch[] = {other(1), args(pos, 1, out.data()), other(2)};
+            attention_batch(batch, shape, &pool);
+            expect_rows(out, pos, 1, "decode in a batch");
         }
     }
 }

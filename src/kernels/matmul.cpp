@@ -12,6 +12,7 @@
 #include "base/check.h"
 #include "base/cpu_features.h"
 #include "base/thread_pool.h"
+#include "kernels/batch_invariance.h"
 #include "kernels/cpu/matmul_impl.h"
 
 namespace tessera::kernels {
@@ -151,7 +152,9 @@ void matmul_fp8(const cpu::MatmulOperands& op, bool avx512, bool amx, std::int64
     panels.lookup = &cpu::fp8_lookup(w.dtype);
     const std::int64_t n_panels = w.n_padded / kPanelWidth;
     const bool vbmi = avx512 && cpu_features().avx512_vbmi;
-    if (vbmi && op.m <= cpu::kFp8DirectRows) {
+    // Batch-invariant: one path for every height (the two round differently: the chunks hold
+    // the scaled weights in bf16).
+    if (vbmi && (op.m <= cpu::kFp8DirectRows || batch_invariant())) {
         split(pool, n_panels, group, [&](std::int64_t p0, std::int64_t p1) {
             cpu::matmul_tile_fp8_avx512(op, panels, cpu::OutputTile{0, op.m, p0, p1});
         });
@@ -361,8 +364,10 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
     }
 
     const bool avx512 = uses_avx512_bf16(isa);
-    // AMX tiles from kAmxMinRows rows, for bf16 weights and for fp8 ones dequantized to bf16.
-    const bool amx_rows = isa == Isa::kAmx && m >= cpu::kAmxMinRows;
+    // AMX tiles from kAmxMinRows rows, for bf16 weights and for fp8 ones dequantized to bf16;
+    // never when batch-invariant, since a tile sums its products in another order than the
+    // vector kernel that computes fewer rows.
+    const bool amx_rows = isa == Isa::kAmx && m >= cpu::kAmxMinRows && !batch_invariant();
     const bool amx = amx_rows && w.dtype == DType::kBF16;
     cpu::MatmulOperands op;
     op.m = m;

@@ -16,6 +16,7 @@
 
 #include "base/cpu_features.h"
 #include "base/thread_pool.h"
+#include "kernels/batch_invariance.h"
 #include "kernels/cpu/matmul_impl.h"
 #include "tensor/fp8_blocks.h"
 
@@ -183,6 +184,36 @@ TEST(MatmulFp8, NarrowScaleBlocksMatchReference) {
         }
     }
     g_fp8_block = kFp8ScaleBlock;
+}
+
+// Deterministic inference: with the switch on, a row's outputs are the same bits whatever
+// else is in the call (decode batches of every height, prefill chunks, the row blocks of a
+// tall input), on every path, with and without threads.
+TEST_P(MatmulPaths, BatchInvariantRowsEqualTheRowAlone) {
+    struct Invariant {
+        Invariant() { set_batch_invariant(true); }
+        ~Invariant() { set_batch_invariant(false); }
+    } invariant;
+    constexpr std::int64_t n = 300, k = 520, kMaxRows = 130;
+    std::vector<float> w = random_values(n * k, 700);
+    const std::vector<float> x = random_values(kMaxRows * k, 701);
+    const PackedWeight packed = pack_for_test(w, n, k, GetParam());
+    ThreadPool pool(2);
+    for (Isa isa : paths_to_test()) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> alone(kMaxRows * n);
+            for (std::int64_t r = 0; r < kMaxRows; ++r)
+                matmul(x.data() + r * k, 1, packed, alone.data() + r * n, p, isa);
+            for (std::int64_t m : {2, 3, 5, 6, 7, 12, 13, 16, 17, 31, 40, 70, 130}) {
+                std::vector<float> y(m * n);
+                matmul(x.data(), m, packed, y.data(), p, isa);
+                for (std::int64_t r = 0; r < m; ++r)
+                    ASSERT_EQ(std::memcmp(y.data() + r * n, alone.data() + r * n, n * sizeof(float)), 0)
+                        << isa_name(isa) << " " << dtype_name(GetParam()) << " row " << r << " of " << m
+                        << (p ? " pool" : "");
+            }
+        }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulPaths,

@@ -5,6 +5,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/batch_invariance.h"
 #include "kernels/mla_attention.h"
 #include "kernels/ops.h"
 #include "loader/weight_source.h"
@@ -124,10 +125,13 @@ Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cach
         }
     }
     // Attention into [n, heads · v]: runs of consecutive single-token sequences together in the
-    // absorbed form, prompts one by one in the naive form.
+    // absorbed form, prompts one by one in the naive form. Batch-invariant kernels take the
+    // absorbed form for prompts too: the two forms round differently, and a token must come out
+    // the same whether it was decoded or prefilled.
     scratch.attn.resize(static_cast<std::size_t>(n * heads_ * dv));
+    const bool absorb_all = form == MlaForm::kAbsorbed || (form == MlaForm::kAuto && kernels::batch_invariant());
     const auto is_absorbed = [&](const SeqSpan& seq) {
-        return form == MlaForm::kAbsorbed || (form == MlaForm::kAuto && seq.n_tokens == 1);
+        return absorb_all || (form == MlaForm::kAuto && seq.n_tokens == 1);
     };
     std::int64_t first = 0;
     for (std::size_t i = 0; i < batch.seqs.size();) {

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "base/thread_pool.h"
+#include "kernels/batch_invariance.h"
 #include "kernels/ops.h"
 #include "layers/mla_attention.h"
 #include "loader/safetensors.h"
@@ -128,6 +129,33 @@ TEST_P(MlaAttentionTest, AbsorbedEqualsNaive) {
         EXPECT_GT(max_abs, 0.1f) << "the test input produces no signal";
         EXPECT_EQ(cache_naive, cache_absorbed);
     }
+}
+
+// Deterministic inference: with batch-invariant kernels the automatic form gives the same bits
+// for a token whether it was prefilled in one run, in chunks after a cached prefix, or decoded.
+TEST_P(MlaAttentionTest, BatchInvariantPrefillEqualsChunksAndDecode) {
+    struct Invariant {
+        Invariant() { kernels::set_batch_invariant(true); }
+        ~Invariant() { kernels::set_batch_invariant(false); }
+    } invariant;
+    auto mla = MlaAttention::load(*source_, spec(), {});
+    ASSERT_TRUE(mla.ok()) << mla.status().message();
+    constexpr std::int64_t kTotal = 533;
+    std::normal_distribution<float> normal;
+    std::vector<float> x(kTotal * H);
+    for (auto& v : x) v = normal(rng_);
+    ThreadPool pool(2);
+    const DType cache_dtype = DType::kBF16;
+    const std::size_t cache_size = kTotal * (kR + kRope) * dtype_size(cache_dtype);
+    std::vector<std::uint8_t> cache_whole(cache_size), cache_parts(cache_size);
+    const std::vector<float> whole = run(*mla, cache_whole, cache_dtype, x, 0, kTotal, MlaForm::kAuto, &pool);
+    std::vector<float> parts;
+    for (auto [start, n] : {std::pair<std::int64_t, std::int64_t>{0, 300}, {300, 230}, {530, 1}, {531, 1}, {532, 1}}) {
+        const std::vector<float> out = run(*mla, cache_parts, cache_dtype, x, start, n, MlaForm::kAuto, &pool);
+        parts.insert(parts.end(), out.begin(), out.end());
+    }
+    ASSERT_EQ(parts.size(), whole.size());
+    for (std::size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(parts[i], whole[i]) << "position " << i / H;
 }
 
 INSTANTIATE_TEST_SUITE_P(QLora, MlaAttentionTest, ::testing::Bool(),

@@ -259,6 +259,31 @@ Status ServerArgs::resolve() {
                        moe_runner_backend + ")");
     if (ep_num_redundant_experts < 0)
         return invalid("--ep-num-redundant-experts must be >= 0");
+    return resolve_deterministic_inference();
+}
+
+// SGLang's server_args.py _handle_deterministic_inference: its checks of the attention
+// backend (which has no effect on CPU, but a command SGLang refuses is refused here too) and
+// its rewrites. tessera's kernels are batch-invariant under every backend name, so the one
+// SGLang has to pick when none is given changes nothing here.
+Status ServerArgs::resolve_deterministic_inference() {
+    if (!enable_deterministic_inference) return Status::Ok();
+    sampling_backend = "pytorch";
+    notes.push_back("Sampling backend is set to pytorch for deterministic inference.");
+    if (!attention_backend.empty()) {
+        if (!one_of(attention_backend, {"ascend", "fa3", "fa4", "flashinfer", "intel_xpu", "triton"}))
+            return invalid("Currently only ['ascend', 'fa3', 'fa4', 'flashinfer', 'intel_xpu', 'triton'] attention "
+                           "backends are supported for deterministic inference, but you explicitly specified '" +
+                           attention_backend + "'.");
+        if (!one_of(attention_backend, {"ascend", "fa3", "fa4", "triton"})) {
+            disable_radix_cache = true;
+            notes.push_back("Currently radix cache is not compatible with " + attention_backend +
+                            " attention backend for deterministic inference. It will be supported in the future.");
+        }
+    }
+    if (tp_size > 1)
+        notes.push_back("Deterministic inference with TP size > 1: every all-reduce adds the ranks' parts in rank "
+                        "order (SGLang sets NCCL_ALGO=allreduce:tree and disables custom all-reduce).");
     return Status::Ok();
 }
 

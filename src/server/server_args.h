@@ -86,6 +86,9 @@ struct ServerArgs {
     int num_continuous_decode_steps = 1;
     int scheduler_recv_interval = 1;
     bool enable_mixed_chunk = false;
+    bool enable_deterministic_inference = false;  // batch-invariant kernels, seeded sampling
+    std::string attention_backend;  // SGLang's GPU kernels: no effect here ("" = not given)
+    std::string sampling_backend;   // likewise; resolve() sets "pytorch" under deterministic inference
     int decode_log_interval = 40;
     bool enable_request_time_stats_logging = false;  // one line of queue / forward time per request
     int stream_interval = 1;
@@ -166,6 +169,8 @@ struct ServerArgs {
     // What this build runs, checked after resolve() so that SGLang's own messages come first:
     // the quantization and KV cache types, the MoE backends and EPLB algorithms tessera has.
     Status check_tessera_runs() const;
+    // The part of resolve() for --enable-deterministic-inference, last, as in SGLang.
+    Status resolve_deterministic_inference();
 
     // Warnings produced by resolve() (a rewritten default the user should know about).
     std::vector<std::string> notes;

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/check.h"
 #include "server/command_line.h"
 #include "server/config_file.h"
 #include "server/server_args.h"
@@ -173,6 +174,17 @@ CLI::Validator human_readable_int() {
         "INT[k|M|G|T|Ki|Mi|Gi|Ti]");
 }
 
+CLI::Validator sglang_value_check(const SglangFlag& flag);  // below, beside the catalogue's flags
+
+// SGLang's argparse check of catalogue flag `name` (its type and choices), for a flag this
+// table registers itself.
+CLI::Validator catalogue_check(const std::string& name) {
+    for (const SglangFlag& flag : sglang_flags())
+        if (flag.names.front() == name) return sglang_value_check(flag);
+    TSR_CHECK(false) << name << " is not in sglang_flags.tsv";
+    return {};
+}
+
 constexpr Support kYes = Support::kYes;
 constexpr Support kNotYet = Support::kNotYet;
 constexpr Support kServe = Support::kServeOnly;
@@ -315,6 +327,18 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     flag(app, t, "--enable-mixed-chunk", a.enable_mixed_chunk,
          "run the running requests' decode tokens in the same forward as a prefill chunk (needs chunked prefill)",
          kYes);
+    flag(app, t, "--enable-deterministic-inference", a.enable_deterministic_inference,
+         "batch-invariant kernels: a request's tokens and log-probabilities do not depend on the batch it ran in, "
+         "chunk sizes or the prefix cache; sampling seeded (sampling_seed, default 42). Slower: "
+         "docs/deterministic-inference.md",
+         kYes);
+    value(app, t, "--attention-backend", a.attention_backend,
+          "SGLang's attention kernels (no effect on CPU; checked against --enable-deterministic-inference as SGLang "
+          "does)",
+          kGpu)
+        ->check(catalogue_check("--attention-backend"));
+    value(app, t, "--sampling-backend", a.sampling_backend, "SGLang's sampling kernels (no effect on CPU)", kGpu)
+        ->check(catalogue_check("--sampling-backend"));
     value(app, t, "--decode-log-interval", a.decode_log_interval, "decode steps between log lines", kYes);
     flag(app, t, "--enable-request-time-stats-logging", a.enable_request_time_stats_logging,
          "log one line per finished request: its time in the queue and in the model (ReqTimeStats(...))", kServe);

@@ -116,10 +116,45 @@ TEST(FlagTableTest, GpuFlagsAreAcceptedAndNamedAsIgnored) {
     const std::vector<std::string> ignored = table.ignored_flags();
     ASSERT_EQ(ignored.size(), 5u);
     EXPECT_EQ(ignored[0], "--base-gpu-id (tunes GPU machinery)");
-    EXPECT_EQ(ignored[1], "--trust-remote-code (tessera never runs code from a model folder)");
+    EXPECT_EQ(ignored[1], "--attention-backend (tunes GPU machinery)");
+    EXPECT_EQ(ignored[2], "--trust-remote-code (tessera never runs code from a model folder)");
     // Their values are still checked as argparse checks them.
     EXPECT_FALSE(parse({"--attention-backend", "fa9"}).status.ok());
     EXPECT_FALSE(parse({"--cuda-graph-max-bs", "many"}).status.ok());
+}
+
+// server_args.py _handle_deterministic_inference: the sampling backend rewritten, the attention
+// backends SGLang refuses refused with its message, flashinfer's radix cache turned off.
+TEST(FlagTableTest, DeterministicInferenceAsSglangResolvesIt) {
+    Parsed plain = parse({"--enable-deterministic-inference", "--sampling-backend", "flashinfer"});
+    ASSERT_TRUE(plain.status.ok()) << plain.status.message();
+    EXPECT_TRUE(plain.args.enable_deterministic_inference);
+    EXPECT_EQ(plain.args.sampling_backend, "pytorch");
+    EXPECT_FALSE(plain.args.disable_radix_cache);
+    ASSERT_FALSE(plain.args.notes.empty());
+    EXPECT_EQ(plain.args.notes.front(), "Sampling backend is set to pytorch for deterministic inference.");
+
+    for (const char* backend : {"fa3", "triton", "fa4"}) {
+        Parsed p = parse({"--enable-deterministic-inference", "--attention-backend", backend});
+        EXPECT_TRUE(p.status.ok() && !p.args.disable_radix_cache) << backend << ": " << p.status.message();
+    }
+    Parsed flashinfer = parse({"--enable-deterministic-inference", "--attention-backend", "flashinfer"});
+    EXPECT_TRUE(flashinfer.status.ok() && flashinfer.args.disable_radix_cache) << flashinfer.status.message();
+    EXPECT_EQ(flashinfer.args.notes.back(), "Currently radix cache is not compatible with flashinfer attention "
+                                            "backend for deterministic inference. It will be supported in the future.");
+    Parsed refused = parse({"--enable-deterministic-inference", "--attention-backend", "torch_native"});
+    EXPECT_EQ(refused.status.message(),
+              "Currently only ['ascend', 'fa3', 'fa4', 'flashinfer', 'intel_xpu', 'triton'] attention backends are "
+              "supported for deterministic inference, but you explicitly specified 'torch_native'.");
+    // Without the flag every backend name is accepted (no effect on CPU), and nothing is rewritten.
+    Parsed off = parse({"--attention-backend", "torch_native", "--sampling-backend", "flashinfer"});
+    EXPECT_TRUE(off.status.ok() && off.args.sampling_backend == "flashinfer" && !off.args.disable_radix_cache);
+    Parsed tp = parse({"--enable-deterministic-inference", "--tp", "2"});
+    ASSERT_TRUE(tp.status.ok()) << tp.status.message();
+    EXPECT_NE(tp.args.notes.back().find("rank order"), std::string::npos) << tp.args.notes.back();
+    // SGLang's --rl-on-policy-target (matching a trainer's numerics) stays refused by name.
+    EXPECT_NE(parse({"--rl-on-policy-target", "fsdp"}).status.message().find("--rl-on-policy-target fsdp"),
+              std::string::npos);
 }
 
 TEST(FlagTableTest, ServingFlagsTakeOnlyTheirDefaultsInGenerate) {

@@ -54,7 +54,7 @@ expect_error "ambiguous prefix" "ambiguous option: --pp could match" generate --
 "$tessera" generate --model-path "$work/m" --prompt-ids 1 --max-new-tokens 1 --trust-remote-code --attention-backend fa3 \
   --cuda-graph-max-bs 8 --dp 1 --moe-a2a-backend none --disable-overlap-schedule >/dev/null 2>"$work/e.txt"
 check "GPU-only and neutral SGLang flags run" test $? -eq 0
-check "GPU-only flags are named once" grep -q "accepted with no effect on this CPU engine: --trust-remote-code (tessera never runs code from a model folder), --attention-backend (tunes GPU machinery), --cuda-graph-max-bs (tunes GPU machinery)" "$work/e.txt"
+check "GPU-only flags are named once" grep -q "accepted with no effect on this CPU engine: --attention-backend (tunes GPU machinery), --trust-remote-code (tessera never runs code from a model folder), --cuda-graph-max-bs (tunes GPU machinery)" "$work/e.txt"
 printf 'model-path: %s\nmax-new-tokens: 1\n' "$work/m" >"$work/c.yaml"
 "$tessera" generate --config "$work/c.yaml" --prompt-ids 1 --json >/dev/null 2>"$work/e.txt"
 check "--config reads the YAML file" test $? -eq 0

@@ -221,6 +221,7 @@ ProcessGroupGloo::ProcessGroupGloo(const ProcessGroupOptions& options,
     : ProcessGroup(options.name, options.rank, options.size),
       timeout_(options.timeout),
       global_ranks_(options.global_ranks),
+      rank_order_reduce_(options.rank_order_reduce),
       context_(std::move(context)),
       state_(std::make_shared<State>()) {}
 
@@ -260,7 +261,22 @@ Status ProcessGroupGloo::run_collective(const char* op, Fn&& fn) {
 
 // ---- ProcessGroup ----------------------------------------------------------------------------
 
+// Gloo's ring adds an element's parts in an order set by the chunk of the buffer it falls in,
+// so a value reduced in a buffer of another length (another batch) can round differently.
+// With rank_order_reduce every rank gathers all parts and adds them in rank order, at `size`
+// times the traffic. Two ranks need nothing: a + b rounds as b + a.
+Status ProcessGroupGloo::all_reduce_in_rank_order(std::span<float> data, ReduceOp op) {
+    std::vector<float> parts(data.size() * static_cast<std::size_t>(size()));
+    TSR_RETURN_IF_ERROR(all_gather(data, parts));
+    std::copy(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(data.size()), data.begin());
+    for (int r = 1; r < size(); ++r)
+        reduce_into<float>(data.data(), data.data(), parts.data() + static_cast<std::size_t>(r) * data.size(),
+                           data.size(), op);
+    return Status::Ok();
+}
+
 Status ProcessGroupGloo::all_reduce(std::span<float> data, ReduceOp op) {
+    if (rank_order_reduce_ && size() > 2) return all_reduce_in_rank_order(data, op);
     return run_collective("all_reduce", [&](std::uint32_t tag) {
         if (data.empty() || size() == 1) return;
         gloo::AllreduceOptions opts(context_);
@@ -294,6 +310,13 @@ Status ProcessGroupGloo::all_gather(std::span<const float> in, std::span<float> 
 Status ProcessGroupGloo::reduce_scatter(std::span<const float> in, std::span<float> out,
                                         ReduceOp op) {
     TSR_RETURN_IF_ERROR(check_reduce_scatter(in.size(), out.size()));
+    if (rank_order_reduce_ && size() > 2) {
+        std::vector<float> reduced(in.begin(), in.end());
+        TSR_RETURN_IF_ERROR(all_reduce_in_rank_order(reduced, op));
+        std::copy_n(reduced.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rank()) * out.size()),
+                    out.size(), out.begin());
+        return Status::Ok();
+    }
     // Gloo has reduce_scatter only as the legacy ReduceScatterHalvingDoubling, which returned
     // wrong blocks and then hung for 3 and 4 ranks with small counts on this build. An
     // all_reduce of a copy, keeping this rank's block, is correct at twice the traffic.

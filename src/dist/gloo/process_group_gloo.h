@@ -57,11 +57,13 @@ class ProcessGroupGloo final : public ProcessGroup {
  private:
     template <typename Fn>
     Status run_collective(const char* op, Fn&& fn);
+    Status all_reduce_in_rank_order(std::span<float> data, ReduceOp op);
     // isend / irecv: `bytes` at `data` in ≤ kMaxPieceBytes pieces to / from `peer`.
     StatusOr<std::shared_ptr<Work>> post_p2p(std::uint8_t* data, size_t bytes, int peer, int tag, bool is_send);
 
     const std::chrono::milliseconds timeout_;
     const std::vector<int> global_ranks_;  // for naming a lost peer; may be empty
+    const bool rank_order_reduce_;
     std::shared_ptr<gloo::Context> context_;  // constant after construction
     std::shared_ptr<State> state_;
     std::uint64_t seq_ = 0;  // collectives issued so far; the current one's Gloo tag
