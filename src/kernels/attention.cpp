@@ -289,6 +289,41 @@ void attend_block(const AttentionArgs& a, const AttentionShape& s, std::int64_t 
     }
 }
 
+// Keys per part of the batch-invariant kernels: every row's keys fold in parts that start at
+// multiples of this, whichever task computes them.
+constexpr std::int64_t kInvariantPartKeys = 256;
+
+// Query rows [range.q_begin, range.q_end) of KV heads [range.kv_head_begin, kv_head_end)
+// over their keys in parts of kInvariantPartKeys, one after another, folded in key order:
+// what a key-split decode computes, with two parts' worth of scratch.
+void attend_in_parts(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& range) {
+    AttentionArgs rows = a;  // the range's rows alone: row qi of `rows` is row q_begin + qi of `a`
+    rows.q = a.q + range.q_begin * a.q_stride;
+    rows.out = a.out + range.q_begin * s.n_heads * s.head_dim;
+    rows.start_pos = a.start_pos + range.q_begin;
+    rows.n_q = range.q_end - range.q_begin;
+    const std::int64_t dim = s.head_dim, n_rows = rows.n_q * s.n_heads;
+    thread_local AlignedBuffer storage;
+    const auto bytes = static_cast<std::size_t>(2 * n_rows * (dim + 2)) * sizeof(float);
+    if (storage.size() < bytes) storage = AlignedBuffer(bytes);
+    const auto partial_at = [&](float* base) { return DecodePartial{base, base + n_rows * dim, base + n_rows * (dim + 1)}; };
+    const DecodePartial running = partial_at(storage.as<float>());
+    const DecodePartial part = partial_at(storage.as<float>() + n_rows * (dim + 2));
+    const std::int64_t group = s.n_heads / s.n_kv_heads;
+    const std::int64_t head_begin = range.kv_head_begin * group, head_end = range.kv_head_end * group;
+    const auto for_rows = [&](auto&& fn) {
+        for (std::int64_t qi = 0; qi < rows.n_q; ++qi)
+            for (std::int64_t head = head_begin; head < head_end; ++head) fn(qi * s.n_heads + head);
+    };
+    for_rows([&](std::int64_t row) { running.sum[row] = 0.0f; });
+    for (std::int64_t k = 0; k < rows.start_pos + rows.n_q; k += kInvariantPartKeys) {
+        attend_decode_rows(rows, s, {range.kv_head_begin, range.kv_head_end, 0, rows.n_q, k, k + kInvariantPartKeys},
+                           &part);
+        for_rows([&](std::int64_t row) { fold_decode_row(running, part, row, dim); });
+    }
+    for_rows([&](std::int64_t row) { finish_decode_row(running, row, dim, rows.out + row * dim); });
+}
+
 AttentionArgs with_default_strides(AttentionArgs a, const AttentionShape& s) {
     if (a.q_stride == 0) a.q_stride = s.n_heads * s.head_dim;
     if (a.kv_stride == 0) a.kv_stride = s.n_kv_heads * s.head_dim;
@@ -329,7 +364,7 @@ std::int64_t attention_detail::decode_key_parts(std::int64_t n_decode_seqs, std:
 
 void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape& shape, ThreadPool* pool) {
     check_shape(shape);
-    enum class Kind { kDecode, kDirect, kBlock };
+    enum class Kind { kDecode, kDirect, kBlock, kInParts };
     struct Task {
         std::size_t seq;
         Kind kind;
@@ -338,13 +373,13 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
     };
     const std::int64_t group = shape.n_heads / shape.n_kv_heads;
     const bool decode_supported = decode_rows_supported(shape);
-    // Batch-invariant: every row takes the same per-row sweep over its keys, in blocks from
-    // position 0 and never split, so a row's result does not depend on how many rows its
-    // sequence brought, on the other sequences or on the number of workers.
-    const bool invariant = batch_invariant();
-    const auto is_decode = [&](const AttentionArgs& a) {
-        return decode_supported && (invariant || a.n_q <= kDecodeMaxTokens);
-    };
+    // Batch-invariant: every row takes the decode kernel's per-row sweep over its keys, in
+    // parts of kInvariantPartKeys from position 0 folded in order (attend_in_parts), so a
+    // row's result does not depend on how many rows its sequence brought, on the other
+    // sequences or on the number of workers. A few decoding sequences still spread their
+    // parts over the workers; those parts fold in the same order.
+    const bool invariant = batch_invariant() && decode_supported;
+    const auto is_decode = [&](const AttentionArgs& a) { return decode_supported && a.n_q <= kDecodeMaxTokens; };
     // Per calling thread and kept between calls, so that a decode step allocates nothing.
     // Used through references: in the workers' lambdas a thread_local name would be the
     // worker's own.
@@ -375,13 +410,24 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
     std::int64_t part_floats = 0;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const AttentionArgs& a = args[i];
+        const std::int64_t n_keys = a.start_pos + a.n_q;
+        if (invariant && (!is_decode(a) || n_decode >= 4 * n_workers || n_keys <= kInvariantPartKeys)) {
+            // Prompts, and decode batches that keep every worker busy on their own.
+            const std::int64_t q_step = is_decode(a) ? a.n_q : kQueryBlock;
+            const std::int64_t heads = is_decode(a) ? decode_heads : 1;
+            for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += q_step)
+                for (std::int64_t h = 0; h < shape.n_kv_heads; h += heads)
+                    tasks.push_back({i, Kind::kInParts, {h, h + heads, q_begin, std::min(a.n_q, q_begin + q_step)}});
+            continue;
+        }
         if (is_decode(a)) {
-            const std::int64_t n_keys = a.start_pos + a.n_q;
-            const std::int64_t n_parts =
-                pool == nullptr || invariant ? 1 : decode_key_parts(n_decode, n_keys, n_workers);
+            const std::int64_t n_parts = invariant         ? (n_keys + kInvariantPartKeys - 1) / kInvariantPartKeys
+                                         : pool == nullptr ? 1
+                                                           : decode_key_parts(n_decode, n_keys, n_workers);
             if (n_parts > 1) {
                 const std::int64_t per_part = (n_keys + n_parts - 1) / n_parts;
-                const std::int64_t step = (per_part + 31) / 32 * 32;  // whole online-softmax blocks
+                // Whole online-softmax blocks; the fixed parts of the batch-invariant kernels.
+                const std::int64_t step = invariant ? kInvariantPartKeys : (per_part + 31) / 32 * 32;
                 split_seqs.push_back({i, parts.size(), 0});
                 for (std::int64_t k = 0; k < n_keys; k += step) {
                     tasks.push_back({i, Kind::kDecode, {0, shape.n_kv_heads, 0, a.n_q, k, k + step},
@@ -392,19 +438,17 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
                 }
                 continue;
             }
-            // A prompt's rows (batch-invariant only) in blocks, for the workers to share.
-            const std::int64_t q_step = a.n_q <= kDecodeMaxTokens ? a.n_q : kQueryBlock;
-            for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += q_step)
-                for (std::int64_t h = 0; h < shape.n_kv_heads; h += decode_heads)
-                    tasks.push_back(
-                        {i, Kind::kDecode, {h, h + decode_heads, q_begin, std::min(a.n_q, q_begin + q_step)}});
+            for (std::int64_t h = 0; h < shape.n_kv_heads; h += decode_heads)
+                tasks.push_back({i, Kind::kDecode, {h, h + decode_heads, 0, a.n_q}});
             continue;
         }
         // Query blocks interleaved over KV heads so that early (cheap) and late (expensive)
         // blocks under the causal mask mix.
         for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += kQueryBlock) {
             const std::int64_t q_end = std::min(a.n_q, q_begin + kQueryBlock);
-            const Kind kind = invariant || (q_end - q_begin) * group <= kDirectRowLimit ? Kind::kDirect : Kind::kBlock;
+            // Without the decode kernel, batch-invariant rows take the direct per-row sweep.
+            const bool direct = batch_invariant() || (q_end - q_begin) * group <= kDirectRowLimit;
+            const Kind kind = direct ? Kind::kDirect : Kind::kBlock;
             for (std::int64_t h = 0; h < shape.n_kv_heads; ++h) tasks.push_back({i, kind, {h, h + 1, q_begin, q_end}});
         }
     }
@@ -432,6 +476,7 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
             case Kind::kDecode:
                 attend_decode_rows(a, shape, t.range, t.part < 0 ? nullptr : &parts[static_cast<std::size_t>(t.part)]);
                 break;
+            case Kind::kInParts: attend_in_parts(a, shape, t.range); break;
             case Kind::kDirect:
                 with_kv_type(a.kv_dtype, [&](auto kv) {
                     attend_rows_direct<decltype(kv)::value>(a, shape, t.range.kv_head_begin, t.range.q_begin,

@@ -204,23 +204,35 @@ void attend_decode_rows(const AttentionArgs& a, const AttentionShape& s, const D
     with_kv_type(a.kv_dtype, [&](auto kv) { decode_rows<decltype(kv)::value>(a, s, range, partial); });
 }
 
+void fold_decode_row(const DecodePartial& running, const DecodePartial& part, std::int64_t row, std::int64_t dim) {
+    if (part.sum[row] == 0.0f) return;
+    float* acc = running.acc + row * dim;
+    const float* add = part.acc + row * dim;
+    if (running.sum[row] == 0.0f) {
+        std::copy(add, add + dim, acc);
+        running.max[row] = part.max[row];
+        running.sum[row] = part.sum[row];
+        return;
+    }
+    const float m = std::max(running.max[row], part.max[row]);
+    const float keep = std::exp(running.max[row] - m);
+    const float w = std::exp(part.max[row] - m);
+    running.sum[row] = running.sum[row] * keep + part.sum[row] * w;
+    running.max[row] = m;
+    for (std::int64_t d = 0; d < dim; ++d) acc[d] = acc[d] * keep + add[d] * w;
+}
+
+void finish_decode_row(const DecodePartial& running, std::int64_t row, std::int64_t dim, float* out_row) {
+    const float inv = 1.0f / running.sum[row];
+    const float* acc = running.acc + row * dim;
+    for (std::int64_t d = 0; d < dim; ++d) out_row[d] = acc[d] * inv;
+}
+
 void combine_decode_partials(std::span<const DecodePartial> parts, std::int64_t n_rows, std::int64_t dim,
                              float* out) {
     for (std::int64_t row = 0; row < n_rows; ++row) {
-        float m = -std::numeric_limits<float>::infinity();
-        for (const DecodePartial& p : parts) m = std::max(m, p.max[row]);
-        float total = 0.0f;
-        float* o = out + row * dim;
-        std::fill(o, o + dim, 0.0f);
-        for (const DecodePartial& p : parts) {
-            if (p.sum[row] == 0.0f) continue;  // a part whose key range lies past this query
-            const float w = std::exp(p.max[row] - m);
-            total += p.sum[row] * w;
-            const float* acc = p.acc + row * dim;
-            for (std::int64_t d = 0; d < dim; ++d) o[d] += acc[d] * w;
-        }
-        const float inv = 1.0f / total;
-        for (std::int64_t d = 0; d < dim; ++d) o[d] *= inv;
+        for (std::size_t p = 1; p < parts.size(); ++p) fold_decode_row(parts[0], parts[p], row, dim);
+        finish_decode_row(parts[0], row, dim, out + row * dim);
     }
 }
 

@@ -123,7 +123,17 @@ bool decode_rows_supported(const AttentionShape& s);
 void attend_decode_rows(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& range,
                         const DecodePartial* partial);
 
-// out[row] = the softmax-weighted value rows over every part's keys, rows [0, n_rows).
+// Flash decoding's combine, one part at a time in key order: folds `part`'s row into
+// `running`'s (a running row with sum 0 takes the part's as it is; a part with sum 0 saw none
+// of the row's keys). Parts computed by separate tasks (a decoding sequence's key ranges) and
+// parts computed one after another by one task (a prompt's rows under batch-invariant
+// kernels) merge through the same operations.
+void fold_decode_row(const DecodePartial& running, const DecodePartial& part, std::int64_t row, std::int64_t dim);
+// out_row = running's row normalised by its sum.
+void finish_decode_row(const DecodePartial& running, std::int64_t row, std::int64_t dim, float* out_row);
+
+// out[row] = the softmax-weighted value rows over every part's keys, rows [0, n_rows): the
+// parts folded into the first, in order. Overwrites the first part.
 void combine_decode_partials(std::span<const DecodePartial> parts, std::int64_t n_rows, std::int64_t dim,
                              float* out);
 

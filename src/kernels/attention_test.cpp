@@ -273,7 +273,7 @@ TEST(AttentionTest, BatchInvariantRowsEqualWhateverTheBatch) {
     } invariant;
     const InvariantCase cases[] = {
         {16, 8, 128, DType::kBF16}, {6, 2, 48, DType::kF32}, {4, 4, 20, DType::kF32}, {8, 2, 64, DType::kF8E4M3}};
-    constexpr std::int64_t kLen = 300, kOtherLen = 90;
+    constexpr std::int64_t kLen = 600, kOtherLen = 90;  // the long one's keys fold in three parts
     ThreadPool pool(2);
     std::mt19937 gen(23);
     std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -308,7 +308,7 @@ TEST(AttentionTest, BatchInvariantRowsEqualWhateverTheBatch) {
                     << dtype_name(c.kv) << " position " << start + i / q_row;
         };
         std::int64_t start = 0;
-        for (std::int64_t chunk : {7, 64, 129, 95}) {  // chunked prefill, beside a prefill or a decode
+        for (std::int64_t chunk : {7, 64, 129, 95, 300}) {  // chunked prefill, beside a prefill or a decode
             std::vector<float> out(chunk * q_row);
             const AttentionArgs batch[] = {other(chunk % 2 == 0 ? 1 : 33), args(start, chunk, out.data())};
             attention_batch(batch, shape, chunk % 2 == 0 ? &pool : nullptr);
@@ -320,8 +320,18 @@ TEST(AttentionTest, BatchInvariantRowsEqualWhateverTheBatch) {
             attention(args(pos, 1, out.data()), shape, nullptr);
             expect_rows(out, pos, 1, "decode alone");
             const AttentionArgs batch[] = {other(1), args(pos, 1, out.data()), other(2)};
-            attention_batch(batch, shape, &pool);
+            attention_batch(batch, shape, &pool);  // few sequences: the parts on different workers
             expect_rows(out, pos, 1, "decode in a batch");
+            // Enough sequences: each one's parts on one worker.
+            std::vector<std::vector<float>> busy_out(8, std::vector<float>(q_row));
+            std::vector<AttentionArgs> busy;
+            for (std::vector<float>& o : busy_out) {
+                busy.push_back(other(1));
+                busy.back().out = o.data();
+            }
+            busy.push_back(args(pos, 1, out.data()));
+            attention_batch(busy, shape, &pool);
+            expect_rows(out, pos, 1, "decode in a batch of nine");
         }
     }
 }

@@ -141,9 +141,15 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
                 splits.push_back({static_cast<std::int64_t>(r), t, keys * p / parts, keys * (p + 1) / parts});
         }
     }
-    // Per split and head: max, sum, then the latent accumulator.
+    // Per split and head: max, sum, then the latent accumulator. A prompt in this form (the
+    // batch-invariant kernels take it for prompts too) or a large decode batch would hold
+    // hundreds of megabytes of that at once, so the splits go through in windows of whole tokens, each
+    // merged before the next; a token's result does not depend on its window.
     const std::int64_t state = 2 + s.latent;
-    partial.resize(splits.size() * static_cast<std::size_t>(s.n_heads * state));
+    const auto window_splits =
+        static_cast<std::size_t>(std::max<std::int64_t>(1, s.max_state_floats / (s.n_heads * state)));
+    partial.resize(std::min(splits.size(), window_splits) * static_cast<std::size_t>(s.n_heads * state));
+    std::size_t window_begin = 0;  // the first split of the window `partial` holds
     // The generic path's buffers, one set per worker, sized here on the calling thread: a
     // worker that first takes a split in some later step then allocates nothing either.
     struct GenericScratch {
@@ -163,6 +169,7 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
         }
     }
     const auto work = [&](std::int64_t begin, std::int64_t end, int worker) {
+        const auto window = static_cast<std::int64_t>(window_begin);
         if (avx512) {
             thread_local AlignedBuffer scratch;  // kept: this runs once per layer and step
             if (const std::size_t bytes = cpu::mla_split_bf16_scratch_bytes(s.latent); scratch.size() < bytes)
@@ -179,7 +186,7 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
                     args.slots = a.slots;
                     args.key_begin = sp.key_begin;
                     args.key_end = sp.key_end;
-                    args.state = partial.data() + (i * s.n_heads + h) * state;
+                    args.state = partial.data() + ((i - window) * s.n_heads + h) * state;
                     args.state_stride = state;
                     cpu::mla_split_bf16(args, s.latent, s.rope, s.scale, scratch.data());
                 }
@@ -228,7 +235,7 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
                     weighted_rows(acc.data() + h * s.latent, keeps[h], probs.data() + h * kKeyBlock, rows.data(),
                                   width, nb, s.latent);
             }
-            float* dst = partial.data() + i * s.n_heads * state;
+            float* dst = partial.data() + (i - window) * s.n_heads * state;
             for (std::int64_t h = 0; h < s.n_heads; ++h) {
                 dst[h * state] = online[h].max;
                 dst[h * state + 1] = online[h].sum;
@@ -236,40 +243,62 @@ void mla_attention_absorbed(std::span<const MlaAbsorbedArgs> runs, const MlaShap
             }
         }
     };
-    const auto n_splits = static_cast<std::int64_t>(splits.size());
-    if (pool != nullptr && n_splits > 1) {
-        // Handed out one at a time: a worker that starts late or reads slower memory takes
-        // fewer.
-        std::atomic<std::int64_t> next{0};
-        pool->run([&](int worker, int) {
-            for (std::int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_splits;) work(i, i + 1, worker);
-        });
-    } else {
-        work(0, n_splits, 0);
-    }
-    // Merge the splits of each query token (in order) and normalise.
-    for (std::size_t i = 0; i < splits.size();) {
-        const Split& first = splits[i];
-        std::size_t j = i;
-        while (j < splits.size() && splits[j].run == first.run && splits[j].token == first.token) ++j;
-        const MlaAbsorbedArgs& a = runs[first.run];
-        for (std::int64_t h = 0; h < s.n_heads; ++h) {
-            float max = -std::numeric_limits<float>::infinity();
-            for (std::size_t k = i; k < j; ++k) max = std::max(max, partial[(k * s.n_heads + h) * state]);
-            float* out = a.out + (first.token * s.n_heads + h) * s.latent;
-            std::fill(out, out + s.latent, 0.0f);
-            float sum = 0.0f;
-            for (std::size_t k = i; k < j; ++k) {
-                const float* p = partial.data() + (k * s.n_heads + h) * state;
-                if (p[1] == 0.0f) continue;  // an empty split
-                const float w = std::exp(p[0] - max);
-                sum += w * p[1];
-                for (std::int64_t d = 0; d < s.latent; ++d) out[d] += w * p[2 + d];
-            }
-            const float inv = 1.0f / sum;
-            for (std::int64_t d = 0; d < s.latent; ++d) out[d] *= inv;
+    // Computes splits [window_begin, window_end) into `partial`, then merges each of their
+    // tokens' splits (in order) and normalises.
+    const auto run_window = [&](std::size_t window_end) {
+        const auto first_split = static_cast<std::int64_t>(window_begin);
+        const auto n_splits = static_cast<std::int64_t>(window_end) - first_split;
+        if (pool != nullptr && n_splits > 1) {
+            // Handed out one at a time: a worker that starts late or reads slower memory takes
+            // fewer.
+            std::atomic<std::int64_t> next{0};
+            pool->run([&](int worker, int) {
+                for (std::int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_splits;)
+                    work(first_split + i, first_split + i + 1, worker);
+            });
+        } else {
+            work(first_split, first_split + n_splits, 0);
         }
-        i = j;
+        for (std::size_t i = window_begin; i < window_end;) {
+            const Split& first = splits[i];
+            std::size_t j = i;
+            while (j < window_end && splits[j].run == first.run && splits[j].token == first.token) ++j;
+            const MlaAbsorbedArgs& a = runs[first.run];
+            for (std::int64_t h = 0; h < s.n_heads; ++h) {
+                const auto state_of = [&](std::size_t k) {
+                    return partial.data() + ((k - window_begin) * s.n_heads + h) * state;
+                };
+                float max = -std::numeric_limits<float>::infinity();
+                for (std::size_t k = i; k < j; ++k) max = std::max(max, state_of(k)[0]);
+                float* out = a.out + (first.token * s.n_heads + h) * s.latent;
+                std::fill(out, out + s.latent, 0.0f);
+                float sum = 0.0f;
+                for (std::size_t k = i; k < j; ++k) {
+                    const float* p = state_of(k);
+                    if (p[1] == 0.0f) continue;  // an empty split
+                    const float w = std::exp(p[0] - max);
+                    sum += w * p[1];
+                    for (std::int64_t d = 0; d < s.latent; ++d) out[d] += w * p[2 + d];
+                }
+                const float inv = 1.0f / sum;
+                for (std::int64_t d = 0; d < s.latent; ++d) out[d] *= inv;
+            }
+            i = j;
+        }
+    };
+    while (window_begin < splits.size()) {
+        // Whole tokens, at least one, up to window_splits splits.
+        std::size_t window_end = window_begin;
+        while (window_end < splits.size()) {
+            std::size_t token_end = window_end;
+            while (token_end < splits.size() && splits[token_end].run == splits[window_end].run &&
+                   splits[token_end].token == splits[window_end].token)
+                ++token_end;
+            if (window_end > window_begin && token_end - window_begin > window_splits) break;
+            window_end = token_end;
+        }
+        run_window(window_end);
+        window_begin = window_end;
     }
 }
 

@@ -37,6 +37,9 @@ struct MlaShape {
     std::int64_t latent = 0;  // kv_lora_rank
     std::int64_t rope = 0;    // qk_rope_head_dim
     float scale = 1.0f;       // softmax scale ((nope + rope)^-1/2, yarn-adjusted)
+    // The most per-split state (max, sum and latent accumulator of each head) held at once: a
+    // call with more goes through in windows of whole tokens. Results do not depend on it.
+    std::int64_t max_state_floats = std::int64_t{1} << 24;  // 64 MiB
 };
 
 // With Isa::kAvx512Bf16, a bf16 or fp8 cache, latent and latent + rope multiples of 32 and

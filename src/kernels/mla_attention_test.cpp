@@ -143,6 +143,29 @@ TEST(MlaAttentionKernelTest, AbsorbedMatchesReference) {
     }
 }
 
+// A call whose split state exceeds max_state_floats goes through in windows of whole tokens:
+// the same bits as in one window, on both paths, with and without threads.
+TEST(MlaAttentionKernelTest, WindowsOfTokensGiveTheSameBits) {
+    ThreadPool pool(2);
+    const Case c = make_case(600, 7);  // 600+ keys: two or more splits per token
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512Bf16}) {
+        if (!isa_supported(isa)) continue;
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<std::vector<float>> outs;
+            const std::int64_t three_splits = 3 * c.shape.heads * (2 + c.shape.latent);
+            for (std::int64_t max_state : {std::int64_t{1} << 24, std::int64_t{1}, three_splits}) {
+                outs.emplace_back(c.n_q * c.shape.heads * c.shape.latent);
+                const MlaAbsorbedArgs args{c.q.data(),    c.cache_bf16.data(), DType::kBF16,       c.slots.data(),
+                                           c.n_q,         c.start,             outs.back().data()};
+                const MlaShape shape{c.shape.heads, c.shape.latent, c.shape.rope, 0.15f, max_state};
+                mla_attention_absorbed({&args, 1}, shape, p, isa);
+            }
+            EXPECT_EQ(outs[0], outs[1]) << isa_name(isa) << (p ? " pool" : "");
+            EXPECT_EQ(outs[0], outs[2]) << isa_name(isa) << (p ? " pool" : "");
+        }
+    }
+}
+
 // The AVX-512 path at DeepSeek's row width (16 heads fill the lanes) and with 20 heads (a
 // second, partial group of heads), with block ends of odd length and contexts split over threads; rows
 // in order are read in place, shuffled ones through the block buffer.
