@@ -8,6 +8,17 @@
 
 namespace tessera::grammar {
 
+namespace {
+
+// How many of a token's first bytes are spaces the detokenizer drops (at most `strip`).
+std::size_t stripped_spaces(std::string_view bytes, int strip) {
+    std::size_t k = 0;
+    while (k < bytes.size() && static_cast<int>(k) < strip && bytes[k] == ' ') ++k;
+    return k;
+}
+
+}  // namespace
+
 Vocabulary::Vocabulary(std::vector<std::string> token_bytes, const std::vector<bool>& special,
                        int leading_spaces_stripped)
     : bytes_(std::move(token_bytes)), usable_(bytes_.size(), false), leading_spaces_stripped_(leading_spaces_stripped) {
@@ -43,8 +54,7 @@ StatusOr<std::shared_ptr<const TokenBitmask>> CompiledGrammar::mask(std::int32_t
         const Vocabulary& v = *vocabulary_;
         for (const std::int32_t id : v.sorted_) {
             const std::string& bytes = v.bytes_[static_cast<std::size_t>(id)];
-            std::size_t k = 0;
-            while (k < bytes.size() && static_cast<int>(k) < strip && bytes[k] == ' ') ++k;
+            const std::size_t k = stripped_spaces(bytes, strip);
             if (k == 0) continue;
             if (dfa_.walk(state, std::string_view(bytes).substr(k)) != LazyDfa::kDead)
                 (*mask)[static_cast<std::size_t>(id) >> 5] |= 1u << (id & 31);
@@ -126,8 +136,7 @@ bool GrammarMatcher::accept(std::int32_t token) {
     }
     if (token < 0 || token >= grammar_->vocabulary().size() || !grammar_->vocabulary().usable(token)) return false;
     std::string_view bytes = grammar_->vocabulary().bytes(token);
-    std::size_t dropped = 0;
-    while (dropped < bytes.size() && static_cast<int>(dropped) < strip_ && bytes[dropped] == ' ') ++dropped;
+    const std::size_t dropped = stripped_spaces(bytes, strip_);
     const std::int32_t next = grammar_->dfa().walk(state_, bytes.substr(dropped));
     if (next == LazyDfa::kDead) return false;
     state_ = next;
