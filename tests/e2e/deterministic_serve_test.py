@@ -3,8 +3,9 @@
 test_deterministic.py checks it.
 
 Tiny bf16 models with the real Qwen3 tokenizer are served with the flag in several layouts:
-Qwen3 on one rank (overlap scheduling, 16-token prefill chunks), TP 2, PP 2 and with mixed
-chunks; Qwen3-MoE with EP 2 and with DP-attention; DeepSeek-V3 (MLA) on one rank. In each, a
+Qwen3 on one rank (overlap scheduling, 16-token prefill chunks), TP 2, PP 2, with mixed chunks,
+and with FP8 weights and KV cache on two threads; Qwen3-MoE with EP 2 and with DP-attention;
+DeepSeek-V3 (MLA) on one rank. In each, a
 request's output ids and log-probabilities must be the same bits however it was served:
 - single: the same prompt alone and as every item of batches of 3 and 6;
 - mixed: beside other requests of other lengths (a long prompt prefilling, others decoding);
@@ -37,7 +38,8 @@ PREFIX_WORDS = [3, 11, 25, 40]
 NEW_TOKENS = 12
 LAYOUTS = {
     "qwen3": [["--chunked-prefill-size", "16"], ["--tp", "2"], ["--pp-size", "2"],
-              ["--chunked-prefill-size", "16", "--enable-mixed-chunk"]],
+              ["--chunked-prefill-size", "16", "--enable-mixed-chunk"],
+              ["--quantization", "fp8", "--kv-cache-dtype", "fp8_e4m3", "--chunked-prefill-size", "8", "--threads", "2"]],
     "qwen3-moe": [["--tp", "2", "--ep-size", "2"], ["--tp", "2", "--dp", "2", "--enable-dp-attention"]],
     "deepseek-v3": [[]],
 }
