@@ -262,14 +262,20 @@ std::int64_t decode_scratch_floats(std::int64_t n_slots, std::int64_t dim) {
     return n_slots * (2 * dim + 16 * 16 + kDecodeKeys + 3) + 16;
 }
 
-// C = head_dim / 16. Slot = local KV head · group + query head of the group.
+// C = head_dim / 16. Slot = (token · local KV heads + local KV head) · group + query head of
+// the group: every token of the range at once, so that each key row widened serves all of
+// them (a prompt's rows under batch-invariant kernels; one or two tokens when decoding). A
+// token's slots stop at its own last key, and for the keys it sees each slot goes through the
+// same operations as in a call for that token alone.
 template <int C>
 void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRange& r, const DecodePartial* part,
                  void* scratch) {
     constexpr std::int64_t dim = 16 * C;
     const std::int64_t group = s.n_heads / s.n_kv_heads;
     const std::int64_t n_kv = r.kv_head_end - r.kv_head_begin;
-    const std::int64_t n_slots = n_kv * group;
+    const std::int64_t per_token = n_kv * group;
+    const std::int64_t n_tokens = r.q_end - r.q_begin;
+    const std::int64_t n_slots = n_tokens * per_token;
     const std::int64_t row_bytes = n_kv * dim * static_cast<std::int64_t>(sizeof(std::uint16_t));
     float* q_rows = static_cast<float*>(scratch);  // [slot][dim], scaled
     float* acc = q_rows + n_slots * dim;           // [slot][dim]
@@ -280,58 +286,71 @@ void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRa
     float* correction = row_sum + n_slots;
     const std::uint16_t* k_rows[kDecodeKeys];
     const std::uint16_t* v_rows[kDecodeKeys];
+    // Token t sees keys up to key_end(t) (exclusive); later tokens see more.
+    const auto key_end = [&](std::int64_t t) { return smaller(r.key_end, a.start_pos + r.q_begin + t + 1); };
 
-    for (std::int64_t qi = r.q_begin; qi < r.q_end; ++qi) {
-        for (std::int64_t slot = 0; slot < n_slots; ++slot) {
-            const float* q = a.q + qi * a.q_stride + (r.kv_head_begin * group + slot) * dim;
-            for (std::int64_t d = 0; d < dim; ++d) q_rows[slot * dim + d] = q[d] * s.scale;
+    for (std::int64_t t = 0; t < n_tokens; ++t) {
+        for (std::int64_t local = 0; local < per_token; ++local) {
+            const float* q = a.q + (r.q_begin + t) * a.q_stride + (r.kv_head_begin * group + local) * dim;
+            float* row = q_rows + (t * per_token + local) * dim;
+            for (std::int64_t d = 0; d < dim; ++d) row[d] = q[d] * s.scale;
         }
-        for (std::int64_t i = 0; i < n_slots * dim; ++i) acc[i] = 0.0f;
-        for (std::int64_t slot = 0; slot < n_slots; ++slot) {
-            row_max[slot] = -std::numeric_limits<float>::infinity();
-            row_sum[slot] = 0.0f;
+    }
+    for (std::int64_t i = 0; i < n_slots * dim; ++i) acc[i] = 0.0f;
+    for (std::int64_t slot = 0; slot < n_slots; ++slot) {
+        row_max[slot] = -std::numeric_limits<float>::infinity();
+        row_sum[slot] = 0.0f;
+    }
+    const std::int64_t last_end = key_end(n_tokens - 1);
+    std::int64_t first = 0;  // the first token that sees keys of the current block
+    for (std::int64_t kb = r.key_begin; kb < last_end; kb += kDecodeKeys) {
+        while (key_end(first) <= kb) ++first;
+        const std::int64_t n = smaller(kDecodeKeys, last_end - kb);
+        const std::int64_t first_slot = first * per_token;
+        for (std::int64_t j = 0; j < n; ++j) {
+            k_rows[j] = cache_row(a, kb + j, r.kv_head_begin, dim, a.k);
+            v_rows[j] = cache_row(a, kb + j, r.kv_head_begin, dim, a.v);
         }
-        const std::int64_t key_end = smaller(r.key_end, a.start_pos + qi + 1);
-        for (std::int64_t kb = r.key_begin; kb < key_end; kb += kDecodeKeys) {
-            const std::int64_t n = smaller(kDecodeKeys, key_end - kb);
-            for (std::int64_t j = 0; j < n; ++j) {
-                k_rows[j] = cache_row(a, kb + j, r.kv_head_begin, dim, a.k);
-                v_rows[j] = cache_row(a, kb + j, r.kv_head_begin, dim, a.v);
-            }
-            // Scores, position by position so the cache is read in address order. The value rows
-            // of the block are requested meanwhile (into L2: into L1 the requests queue behind
-            // each other and stall the key loads), since the value pass reads them head by head.
-            for (std::int64_t half = 0; half < n; half += 16) {
-                const std::int64_t nh = smaller(16, n - half);
-                for (std::int64_t j = 0; j < nh; ++j) {
-                    const auto* v_bytes = reinterpret_cast<const char*>(v_rows[half + j]);
-                    for (std::int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(v_bytes + off, _MM_HINT_T2);
-                    for (std::int64_t h = 0; h < n_kv; ++h) {
-                        __m512 k[C];
-                        for (int c = 0; c < C; ++c) k[c] = widen_bf16x16(k_rows[half + j] + h * dim + 16 * c);
+        // Scores, position by position so the cache is read in address order. The value rows
+        // of the block are requested meanwhile (into L2: into L1 the requests queue behind
+        // each other and stall the key loads), since the value pass reads them head by head.
+        for (std::int64_t half = 0; half < n; half += 16) {
+            const std::int64_t nh = smaller(16, n - half);
+            for (std::int64_t j = 0; j < nh; ++j) {
+                const auto* v_bytes = reinterpret_cast<const char*>(v_rows[half + j]);
+                for (std::int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(v_bytes + off, _MM_HINT_T2);
+                for (std::int64_t h = 0; h < n_kv; ++h) {
+                    __m512 k[C];
+                    for (int c = 0; c < C; ++c) k[c] = widen_bf16x16(k_rows[half + j] + h * dim + 16 * c);
+                    for (std::int64_t t = first; t < n_tokens; ++t) {
                         for (std::int64_t g = 0; g < group; ++g) {
-                            const float* q = q_rows + (h * group + g) * dim;
+                            const std::int64_t slot = t * per_token + h * group + g;
+                            const float* q = q_rows + slot * dim;
                             __m512 s0 = _mm512_mul_ps(_mm512_load_ps(q), k[0]);
                             __m512 s1 = _mm512_setzero_ps();
                             for (int c = 1; c < C; ++c) {
                                 if (c % 2 == 1) s1 = _mm512_fmadd_ps(_mm512_load_ps(q + 16 * c), k[c], s1);
                                 else s0 = _mm512_fmadd_ps(_mm512_load_ps(q + 16 * c), k[c], s0);
                             }
-                            _mm512_store_ps(lanes + ((h * group + g) * 16 + j) * 16, _mm512_add_ps(s0, s1));
+                            _mm512_store_ps(lanes + (slot * 16 + j) * 16, _mm512_add_ps(s0, s1));
                         }
                     }
                 }
-                for (std::int64_t slot = 0; slot < n_slots; ++slot) {
-                    __m512 v[16];
-                    for (int j = 0; j < 16; ++j)
-                        v[j] = j < nh ? _mm512_load_ps(lanes + (slot * 16 + j) * 16) : _mm512_setzero_ps();
-                    _mm512_store_ps(probs + slot * kDecodeKeys + half, sum_lanes16(v));
-                }
             }
-            const __mmask16 m0 = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-            const __mmask16 m1 = n >= 32 ? __mmask16(0xFFFF) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
-            const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-            for (std::int64_t slot = 0; slot < n_slots; ++slot) {
+            for (std::int64_t slot = first_slot; slot < n_slots; ++slot) {
+                __m512 v[16];
+                for (int j = 0; j < 16; ++j)
+                    v[j] = j < nh ? _mm512_load_ps(lanes + (slot * 16 + j) * 16) : _mm512_setzero_ps();
+                _mm512_store_ps(probs + slot * kDecodeKeys + half, sum_lanes16(v));
+            }
+        }
+        const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+        for (std::int64_t t = first; t < n_tokens; ++t) {
+            const std::int64_t nt = smaller(kDecodeKeys, key_end(t) - kb);  // the keys this token sees
+            const __mmask16 m0 = nt >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nt) - 1);
+            const __mmask16 m1 =
+                nt >= 32 ? __mmask16(0xFFFF) : nt > 16 ? __mmask16((1u << (nt - 16)) - 1) : __mmask16(0);
+            for (std::int64_t slot = t * per_token; slot < (t + 1) * per_token; ++slot) {
                 float* p = probs + slot * kDecodeKeys;
                 const __m512 s0 = _mm512_mask_mov_ps(minus_inf, m0, _mm512_load_ps(p));
                 const __m512 s1 = _mm512_mask_mov_ps(minus_inf, m1, _mm512_load_ps(p + 16));
@@ -348,32 +367,32 @@ void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRa
             }
             for (std::int64_t h = 0; h < n_kv; ++h) {
                 const std::uint16_t* head_rows[kDecodeKeys];
-                for (std::int64_t j = 0; j < n; ++j) head_rows[j] = v_rows[j] + h * dim;
+                for (std::int64_t j = 0; j < nt; ++j) head_rows[j] = v_rows[j] + h * dim;
                 for (std::int64_t g = 0; g < group; g += 2) {
-                    const std::int64_t s0 = h * group + g;
+                    const std::int64_t s0 = t * per_token + h * group + g;
                     if (g + 1 < group) {
-                        accumulate_values<C, true>(head_rows, n, probs + s0 * kDecodeKeys, probs + (s0 + 1) * kDecodeKeys,
-                                                   correction[s0], correction[s0 + 1], acc + s0 * dim,
-                                                   acc + (s0 + 1) * dim);
+                        accumulate_values<C, true>(head_rows, nt, probs + s0 * kDecodeKeys,
+                                                   probs + (s0 + 1) * kDecodeKeys, correction[s0], correction[s0 + 1],
+                                                   acc + s0 * dim, acc + (s0 + 1) * dim);
                     } else {
-                        accumulate_values<C, false>(head_rows, n, probs + s0 * kDecodeKeys, nullptr, correction[s0],
+                        accumulate_values<C, false>(head_rows, nt, probs + s0 * kDecodeKeys, nullptr, correction[s0],
                                                     0.0f, acc + s0 * dim, nullptr);
                     }
                 }
             }
         }
-        for (std::int64_t slot = 0; slot < n_slots; ++slot) {
-            const std::int64_t row = qi * s.n_heads + r.kv_head_begin * group + slot;
-            const float* from = acc + slot * dim;
-            if (part == nullptr) {
-                const __m512 inv = _mm512_set1_ps(1.0f / row_sum[slot]);
-                for (std::int64_t d = 0; d < dim; d += 16)
-                    _mm512_storeu_ps(a.out + row * dim + d, _mm512_mul_ps(_mm512_load_ps(from + d), inv));
-            } else {
-                std::memcpy(part->acc + row * dim, from, dim * sizeof(float));
-                part->max[row] = row_max[slot];
-                part->sum[row] = row_sum[slot];
-            }
+    }
+    for (std::int64_t slot = 0; slot < n_slots; ++slot) {
+        const std::int64_t row = (r.q_begin + slot / per_token) * s.n_heads + r.kv_head_begin * group + slot % per_token;
+        const float* from = acc + slot * dim;
+        if (part == nullptr) {
+            const __m512 inv = _mm512_set1_ps(1.0f / row_sum[slot]);
+            for (std::int64_t d = 0; d < dim; d += 16)
+                _mm512_storeu_ps(a.out + row * dim + d, _mm512_mul_ps(_mm512_load_ps(from + d), inv));
+        } else {
+            std::memcpy(part->acc + row * dim, from, dim * sizeof(float));
+            part->max[row] = row_max[slot];
+            part->sum[row] = row_sum[slot];
         }
     }
 }
@@ -383,7 +402,8 @@ void decode_bf16(const AttentionArgs& a, const AttentionShape& s, const DecodeRa
 bool attend_decode_bf16_supported(const AttentionShape& s) { return s.head_dim % 16 == 0 && s.head_dim <= 128; }
 
 std::size_t attend_decode_bf16_scratch_bytes(const AttentionShape& s, const DecodeRange& range) {
-    const std::int64_t n_slots = (range.kv_head_end - range.kv_head_begin) * (s.n_heads / s.n_kv_heads);
+    const std::int64_t n_slots =
+        (range.q_end - range.q_begin) * (range.kv_head_end - range.kv_head_begin) * (s.n_heads / s.n_kv_heads);
     return static_cast<std::size_t>(decode_scratch_floats(n_slots, s.head_dim)) * sizeof(float);
 }
 
