@@ -477,6 +477,10 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
     ev.usage = {e.prompt_tokens, e.completion_tokens, e.cached_tokens, e.reasoning_tokens};
     if (e.has_input_logprobs) ev.input_logprobs = input_logprobs(tokenizer_, e, stream.logprob_token_ids);
     ev.prompt_text = std::exchange(stream.echo, std::nullopt);
+    if (e.unsampled && stream.logprobs)
+        ev.unsampled_logprobs = token_logprob(tokenizer_, e.unsampled->token, e.unsampled->logprob,
+                                              e.unsampled->top_logprobs, stream.logprob_token_ids,
+                                              e.unsampled->token_ids_logprobs);
     if (e.token && !e.token->embedding.empty()) {
         ev.embedding = e.token->embedding;
     } else if (e.token) {
@@ -516,6 +520,7 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         held.text += ev.text;
         held.token_ids.insert(held.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
         for (auto& lp : ev.logprobs) held.logprobs.push_back(std::move(lp));
+        if (ev.unsampled_logprobs) held.unsampled_logprobs = std::move(ev.unsampled_logprobs);
         if (ev.input_logprobs) held.input_logprobs = std::move(ev.input_logprobs);
         if (ev.prompt_text) held.prompt_text = std::move(ev.prompt_text);
         for (auto& h : ev.hidden_states) held.hidden_states.push_back(std::move(h));

@@ -52,6 +52,10 @@ struct ReqEvent {
     std::span<const float> input_logprobs;
     std::span<const std::pair<std::int32_t, float>> input_top_logprobs;
     std::span<const float> input_token_ids_logprobs;  // [those × Req::logprob_token_ids]
+    // A request of max_new_tokens 0, with its end: the row at the prompt's last position, whose
+    // sampled token is not output (its best ones and token_ids values still answer, as SGLang's
+    // one row of output_top_logprobs / output_token_ids_logprobs).
+    std::optional<executor::SampledToken> unsampled;
 };
 using ReqEventSink = std::function<void(const ReqEvent&)>;
 

@@ -213,11 +213,12 @@ bool Scheduler::abort(std::string_view rid) {
     return true;
 }
 
-void Scheduler::emit(Req& req, const executor::SampledToken* token) {
+void Scheduler::emit(Req& req, const executor::SampledToken* token, const executor::SampledToken* unsampled) {
     if (!req.sink) return;
     ReqEvent ev;
     ev.rid = req.rid;
     if (token != nullptr) ev.token = *token;
+    if (unsampled != nullptr) ev.unsampled = *unsampled;
     ev.finished = req.finished();
     ev.finish_reason = req.finish_reason;
     ev.error = req.finish_error;
@@ -1035,7 +1036,10 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
             cache_unfinished_req(r);  // others can match this prompt right away
             last_prefill_.push_back(&r);
         }
-        emit(r, prefill_only && tok.embedding.empty() ? nullptr : &tok);
+        if (prefill_only && tok.embedding.empty())
+            emit(r, nullptr, &tok);
+        else
+            emit(r, &tok);
     }
     if (any_finished) batch_is_full_ = false;
     drop_finished();

@@ -256,7 +256,7 @@ class Scheduler {
     void cache_finished_req(Req& req);
     void cache_unfinished_req(Req& req);
     void release_kv_no_insert(Req& req);
-    void emit(Req& req, const executor::SampledToken* token);
+    void emit(Req& req, const executor::SampledToken* token, const executor::SampledToken* unsampled = nullptr);
     void finish(Req& req, FinishReason reason, std::string error);
     void drop_finished();
 

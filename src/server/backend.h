@@ -119,6 +119,9 @@ struct GenerationEvent {
     std::string text;                     // new text since the previous event (UTF-8 complete)
     std::vector<std::int32_t> token_ids;  // tokens since the previous event
     std::vector<TokenLogprob> logprobs;   // one per token when requested
+    // max_new_tokens 0 with log-probabilities, on the last event: the distribution at the
+    // prompt's end, whose token is not output; its best ones and token_ids values are answered.
+    std::optional<TokenLogprob> unsampled_logprobs;
     // GenerationParams::logprob_start_len, with the first event: one entry per prompt token
     // from there on; the first has no log-probability (NaN: nothing before it is in the range).
     std::optional<std::vector<TokenLogprob>> input_logprobs;

@@ -189,6 +189,7 @@ class ResponseBuilder {
         int top_logprobs = 0;
         bool wants_token_ids_logprobs = false;
         std::vector<TokenLogprob> logprobs;
+        std::optional<TokenLogprob> unsampled_logprobs;  // max_new_tokens 0: GenerationEvent's
         std::optional<std::vector<TokenLogprob>> input_logprobs;  // the prompt's, once they came
         std::optional<std::string> finish_reason;
         std::optional<std::string> matched_stop;

@@ -1018,6 +1018,26 @@ TEST(ResponseBuilderTest, CompletionEchoPutsThePromptFirst) {
     EXPECT_EQ(Json::parse(payloads[1])["choices"][0]["text"], "!");
 }
 
+// max_new_tokens 0 with top_logprobs_num and token_ids_logprob: no output token, but one row
+// of the best ones and of the chosen ones at the prompt's end, as SGLang answers.
+TEST(ResponseBuilderTest, PrefillOnlyAnswersOneRowOfTheNextTokenDistribution) {
+    for (const bool stream : {false, true}) {
+        auto o = generate(std::string(R"({"text": "Hi", "return_logprob": true, "top_logprobs_num": 2,
+            "token_ids_logprob": [9], "sampling_params": {"max_new_tokens": 0}, "stream": )") +
+                          (stream ? "true}" : "false}"));
+        ResponseBuilder b(o.request);
+        auto e = event("", {}, 0, "length");
+        e.unsampled_logprobs = TokenLogprob{.token = 7, .text = "!", .logprob = -0.25f,
+                                            .top = {{"!", -0.25f}, {"?", -1.5f}}, .top_ids = {7, 8},
+                                            .chosen = {{"a", -3.0f}}, .chosen_ids = {9}};
+        const std::string out = b.add_event(0, e);
+        const Json meta = stream ? Json::parse(sse_payloads(out).at(0))["meta_info"] : Json::parse(b.body())["meta_info"];
+        EXPECT_EQ(meta["output_token_logprobs"], Json::array()) << stream;
+        EXPECT_EQ(meta["output_top_logprobs"], Json::parse(R"([[[-0.25, 7, null], [-1.5, 8, null]]])")) << stream;
+        EXPECT_EQ(meta["output_token_ids_logprobs"], Json::parse(R"([[[-3.0, 9, null]]])")) << stream;
+    }
+}
+
 TEST(ResponseBuilderTest, NativeGeneratePromptLogprobs) {
     auto o = generate(R"({"text": "Hi there", "return_logprob": true, "logprob_start_len": 0,
         "top_logprobs_num": 1})");

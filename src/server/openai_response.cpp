@@ -119,15 +119,23 @@ NativeLogprobs native_logprobs(const std::vector<TokenLogprob>& lps, bool with_t
 // prompt's (from logprob_start_len; [] when none came) and the output's, with their best ones
 // when top_logprobs_num asked for some, and the token_ids_logprob ones when it gave ids.
 // `output_length`: how many output tokens have one so far (`output` may be only the new ones).
+// `unsampled`: a request of max_new_tokens 0 answers the distribution at the prompt's end as
+// one row of the best ones and of the token_ids_logprob ones, and no output token
+// (scheduler_components/output_streamer.py slices [0:1] of lists the sampler never filled).
 struct NativeLogprobFields {
     bool with_text = false;
     bool with_top = false;
     bool with_chosen = false;
 };
 void add_native_logprobs(Json& meta, const std::vector<TokenLogprob>* prompt, const std::vector<TokenLogprob>& output,
-                         std::size_t output_length, NativeLogprobFields fields) {
+                         std::size_t output_length, NativeLogprobFields fields,
+                         const std::optional<TokenLogprob>& unsampled) {
     NativeLogprobs in = native_logprobs(prompt ? *prompt : std::vector<TokenLogprob>{}, fields.with_text, true);
     NativeLogprobs out = native_logprobs(output, fields.with_text, false);
+    if (output.empty() && unsampled) {
+        out.tops.push_back(token_values(unsampled->top, unsampled->top_ids, fields.with_text));
+        out.chosen.push_back(token_values(unsampled->chosen, unsampled->chosen_ids, fields.with_text));
+    }
     meta["input_token_logprobs"] = std::move(in.tokens);
     meta["output_token_logprobs_length"] = output_length;
     meta["output_token_logprobs"] = std::move(out.tokens);
@@ -235,6 +243,7 @@ std::string ResponseBuilder::add_event(std::size_t index, const GenerationEvent&
     }
     if (event.routed_experts) c.routed_experts = event.routed_experts;
     if (event.input_logprobs) c.input_logprobs = event.input_logprobs;
+    if (event.unsampled_logprobs) c.unsampled_logprobs = event.unsampled_logprobs;
     std::string out;
     if (stream_) out = stream_chunk(index, event);
     if (echo_ && event.prompt_text) c.text += *event.prompt_text;
@@ -284,7 +293,8 @@ std::string ResponseBuilder::stream_chunk(std::size_t index, const GenerationEve
             output.insert(output.end(), event.logprobs.begin(), event.logprobs.end());
             add_native_logprobs(meta, c.input_logprobs ? &*c.input_logprobs : nullptr, output,
                                 c.logprobs.size() + event.logprobs.size(),
-                                {text_in_logprobs_, c.top_logprobs > 0, c.wants_token_ids_logprobs});
+                                {text_in_logprobs_, c.top_logprobs > 0, c.wants_token_ids_logprobs},
+                                c.unsampled_logprobs);
         }
         if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
         if (event.routed_experts) meta["routed_experts"] = routed_experts_base64(*event.routed_experts);
@@ -454,7 +464,8 @@ std::string ResponseBuilder::body() const {
             if (c.wants_logprobs)
                 add_native_logprobs(meta, c.input_logprobs ? &*c.input_logprobs : nullptr, c.logprobs,
                                     c.logprobs.size(),
-                                    {text_in_logprobs_, c.top_logprobs > 0, c.wants_token_ids_logprobs});
+                                    {text_in_logprobs_, c.top_logprobs > 0, c.wants_token_ids_logprobs},
+                                    c.unsampled_logprobs);
             if (hidden_states_ != HiddenStatesMode::kNone) meta["hidden_states"] = hidden_states_json(c.hidden_states);
             if (c.routed_experts) meta["routed_experts"] = routed_experts_base64(*c.routed_experts);
             Json item = Json::object();

@@ -120,13 +120,23 @@ def check_layout(check, server, name, log_softmax, greedy):
     check(f"{name}: no top lists without top_logprobs_num", "input_top_logprobs" not in again.get("meta_info", {}),
           again)
 
-    status, scored = generate(server, 0, max_new_tokens=0, return_text_in_logprobs=True)
+    status, scored = generate(server, 0, max_new_tokens=0, top=2, return_text_in_logprobs=True,
+                              token_ids_logprob=CHOSEN)
     meta = scored.get("meta_info", {}) if status == 200 else {}
     entries = meta.get("input_token_logprobs", [])
     check(f"{name}: max_new_tokens 0 scores the prompt and generates nothing",
           worst_input_error(entries, 0, log_softmax) < TOLERANCE and scored.get("output_ids") == [] and
           meta.get("completion_tokens") == 0 and meta.get("finish_reason", {}).get("type") == "length" and
-          all(isinstance(e[2], str) for e in entries), (status, scored))
+          all(isinstance(e[2], str) for e in entries) and meta.get("output_token_logprobs") == [], (status, scored))
+    # As SGLang: one row of the best tokens and of token_ids_logprob at the prompt's end.
+    last = len(PROMPT) - 1
+    tops = meta.get("output_top_logprobs", [])
+    check(f"{name}: max_new_tokens 0 answers one row of the best tokens after the prompt",
+          len(tops) == 1 and [t[1] for t in tops[0]] == [int(x) for x in np.argsort(-log_softmax[last])[:2]] and
+          max(abs(v - log_softmax[last, t]) for v, t, _ in tops[0]) < TOLERANCE, tops)
+    check(f"{name}: max_new_tokens 0 answers one row of token_ids_logprob after the prompt",
+          chosen_error(meta.get("output_token_ids_logprobs", []), last, log_softmax) < TOLERANCE and
+          len(meta.get("output_token_ids_logprobs", [])) == 1, meta.get("output_token_ids_logprobs"))
 
 
 def main():
