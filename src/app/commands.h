@@ -50,6 +50,13 @@ int run_plan(int argc, char** argv);
 // could not start (its memory, its shard), naming the fix; logs the rest as warnings.
 Status preflight_check(const server::ServerArgs& args);
 
+// `tessera checksum`: prints the SHA-256 manifest of a model folder that --model-checksum reads.
+int run_checksum(const std::string& model_path);
+
+// --model-checksum: the model files against their manifest, before any weight is read (once
+// per node, by the process that launches its ranks). Ok without the flag.
+Status verify_model_checksum(const server::ServerArgs& args);
+
 // `tessera gateway` (argv[0] is "gateway").
 int run_gateway(int argc, char** argv);
 

@@ -134,6 +134,12 @@ int main(int argc, char** argv) {
                        "render a messages array, or {\"messages\": [...], \"add_generation_prompt\": true, "
                        "\"enable_thinking\": false, \"tools\": [...]}, with the model's chat template");
 
+    std::string checksum_model;
+    auto* checksum = app.add_subcommand(
+        "checksum", "the SHA-256 manifest of a model folder's files as SGLang's --model-checksum reads it (JSON on "
+                    "stdout): `tessera checksum --model-path DIR > checksums.json`");
+    checksum->add_option("--model-path,--model", checksum_model, "the model folder")->required();
+
     auto* eplb = app.add_subcommand(
         "eplb", "DeepSeek's expert placement, offline: one JSON object per line on stdin, {\"weight\": [[tokens per "
                 "expert, per layer]], \"num_replicas\": R, \"num_groups\": G, \"num_nodes\": N, \"num_gpus\": M}, "
@@ -172,6 +178,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (tokenize->parsed()) return tessera::app::run_tokenize(tk);
+    if (checksum->parsed()) return tessera::app::run_checksum(checksum_model);
     if (eplb->parsed()) return tessera::app::run_eplb();
     if (serve->parsed()) {
         if (tessera::Status s = serve_flags.resolve(); !s.ok()) {
@@ -180,6 +187,11 @@ int main(int argc, char** argv) {
         }
         log_ignored_flags(serve_flags, serve_rank.has_value());
         if (tessera::Status s = serve_rank ? tessera::Status::Ok() : tessera::app::preflight_check(serve_args); !s.ok()) {
+            TSR_LOG(ERROR, "{}", s.message());
+            return 2;
+        }
+        if (tessera::Status s = serve_rank ? tessera::Status::Ok() : tessera::app::verify_model_checksum(serve_args);
+            !s.ok()) {
             TSR_LOG(ERROR, "{}", s.message());
             return 2;
         }
@@ -205,6 +217,11 @@ int main(int argc, char** argv) {
         }
         log_ignored_flags(generate_flags, internal_rank.has_value());
         if (tessera::Status s = internal_rank ? tessera::Status::Ok() : tessera::app::preflight_check(gen.server);
+            !s.ok()) {
+            TSR_LOG(ERROR, "{}", s.message());
+            return 2;
+        }
+        if (tessera::Status s = internal_rank ? tessera::Status::Ok() : tessera::app::verify_model_checksum(gen.server);
             !s.ok()) {
             TSR_LOG(ERROR, "{}", s.message());
             return 2;

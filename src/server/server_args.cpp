@@ -315,6 +315,14 @@ Status ServerArgs::check_tessera_runs() const {
         return invalid("--moe-a2a-backend " + moe_a2a_backend +
                        " is one of SGLang's GPU backends; this build supports none (masked EP, then the TP "
                        "all-reduce) and all_to_all (tokens sent only to their experts' ranks)");
+    // SGLang reads the flag alone, or a value that is no file, as a Hugging Face repository to
+    // fetch the digests from.
+    std::error_code ec;
+    if (model_checksum && (model_checksum->empty() || !std::filesystem::is_regular_file(*model_checksum, ec)))
+        return invalid("--model-checksum" + (model_checksum->empty() ? std::string() : " " + *model_checksum) +
+                       ": tessera checks the model files against a local manifest file, not the Hugging Face Hub; "
+                       "give the path of SGLang's checksums JSON (`tessera checksum --model-path DIR > "
+                       "checksums.json` writes one)");
     if (moe_runner_backend != "auto")
         return invalid("--moe-runner-backend " + moe_runner_backend +
                        " is one of SGLang's GPU kernel backends; this build runs experts on CPU: use auto");

@@ -112,6 +112,9 @@ struct ServerArgs {
     std::string return_hidden_states_mode;
     bool enable_return_routed_experts = false;  // requests' return_routed_experts (MoE models)
     bool is_embedding = false;         // --is-embedding: serve the model's pooled hidden states as embeddings
+    // --model-checksum FILE: SGLang's manifest of the model files' SHA-256 digests, checked
+    // before loading; "" when given without a file (SGLang then asks the Hugging Face Hub).
+    std::optional<std::string> model_checksum;
     std::string json_model_override_args = "{}";  // --json-model-override-args: config.json fields to replace
     std::string completion_template;  // --completion-template: a built-in fill-in-the-middle template
     std::string hf_chat_template_name;  // --hf-chat-template-name: one of the tokenizer's named templates

@@ -205,6 +205,13 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
                                "expert_pack", "bitsandbytes", "mistral", "layered", "flash_rl", "remote",
                                "remote_instance", "fastsafetensors", "private", "runai_streamer"}));
     value(app, t, "--tokenizer-path", a.tokenizer_path, "tokenizer folder (default: --model-path)", kYes);
+    // argparse nargs="?": the flag alone asks SGLang to fetch the digests from the Hub.
+    app.add_option_function<std::string>(
+           "--model-checksum", [&a](const std::string& v) { a.model_checksum = v; },
+           "check the model files against FILE, SGLang's JSON manifest of their SHA-256 digests and sizes, before "
+           "loading (`tessera checksum --model-path DIR` writes one)")
+        ->expected(0, 1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     value(app, t, "--served-model-name", a.served_model_name, "model name in the API (default: the model folder's name)", kServe);
     value(app, t, "--dtype", a.dtype, "compute weight type", kYes)
         ->check(CLI::IsMember({"auto", "half", "float16", "bfloat16", "bf16", "float", "float32", "f32"}));

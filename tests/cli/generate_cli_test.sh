@@ -83,5 +83,28 @@ done
 expect_error "a format tessera cannot read" "--load-format gguf is not supported" \
   generate --model-path "$work/m" --prompt-ids 1 --load-format gguf
 
+# --model-checksum: the manifest `tessera checksum` writes verifies; a changed weight stops the
+# launch with SGLang's message; the Hub forms name the file that would work.
+"$tessera" checksum --model-path "$work/m" >"$work/sums.json" 2>"$work/e.txt"
+check "checksum writes SGLang's manifest" /usr/bin/python3 -c "
+import hashlib, json
+files = json.load(open('$work/sums.json'))['files']
+data = open('$work/m/model.safetensors', 'rb').read()
+assert files['model.safetensors'] == {'sha256': hashlib.sha256(data).hexdigest(), 'size': len(data)}, files
+assert 'config.json' in files, files
+"
+"$tessera" generate --model-path "$work/m" --prompt-ids 1 --max-new-tokens 1 --model-checksum "$work/sums.json" \
+  >/dev/null 2>"$work/e.txt"
+check "generate with a matching manifest runs" test $? -eq 0
+check "the verification is logged" grep -q "model files verified against" "$work/e.txt"
+cp -r "$work/m" "$work/changed"
+printf 'x' | dd of="$work/changed/model.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
+expect_error "a changed weight file" "Integrity check failed: model.safetensors: mismatch (expected=" \
+  generate --model-path "$work/changed" --prompt-ids 1 --model-checksum "$work/sums.json"
+expect_error "--model-checksum alone" "not the Hugging Face Hub; give the path of SGLang's checksums JSON" \
+  generate --model-path "$work/m" --prompt-ids 1 --model-checksum
+expect_error "--model-checksum REPO" "--model-checksum Qwen/Qwen3-8B: tessera checks the model files against a local" \
+  generate --model-path "$work/m" --prompt-ids 1 --model-checksum Qwen/Qwen3-8B
+
 echo "$pass passed, $failures failed"
 [ "$failures" -eq 0 ]
