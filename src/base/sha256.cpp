@@ -1,6 +1,8 @@
 #include "base/sha256.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>

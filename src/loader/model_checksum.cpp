@@ -1,6 +1,7 @@
 #include "loader/model_checksum.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <optional>
