@@ -1,8 +1,8 @@
 #include "base/sha256.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
