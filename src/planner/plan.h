@@ -74,6 +74,7 @@ struct Check {
 struct Plan {
     std::vector<std::string> rewrites;  // SGLang's rewrites of the flags (ServerArgs::notes)
     std::string tessera_refusal;        // what `tessera serve` would refuse on this CPU build, if anything
+    std::vector<std::string> caveats;   // flags of the launch whose cost the estimates leave out
     dist::ParallelConfig parallel;
     int world_size = 0;
     std::vector<RankPlan> ranks;

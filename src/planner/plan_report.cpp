@@ -51,6 +51,7 @@ std::string render_plan(const Plan& p, const PlanRequest& req) {
                        p.world_size, a.nnodes);
     for (const std::string& note : p.rewrites) out << "rewritten as SGLang does: " << note << "\n";
     if (!p.tessera_refusal.empty()) out << "tessera serve on this CPU build would refuse: " << p.tessera_refusal << "\n";
+    for (const std::string& caveat : p.caveats) out << "not in the estimates: " << caveat << "\n";
 
     out << "\nranks (node: global rank, coordinates, weights, KV bytes per token, own KV pool tokens)\n";
     for (const RankPlan& r : p.ranks) {
@@ -114,6 +115,7 @@ std::string plan_json(const Plan& p, const PlanRequest& req) {
                    {"nnodes", a.nnodes},         {"world_size", p.world_size}};
     j["rewrites"] = p.rewrites;
     j["tessera_refusal"] = p.tessera_refusal;
+    j["caveats"] = p.caveats;
     nlohmann::json ranks = nlohmann::json::array();
     for (const RankPlan& r : p.ranks) {
         const dist::RankCoords& c = r.coords;

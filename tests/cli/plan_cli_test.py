@@ -81,6 +81,16 @@ def main():
         check("dynamic chunking cuts more chunks than 12288-token ones", pipe["micro_batches"] > 11, str(pipe))
         check("SGLang's rewrite is shown", any("overlap schedule" in r for r in j["rewrites"]), str(j["rewrites"]))
 
+    deterministic = run([t, "plan", "--model-path", dense, "--json", "--enable-deterministic-inference", "--tp", "2"])
+    try:
+        planned = json.loads(deterministic.stdout)
+    except ValueError:
+        planned = {}
+    check("deterministic inference: SGLang's rewrites and the estimates' caveat",
+          deterministic.returncode == 0 and
+          "Sampling backend is set to pytorch for deterministic inference." in planned.get("rewrites", []) and
+          any("batch-invariant" in c for c in planned.get("caveats", [])), deterministic.stdout[-600:])
+
     # What does not fit: exit 1 and the fix.
     tight = run([t, "plan", "--model-path", os.path.join(CONFIGS, "deepseek-v3"), "--device-preset", "h20",
                  "--tp", "8"])
