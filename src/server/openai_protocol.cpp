@@ -190,9 +190,14 @@ std::int64_t max_tokens_limit(const ProtocolOptions& o) {
 // Features that need machinery tessera does not have yet: a request that sets one is refused
 // rather than served without it.
 void reject_unsupported(FieldReader& r) {
-    for (const char* name : {"lora_path", "custom_logit_processor", "custom_params"}) {
+    for (const char* name : {"lora_path", "lora_id", "custom_logit_processor", "custom_params"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server");
     }
+    // SGLang's sessions continue a request kept under /open_session; served without one the
+    // answer would lack the session's earlier turns.
+    if (r.has("session_params"))
+        r.fail("session_params", "is not supported by this server (it has no /open_session); send the whole "
+                                 "conversation: the prefix cache reuses what an earlier turn computed");
 }
 
 // Constrained decoding: regex, json_schema (its JSON text, or the schema itself) and ebnf, at most

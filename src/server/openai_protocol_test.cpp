@@ -255,6 +255,9 @@ TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefused) {
     expect_error(generate(R"({"text": "hi", "lora_path": "adapter"})"), "lora_path");
     expect_error(generate(R"({"text": "hi", "custom_logit_processor": "x"})"), "custom_logit_processor");
     expect_error(generate(R"({"text": "hi", "sampling_params": {"custom_params": {}}})"), "sampling_params.custom_params");
+    expect_error(generate(R"({"text": "hi", "lora_id": "adapter-1"})"), "lora_id");
+    expect_error(generate(R"({"text": "hi", "session_params": {"id": "s1", "rid": null, "offset": -1}})"),
+                 "session_params");
 }
 
 TEST(OpenAiProtocolTest, LogitBias) {
