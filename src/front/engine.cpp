@@ -139,6 +139,17 @@ StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationI
 Status Engine::submit(server::GenerationRequest request, server::EventCallback on_event) {
     if (!ready()) return Status(StatusCode::kUnavailable, "the server is not accepting requests (starting or draining)");
     TSR_ASSIGN_OR_RETURN(auto ids, prompt_ids(request.input));
+    const std::optional<server::SessionParams>& session = request.params.session;
+    if (session) {
+        // The earlier turn's tokens, then these (their BOS dropped, as SGLang's Session does).
+        std::vector<std::string> abandoned;
+        const std::optional<std::int32_t> bos =
+            tokenizer_ && request.input.text ? tokenizer_->bos_token_id() : std::nullopt;
+        auto continued = sessions_.prompt(*session, std::move(ids), bos, abandoned, SessionStore::Clock::now());
+        for (const std::string& rid : abandoned) abort(rid);
+        if (!continued.ok()) return continued.status();
+        ids = std::move(continued).value();
+    }
     auto n_prompt = static_cast<std::int64_t>(ids.size());
     auto p = request.params;
     if (n_prompt == 0) return Status::InvalidArgument("the prompt is empty");
@@ -240,6 +251,7 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_.count(req.rid) != 0) return Status::InvalidArgument("request id " + req.rid + " is already running");
+    if (session) TSR_RETURN_IF_ERROR(sessions_.add(*session, req.rid, req.input_ids, req.max_new_tokens));
     req.sampling.params.seed = p.seed                          ? *p.seed
                                : config_.default_sampling_seed ? *config_.default_sampling_seed
                                                                : seed_rng_();
@@ -267,6 +279,7 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
                                p.stream_interval > 0 ? p.stream_interval : config_.stream_interval, std::nullopt, {},
                                exported ? std::move(parameters) : "", std::chrono::steady_clock::now()};
     if (p.logprobs || p.top_logprobs > 0) stream_params_[req.rid].logprob_token_ids = p.token_ids_logprob;
+    if (session) stream_params_[req.rid].session = session->id;
     if (p.echo) {
         // serving_completions.py: a text prompt as given, token ids as the tokenizer decodes them.
         stream_params_[req.rid].echo = request.input.text ? *request.input.text
@@ -281,6 +294,17 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
 }
 
 void Engine::abort(const std::string& request_id) { push({Command::Kind::kAbort, {}, request_id}); }
+
+StatusOr<std::string> Engine::open_session(const server::OpenSessionParams& params) {
+    // Random as uuid4().hex (not from --random-seed): a session id is what lets a client
+    // continue another's conversation.
+    std::random_device random;
+    std::string id;
+    for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", random());
+    return sessions_.open(params, std::move(id), SessionStore::Clock::now());
+}
+
+void Engine::close_session(const std::string& session_id) { sessions_.close(session_id); }
 
 void Engine::push(Command command) {
     {
@@ -364,7 +388,8 @@ void Engine::loop() {
                                                  .echo = std::move(sp.echo),
                                                  .logprob_token_ids = std::move(sp.logprob_token_ids),
                                                  .exported_parameters = std::move(sp.exported_parameters),
-                                                 .received_at = sp.received_at});
+                                                 .received_at = sp.received_at,
+                                                 .session = std::move(sp.session)});
                     c.req.sink = [this](const scheduler::ReqEvent& e) { on_req_event(e); };
                     Status s = scheduler_.add_request(std::move(c.req));
                     if (!s.ok()) {
@@ -485,6 +510,7 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         ev.embedding = e.token->embedding;
     } else if (e.token) {
         ev.token_ids.push_back(e.token->token);
+        if (stream.session) stream.output_ids.push_back(e.token->token);
         if (stream.logprobs)
             ev.logprobs.push_back(token_logprob(tokenizer_, e.token->token, e.token->logprob, e.token->top_logprobs,
                                                 stream.logprob_token_ids, e.token->token_ids_logprobs));
@@ -509,6 +535,12 @@ void Engine::on_req_event(const scheduler::ReqEvent& e) {
         stream.done = true;
     }
     const bool last = stream.done;
+    if (last && stream.session) {
+        // The turn joins its session when it ended well; an aborted or failed one leaves it.
+        const bool finished = ev.finish_reason && *ev.finish_reason != "abort" && !ev.error;
+        sessions_.end(*std::exchange(stream.session, std::nullopt), std::string(e.rid), std::move(stream.output_ids),
+                      finished);
+    }
     if (stream.routed_experts) {
         stream.routed_experts->insert(stream.routed_experts->end(), e.routed_experts.begin(), e.routed_experts.end());
         if (last) ev.routed_experts = std::exchange(stream.routed_experts, std::nullopt);

@@ -23,6 +23,7 @@
 #include "front/grammar_compiler.h"
 #include "front/request_log.h"
 #include "front/request_metrics_file.h"
+#include "front/sessions.h"
 #include "scheduler/scheduler.h"
 #include "server/backend.h"
 #include "tokenizer/chat_template.h"
@@ -112,6 +113,8 @@ class Engine final : public server::Backend {
     std::string metrics_text() const override;
     Status flush_cache() override;
     Status expert_record(ExpertRecordAction action) override;
+    StatusOr<std::string> open_session(const server::OpenSessionParams& params) override;
+    void close_session(const std::string& session_id) override;
     void drain() override;
 
     // --crash-dump-folder: writes the recent and running requests (once); Ok without the flag.
@@ -140,6 +143,7 @@ class Engine final : public server::Backend {
         std::vector<std::int32_t> logprob_token_ids;  // GenerationParams::token_ids_logprob
         std::string exported_parameters;  // --export-metrics-to-file: the request's parameters
         std::chrono::steady_clock::time_point received_at;
+        std::optional<std::string> session;  // SessionParams::id: the turn is recorded when it ends
     };
     struct Stream {
         server::EventCallback on_event;
@@ -160,6 +164,8 @@ class Engine final : public server::Backend {
         std::string logged_output;  // --log-requests: the output so far, as much as the level shows
         std::string exported_parameters;
         std::chrono::steady_clock::time_point received_at;
+        std::optional<std::string> session;
+        std::vector<std::int32_t> output_ids;  // a session's turn: its output, kept for the next turn
     };
 
     StatusOr<std::vector<std::int32_t>> prompt_ids(const server::GenerationInput& input) const;
@@ -179,6 +185,7 @@ class Engine final : public server::Backend {
     const std::optional<tokenizer::ChatTemplate> chat_template_;
     const std::optional<tokenizer::ChatTemplate> tool_use_template_;
     std::unique_ptr<GrammarCompiler> grammar_compiler_;  // null without a tokenizer
+    SessionStore sessions_;  // /open_session
     executor::BatchRunner& runner_;  // the scheduler drives it; lockstep runners also get idle steps
     scheduler::Scheduler scheduler_;  // scheduler thread only
 

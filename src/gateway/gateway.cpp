@@ -650,6 +650,13 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         }
         if (failed.empty()) client.respond(200, "text/plain; charset=utf-8", "Done on every worker: POST " + path + "\n");
         else client.respond_error(503, "POST " + path + " failed on: " + failed, "service_unavailable");
+    } else if (path == "/open_session" || path == "/close_session") {
+        // A session lives in one worker's engine, and the requests that continue it would be
+        // routed by policy to any worker.
+        client.respond_error(400, path + ": sessions are kept by one engine; a gateway (or the front of --dp-size > 1) "
+                                  "routes each request to any worker. Open the session on a worker directly, or serve "
+                                  "with --dp-size 1",
+                             "invalid_request_error");
     } else {
         // /v1/models, /get_model_info, /health_generate, ...: any healthy worker answers.
         proxy(s, client, req, /*by_policy=*/false);

@@ -29,6 +29,24 @@ struct OutputConstraint {
     std::string text;  // the regex, the schema's JSON text, or the grammar
 };
 
+// SGLang's session_params (io_struct.py SessionParams): continue request `rid` of the open
+// session `id` (see front/sessions.h).
+struct SessionParams {
+    std::string id;
+    std::optional<std::string> rid;    // none: the request starts a new branch of the session
+    std::optional<std::int64_t> offset;  // cut of the earlier request's tokens (Python slice end)
+    bool replace = false;                // drop what followed `rid` (or, without it, everything)
+    bool drop_previous_output = false;   // continue from `rid`'s prompt, without its output
+};
+
+// /open_session's body (io_struct.py OpenSessionReqInput).
+struct OpenSessionParams {
+    std::int64_t capacity_of_str_len = 0;  // required by SGLang, enforced by neither
+    std::optional<std::string> session_id;  // none: a new random id
+    bool streaming = false;                 // SGLang's --enable-streaming-session sessions
+    std::optional<double> timeout_s;        // closed after this long without a request
+};
+
 struct GenerationParams {
     std::int64_t max_new_tokens = 16;  // < 0: up to the context length (chat without max_tokens)
     float temperature = 1.0f;
@@ -68,6 +86,7 @@ struct GenerationParams {
     bool return_routed_experts = false;
     std::int64_t routed_experts_start_len = 0;
     std::optional<OutputConstraint> constraint;
+    std::optional<SessionParams> session;  // /generate's session_params
 };
 
 struct GenerationInput {
@@ -158,6 +177,11 @@ class Backend {
     virtual nlohmann::json model_info() const = 0;
     virtual std::string metrics_text() const = 0;     // Prometheus text format
     virtual Status flush_cache() = 0;
+    // /open_session: the new session's id; /close_session (an unknown id is not an error).
+    virtual StatusOr<std::string> open_session(const OpenSessionParams&) {
+        return Status::Unimplemented("this server keeps no sessions");
+    }
+    virtual void close_session(const std::string&) {}
     // /start_expert_distribution_record, /stop_..., /dump_...: applied on every rank.
     enum class ExpertRecordAction { kStart, kStop, kDump };
     virtual Status expert_record(ExpertRecordAction action) = 0;

@@ -279,6 +279,20 @@ class Session : public std::enable_shared_from_this<Session> {
                 respond(200, kJson, nlohmann::json{{"weight_version", state_->options.weight_version}}.dump());
         } else if (path == "/get_load") {
             if (allow(get, "GET")) respond(200, kJson, load_json(backend.server_info()).dump());
+        } else if (path == "/open_session") {
+            // SGLang's http_server.py open_session (GET and POST): the new id as a JSON string.
+            if (!allow(post || get, "GET, POST") || !json_body()) return;
+            OpenSessionOutcome parsed = parse_open_session(parser_->get().body());
+            if (parsed.error) return respond_error(*parsed.error);
+            StatusOr<std::string> id = backend.open_session(parsed.params);
+            if (!id.ok()) return respond_error(ApiError::from_status(id.status()));
+            respond(200, kJson, nlohmann::json(*id).dump());
+        } else if (path == "/close_session") {
+            if (!allow(post || get, "GET, POST") || !json_body()) return;
+            std::variant<std::string, ApiError> id = parse_close_session(parser_->get().body());
+            if (auto* error = std::get_if<ApiError>(&id)) return respond_error(*error);
+            backend.close_session(std::get<std::string>(id));
+            respond(200, kJson, "");
         } else if (path == "/flush_cache") {
             if (!allow(post, "POST")) return;  // it changes state: never a GET a page can trigger
             Status st = backend.flush_cache();

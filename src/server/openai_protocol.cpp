@@ -193,11 +193,26 @@ void reject_unsupported(FieldReader& r) {
     for (const char* name : {"lora_path", "lora_id", "custom_logit_processor", "custom_params"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server");
     }
-    // SGLang's sessions continue a request kept under /open_session; served without one the
-    // answer would lack the session's earlier turns.
-    if (r.has("session_params"))
-        r.fail("session_params", "is not supported by this server (it has no /open_session); send the whole "
-                                 "conversation: the prefix cache reuses what an earlier turn computed");
+}
+
+// /generate's session_params (io_struct.py SessionParams): every field optional but the id.
+std::optional<SessionParams> read_session_params(FieldReader& r) {
+    const Json* j = r.get("session_params");
+    if (j == nullptr) return std::nullopt;
+    if (!j->is_object()) return r.wrong_type<SessionParams>("session_params", "an object", *j);
+    FieldReader s(*j, "session_params.");
+    SessionParams p;
+    if (auto id = s.string("id")) p.id = *id;
+    else if (s.ok()) s.fail("id", "is required: the id /open_session answered");
+    p.rid = s.string("rid");
+    p.offset = s.integer("offset", std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max());
+    if (auto v = s.boolean("replace")) p.replace = *v;
+    if (auto v = s.boolean("drop_previous_output")) p.drop_previous_output = *v;
+    if (!s.ok()) {
+        r.fail_with(*s.error());
+        return std::nullopt;
+    }
+    return p;
 }
 
 // Constrained decoding: regex, json_schema (its JSON text, or the schema itself) and ebnf, at most
@@ -923,6 +938,10 @@ void parse_generate(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out
     }
     if (!logprob_list.empty() && n > 1)
         return r.fail(logprob_list, "Cannot use list " + logprob_list + " with parallel_sample_num > 1");
+    base.params.session = read_session_params(r);
+    if (base.params.session && (out.batched_input || n > 1))
+        return r.fail("session_params", "continues one request: it takes one input and n 1");
+    if (!r.ok()) return;
     if (!out.batched_input) {
         logprobs[0].apply(base.params);
         base.input = std::move(inputs.front());
@@ -1015,6 +1034,61 @@ std::string openai_finish_reason(const std::string& backend_reason) { return bac
 // ---------------------------------------------------------------------------------------
 // Request parsing
 
+// `body` parsed into `root`, a JSON object of valid UTF-8 nesting at most kMaxJsonDepth levels;
+// otherwise the error to answer.
+std::optional<ApiError> parse_json_object(std::string_view body, Json& root) {
+    if (const std::size_t bad = find_invalid_utf8(body); bad != std::string_view::npos)
+        return invalid("", "request body is not valid UTF-8 (invalid byte at offset " + std::to_string(bad) + ")");
+    // Nesting is bounded while parsing: a deeper document is refused before it exists, as
+    // its copies and destruction recurse once per level (10^5 levels overflow the stack).
+    bool too_deep = false;
+    const Json::parser_callback_t bound_depth = [&](int depth, Json::parse_event_t, Json&) {
+        if (depth > kMaxJsonDepth) too_deep = true;
+        return !too_deep;
+    };
+    try {
+        root = Json::parse(body, bound_depth);
+    } catch (const Json::exception& e) {
+        return too_deep ? invalid("", "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels")
+                        : invalid("", std::string("request body is not valid JSON: ") + e.what());
+    }
+    if (too_deep) return invalid("", "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    if (!root.is_object())
+        return invalid("", std::string("request body must be a JSON object, got ") + root.type_name());
+    return std::nullopt;
+}
+
+OpenSessionOutcome parse_open_session(std::string_view body) {
+    OpenSessionOutcome outcome;
+    Json root;
+    if (auto bad = parse_json_object(body, root)) {
+        outcome.error = std::move(bad);
+        return outcome;
+    }
+    FieldReader r(root, "");
+    OpenSessionParams& p = outcome.params;
+    if (auto v = r.integer("capacity_of_str_len", 0, std::numeric_limits<std::int64_t>::max()))
+        p.capacity_of_str_len = *v;
+    else if (r.ok())
+        r.fail("capacity_of_str_len", "is required (SGLang's OpenSessionReqInput)");
+    p.session_id = r.string("session_id");
+    if (p.session_id && p.session_id->empty()) r.fail("session_id", "must not be empty");
+    if (auto v = r.boolean("streaming")) p.streaming = *v;
+    p.timeout_s = r.number("timeout", 0.0, 1e9, /*lo_open=*/true);
+    outcome.error = r.error();
+    return outcome;
+}
+
+std::variant<std::string, ApiError> parse_close_session(std::string_view body) {
+    Json root;
+    if (auto bad = parse_json_object(body, root)) return std::move(*bad);
+    FieldReader r(root, "");
+    std::optional<std::string> id = r.string("session_id");
+    if (!id && r.ok()) r.fail("session_id", "is required");
+    if (!r.ok()) return *r.error();
+    return *id;
+}
+
 ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOptions& options,
                            std::string id) {
     ParseOutcome outcome;
@@ -1026,33 +1100,9 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
 
-    if (const std::size_t bad = find_invalid_utf8(body); bad != std::string_view::npos) {
-        outcome.error = invalid("", "request body is not valid UTF-8 (invalid byte at offset " +
-                                        std::to_string(bad) + ")");
-        return outcome;
-    }
     Json root;
-    // Nesting is bounded while parsing: a deeper document is refused before it exists, as
-    // its copies and destruction recurse once per level (10^5 levels overflow the stack).
-    bool too_deep = false;
-    const Json::parser_callback_t bound_depth = [&](int depth, Json::parse_event_t, Json&) {
-        if (depth > kMaxJsonDepth) too_deep = true;
-        return !too_deep;
-    };
-    try {
-        root = Json::parse(body, bound_depth);
-    } catch (const Json::exception& e) {
-        outcome.error = too_deep ? invalid("", "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) +
-                                                   " levels")
-                                 : invalid("", std::string("request body is not valid JSON: ") + e.what());
-        return outcome;
-    }
-    if (too_deep) {
-        outcome.error = invalid("", "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-        return outcome;
-    }
-    if (!root.is_object()) {
-        outcome.error = invalid("", std::string("request body must be a JSON object, got ") + root.type_name());
+    if (auto bad = parse_json_object(body, root)) {
+        outcome.error = std::move(bad);
         return outcome;
     }
 

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "base/status.h"
@@ -154,6 +155,16 @@ struct ParseOutcome {
 // given. Errors name the offending field in ApiError::param.
 ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOptions& options,
                            std::string id);
+
+// /open_session's body (SGLang's OpenSessionReqInput: capacity_of_str_len required,
+// session_id, streaming, timeout), or the error to answer.
+struct OpenSessionOutcome {
+    OpenSessionParams params;
+    std::optional<ApiError> error;
+};
+OpenSessionOutcome parse_open_session(std::string_view body);
+// /close_session's body: its session_id, or the error to answer.
+std::variant<std::string, ApiError> parse_close_session(std::string_view body);
 
 // Byte offset of the first invalid UTF-8 sequence, or npos when `text` is valid.
 std::size_t find_invalid_utf8(std::string_view text);

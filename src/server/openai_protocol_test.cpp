@@ -256,8 +256,40 @@ TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefused) {
     expect_error(generate(R"({"text": "hi", "custom_logit_processor": "x"})"), "custom_logit_processor");
     expect_error(generate(R"({"text": "hi", "sampling_params": {"custom_params": {}}})"), "sampling_params.custom_params");
     expect_error(generate(R"({"text": "hi", "lora_id": "adapter-1"})"), "lora_id");
-    expect_error(generate(R"({"text": "hi", "session_params": {"id": "s1", "rid": null, "offset": -1}})"),
+}
+
+// SGLang's sessions: session_params on /generate, the bodies of /open_session and /close_session.
+TEST(OpenAiProtocolTest, SessionFields) {
+    const ParseOutcome o =
+        generate(R"({"text": "hi", "session_params": {"id": "s1", "rid": "r0", "offset": -1, "replace": true}})");
+    ASSERT_TRUE(o.ok()) << o.error->message;
+    const auto& s = o.request.requests.at(0).params.session;
+    ASSERT_TRUE(s.has_value());
+    EXPECT_EQ(s->id, "s1");
+    EXPECT_EQ(s->rid, "r0");
+    EXPECT_EQ(s->offset, -1);
+    EXPECT_TRUE(s->replace);
+    EXPECT_FALSE(s->drop_previous_output);
+    const ParseOutcome new_branch = generate(R"({"text": "hi", "session_params": {"id": "s1", "rid": null}})");
+    EXPECT_FALSE(new_branch.request.requests.at(0).params.session->rid);
+    expect_error(generate(R"({"text": "hi", "session_params": {"rid": "r0"}})"), "session_params.id");
+    expect_error(generate(R"({"text": "hi", "session_params": "s1"})"), "session_params");
+    expect_error(generate(R"({"text": ["a", "b"], "session_params": {"id": "s1"}})"), "session_params");
+    expect_error(generate(R"({"text": "a", "sampling_params": {"n": 2}, "session_params": {"id": "s1"}})"),
                  "session_params");
+
+    const OpenSessionOutcome open = parse_open_session(R"({"capacity_of_str_len": 1000, "session_id": "x",
+        "timeout": 2.5})");
+    ASSERT_FALSE(open.error) << open.error->message;
+    EXPECT_EQ(open.params.capacity_of_str_len, 1000);
+    EXPECT_EQ(open.params.session_id, "x");
+    EXPECT_EQ(open.params.timeout_s, 2.5);
+    EXPECT_FALSE(open.params.streaming);
+    EXPECT_TRUE(parse_open_session(R"({"session_id": "x"})").error) << "capacity_of_str_len is required";
+    EXPECT_TRUE(parse_open_session(R"({"capacity_of_str_len": 1, "timeout": 0})").error);
+    EXPECT_TRUE(parse_open_session("[]").error);
+    EXPECT_EQ(std::get<std::string>(parse_close_session(R"({"session_id": "x"})")), "x");
+    EXPECT_TRUE(std::holds_alternative<ApiError>(parse_close_session("{}")));
 }
 
 TEST(OpenAiProtocolTest, LogitBias) {
