@@ -1,4 +1,5 @@
-// libFuzzer target: an HTTP request body → the OpenAI / native request parser of every route.
+// libFuzzer target: an HTTP request body → the OpenAI / native request parser of every route
+// (and of /open_session, /close_session).
 // Any input must give a ParseOutcome (a request or an error naming the field), never a crash.
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                       tessera::server::ApiKind::kGenerate}) {
         (void)tessera::server::parse_request(kind, body, options, "fuzz-id");
     }
+    // SGLang's session routes.
+    (void)tessera::server::parse_open_session(body);
+    (void)tessera::server::parse_close_session(body);
     // An embedding server's routes, with a Matryoshka model so that `dimensions` is read too.
     options.embedding = tessera::server::EmbeddingOptions{.model_path = "fuzz", .hidden_size = 64,
                                                           .is_matryoshka = true, .matryoshka_dimensions = {}};

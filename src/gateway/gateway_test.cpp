@@ -116,6 +116,20 @@ TEST(GatewayTest, PassesCompletionsAndStreamsThrough) {
     EXPECT_EQ(get(g.port(), "/v1/models").status, 200);
 }
 
+// A session lives in one worker's engine; the gateway routes each request anywhere, so it
+// refuses to open one instead of passing /open_session to some worker.
+TEST(GatewayTest, SessionRoutesAreRefusedNamingTheWayOut) {
+    Worker a, b;
+    Gateway g(fast_options({a.url(), b.url()}));
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    for (const char* path : {"/open_session", "/close_session"}) {
+        auto r = post(g.port(), path, R"({"capacity_of_str_len": 10, "session_id": "s"})");
+        EXPECT_EQ(r.status, 400) << path;
+        EXPECT_NE(r.body.find("Open the session on a worker directly"), std::string::npos) << r.body;
+    }
+}
+
 TEST(GatewayTest, ClientErrorsPassThroughWithoutRetryOrHealthPenalty) {
     Worker a, b;
     GatewayOptions o = fast_options({a.url(), b.url()});
