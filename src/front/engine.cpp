@@ -251,7 +251,6 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_.count(req.rid) != 0) return Status::InvalidArgument("request id " + req.rid + " is already running");
-    if (session) TSR_RETURN_IF_ERROR(sessions_.add(*session, req.rid, req.input_ids, req.max_new_tokens));
     req.sampling.params.seed = p.seed                          ? *p.seed
                                : config_.default_sampling_seed ? *config_.default_sampling_seed
                                                                : seed_rng_();
@@ -267,6 +266,8 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     } else {
         req.priority = p.priority.value_or(0);  // read by --schedule-policy priority only
     }
+    // The last refusal: from here the request runs, and its end, whatever it is, reaches the session.
+    if (session) TSR_RETURN_IF_ERROR(sessions_.add(*session, req.rid, req.input_ids, req.max_new_tokens));
     // The output stream is created on the scheduler thread when the request arrives there.
     pending_[req.rid] = std::move(on_event);
     // SGLang's exporter leaves out its health checks.
@@ -397,6 +398,7 @@ void Engine::loop() {
                         ev.error = s;
                         auto it = streams_.find(rid);
                         if (it != streams_.end()) {
+                            if (it->second.session) sessions_.end(*it->second.session, rid, {}, /*finished=*/false);
                             if (crash_dump_) crash_dump_->on_event(rid, ev);
                             it->second.on_event(std::move(ev));
                             streams_.erase(it);
