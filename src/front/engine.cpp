@@ -85,6 +85,7 @@ Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
       chat_template_(std::move(chat_template)),
       tool_use_template_(std::move(tool_use_template)),
       grammar_compiler_(tokenizer ? std::make_unique<GrammarCompiler>(*tokenizer, config_.json_whitespace) : nullptr),
+      sessions_(config_.scheduler.enable_streaming_session),
       runner_(runner),
       scheduler_(config_.scheduler, runner),
       seed_rng_(config_.random_seed),
@@ -268,6 +269,7 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     }
     // The last refusal: from here the request runs, and its end, whatever it is, reaches the session.
     if (session) TSR_RETURN_IF_ERROR(sessions_.add(*session, req.rid, req.input_ids, req.max_new_tokens));
+    if (session && sessions_.is_streaming(session->id)) req.streaming_session = session->id;
     // The output stream is created on the scheduler thread when the request arrives there.
     pending_[req.rid] = std::move(on_event);
     // SGLang's exporter leaves out its health checks.
@@ -305,7 +307,11 @@ StatusOr<std::string> Engine::open_session(const server::OpenSessionParams& para
     return sessions_.open(params, std::move(id), SessionStore::Clock::now());
 }
 
-void Engine::close_session(const std::string& session_id) { sessions_.close(session_id); }
+void Engine::close_session(const std::string& session_id) {
+    sessions_.close(session_id);
+    // Wakes the loop, which releases the KV a streaming session held.
+    if (config_.scheduler.enable_streaming_session) push({Command::Kind::kSessionClosed, {}, {}});
+}
 
 void Engine::push(Command command) {
     {
@@ -356,7 +362,12 @@ void Engine::loop() {
             // A lockstep runner joins the other DP-attention groups' steps even with nothing
             // to run: at once while they have work, else after a short wait for requests.
             if (!runner_.lockstep()) {
-                cv_.wait(lock, ready);
+                // Streaming sessions that time out while nothing runs release their KV within a second.
+                if (config_.scheduler.enable_streaming_session) {
+                    cv_.wait_for(lock, std::chrono::seconds(1), ready);
+                } else {
+                    cv_.wait(lock, ready);
+                }
             } else if (!peers_busy_) {
                 // Idle everywhere: wait 1, 2, 4, then 8 ms between rounds, so an idle launch
                 // costs little CPU and a new request waits at most that long for the others.
@@ -392,6 +403,9 @@ void Engine::loop() {
                                                  .received_at = sp.received_at,
                                                  .session = std::move(sp.session)});
                     c.req.sink = [this](const scheduler::ReqEvent& e) { on_req_event(e); };
+                    // A turn of a streaming session closed since it was submitted holds nothing.
+                    if (!c.req.streaming_session.empty() && !sessions_.is_streaming(c.req.streaming_session))
+                        c.req.streaming_session.clear();
                     Status s = scheduler_.add_request(std::move(c.req));
                     if (!s.ok()) {
                         server::GenerationEvent ev;
@@ -411,6 +425,8 @@ void Engine::loop() {
                 case Command::Kind::kAbort:
                     scheduler_.abort(c.rid);
                     break;
+                case Command::Kind::kSessionClosed:  // released below
+                    break;
                 case Command::Kind::kFlush: {
                     const bool ok = scheduler_.flush_cache();
                     std::lock_guard<std::mutex> lock(mu_);
@@ -424,6 +440,10 @@ void Engine::loop() {
                     break;
                 }
             }
+        }
+        if (config_.scheduler.enable_streaming_session) {
+            for (const std::string& id : sessions_.take_closed_streaming(SessionStore::Clock::now()))
+                scheduler_.release_session(id);
         }
         const std::int64_t rounds = runner_.rounds();
         last_step_ = scheduler_.step();
@@ -666,6 +686,12 @@ std::string Engine::metrics_text() const {
           kv_bytes(s.touched_tokens));
     gauge("tessera:kv_pool_bytes", "The KV pool's full size (reserved address space, resident only once used).",
           kv_bytes(s.max_total_num_tokens));
+    if (config_.scheduler.enable_streaming_session) {
+        gauge("sglang:num_streaming_sessions", "Streaming sessions holding KV between turns.",
+              static_cast<double>(s.num_streaming_sessions));
+        gauge("sglang:streaming_session_held_tokens", "KV slots streaming sessions hold between turns.",
+              static_cast<double>(s.streaming_session_held_tokens));
+    }
     out += fmt::format("# HELP sglang:num_retractions Requests retracted under KV pressure.\n"
                        "# TYPE sglang:num_retractions counter\nsglang:num_retractions{} {}\n",
                        label, s.total_retracted_reqs);

@@ -127,7 +127,7 @@ class Engine final : public server::Backend {
 
  private:
     struct Command {
-        enum class Kind { kAdd, kAbort, kFlush, kExpertRecord } kind;
+        enum class Kind { kAdd, kAbort, kFlush, kExpertRecord, kSessionClosed } kind;
         scheduler::Req req;  // kAdd
         std::string rid;     // kAbort
         eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;  // kExpertRecord

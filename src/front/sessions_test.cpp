@@ -95,5 +95,59 @@ TEST_F(SessionStoreTest, AnIdleSessionClosesAfterItsTimeout) {
     EXPECT_TRUE(store.open({.session_id = "t"}, "x", now + std::chrono::seconds(5)).ok()) << "its id is free again";
 }
 
+TEST(StreamingSessionTest, EachTurnAppendsToTheLastOneThatEndedWell) {
+    SessionStore store(/*allow_streaming=*/true);
+    const Clock::time_point now = Clock::now();
+    ASSERT_TRUE(store.open({.session_id = "s", .streaming = true}, "x", now).ok());
+    EXPECT_TRUE(store.is_streaming("s"));
+    std::vector<std::string> abandoned;
+    const auto turn = [&](server::SessionParams p, Ids ids, std::optional<std::int32_t> bos = std::nullopt) {
+        return store.prompt(p, std::move(ids), bos, abandoned, now);
+    };
+    const server::SessionParams append{"s", std::nullopt, {}, false, false};
+    EXPECT_EQ(turn(append, {1, 2}).value(), (Ids{1, 2}));
+    ASSERT_TRUE(store.add(append, "a", {1, 2}, 3).ok());
+    // One turn at a time, checked first (SGLang's order).
+    EXPECT_EQ(turn({"s", std::nullopt, {}, /*replace=*/true, false}, {3}).status().message(),
+              "Streaming session already has an active request.");
+    EXPECT_EQ(store.add(append, "b", {3}, 3).message(), "Streaming session already has an active request.");
+    store.end("s", "a", {5, 6, 7, 8}, /*finished=*/true);  // the fourth output is past max_new_tokens
+    // rid is ignored: the next turn follows the last, after its kept output, BOS dropped.
+    const server::SessionParams named{"s", "nonexistent", {}, false, false};
+    EXPECT_EQ(turn(named, {0, 9}, /*bos=*/0).value(), (Ids{1, 2, 5, 6, 7, 9}));
+    ASSERT_TRUE(store.add(named, "b", {1, 2, 5, 6, 7, 9}, 2).ok());
+    store.end("s", "b", {4}, /*finished=*/false);  // aborted: the session goes back to "a"
+    EXPECT_EQ(turn(append, {3}).value(), (Ids{1, 2, 5, 6, 7, 3}));
+    ASSERT_TRUE(store.add(append, "c", {1, 2, 5, 6, 7, 3}, 2).ok());
+    store.end("s", "c", {4}, /*finished=*/true);
+    EXPECT_EQ(turn(append, {}).value(), (Ids{1, 2, 5, 6, 7, 3, 4}));
+    // Appends only.
+    EXPECT_EQ(turn({"s", std::nullopt, {}, /*replace=*/true, false}, {3}).status().message(),
+              "Streaming sessions do not support replace.");
+    EXPECT_EQ(turn({"s", std::nullopt, {}, false, /*drop_previous_output=*/true}, {3}).status().message(),
+              "Streaming sessions do not support drop_previous_output.");
+    EXPECT_EQ(turn({"s", std::nullopt, -1, false, false}, {3}).status().message(),
+              "Streaming sessions do not support offset.");
+    EXPECT_TRUE(turn({"s", std::nullopt, 0, false, false}, {3}).ok()) << "offset 0 is none";
+    EXPECT_TRUE(abandoned.empty());
+}
+
+TEST(StreamingSessionTest, ClosedAndTimedOutStreamingSessionsAreReportedOnce) {
+    SessionStore store(/*allow_streaming=*/true);
+    const Clock::time_point now = Clock::now();
+    ASSERT_TRUE(store.open({.session_id = "a", .streaming = true}, "x", now).ok());
+    ASSERT_TRUE(store.open({.session_id = "b", .streaming = true, .timeout_s = 5.0}, "x", now).ok());
+    ASSERT_TRUE(store.open({.session_id = "plain", .timeout_s = 5.0}, "x", now).ok());
+    EXPECT_FALSE(store.is_streaming("plain"));
+    EXPECT_TRUE(store.take_closed_streaming(now).empty());
+    store.close("a");
+    store.close("plain");
+    EXPECT_EQ(store.take_closed_streaming(now + std::chrono::seconds(1)), std::vector<std::string>{"a"});
+    EXPECT_TRUE(store.take_closed_streaming(now + std::chrono::seconds(2)).empty());
+    EXPECT_EQ(store.take_closed_streaming(now + std::chrono::seconds(10)), std::vector<std::string>{"b"});
+    EXPECT_EQ(store.size(), 0u);
+    EXPECT_FALSE(store.is_streaming("b"));
+}
+
 }  // namespace
 }  // namespace tessera::front

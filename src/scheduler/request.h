@@ -92,6 +92,9 @@ struct Req {
     // SGLang's token_ids_logprob: every output token, and every prompt position scored, also
     // reports the log-probabilities of these tokens.
     std::vector<std::int32_t> logprob_token_ids;
+    // The streaming session this request is a turn of ("": none; see
+    // SchedulerConfig::enable_streaming_session).
+    std::string streaming_session;
     ReqEventSink sink;       // may be empty (no events)
 
     // ---- owned by the scheduler -------------------------------------------------------

@@ -113,8 +113,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, executor::BatchRunner& runne
     if (config.context_len > 0) max_req_len_ = std::min(config.context_len - 1, max_req_len_);
     max_req_input_len_ = max_req_len_ - 1;
     allocator_ = std::make_unique<kvcache::SlotAllocator>(config.max_total_num_tokens, config.page_size);
-    cache_ = config.disable_radix_cache ? kvcache::make_chunk_cache(*allocator_)
-                                        : kvcache::make_radix_cache(*allocator_, config.page_size);
+    // Streaming sessions keep their KV in a radix tree even under --disable-radix-cache.
+    cache_ = config.disable_radix_cache && !config.enable_streaming_session
+                 ? kvcache::make_chunk_cache(*allocator_)
+                 : kvcache::make_radix_cache(*allocator_, config.page_size);
     last_decode_log_time_ = clock_();
 }
 
@@ -291,9 +293,34 @@ bool Scheduler::flush_cache() {
                   waiting_.size(), running_.size() + last_prefill_.size());
         return false;
     }
+    if (!session_holds_.empty()) {
+        // As SGLang's StreamingSession.reset: the sessions stay open, their next turns prefill anew.
+        TSR_LOG_C(INFO, "sched", "Flushing the KV that {} streaming session(s) held", session_holds_.size());
+        for (const auto& [id, hold] : session_holds_) cache_->dec_lock_ref(hold.node);
+        session_holds_.clear();
+    }
     const bool ok = cache_->reset();
     if (ok) TSR_LOG_C(INFO, "sched", "Cache flushed successfully!");
     return ok;
+}
+
+void Scheduler::release_session(const std::string& id) {
+    if (const auto it = session_holds_.find(id); it != session_holds_.end()) {
+        cache_->dec_lock_ref(it->second.node);
+        session_holds_.erase(it);
+    }
+    for (auto& [rid, req] : reqs_)
+        if (req->streaming_session == id) req->streaming_session.clear();
+    // Under --disable-radix-cache the tree holds sessions' KV only: what no session holds goes.
+    if (config_.disable_radix_cache) cache_->evict(cache_->evictable_size());
+}
+
+void Scheduler::hold_for_session(const std::string& id, std::span<const std::int32_t> tokens) {
+    const kvcache::MatchResult m = cache_->match_prefix(tokens);
+    cache_->inc_lock_ref(m.last_node);
+    auto [it, fresh] = session_holds_.try_emplace(id);
+    if (!fresh) cache_->dec_lock_ref(it->second.node);
+    it->second = {.node = m.last_node, .tokens = static_cast<std::int64_t>(m.slots.size())};
 }
 
 // ---- KV bookkeeping ------------------------------------------------------------------------
@@ -343,9 +370,17 @@ void Scheduler::cache_finished_req(Req& req) {
                                 ? std::min(req.kv_len(), static_cast<std::int64_t>(req.input_ids.size()))
                                 : req.kv_len();
     const std::int64_t aligned = kv / config_.page_size * config_.page_size;
+    if (!shares_prefixes(req)) {
+        release_kv_no_insert(req);
+        return;
+    }
     // The tree takes the whole pages (returning duplicates); the partial tail page is ours.
-    cache_->insert(req.fill_ids(0, aligned), std::span(req.slots).first(static_cast<std::size_t>(aligned)));
+    const std::vector<std::int32_t> tokens = req.fill_ids(0, aligned);
+    cache_->insert(tokens, std::span(req.slots).first(static_cast<std::size_t>(aligned)));
     allocator_->free(std::vector<std::int32_t>(req.slots.begin() + aligned, req.slots.end()));
+    // A turn that ended well (not aborted, nor failed) is what the session's next turn continues.
+    const bool ended_well = req.finish_reason == FinishReason::kStop || req.finish_reason == FinishReason::kLength;
+    if (!req.streaming_session.empty() && ended_well) hold_for_session(req.streaming_session, tokens);
     cache_->dec_lock_ref(req.last_node);
     req.slots.clear();
     req.prefix_len = 0;
@@ -571,7 +606,7 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
     std::vector<Req*> preempted;
     for (std::size_t i = 0; i < waiting_.size(); ++i) {
         const Req& r = *waiting_[i];
-        kvcache::MatchResult m = radix ? match(r) : kvcache::MatchResult{};
+        kvcache::MatchResult m = shares_prefixes(r) ? match(r) : kvcache::MatchResult{};
         const auto prefix = static_cast<std::int64_t>(m.slots.size());
         const PrefillCandidate candidate{.id = i,
                                          .prefix_len = prefix,
@@ -1188,6 +1223,8 @@ SchedulerStats Scheduler::stats() const {
     s.cached_tokens_total = cached_tokens_total_;
     s.generation_tokens_total = generation_tokens_total_;
     s.prefill_chunk_size = last_prefill_chunk_size_;
+    s.num_streaming_sessions = static_cast<std::int64_t>(session_holds_.size());
+    for (const auto& [id, hold] : session_holds_) s.streaming_session_held_tokens += hold.tokens;
     return s;
 }
 

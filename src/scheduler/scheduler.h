@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -77,6 +78,12 @@ struct SchedulerConfig {
     bool log_request_time_stats = false;
     // --strip-thinking-cache: a finished request with reasoning tokens caches its prompt only.
     bool strip_thinking_cache = false;
+    // --enable-streaming-session (SGLang's session/streaming_session.py StreamingSession): a
+    // finished request of a streaming session (Req::streaming_session) leaves its KV in the
+    // prefix cache locked for the session, so its next turn finds it whatever the pressure,
+    // until release_session(). Under --disable-radix-cache the cache then holds the sessions'
+    // KV only: other requests neither match nor insert.
+    bool enable_streaming_session = false;
     // --enable-return-routed-experts: entries per token of the routing record (num_hidden_layers
     // × top_k); 0 when off. Every step then records each token's experts by KV slot, and a
     // request with return_routed_experts gets its positions' rows with its tokens.
@@ -128,6 +135,8 @@ struct SchedulerStats {
     std::int64_t total_preempted_reqs = 0;   // by priority preemption
     std::int64_t prompt_tokens_total = 0;
     std::int64_t cached_tokens_total = 0;
+    std::int64_t num_streaming_sessions = 0;         // sglang:num_streaming_sessions (holding KV)
+    std::int64_t streaming_session_held_tokens = 0;  // sglang:streaming_session_held_tokens
     std::int64_t generation_tokens_total = 0;
     // Chunk budget of the last prefill round: the dynamic size when dynamic chunking is on,
     // else chunked_prefill_size (-1: no chunking).
@@ -159,8 +168,13 @@ class Scheduler {
     StepKind step();
     // No request pending and no step in flight.
     bool idle() const;
-    // Drops the prefix cache (/flush_cache); refused (false) unless idle().
+    // Drops the prefix cache (/flush_cache), with the KV streaming sessions hold; refused
+    // (false) unless idle().
     bool flush_cache();
+    // Streaming session `id` was closed: its last turn's KV stays in the prefix cache as any
+    // finished request's (evictable), and a turn of it still running ends as an ordinary
+    // request. Nothing for an id that holds nothing.
+    void release_session(const std::string& id);
     // Runs a step with no sequences that carries `command` to every rank (the expert
     // distribution recorder endpoints), after the steps in flight; its error, if any.
     Status run_expert_record(eplb::ExpertRecordCommand command);
@@ -255,6 +269,13 @@ class Scheduler {
     void drop_uncomputed_tail(Req& req);
     void cache_finished_req(Req& req);
     void cache_unfinished_req(Req& req);
+    // Whether `req` matches and fills the prefix cache: always, but under --disable-radix-cache
+    // only a turn of a streaming session.
+    bool shares_prefixes(const Req& req) const {
+        return !config_.disable_radix_cache || !req.streaming_session.empty();
+    }
+    // Locks `tokens` (just cached) for streaming session `id`, instead of its earlier turn's.
+    void hold_for_session(const std::string& id, std::span<const std::int32_t> tokens);
     void release_kv_no_insert(Req& req);
     void emit(Req& req, const executor::SampledToken* token, const executor::SampledToken* unsampled = nullptr);
     void finish(Req& req, FinishReason reason, std::string error);
@@ -290,6 +311,11 @@ class Scheduler {
     std::vector<std::int32_t> routed_by_slot_;
     std::int64_t last_prefill_chunk_size_ = -1;
     std::vector<Req*> mixed_decode_;  // the running requests the prefill round being formed carries
+    struct SessionHold {
+        kvcache::NodeId node = 0;  // locked
+        std::int64_t tokens = 0;
+    };
+    std::unordered_map<std::string, SessionHold> session_holds_;  // streaming session id -> its last turn's KV
     std::uint64_t next_arrival_ = 0;
 
     std::int64_t forward_ct_decode_ = 0;

@@ -319,8 +319,10 @@ class Harness {
         EXPECT_TRUE(s.ok()) << s.to_string();
         const SchedulerStats st = sched_.stats();
         if (sched_.idle()) {
-            // Nothing is locked when idle: every slot is free or evictable cache.
-            EXPECT_EQ(st.available_tokens + st.evictable_tokens, st.max_total_num_tokens);
+            // Nothing is locked when idle but what streaming sessions hold: every other slot is
+            // free or evictable cache.
+            EXPECT_EQ(st.available_tokens + st.evictable_tokens + st.streaming_session_held_tokens,
+                      st.max_total_num_tokens);
         }
     }
 
@@ -859,6 +861,100 @@ TEST_P(SchedulerTest, AbortFreesKvInEveryState) {
     }
     EXPECT_GT(h.results_["decoding"].tokens.size(), 0u);
     EXPECT_TRUE(h.sched_.flush_cache());
+    EXPECT_EQ(h.sched_.stats().available_tokens, cfg.max_total_num_tokens);
+}
+
+// A turn of a streaming session.
+Req turn(std::string rid, Tokens input, std::int64_t max_new) {
+    Req r = make_req(std::move(rid), std::move(input), max_new);
+    r.streaming_session = "s";
+    return r;
+}
+
+// The next turn's prompt: the last one's prompt and output, then `more`.
+Tokens after(const Req& last, const Tokens& more) {
+    Tokens t = last.input_ids;
+    const Tokens out = expected(last);
+    t.insert(t.end(), out.begin(), out.end());
+    t.insert(t.end(), more.begin(), more.end());
+    return t;
+}
+
+TEST_P(SchedulerTest, StreamingSessionHoldsItsLastTurnUntilReleased) {
+    SchedulerConfig cfg = roomy(page());
+    cfg.enable_streaming_session = true;
+    cfg.max_cached_tokens = 0;  // the cache keeps nothing no request or session holds
+    const auto whole_pages = [&](std::int64_t n) { return n / page() * page(); };
+    Harness h(cfg);
+    const Req t1 = turn("t1", prompt(5, 60), 6);
+    h.add(t1);
+    h.run();
+    // Its KV: the prompt and all outputs but the last (never fed back).
+    EXPECT_EQ(h.sched_.stats().num_streaming_sessions, 1);
+    EXPECT_EQ(h.sched_.stats().streaming_session_held_tokens, whole_pages(65));
+    // The same tokens as an ordinary request find nothing: the cache kept none of its own.
+    h.add(make_req("plain", after(t1, {1, 2}), 3));
+    h.run();
+    EXPECT_EQ(h.results_["plain"].cached_tokens, whole_pages(65)) << "the session's hold serves everyone";
+    const Req t2 = turn("t2", after(t1, {7, 8, 9}), 5);
+    h.add(t2);
+    h.run();
+    EXPECT_EQ(h.results_["t2"].cached_tokens, whole_pages(65));
+    EXPECT_EQ(h.results_["t2"].tokens, expected(t2));
+    EXPECT_EQ(h.sched_.stats().streaming_session_held_tokens, whole_pages(73));  // moved to t2
+    // An aborted turn leaves the hold on the last turn that ended well.
+    h.add(turn("t3", after(t2, {4}), 50));
+    for (int i = 0; i < 4; ++i) h.sched_.step();
+    EXPECT_TRUE(h.sched_.abort("t3"));
+    h.run();
+    EXPECT_EQ(h.sched_.stats().streaming_session_held_tokens, whole_pages(73));
+    const Req t4 = turn("t4", after(t2, {3}), 2);
+    h.add(t4);
+    h.run();
+    EXPECT_EQ(h.results_["t4"].cached_tokens, whole_pages(73));
+    EXPECT_EQ(h.results_["t4"].tokens, expected(t4));
+    // Released, it goes like any cache entry (here at once: the cap is 0).
+    h.sched_.release_session("s");
+    h.add(make_req("late", after(t4, {1}), 1));
+    h.run();
+    EXPECT_EQ(h.results_["late"].cached_tokens, 0);
+    EXPECT_EQ(h.sched_.stats().num_streaming_sessions, 0);
+    EXPECT_EQ(h.sched_.stats().available_tokens, cfg.max_total_num_tokens);
+    // /flush_cache drops what a session holds.
+    h.add(turn("t5", prompt(6, 40), 2));
+    h.run();
+    EXPECT_GT(h.sched_.stats().streaming_session_held_tokens, 0);
+    EXPECT_TRUE(h.sched_.flush_cache());
+    EXPECT_EQ(h.sched_.stats().streaming_session_held_tokens, 0);
+    EXPECT_EQ(h.sched_.stats().available_tokens, cfg.max_total_num_tokens);
+}
+
+TEST_P(SchedulerTest, StreamingSessionsKeepTheirKvWithTheRadixCacheOff) {
+    SchedulerConfig cfg = roomy(page());
+    cfg.enable_streaming_session = true;
+    cfg.disable_radix_cache = true;
+    Harness h(cfg);
+    const Req t1 = turn("t1", prompt(5, 60), 6);
+    h.add(t1);
+    h.run();
+    const Req t2 = turn("t2", after(t1, {7}), 4);
+    h.add(t2);
+    h.add(make_req("plain", after(t1, {8}), 4));  // shares nothing: the cache is off for it
+    h.run();
+    EXPECT_EQ(h.results_["t2"].cached_tokens, 65 / page() * page());
+    EXPECT_EQ(h.results_["t2"].tokens, expected(t2));
+    EXPECT_EQ(h.results_["plain"].cached_tokens, 0);
+    EXPECT_EQ(h.results_["plain"].tokens, expected(make_req("plain", after(t1, {8}), 4)));
+    h.sched_.release_session("s");
+    EXPECT_EQ(h.sched_.stats().evictable_tokens, 0);
+    EXPECT_EQ(h.sched_.stats().available_tokens, cfg.max_total_num_tokens);
+    // A turn running when its session closes ends as an ordinary request, holding nothing.
+    h.add(turn("t3", prompt(9, 30), 20));
+    for (int i = 0; i < 3; ++i) h.sched_.step();
+    h.sched_.release_session("s");
+    h.run();
+    EXPECT_EQ(h.results_["t3"].tokens, expected(turn("t3", prompt(9, 30), 20)));
+    EXPECT_EQ(h.sched_.stats().num_streaming_sessions, 0);
     EXPECT_EQ(h.sched_.stats().available_tokens, cfg.max_total_num_tokens);
 }
 

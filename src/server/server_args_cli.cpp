@@ -453,6 +453,11 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
          "the label names that header may set (others are dropped); every HTTP metric sample then carries "
          "each of them, \"\" when a request gave none",
          kServe);
+    flag(app, t, "--enable-streaming-session", a.enable_streaming_session,
+         "/open_session may open streaming sessions (\"streaming\": true): each turn appends to the last, and "
+         "the session holds its KV between turns, out of the prefix cache's eviction, until it is closed or "
+         "times out",
+         kServe);
     flag(app, t, "--strip-thinking-cache", a.strip_thinking_cache,
          "a finished request whose output began with reasoning (counted with --reasoning-parser) leaves only "
          "its prompt in the prefix cache, not its thinking and answer",

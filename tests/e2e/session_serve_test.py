@@ -6,15 +6,24 @@ first (session_params rid) must answer what /generate answers for the first turn
 output followed by the second turn's text, sent whole; and its prompt must come from the
 prefix cache. drop_previous_output and offset cut the earlier tokens as SGLang does, replace
 drops the branch that followed. The refusals speak SGLang's words: an unknown session or rid,
-a duplicate id, a streaming session, a closed session. Exit 0 when every check passes.
+a duplicate id, a streaming session, a closed session.
+
+Then streaming sessions, on a second server with --enable-streaming-session and
+--max-cached-tokens 0 (the prefix cache keeps nothing on its own): each turn appends to the
+last and still finds its whole KV, which /metrics counts until the session closes or times out;
+replace, offset and drop_previous_output are refused in SGLang's words. Exit 0 when every check
+passes.
 """
+
+import re
+import time
 
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_support import Checks, Server, make_tiny_model, script_args  # noqa: E402
+from e2e_support import Checks, Server, call, make_tiny_model, script_args  # noqa: E402
 
 GREEDY = {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True}
 
@@ -33,6 +42,56 @@ def ids_of(server, text):
 
 def error_text(answer):
     return answer.get("error", {}).get("message", "") if isinstance(answer, dict) else str(answer)
+
+
+def gauge(server, name):
+    _, text = call(server.port, "GET", "/metrics")
+    match = re.search(r"^" + re.escape(name) + r"\{[^}]*\} (\S+)$", text, re.M)
+    return float(match.group(1)) if match else None
+
+
+def wait_for_gauge(server, name, value, seconds=5):
+    deadline = time.time() + seconds
+    while gauge(server, name) != value and time.time() < deadline:
+        time.sleep(0.2)
+    return gauge(server, name) == value
+
+
+def streaming_checks(check, server):
+    status, sid = server.post("/open_session", {"capacity_of_str_len": 1000, "streaming": True})
+    check("a streaming session opens", status == 200 and isinstance(sid, str), (status, sid))
+    status, first = generate(server, {"text": "The weather today", "session_params": {"id": sid}})
+    check("its first turn", status == 200 and len(first.get("output_ids", [])) == 5, first)
+    held = first["meta_info"]["prompt_tokens"] + 4  # every token but the last output has KV
+    check("/metrics counts the session and the tokens it holds",
+          gauge(server, "sglang:num_streaming_sessions") == 1 and
+          gauge(server, "sglang:streaming_session_held_tokens") == held,
+          (gauge(server, "sglang:num_streaming_sessions"), gauge(server, "sglang:streaming_session_held_tokens")))
+    # Without the hold nothing would be cached: this server's prefix cache keeps nothing.
+    generate(server, {"text": "Something else entirely, to pass through the cache"})
+    prompt1 = ids_of(server, "The weather today")
+    status, second = generate(server, {"text": " and tomorrow", "session_params": {"id": sid, "rid": "ignored"}})
+    whole = prompt1 + first["output_ids"] + ids_of(server, " and tomorrow")
+    status_whole, expected = generate(server, {"input_ids": whole})
+    check("the next turn appends to the last (rid ignored) and answers as the whole conversation",
+          status == 200 and status_whole == 200 and second.get("output_ids") == expected.get("output_ids") and
+          second["meta_info"]["prompt_tokens"] == len(whole), (second, expected))
+    check("the next turn's prompt is served from the session's KV",
+          second.get("meta_info", {}).get("cached_tokens") == held, (second.get("meta_info"), held))
+    for field, value in (("replace", True), ("offset", -1), ("drop_previous_output", True)):
+        status, answer = generate(server, {"text": "x", "session_params": {"id": sid, field: value}})
+        check(f"{field} is refused in SGLang's words",
+              status == 400 and error_text(answer) == f"Streaming sessions do not support {field}.", answer)
+    status, _ = server.post("/close_session", {"session_id": sid})
+    check("closing the session releases its KV",
+          status == 200 and wait_for_gauge(server, "sglang:num_streaming_sessions", 0) and
+          gauge(server, "sglang:streaming_session_held_tokens") == 0, gauge(server, "sglang:num_streaming_sessions"))
+    status, sid = server.post("/open_session", {"capacity_of_str_len": 100, "streaming": True, "timeout": 3})
+    generate(server, {"text": "Hello", "session_params": {"id": sid}})
+    check("a streaming session that times out releases its KV while the server idles",
+          gauge(server, "sglang:num_streaming_sessions") == 1 and
+          wait_for_gauge(server, "sglang:num_streaming_sessions", 0, seconds=8),
+          gauge(server, "sglang:num_streaming_sessions"))
 
 
 def main():
@@ -94,6 +153,13 @@ def main():
         check("a closed session takes no more turns", status == 200 and status_after == 400, (status_after, answer))
         status, _ = server.post("/close_session", {"session_id": "never-opened"})
         check("closing an unknown session is no error (as SGLang)", status == 200, status)
+    finally:
+        server.close()
+    server = Server(tessera, model, ["--enable-streaming-session", "--max-cached-tokens", "0"],
+                    os.path.join(workdir, "serve_streaming.log"))
+    try:
+        if check("server with --enable-streaming-session ready", server.ready()):
+            streaming_checks(check, server)
     finally:
         server.close()
     return check.report()
