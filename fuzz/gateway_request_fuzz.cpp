@@ -1,6 +1,7 @@
 // libFuzzer target: bytes → what the gateway reads of a client's request before any worker
 // sees it: the request head (request line, headers, Content-Length), query parameters, and
-// the routing facts of a body (text, stream, data_parallel_rank) for each generation route.
+// the routing facts of a body (text, stream, data_parallel_rank, the session a turn continues)
+// for each generation route.
 // Nothing may crash; a parsed Content-Length is never negative; a query value never grows
 // beyond the query it came from.
 #include <cstddef>
@@ -27,6 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const char* path : {"/generate", "/v1/completions", "/v1/chat/completions"}) {
         const auto facts = tessera::gateway::read_request(path, body);
         if (facts.text.size() > 4 * body.size() + 16) std::abort();  // ids print as at most ~20 bytes per 5 input bytes
+        if (facts.session_id && facts.session_id->size() > body.size()) std::abort();
     }
     return 0;
 }

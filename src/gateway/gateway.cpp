@@ -23,6 +23,7 @@
 #include "base/logging.h"
 #include "gateway/http_wire.h"
 #include "gateway/request_text.h"
+#include "gateway/session_routes.h"
 #include "net/http_client.h"
 #include "server/http_access.h"
 #include "server/openai_protocol.h"
@@ -143,6 +144,7 @@ struct Shared {
     Router router;              // GUARDED_BY(route_mu)
     std::mt19937_64 jitter;     // GUARDED_BY(route_mu)
     std::uint64_t any_turn = 0;  // GUARDED_BY(route_mu): round robin of non-generation routes
+    SessionRoutes sessions;      // the worker of each session opened through the gateway
 
     std::atomic<bool> stopping{false};
     std::atomic<int> connections{0};
@@ -318,6 +320,7 @@ void on_transition(Shared& s, const std::string& url, Transition t, const std::s
                       s.options.health.failure_threshold, error);
             break;
         case Transition::kRemoved: {
+            s.sessions.forget_worker(url);
             std::lock_guard<std::mutex> lock(s.route_mu);
             s.router.remove_worker(url);
             TSR_LOG_C(WARN, kLog, "worker {} removed (--remove-unhealthy-workers): {}", url, error);
@@ -342,7 +345,21 @@ void proxy(Shared& s, Client& client, const ReadRequest& req, bool by_policy) {
     const RequestFacts facts = by_policy ? read_request(req.head.path, req.body) : RequestFacts{};
     const std::int64_t tokens =
         s.options.count_tokens ? std::max<std::int64_t>(1, s.options.count_tokens(facts.text)) : estimate_tokens(facts.text);
-    const int attempts = s.options.retry.disabled ? 1 : 1 + s.options.retry.max_retries;
+    // A session's turn goes to the worker holding the session, and nowhere else. An id the
+    // gateway does not know goes by policy: the worker answers that it does not exist.
+    const std::optional<std::string> pinned =
+        facts.session_id ? s.sessions.worker(*facts.session_id, Clock::now()) : std::nullopt;
+    if (pinned && facts.data_parallel_rank && s.options.replicas) {
+        const std::vector<std::string> all = s.registry.urls();
+        const auto rank = std::find(all.begin(), all.end(), *pinned) - all.begin();
+        if (rank != *facts.data_parallel_rank) {
+            client.respond_error(400, fmt::format("session {} is held by DP rank {}, not data_parallel_rank {}",
+                                                  *facts.session_id, rank, *facts.data_parallel_rank),
+                                 "invalid_request_error");
+            return;
+        }
+    }
+    const int attempts = pinned || s.options.retry.disabled ? 1 : 1 + s.options.retry.max_retries;
     std::vector<std::string> tried;
     std::string errors;
     std::optional<Attempt> last_answer;
@@ -352,8 +369,13 @@ void proxy(Shared& s, Client& client, const ReadRequest& req, bool by_policy) {
         {
             std::lock_guard<std::mutex> lock(s.route_mu);
             std::vector<WorkerState> candidates = s.registry.routable(tried);
-            if (candidates.empty()) break;
-            if (facts.data_parallel_rank && s.options.replicas) {
+            if (pinned) {
+                if (std::any_of(candidates.begin(), candidates.end(),
+                                [&](const WorkerState& w) { return w.url == *pinned; }))
+                    url = *pinned;
+            } else if (candidates.empty()) {
+                break;
+            } else if (facts.data_parallel_rank && s.options.replicas) {
                 const std::vector<std::string> all = s.registry.urls();
                 const int rank = *facts.data_parallel_rank;
                 if (rank < 0 || rank >= static_cast<int>(all.size())) {
@@ -380,6 +402,12 @@ void proxy(Shared& s, Client& client, const ReadRequest& req, bool by_policy) {
             }
             if (attempt > 0)
                 delay = retry_delay(s.options.retry, attempt, std::uniform_real_distribution<double>(0.0, 1.0)(s.jitter));
+        }
+        if (pinned && url.empty()) {
+            client.respond_error(503, fmt::format("the worker {} holding session {} cannot take requests: {}", *pinned,
+                                                  *facts.session_id, describe_workers(s)),
+                                 "service_unavailable");
+            return;
         }
         if (attempt > 0) {
             s.retries += 1;
@@ -421,6 +449,58 @@ void proxy(Shared& s, Client& client, const ReadRequest& req, bool by_policy) {
     } else {
         client.respond_error(502, "every worker tried failed: " + errors, "upstream_error");
     }
+}
+
+// /open_session on one worker (the one already holding the client's session_id, if any, which
+// then refuses the duplicate as SGLang does; else the next in turn), remembered from its
+// answer; /close_session on the session's worker, or answered as a worker answers an unknown id.
+void session_route(Shared& s, Client& client, const ReadRequest& req) {
+    const bool open = req.head.path == "/open_session";
+    const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    std::optional<std::string> id;
+    std::optional<double> timeout_s;
+    if (body.is_object()) {
+        if (auto v = body.find("session_id"); v != body.end() && v->is_string()) id = v->get<std::string>();
+        if (auto v = body.find("timeout"); v != body.end() && v->is_number()) timeout_s = v->get<double>();
+    }
+    std::optional<std::string> url = !id    ? std::nullopt
+                                     : open ? s.sessions.worker(*id, Clock::now())
+                                            : s.sessions.closed(*id);
+    if (!open && !url) {
+        client.respond(200, kJson, "");
+        return;
+    }
+    if (!url) {
+        std::lock_guard<std::mutex> lock(s.route_mu);
+        const std::vector<WorkerState> candidates = s.registry.routable({});
+        if (!candidates.empty()) url = candidates[s.any_turn++ % candidates.size()].url;
+    }
+    if (!url) {
+        client.respond_error(503, "no healthy worker can open a session: " + describe_workers(s),
+                             "service_unavailable");
+        return;
+    }
+    auto endpoint = net::parse_http_url(*url);
+    net::HttpRequest r;
+    r.method = req.head.method;
+    r.path = req.head.path;
+    r.body = req.body;
+    r.timeout = kInfoTimeout;
+    for (const char* name : {"content-type", "authorization"}) {
+        const std::string v = req.head.header(name);
+        if (!v.empty()) r.headers.emplace_back(name, v);
+    }
+    auto got = endpoint.ok() ? net::http_fetch(*endpoint, r) : StatusOr<net::HttpResponse>(endpoint.status());
+    if (!got.ok()) {
+        client.respond_error(502, req.head.path + " failed on " + *url + ": " + got.status().message(),
+                             "upstream_error");
+        return;
+    }
+    if (open && got->status == 200) {
+        const nlohmann::json answer = nlohmann::json::parse(got->body, nullptr, /*allow_exceptions=*/false);
+        if (answer.is_string()) s.sessions.opened(answer.get<std::string>(), *url, timeout_s, Clock::now());
+    }
+    client.respond(got->status, kJson, got->body);
 }
 
 // GET a JSON document from every healthy worker, in registration order.
@@ -505,6 +585,7 @@ Status add_or_remove(Shared& s, bool add, const std::string& url) {
         s.monitor_cv.notify_all();  // check the new worker now
     } else {
         TSR_RETURN_IF_ERROR(s.registry.remove(url));
+        s.sessions.forget_worker(url);
         std::lock_guard<std::mutex> lock(s.route_mu);
         s.router.remove_worker(url);
     }
@@ -651,12 +732,7 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         if (failed.empty()) client.respond(200, "text/plain; charset=utf-8", "Done on every worker: POST " + path + "\n");
         else client.respond_error(503, "POST " + path + " failed on: " + failed, "service_unavailable");
     } else if (path == "/open_session" || path == "/close_session") {
-        // A session lives in one worker's engine, and the requests that continue it would be
-        // routed by policy to any worker.
-        client.respond_error(400, path + ": sessions are kept by one engine; a gateway (or the front of --dp-size > 1) "
-                                  "routes each request to any worker. Open the session on a worker directly, or serve "
-                                  "with --dp-size 1",
-                             "invalid_request_error");
+        session_route(s, client, req);
     } else {
         // /v1/models, /get_model_info, /health_generate, ...: any healthy worker answers.
         proxy(s, client, req, /*by_policy=*/false);
@@ -735,6 +811,7 @@ void monitor(const std::shared_ptr<Shared>& s) {
         }
         if (now >= next_eviction) {
             next_eviction = now + s->options.eviction_interval;
+            s->sessions.expire(now);
             std::lock_guard<std::mutex> lock(s->route_mu);
             s->router.evict(s->options.max_tree_size);
         }

@@ -116,18 +116,70 @@ TEST(GatewayTest, PassesCompletionsAndStreamsThrough) {
     EXPECT_EQ(get(g.port(), "/v1/models").status, 200);
 }
 
-// A session lives in one worker's engine; the gateway routes each request anywhere, so it
-// refuses to open one instead of passing /open_session to some worker.
-TEST(GatewayTest, SessionRoutesAreRefusedNamingTheWayOut) {
+// A session lives in one worker's engine: the gateway opens it on one worker and sends every
+// turn and the close there, whatever the policy says.
+TEST(GatewayTest, ASessionsTurnsAndCloseGoToTheWorkerHoldingIt) {
     Worker a, b;
-    Gateway g(fast_options({a.url(), b.url()}));
+    Gateway g(fast_options({a.url(), b.url()}, PolicyKind::kRoundRobin));
     ASSERT_TRUE(g.start().ok());
     ASSERT_TRUE(wait_healthy(g, 2));
-    for (const char* path : {"/open_session", "/close_session"}) {
-        auto r = post(g.port(), path, R"({"capacity_of_str_len": 10, "session_id": "s"})");
-        EXPECT_EQ(r.status, 400) << path;
-        EXPECT_NE(r.body.find("Open the session on a worker directly"), std::string::npos) << r.body;
+    std::vector<std::string> ids;
+    for (int i = 0; i < 4; ++i) {
+        auto r = post(g.port(), "/open_session", R"({"capacity_of_str_len": 10})");
+        ASSERT_EQ(r.status, 200) << r.body;
+        ids.push_back(nlohmann::json::parse(r.body).get<std::string>());
     }
+    EXPECT_EQ(a.backend.open_sessions().size(), 2u) << "sessions are spread over the workers";
+    EXPECT_EQ(b.backend.open_sessions().size(), 2u);
+    auto r = post(g.port(), "/open_session", R"({"capacity_of_str_len": 10, "session_id": "mine"})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    Worker& holder = a.backend.open_sessions().count("mine") ? a : b;
+    Worker& other = &holder == &a ? b : a;
+    const std::size_t before = holder.backend.requests().size();
+    for (int i = 0; i < 6; ++i) {
+        r = post(g.port(), "/generate",
+                 R"({"text": "hi", "sampling_params": {"max_new_tokens": 2}, "session_params": {"id": "mine"}})");
+        EXPECT_EQ(r.status, 200) << r.body;
+    }
+    EXPECT_EQ(holder.backend.requests().size(), before + 6) << "every turn on the holder, not round robin";
+    r = post(g.port(), "/open_session", R"({"capacity_of_str_len": 10, "session_id": "mine"})");
+    EXPECT_EQ(r.status, 400) << "the same id goes to its holder, which refuses the duplicate: " << r.body;
+    EXPECT_EQ(other.backend.open_sessions().count("mine"), 0u);
+    r = post(g.port(), "/close_session", R"({"session_id": "mine"})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(holder.backend.open_sessions().count("mine"), 0u);
+    EXPECT_EQ(post(g.port(), "/close_session", R"({"session_id": "never"})").status, 200) << "as a worker answers";
+
+    // The holder gone, its sessions' turns are refused instead of sent where the session is not.
+    r = post(g.port(), "/open_session", R"({"capacity_of_str_len": 10, "session_id": "on-b"})");
+    ASSERT_EQ(r.status, 200);
+    const bool on_a = a.backend.open_sessions().count("on-b") != 0;
+    ASSERT_TRUE(g.remove_worker(on_a ? a.url() : b.url()).ok());
+    r = post(g.port(), "/generate", R"({"text": "hi", "session_params": {"id": "on-b"}})");
+    EXPECT_EQ(r.status, 200) << "a forgotten session goes by policy; the worker answers for it: " << r.body;
+}
+
+TEST(GatewayTest, ASessionOnAnUnhealthyWorkerIsRefusedNotMoved) {
+    std::unique_ptr<Worker> workers[2] = {std::make_unique<Worker>(), std::make_unique<Worker>()};
+    GatewayOptions o = fast_options({workers[0]->url(), workers[1]->url()});
+    o.replicas = true;
+    Gateway g(o);
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    auto r = post(g.port(), "/open_session", R"({"capacity_of_str_len": 10, "session_id": "s"})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const int holder = workers[0]->backend.open_sessions().count("s") != 0 ? 0 : 1;
+    r = post(g.port(), "/generate", R"({"text": "hi", "session_params": {"id": "s"}, "data_parallel_rank": )" +
+                                        std::to_string(1 - holder) + "}");
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("is held by DP rank " + std::to_string(holder)), std::string::npos) << r.body;
+    workers[holder]->server.stop();
+    workers[holder].reset();
+    for (int i = 0; i < 500 && g.workers()[static_cast<std::size_t>(holder)].health == Health::kHealthy; ++i)
+        std::this_thread::sleep_for(milliseconds(10));
+    r = post(g.port(), "/generate", R"({"text": "hi", "session_params": {"id": "s"}})");
+    EXPECT_EQ(r.status, 503) << r.body;
+    EXPECT_NE(r.body.find("holding session s cannot take requests"), std::string::npos) << r.body;
 }
 
 TEST(GatewayTest, ClientErrorsPassThroughWithoutRetryOrHealthPenalty) {

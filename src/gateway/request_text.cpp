@@ -42,6 +42,9 @@ RequestFacts read_request(std::string_view path, std::string_view body) {
     if (auto s = j.find("stream"); s != j.end() && s->is_boolean()) facts.stream = s->get<bool>();
     if (auto r = j.find("data_parallel_rank"); r != j.end() && r->is_number_integer())
         facts.data_parallel_rank = r->get<int>();
+    if (auto sp = j.find("session_params"); sp != j.end() && sp->is_object()) {
+        if (auto id = sp->find("id"); id != sp->end() && id->is_string()) facts.session_id = id->get<std::string>();
+    }
     if (path == "/v1/chat/completions") {
         if (auto m = j.find("messages"); m != j.end() && m->is_array())
             for (const auto& message : *m)

@@ -3,7 +3,8 @@
 // unchanged: the text the cache-aware policy routes by (as sgl-model-gateway's
 // routers/http/router.rs extracts it: /generate's "text", /v1/completions' "prompt", the
 // contents of /v1/chat/completions' messages in order), whether the client asked for a
-// stream, and an explicit replica choice ("data_parallel_rank", as SGLang's /generate).
+// stream, an explicit replica choice ("data_parallel_rank", as SGLang's /generate), and the
+// session a /generate turn continues ("session_params": {"id": ...}).
 // Pure; a body that is not JSON gives empty text (the worker will answer it with a 400).
 
 #include <optional>
@@ -16,6 +17,7 @@ struct RequestFacts {
     std::string text;
     bool stream = false;
     std::optional<int> data_parallel_rank;
+    std::optional<std::string> session_id;
 };
 
 RequestFacts read_request(std::string_view path, std::string_view body);

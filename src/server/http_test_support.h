@@ -118,6 +118,21 @@ class FakeBackend : public Backend {
                std::to_string(n_active()) + "\n";
     }
     Status flush_cache() override { return Status::Ok(); }
+    StatusOr<std::string> open_session(const OpenSessionParams& p) override {
+        std::lock_guard lock(mu_);
+        std::string id = p.session_id.value_or("fake-session-" + std::to_string(sessions_opened_));
+        if (!open_sessions_.insert(id).second) return Status::InvalidArgument("Failed to open the session.");
+        ++sessions_opened_;
+        return id;
+    }
+    void close_session(const std::string& id) override {
+        std::lock_guard lock(mu_);
+        open_sessions_.erase(id);
+    }
+    std::set<std::string> open_sessions() const {
+        std::lock_guard lock(mu_);
+        return open_sessions_;
+    }
     Status expert_record(ExpertRecordAction action) override {
         std::lock_guard lock(mu_);
         expert_record_actions.push_back(action);
@@ -217,6 +232,8 @@ class FakeBackend : public Backend {
     std::vector<std::string> submitted_;
     std::vector<GenerationRequest> requests_;
     std::set<std::string> aborted_;
+    std::set<std::string> open_sessions_;
+    int sessions_opened_ = 0;
     std::size_t max_active_ = 0;
     std::thread thread_;  // last: starts after the members above exist
 };

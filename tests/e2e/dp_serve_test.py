@@ -6,6 +6,9 @@
                replicas' internal_states and dp_size 2; /get_load one entry per DP rank;
                /metrics labels each replica's samples with dp_rank; data_parallel_rank in a
                request picks its replica.
+  sessions     /open_session through the front opens the session on one replica; each turn
+               (session_params) and the close go there, whatever round_robin says, so a turn
+               continuing the last one answers what the whole conversation answers at once.
   balance      --load-balance-method total_requests: six concurrent streams split 3 / 3;
                total_tokens sends a request to the replica with fewer prompt tokens in
                flight even when it has more requests in flight.
@@ -48,6 +51,41 @@ def launch(tessera, model, port, log_path, *flags):
     proc = subprocess.Popen([tessera, "serve", "--model-path", model, "--port", str(port), "--threads-per-rank", "1",
                              "--random-seed", "1", *flags], stdout=log, stderr=subprocess.STDOUT)
     return proc, log
+
+
+def check_sessions(port):
+    """Four turns of one session through the front, each continuing the last."""
+    status, data = call(port, "POST", "/open_session", {"capacity_of_str_len": 100})
+    check("a session opens through the front", status == 200, data)
+    if status != 200:
+        return
+    sid = json.loads(data)
+    before = replica_requests(port)
+    history, rid, ok = [], None, True
+    for turn, prompt in enumerate(PROMPTS):
+        params = {"id": sid, **({"rid": rid} if rid else {})}
+        status, data = call(port, "POST", "/generate", {"input_ids": prompt, "session_params": params,
+                                                        "sampling_params": {"max_new_tokens": 8, "temperature": 0,
+                                                                            "ignore_eos": True}})
+        answer = json.loads(data) if status == 200 else {}
+        history += prompt
+        ok = ok and status == 200 and answer["meta_info"]["prompt_tokens"] == len(history)
+        check(f"session turn {turn} continues the last one", ok, data[:300])
+        if not ok:
+            return
+        whole = greedy(port, history)
+        check(f"session turn {turn} answers what the whole conversation answers", answer["output_ids"] == whole,
+              f"{answer['output_ids']} vs {whole}")
+        history += answer["output_ids"]
+        rid = answer["meta_info"]["id"]
+    after = replica_requests(port)
+    status, data = call(port, "POST", "/close_session", {"session_id": sid})
+    status_after, data_after = call(port, "POST", "/generate", {"input_ids": [1], "session_params": {"id": sid}})
+    check("the session closes through the front",
+          status == 200 and status_after == 400 and "does not exist" in data_after,
+          (status, data, status_after, data_after))
+    check("round_robin still spreads the other requests", after[0] > before[0] and after[1] > before[1],
+          f"{before} -> {after}")
 
 
 def replica_requests(port):
@@ -127,6 +165,7 @@ def main():
         check("pinned replica's tokens", pinned == [expected[0]] * 2, pinned)
         status, data = call(port, "POST", "/generate", {"input_ids": [1], "data_parallel_rank": 5})
         check("data_parallel_rank out of range is a 400", status == 400 and "data_parallel_rank" in data, data)
+        check_sessions(port)
     finally:
         stop_server(two)
         log.close()
