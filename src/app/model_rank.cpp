@@ -151,6 +151,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.log_request_time_stats = args.enable_request_time_stats_logging;
     sc.strip_thinking_cache = args.strip_thinking_cache;
     sc.enable_streaming_session = args.enable_streaming_session;
+    sc.enable_session_radix_cache = args.enable_session_radix_cache;
     if (args.enable_return_routed_experts)
         sc.routed_experts_width = m.config().num_hidden_layers * m.config().moe.num_experts_per_tok;
     // A step's logits of scored prompt positions stay within 256 MiB: 441 rows of Qwen3's

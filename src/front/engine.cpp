@@ -85,7 +85,7 @@ Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
       chat_template_(std::move(chat_template)),
       tool_use_template_(std::move(tool_use_template)),
       grammar_compiler_(tokenizer ? std::make_unique<GrammarCompiler>(*tokenizer, config_.json_whitespace) : nullptr),
-      sessions_(config_.scheduler.enable_streaming_session),
+      sessions_(config_.scheduler.enable_streaming_session, config_.scheduler.enable_session_radix_cache),
       runner_(runner),
       scheduler_(config_.scheduler, runner),
       seed_rng_(config_.random_seed),
@@ -269,7 +269,11 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     }
     // The last refusal: from here the request runs, and its end, whatever it is, reaches the session.
     if (session) TSR_RETURN_IF_ERROR(sessions_.add(*session, req.rid, req.input_ids, req.max_new_tokens));
-    if (session && sessions_.is_streaming(session->id)) req.streaming_session = session->id;
+    if (session && sessions_.is_streaming(session->id)) {
+        req.streaming_session = session->id;
+    } else if (session && config_.scheduler.enable_session_radix_cache) {
+        req.radix_session = session->id;
+    }
     // The output stream is created on the scheduler thread when the request arrives there.
     pending_[req.rid] = std::move(on_event);
     // SGLang's exporter leaves out its health checks.
@@ -309,8 +313,8 @@ StatusOr<std::string> Engine::open_session(const server::OpenSessionParams& para
 
 void Engine::close_session(const std::string& session_id) {
     sessions_.close(session_id);
-    // Wakes the loop, which releases the KV a streaming session held.
-    if (config_.scheduler.enable_streaming_session) push({Command::Kind::kSessionClosed, {}, {}});
+    // Wakes the loop, which releases the KV the scheduler keeps for the session.
+    if (keeps_session_kv()) push({Command::Kind::kSessionClosed, {}, {}});
 }
 
 void Engine::push(Command command) {
@@ -362,8 +366,8 @@ void Engine::loop() {
             // A lockstep runner joins the other DP-attention groups' steps even with nothing
             // to run: at once while they have work, else after a short wait for requests.
             if (!runner_.lockstep()) {
-                // Streaming sessions that time out while nothing runs release their KV within a second.
-                if (config_.scheduler.enable_streaming_session) {
+                // Sessions that time out while nothing runs release their KV within a second.
+                if (keeps_session_kv()) {
                     cv_.wait_for(lock, std::chrono::seconds(1), ready);
                 } else {
                     cv_.wait(lock, ready);
@@ -403,9 +407,11 @@ void Engine::loop() {
                                                  .received_at = sp.received_at,
                                                  .session = std::move(sp.session)});
                     c.req.sink = [this](const scheduler::ReqEvent& e) { on_req_event(e); };
-                    // A turn of a streaming session closed since it was submitted holds nothing.
-                    if (!c.req.streaming_session.empty() && !sessions_.is_streaming(c.req.streaming_session))
+                    // A turn of a session closed since it was submitted keeps nothing for it.
+                    if (!c.req.streaming_session.empty() && !sessions_.is_open(c.req.streaming_session))
                         c.req.streaming_session.clear();
+                    if (!c.req.radix_session.empty() && !sessions_.is_open(c.req.radix_session))
+                        c.req.radix_session.clear();
                     Status s = scheduler_.add_request(std::move(c.req));
                     if (!s.ok()) {
                         server::GenerationEvent ev;
@@ -441,8 +447,8 @@ void Engine::loop() {
                 }
             }
         }
-        if (config_.scheduler.enable_streaming_session) {
-            for (const std::string& id : sessions_.take_closed_streaming(SessionStore::Clock::now()))
+        if (keeps_session_kv()) {
+            for (const std::string& id : sessions_.take_closed(SessionStore::Clock::now()))
                 scheduler_.release_session(id);
         }
         const std::int64_t rounds = runner_.rounds();

@@ -172,6 +172,11 @@ class Engine final : public server::Backend {
     void push(Command command);
     void loop();
     void on_req_event(const scheduler::ReqEvent& event);  // REQUIRES: scheduler thread
+    // Streaming sessions or session references: the scheduler keeps KV for sessions until
+    // they close.
+    bool keeps_session_kv() const {
+        return config_.scheduler.enable_streaming_session || config_.scheduler.enable_session_radix_cache;
+    }
     // Ends every request with `why` and refuses new ones. REQUIRES: scheduler thread.
     void fail_everything(const Status& why);
 

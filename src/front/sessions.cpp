@@ -24,13 +24,18 @@ void SessionStore::close(const std::string& id) {
     if (const auto it = sessions_.find(id); it != sessions_.end()) erase(it);
 }
 
+bool SessionStore::is_open(const std::string& id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sessions_.count(id) != 0;
+}
+
 bool SessionStore::is_streaming(const std::string& id) const {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = sessions_.find(id);
     return it != sessions_.end() && it->second.streaming;
 }
 
-std::vector<std::string> SessionStore::take_closed_streaming(Clock::time_point now) {
+std::vector<std::string> SessionStore::take_closed(Clock::time_point now) {
     std::lock_guard<std::mutex> lock(mu_);
     // Called every scheduler step: the timeouts are looked at once a second.
     if (now - last_timeout_scan_ >= std::chrono::seconds(1)) {
@@ -39,11 +44,11 @@ std::vector<std::string> SessionStore::take_closed_streaming(Clock::time_point n
         for (const auto& [id, s] : sessions_) ids.push_back(id);
         for (const std::string& id : ids) find(id, now);
     }
-    return std::exchange(closed_streaming_, {});
+    return std::exchange(closed_, {});
 }
 
 void SessionStore::erase(std::unordered_map<std::string, Session>::iterator it) {
-    if (it->second.streaming) closed_streaming_.push_back(it->first);
+    if (it->second.streaming || report_every_close_) closed_.push_back(it->first);
     sessions_.erase(it);
 }
 

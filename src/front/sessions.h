@@ -27,17 +27,22 @@ class SessionStore {
  public:
     using Clock = std::chrono::steady_clock;
 
-    explicit SessionStore(bool allow_streaming = false) : allow_streaming_(allow_streaming) {}
+    // allow_streaming: --enable-streaming-session. report_every_close: take_closed() reports
+    // every session, not only streaming ones (--enable-session-radix-cache).
+    explicit SessionStore(bool allow_streaming = false, bool report_every_close = false)
+        : allow_streaming_(allow_streaming), report_every_close_(report_every_close) {}
 
     // A new session: p.session_id, or `generated_id` when it gives none. Refuses an id already
     // open, and a streaming session unless allowed, in SGLang's words.
     StatusOr<std::string> open(const server::OpenSessionParams& p, std::string generated_id, Clock::time_point now);
     // Closes the session (an unknown id is not an error, as in SGLang).
     void close(const std::string& id);
+    bool is_open(const std::string& id) const;
     bool is_streaming(const std::string& id) const;
-    // Closes the sessions idle past their timeout, and returns the streaming ones closed
-    // since the last call (by close() or a timeout): the KV they hold is to be released.
-    std::vector<std::string> take_closed_streaming(Clock::time_point now);
+    // Closes the sessions idle past their timeout, and returns the streaming ones (or all,
+    // with report_every_close) closed since the last call, by close() or a timeout: the KV
+    // the scheduler keeps for them is to be released.
+    std::vector<std::string> take_closed(Clock::time_point now);
 
     // The prompt of a request continuing `params.rid` of session `params.id`: that request's
     // prompt and output (or only its prompt, with drop_previous_output), cut at `offset` as a
@@ -89,9 +94,10 @@ class SessionStore {
     static void drop(Session& s, const std::string& rid, std::vector<std::string>& abandoned);
 
     const bool allow_streaming_;
+    const bool report_every_close_;
     mutable std::mutex mu_;
     std::unordered_map<std::string, Session> sessions_;  // GUARDED_BY(mu_)
-    std::vector<std::string> closed_streaming_;          // GUARDED_BY(mu_)
+    std::vector<std::string> closed_;                    // GUARDED_BY(mu_): for take_closed()
     Clock::time_point last_timeout_scan_;                 // GUARDED_BY(mu_)
 };
 

@@ -139,12 +139,12 @@ TEST(StreamingSessionTest, ClosedAndTimedOutStreamingSessionsAreReportedOnce) {
     ASSERT_TRUE(store.open({.session_id = "b", .streaming = true, .timeout_s = 5.0}, "x", now).ok());
     ASSERT_TRUE(store.open({.session_id = "plain", .timeout_s = 5.0}, "x", now).ok());
     EXPECT_FALSE(store.is_streaming("plain"));
-    EXPECT_TRUE(store.take_closed_streaming(now).empty());
+    EXPECT_TRUE(store.take_closed(now).empty());
     store.close("a");
     store.close("plain");
-    EXPECT_EQ(store.take_closed_streaming(now + std::chrono::seconds(1)), std::vector<std::string>{"a"});
-    EXPECT_TRUE(store.take_closed_streaming(now + std::chrono::seconds(2)).empty());
-    EXPECT_EQ(store.take_closed_streaming(now + std::chrono::seconds(10)), std::vector<std::string>{"b"});
+    EXPECT_EQ(store.take_closed(now + std::chrono::seconds(1)), std::vector<std::string>{"a"});
+    EXPECT_TRUE(store.take_closed(now + std::chrono::seconds(2)).empty());
+    EXPECT_EQ(store.take_closed(now + std::chrono::seconds(10)), std::vector<std::string>{"b"});
     EXPECT_EQ(store.size(), 0u);
     EXPECT_FALSE(store.is_streaming("b"));
 }

@@ -22,6 +22,8 @@ class ChunkCache final : public PrefixCache {
     }
     void inc_lock_ref(NodeId /*node*/) override {}
     void dec_lock_ref(NodeId /*node*/) override {}
+    void inc_session_ref(NodeId /*node*/) override {}
+    void dec_session_ref(NodeId /*node*/) override {}
     std::int64_t evict(std::int64_t /*n_tokens*/) override { return 0; }
     std::int64_t evictable_size() const override { return 0; }
     std::int64_t protected_size() const override { return 0; }

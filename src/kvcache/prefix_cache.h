@@ -34,8 +34,14 @@ class PrefixCache {
     // lock: +1 on every node from `node` to the root; unlock: -1. Locked nodes are not evicted.
     virtual void inc_lock_ref(NodeId node) = 0;
     virtual void dec_lock_ref(NodeId node) = 0;
-    // Frees at least `n_tokens` slots of unlocked leaves, least recently used first
-    // (fewer if not enough is evictable). Returns the number freed.
+    // Session references (--enable-session-radix-cache): +1 / -1 on every node from `node` to
+    // the root. evict() takes unreferenced leaves before referenced ones; unlike a locked node
+    // a referenced one can still go, after which dec_session_ref of it does nothing.
+    virtual void inc_session_ref(NodeId node) = 0;
+    virtual void dec_session_ref(NodeId node) = 0;
+    // Frees at least `n_tokens` slots of unlocked leaves, least recently used first (those no
+    // session references before the others; fewer if not enough is evictable). Returns the
+    // number freed.
     virtual std::int64_t evict(std::int64_t n_tokens) = 0;
     virtual std::int64_t evictable_size() const = 0;  // cached tokens in unlocked nodes
     virtual std::int64_t protected_size() const = 0;  // cached tokens in locked nodes

@@ -6,12 +6,15 @@
 //   * every non-root node has a non-empty key, a multiple of page_size long, and
 //     value.size() == key.size(); children are keyed by their first page of tokens;
 //   * lock_ref of a node >= lock_ref of each child (locks are taken on whole root paths);
+//     so is session_ref (session references, also on root paths; a leaf that is evicted
+//     takes its references off its ancestors);
 //   * evictable_ + protected_ == Σ key lengths; a node counts as protected iff lock_ref > 0.
 
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <queue>
+#include <tuple>
 #include <unordered_map>
 
 #include "base/check.h"
@@ -30,6 +33,7 @@ struct Node {
     std::vector<std::int32_t> value;  // I32 [edge_len] their KV slots
     std::map<Page, Node*> children;
     std::int64_t lock_ref = 0;
+    std::int64_t session_ref = 0;
     std::uint64_t last_access = 0;  // logical clock: deterministic LRU order
 };
 
@@ -47,6 +51,8 @@ class RadixCache final : public PrefixCache {
                   std::span<const std::int32_t> slots) override;
     void inc_lock_ref(NodeId node) override;
     void dec_lock_ref(NodeId node) override;
+    void inc_session_ref(NodeId node) override;
+    void dec_session_ref(NodeId node) override;
     std::int64_t evict(std::int64_t n_tokens) override;
     std::int64_t evictable_size() const override { return evictable_; }
     std::int64_t protected_size() const override { return protected_; }
@@ -122,6 +128,7 @@ Node* RadixCache::split(Node* child, std::int64_t len) {
     // The new parent inherits the child's locks: every lock on the child is a lock on its
     // root path, which now runs through `mid`. Size counters are unchanged.
     mid->lock_ref = child->lock_ref;
+    mid->session_ref = child->session_ref;
     mid->last_access = child->last_access;
     child->key.erase(child->key.begin(), child->key.begin() + len);
     child->value.erase(child->value.begin(), child->value.begin() + len);
@@ -221,7 +228,22 @@ void RadixCache::dec_lock_ref(NodeId id) {
     }
 }
 
+void RadixCache::inc_session_ref(NodeId id) {
+    for (Node* node = node_of(id); node != root_; node = node->parent) ++node->session_ref;
+}
+
+void RadixCache::dec_session_ref(NodeId id) {
+    const auto it = nodes_.find(id);
+    if (it == nodes_.end()) return;  // evicted: its references left its root path with it
+    for (Node* node = it->second.get(); node != root_; node = node->parent) {
+        TSR_CHECK(node->session_ref > 0) << "unbalanced dec_session_ref on radix node " << node->id;
+        --node->session_ref;
+    }
+}
+
 void RadixCache::erase_leaf(Node* leaf) {
+    for (Node* node = leaf->parent; leaf->session_ref > 0 && node != root_; node = node->parent)
+        node->session_ref -= leaf->session_ref;
     allocator_.free(leaf->value);
     evictable_ -= static_cast<std::int64_t>(leaf->key.size());
     leaf->parent->children.erase(Page(leaf->key.begin(), leaf->key.begin() + page_size_));
@@ -229,23 +251,23 @@ void RadixCache::erase_leaf(Node* leaf) {
 }
 
 std::int64_t RadixCache::evict(std::int64_t n_tokens) {
-    // Min-heap of unlocked leaves by (last access, id): least recently used first; the id
-    // breaks ties so the order does not depend on hash-map iteration.
-    using Entry = std::pair<std::uint64_t, NodeId>;
+    // Min-heap of unlocked leaves by (referenced by a session, last access, id): those no
+    // session references first, least recently used first; the id breaks ties so the order
+    // does not depend on hash-map iteration.
+    using Entry = std::tuple<bool, std::uint64_t, NodeId>;
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+    const auto entry = [](const Node& n) { return Entry{n.session_ref > 0, n.last_access, n.id}; };
     for (const auto& [id, node] : nodes_) {
-        if (node.get() != root_ && node->children.empty() && node->lock_ref == 0)
-            heap.emplace(node->last_access, id);
+        if (node.get() != root_ && node->children.empty() && node->lock_ref == 0) heap.push(entry(*node));
     }
     std::int64_t freed = 0;
     while (freed < n_tokens && !heap.empty()) {
-        Node* leaf = node_of(heap.top().second);
+        Node* leaf = node_of(std::get<2>(heap.top()));
         heap.pop();
         Node* parent = leaf->parent;
         freed += static_cast<std::int64_t>(leaf->key.size());
         erase_leaf(leaf);
-        if (parent != root_ && parent->children.empty() && parent->lock_ref == 0)
-            heap.emplace(parent->last_access, parent->id);
+        if (parent != root_ && parent->children.empty() && parent->lock_ref == 0) heap.push(entry(*parent));
     }
     return freed;
 }

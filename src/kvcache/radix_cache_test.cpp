@@ -163,6 +163,44 @@ TEST_P(RadixCacheTest, EvictionCascadesToParentsAndLocksCoverThePath) {
     expect_whole();
 }
 
+TEST_P(RadixCacheTest, SessionReferencedLeavesAreEvictedAfterTheOthers) {
+    make(256);
+    const std::int64_t P = page();
+    Tokens base = seq(1, 2 * P);
+    Tokens a = base, b = base, c = seq(500, P);
+    Tokens ta = seq(100, P), tb = seq(200, P);
+    a.insert(a.end(), ta.begin(), ta.end());
+    b.insert(b.end(), tb.begin(), tb.end());
+    const NodeId na = run_request(a);  // the oldest, referenced by a session
+    run_request(b);
+    run_request(c);
+    cache_->inc_session_ref(na);
+    EXPECT_EQ(cache_->evictable_size(), 5 * P) << "referenced is still evictable";
+    // b's leaf and c go first although a's leaf is older; then a's leaf, then the base.
+    EXPECT_EQ(cache_->evict(1), P);
+    EXPECT_TRUE(cache_->match_prefix(b).slots.size() == static_cast<std::size_t>(2 * P)) << "b's own page went";
+    EXPECT_EQ(cache_->evict(1), P);
+    EXPECT_TRUE(cache_->match_prefix(c).slots.empty());
+    EXPECT_EQ(static_cast<std::int64_t>(cache_->match_prefix(a).slots.size()), 3 * P);
+    // A split below the reference keeps the counts on the whole root path.
+    Tokens a2 = seq(1, P);
+    const Tokens tail = seq(900, P);
+    a2.insert(a2.end(), tail.begin(), tail.end());
+    run_request(a2);  // splits the base after its first page
+    EXPECT_EQ(cache_->evict(1), P) << "a2's leaf, unreferenced";
+    EXPECT_EQ(cache_->evict(1), P) << "then a's leaf";
+    cache_->dec_session_ref(na);  // evicted: nothing to do
+    EXPECT_EQ(cache_->evict(100 * P), 2 * P) << "the base's two nodes";
+    expect_whole();
+    // Released before eviction, a reference leaves plain LRU order.
+    const NodeId nb = run_request(b);
+    run_request(c);
+    cache_->inc_session_ref(nb);
+    cache_->dec_session_ref(nb);
+    EXPECT_EQ(cache_->evict(1), 3 * P) << "b is the least recently used again";
+    expect_whole();
+}
+
 TEST_P(RadixCacheTest, ManyRequestsKeepAccountingWhole) {
     make(64 * page());
     const std::int64_t P = page();

@@ -95,6 +95,9 @@ struct Req {
     // The streaming session this request is a turn of ("": none; see
     // SchedulerConfig::enable_streaming_session).
     std::string streaming_session;
+    // The session whose references this request's cached KV joins once it ends well ("":
+    // none; see SchedulerConfig::enable_session_radix_cache).
+    std::string radix_session;
     ReqEventSink sink;       // may be empty (no events)
 
     // ---- owned by the scheduler -------------------------------------------------------

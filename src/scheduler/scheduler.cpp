@@ -52,6 +52,9 @@ Status SchedulerConfig::validate() const {
     }
     if (max_running_requests < 1)
         return Status::InvalidArgument(fmt::format("max_running_requests ({}) must be >= 1", max_running_requests));
+    if (enable_session_radix_cache && disable_radix_cache)
+        return Status::InvalidArgument("--enable-session-radix-cache references sessions' KV in the radix cache, which "
+                                       "--disable-radix-cache turns off: drop one of the two");
     if (max_prefill_tokens < 1)
         return Status::InvalidArgument(fmt::format("max_prefill_tokens ({}) must be >= 1", max_prefill_tokens));
     if (chunked_prefill_size != -1 && chunked_prefill_size < page_size) {
@@ -299,6 +302,7 @@ bool Scheduler::flush_cache() {
         for (const auto& [id, hold] : session_holds_) cache_->dec_lock_ref(hold.node);
         session_holds_.clear();
     }
+    session_refs_.clear();  // the tree they point into goes
     const bool ok = cache_->reset();
     if (ok) TSR_LOG_C(INFO, "sched", "Cache flushed successfully!");
     return ok;
@@ -309,8 +313,14 @@ void Scheduler::release_session(const std::string& id) {
         cache_->dec_lock_ref(it->second.node);
         session_holds_.erase(it);
     }
-    for (auto& [rid, req] : reqs_)
+    if (const auto it = session_refs_.find(id); it != session_refs_.end()) {
+        for (const kvcache::NodeId node : it->second) cache_->dec_session_ref(node);
+        session_refs_.erase(it);
+    }
+    for (auto& [rid, req] : reqs_) {
         if (req->streaming_session == id) req->streaming_session.clear();
+        if (req->radix_session == id) req->radix_session.clear();
+    }
     // Under --disable-radix-cache the tree holds sessions' KV only: what no session holds goes.
     if (config_.disable_radix_cache) cache_->evict(cache_->evictable_size());
 }
@@ -381,6 +391,11 @@ void Scheduler::cache_finished_req(Req& req) {
     // A turn that ended well (not aborted, nor failed) is what the session's next turn continues.
     const bool ended_well = req.finish_reason == FinishReason::kStop || req.finish_reason == FinishReason::kLength;
     if (!req.streaming_session.empty() && ended_well) hold_for_session(req.streaming_session, tokens);
+    if (config_.enable_session_radix_cache && !req.radix_session.empty() && ended_well) {
+        const kvcache::NodeId node = cache_->match_prefix(tokens).last_node;
+        cache_->inc_session_ref(node);
+        session_refs_[req.radix_session].push_back(node);
+    }
     cache_->dec_lock_ref(req.last_node);
     req.slots.clear();
     req.prefix_len = 0;
@@ -1225,6 +1240,7 @@ SchedulerStats Scheduler::stats() const {
     s.prefill_chunk_size = last_prefill_chunk_size_;
     s.num_streaming_sessions = static_cast<std::int64_t>(session_holds_.size());
     for (const auto& [id, hold] : session_holds_) s.streaming_session_held_tokens += hold.tokens;
+    s.num_referencing_sessions = static_cast<std::int64_t>(session_refs_.size());
     return s;
 }
 

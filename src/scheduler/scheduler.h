@@ -84,6 +84,10 @@ struct SchedulerConfig {
     // until release_session(). Under --disable-radix-cache the cache then holds the sessions'
     // KV only: other requests neither match nor insert.
     bool enable_streaming_session = false;
+    // --enable-session-radix-cache (SGLang's session_ref_tracker.py): the KV of every finished
+    // turn of an open session (Req::radix_session) is referenced for it, and evictions take
+    // what no session references first; release_session() drops the references.
+    bool enable_session_radix_cache = false;
     // --enable-return-routed-experts: entries per token of the routing record (num_hidden_layers
     // × top_k); 0 when off. Every step then records each token's experts by KV slot, and a
     // request with return_routed_experts gets its positions' rows with its tokens.
@@ -137,6 +141,7 @@ struct SchedulerStats {
     std::int64_t cached_tokens_total = 0;
     std::int64_t num_streaming_sessions = 0;         // sglang:num_streaming_sessions (holding KV)
     std::int64_t streaming_session_held_tokens = 0;  // sglang:streaming_session_held_tokens
+    std::int64_t num_referencing_sessions = 0;       // --enable-session-radix-cache: sessions with references
     std::int64_t generation_tokens_total = 0;
     // Chunk budget of the last prefill round: the dynamic size when dynamic chunking is on,
     // else chunked_prefill_size (-1: no chunking).
@@ -171,9 +176,9 @@ class Scheduler {
     // Drops the prefix cache (/flush_cache), with the KV streaming sessions hold; refused
     // (false) unless idle().
     bool flush_cache();
-    // Streaming session `id` was closed: its last turn's KV stays in the prefix cache as any
-    // finished request's (evictable), and a turn of it still running ends as an ordinary
-    // request. Nothing for an id that holds nothing.
+    // Session `id` was closed: a streaming session's last turn's KV stays in the prefix cache
+    // as any finished request's (evictable), a session's references are dropped, and a turn
+    // of it still running ends as an ordinary request. Nothing for an id that holds nothing.
     void release_session(const std::string& id);
     // Runs a step with no sequences that carries `command` to every rank (the expert
     // distribution recorder endpoints), after the steps in flight; its error, if any.
@@ -316,6 +321,8 @@ class Scheduler {
         std::int64_t tokens = 0;
     };
     std::unordered_map<std::string, SessionHold> session_holds_;  // streaming session id -> its last turn's KV
+    // --enable-session-radix-cache: session id -> the nodes its finished turns reference.
+    std::unordered_map<std::string, std::vector<kvcache::NodeId>> session_refs_;
     std::uint64_t next_arrival_ = 0;
 
     std::int64_t forward_ct_decode_ = 0;

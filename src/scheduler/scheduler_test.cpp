@@ -958,6 +958,51 @@ TEST_P(SchedulerTest, StreamingSessionsKeepTheirKvWithTheRadixCacheOff) {
     EXPECT_EQ(h.sched_.stats().available_tokens, cfg.max_total_num_tokens);
 }
 
+TEST_P(SchedulerTest, SessionReferencedTurnsAreEvictedAfterTheRest) {
+    const auto whole_pages = [&](std::int64_t n) { return n / page() * page(); };
+    const auto session_turn = [](std::string rid, Tokens input) {
+        Req r = make_req(std::move(rid), std::move(input), 4);
+        r.radix_session = "s";
+        return r;
+    };
+    // The same traffic with and without session references: one session turn, then three
+    // other requests that push the cache over its cap, then the session's next turn.
+    for (const bool references : {true, false}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.enable_session_radix_cache = references;
+        cfg.max_cached_tokens = 160;
+        Harness h(cfg);
+        const Req t1 = session_turn("t1", prompt(5, 60));
+        h.add(t1);
+        h.run();
+        for (int i = 0; i < 3; ++i) {
+            h.add(make_req("p" + std::to_string(i), prompt(50 + i, 60), 4));
+            h.run();
+        }
+        const Req t2 = session_turn("t2", after(t1, {7}));
+        h.add(t2);
+        h.run();
+        EXPECT_EQ(h.results_["t2"].tokens, expected(t2));
+        // 63 tokens of KV: the prompt and all outputs but the last.
+        EXPECT_EQ(h.results_["t2"].cached_tokens, references ? whole_pages(63) : 0) << "references " << references;
+        EXPECT_EQ(h.sched_.stats().num_referencing_sessions, references ? 1 : 0);
+    }
+    // Closed, the session's turns are plain cache entries again; /flush_cache drops references too.
+    SchedulerConfig cfg = roomy(page());
+    cfg.enable_session_radix_cache = true;
+    Harness h(cfg);
+    h.add(session_turn("t1", prompt(5, 60)));
+    h.run();
+    h.sched_.release_session("s");
+    EXPECT_EQ(h.sched_.stats().num_referencing_sessions, 0);
+    h.add(session_turn("t2", prompt(6, 60)));
+    h.run();
+    EXPECT_TRUE(h.sched_.flush_cache());
+    EXPECT_EQ(h.sched_.stats().num_referencing_sessions, 0);
+    EXPECT_EQ(h.sched_.stats().available_tokens, cfg.max_total_num_tokens);
+    h.sched_.release_session("s");  // nothing left to drop
+}
+
 TEST_P(SchedulerTest, StopsOnEosUnlessIgnored) {
     Req probe = make_req("p", prompt(31, 12), 10);
     const Tokens ref = expected(probe);

@@ -130,6 +130,7 @@ struct ServerArgs {
     std::vector<std::string> tokenizer_metrics_allowed_custom_labels;
     bool strip_thinking_cache = false;  // a request that reasoned leaves only its prompt in the cache
     bool enable_streaming_session = false;  // /open_session may open streaming sessions
+    bool enable_session_radix_cache = false;  // sessions' KV is evicted after the rest
     std::string crash_dump_folder;  // recent and running requests written there if the server fails
     bool export_metrics_to_file = false;          // a JSON line per finished request in
     std::string export_metrics_to_file_dir;       // this directory, one file per hour

@@ -458,6 +458,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
          "the session holds its KV between turns, out of the prefix cache's eviction, until it is closed or "
          "times out",
          kServe);
+    flag(app, t, "--enable-session-radix-cache", a.enable_session_radix_cache,
+         "the prefix cache keeps the KV of open sessions' turns longest: evictions take what no open session "
+         "references first, and closing a session only drops its references",
+         kServe);
     flag(app, t, "--strip-thinking-cache", a.strip_thinking_cache,
          "a finished request whose output began with reasoning (counted with --reasoning-parser) leaves only "
          "its prompt in the prefix cache, not its thinking and answer",

@@ -11,8 +11,12 @@ a duplicate id, a streaming session, a closed session.
 Then streaming sessions, on a second server with --enable-streaming-session and
 --max-cached-tokens 0 (the prefix cache keeps nothing on its own): each turn appends to the
 last and still finds its whole KV, which /metrics counts until the session closes or times out;
-replace, offset and drop_previous_output are refused in SGLang's words. Exit 0 when every check
-passes.
+replace, offset and drop_previous_output are refused in SGLang's words.
+
+Last, --enable-session-radix-cache with --max-cached-tokens 64: after other prompts have pushed
+the cache over its cap, a session's next turn still finds its earlier turns (the others were
+evicted first); once the session is closed, the same traffic evicts them. Exit 0 when every
+check passes.
 """
 
 import re
@@ -55,6 +59,31 @@ def wait_for_gauge(server, name, value, seconds=5):
     while gauge(server, name) != value and time.time() < deadline:
         time.sleep(0.2)
     return gauge(server, name) == value
+
+
+def flood(server):
+    """Prompts of ~40 tokens each, enough to push a 64-token cache over its cap three times."""
+    for i in range(3):
+        generate(server, {"text": f"Unrelated request number {i}: " + "lorem ipsum dolor sit amet " * 6})
+
+
+def session_radix_checks(check, server):
+    prompt = ids_of(server, "The weather today is")
+    status, sid = server.post("/open_session", {"capacity_of_str_len": 1000})
+    status, first = generate(server, {"text": "The weather today is", "session_params": {"id": sid}})
+    check("a session turn", status == 200, first)
+    held = first["meta_info"]["prompt_tokens"] + 4
+    flood(server)
+    status, second = generate(server, {"text": " and tomorrow", "session_params": {"id": sid,
+                                                                                  "rid": first["meta_info"]["id"]}})
+    check("the next turn finds the earlier one after other traffic went over the cache cap",
+          status == 200 and second["meta_info"]["cached_tokens"] == held, (second.get("meta_info"), held))
+    server.post("/close_session", {"session_id": sid})
+    time.sleep(1.5)  # the close reaches the scheduler at its next loop
+    flood(server)
+    status, again = generate(server, {"input_ids": prompt + first["output_ids"] + [11]})
+    check("closed, the session's turns are evicted like the rest",
+          status == 200 and again["meta_info"]["cached_tokens"] < len(prompt), again.get("meta_info"))
 
 
 def streaming_checks(check, server):
@@ -160,6 +189,13 @@ def main():
     try:
         if check("server with --enable-streaming-session ready", server.ready()):
             streaming_checks(check, server)
+    finally:
+        server.close()
+    server = Server(tessera, model, ["--enable-session-radix-cache", "--max-cached-tokens", "64"],
+                    os.path.join(workdir, "serve_session_radix.log"))
+    try:
+        if check("server with --enable-session-radix-cache ready", server.ready()):
+            session_radix_checks(check, server)
     finally:
         server.close()
     return check.report()
