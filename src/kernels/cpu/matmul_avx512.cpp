@@ -57,6 +57,7 @@ struct TileArgs {
     // (a 64-byte line per panel) every `prefetch_every` steps, starting at `prefetch`.
     const std::byte* prefetch = nullptr;
     std::int64_t prefetch_every = 1;
+    std::int64_t prefetch_panel_bytes = 0;  // distance between the prefetched panels
     // One row tile streams the weight from memory once: each step also asks for the line
     // kStreamPrefetchBytes ahead in every panel.
     bool stream = false;
@@ -112,7 +113,8 @@ void micro_kernel(const TileArgs& t) {
         if (next != nullptr && --until_prefetch == 0) {
             until_prefetch = t.prefetch_every;
 #pragma GCC unroll 4
-            for (int p = 0; p < kPanels; ++p) _mm_prefetch(reinterpret_cast<const char*>(next + p * pb), _MM_HINT_T1);
+            for (int p = 0; p < kPanels; ++p)
+                _mm_prefetch(reinterpret_cast<const char*>(next + p * t.prefetch_panel_bytes), _MM_HINT_T1);
             next += kBlockBytes;
         }
 #pragma GCC unroll 8
@@ -189,6 +191,7 @@ void run_tile(const MatmulOperands& op, const OutputTile& tile) {
             t.a_row_bytes = a_row_bytes;
             t.b = b_base + p0 * panel_bytes + s0 * kBlockBytes;
             t.panel_bytes = panel_bytes;
+            t.prefetch_panel_bytes = panel_bytes;
             t.steps = std::min(kc, steps - s0);
             t.y_stride = op.y_stride;
             t.n_valid = n_valid;
@@ -480,6 +483,14 @@ void prepare_bf16_avx512(const float* x, std::int64_t x_stride, std::int64_t k,
 void gemm_bf16_panels_avx512(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
                              std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
                              std::int64_t y_stride, std::int64_t n_valid, bool accumulate) {
+    gemm_bf16_panels_prefetching_avx512(a, a_stride, m, b, panel_bytes, n_panels, steps, y, y_stride, n_valid,
+                                        accumulate, {});
+}
+
+void gemm_bf16_panels_prefetching_avx512(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
+                                         std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
+                                         std::int64_t y_stride, std::int64_t n_valid, bool accumulate,
+                                         const PanelPrefetch& next) {
     if (m <= 0 || n_panels <= 0) return;
     const std::int64_t n_row_tiles = (m + kMaxRows - 1) / kMaxRows;
     const std::int64_t rows_per_tile = (m + n_row_tiles - 1) / n_row_tiles;
@@ -489,14 +500,22 @@ void gemm_bf16_panels_avx512(const std::uint16_t* a, std::int64_t a_stride, std:
     t.steps = steps;
     t.y_stride = y_stride;
     t.accumulate = accumulate;
+    // Row tile i of the first panel group fetches lines [i · share, (i + 1) · share) of `next`.
+    const std::int64_t share = (next.lines + n_row_tiles - 1) / n_row_tiles;
+    t.prefetch_every = std::max<std::int64_t>(1, steps / std::max<std::int64_t>(1, share));
+    t.prefetch_panel_bytes = next.panel_bytes;
     for (std::int64_t p0 = 0; p0 < n_panels; p0 += kGroup) {
         const int panels = static_cast<int>(std::min<std::int64_t>(kGroup, n_panels - p0));
         t.b = static_cast<const std::byte*>(b) + p0 * panel_bytes;
         t.n_valid = n_valid - p0 * kPanelWidth;
-        for (std::int64_t r = 0; r < m; r += rows_per_tile) {
+        std::int64_t tile_index = 0;
+        for (std::int64_t r = 0; r < m; r += rows_per_tile, ++tile_index) {
             const int rows = static_cast<int>(std::min(rows_per_tile, m - r));
             t.a = reinterpret_cast<const std::byte*>(a + r * a_stride);
             t.y = y + r * y_stride + p0 * kPanelWidth;
+            t.prefetch = next.first != nullptr && p0 == 0 && tile_index * share < next.lines
+                             ? next.first + tile_index * share * kBlockBytes
+                             : nullptr;
             kKernels<true>.k[rows - 1][panels - 1](t);
         }
     }

@@ -114,6 +114,21 @@ void gemm_bf16_panels_avx512(const std::uint16_t* a, std::int64_t a_stride, std:
                              std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
                              std::int64_t y_stride, std::int64_t n_valid, bool accumulate);
 
+// Memory a caller reads after a GEMM (the fp8 codes of the next chunk it dequantizes), fetched
+// into L2 while the GEMM computes: `lines` 64-byte lines of each of the panels `panel_bytes`
+// apart from `first`.
+struct PanelPrefetch {
+    const std::byte* first = nullptr;
+    std::int64_t panel_bytes = 0;
+    std::int64_t lines = 0;
+};
+// gemm_bf16_panels_avx512 that also fetches `next`, spread over its row tiles as run_tile
+// spreads its next weight block, so that memory and multiply-adds overlap.
+void gemm_bf16_panels_prefetching_avx512(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
+                                         std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
+                                         std::int64_t y_stride, std::int64_t n_valid, bool accumulate,
+                                         const PanelPrefetch& next);
+
 // The same on AMX tiles (Isa::kAmx).
 void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* b,
                           std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
