@@ -181,6 +181,8 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                                           {"schedule_policy", args.schedule_policy},
                                           {"disable_radix_cache", args.disable_radix_cache},
                                           {"max_cached_tokens", rank.scheduler.max_cached_tokens},
+                                          {"enable_streaming_session", args.enable_streaming_session},
+                                          {"enable_session_radix_cache", args.enable_session_radix_cache},
                                           {"dtype", dtype_name(m.compute_dtype())},
                                           {"is_embedding", !m.config().is_generation}}
                                .dump();

@@ -453,7 +453,8 @@ void proxy(Shared& s, Client& client, const ReadRequest& req, bool by_policy) {
 
 // /open_session on one worker (the one already holding the client's session_id, if any, which
 // then refuses the duplicate as SGLang does; else the next in turn), remembered from its
-// answer; /close_session on the session's worker, or answered as a worker answers an unknown id.
+// answer; /close_session on the session's worker, or answered as a worker answers an unknown
+// id; a body without a session_id goes to a worker, which refuses it.
 void session_route(Shared& s, Client& client, const ReadRequest& req) {
     const bool open = req.head.path == "/open_session";
     const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, /*allow_exceptions=*/false);
@@ -463,14 +464,13 @@ void session_route(Shared& s, Client& client, const ReadRequest& req) {
         if (auto v = body.find("session_id"); v != body.end() && v->is_string()) id = v->get<std::string>();
         if (auto v = body.find("timeout"); v != body.end() && v->is_number()) timeout_s = v->get<double>();
     }
-    std::optional<std::string> url = !id    ? std::nullopt
-                                     : open ? s.sessions.worker(*id, Clock::now())
-                                            : s.sessions.closed(*id);
-    if (!open && !url) {
+    std::optional<std::string> url;
+    if (id) url = open ? s.sessions.worker(*id, Clock::now()) : s.sessions.closed(*id);
+    if (!open && id && !url) {
         client.respond(200, kJson, "");
         return;
     }
-    if (!url) {
+    if (!url) {  // a new session, or a body without an id, which some worker refuses in its words
         std::lock_guard<std::mutex> lock(s.route_mu);
         const std::vector<WorkerState> candidates = s.registry.routable({});
         if (!candidates.empty()) url = candidates[s.any_turn++ % candidates.size()].url;

@@ -149,6 +149,8 @@ TEST(GatewayTest, ASessionsTurnsAndCloseGoToTheWorkerHoldingIt) {
     EXPECT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(holder.backend.open_sessions().count("mine"), 0u);
     EXPECT_EQ(post(g.port(), "/close_session", R"({"session_id": "never"})").status, 200) << "as a worker answers";
+    r = post(g.port(), "/close_session", R"({"capacity_of_str_len": 10})");
+    EXPECT_EQ(r.status, 400) << "a worker's refusal of a close without an id: " << r.body;
 
     // The holder gone, its sessions' turns are refused instead of sent where the session is not.
     r = post(g.port(), "/open_session", R"({"capacity_of_str_len": 10, "session_id": "on-b"})");

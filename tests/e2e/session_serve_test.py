@@ -184,20 +184,14 @@ def main():
         check("closing an unknown session is no error (as SGLang)", status == 200, status)
     finally:
         server.close()
-    server = Server(tessera, model, ["--enable-streaming-session", "--max-cached-tokens", "0"],
-                    os.path.join(workdir, "serve_streaming.log"))
-    try:
-        if check("server with --enable-streaming-session ready", server.ready()):
-            streaming_checks(check, server)
-    finally:
-        server.close()
-    server = Server(tessera, model, ["--enable-session-radix-cache", "--max-cached-tokens", "64"],
-                    os.path.join(workdir, "serve_session_radix.log"))
-    try:
-        if check("server with --enable-session-radix-cache ready", server.ready()):
-            session_radix_checks(check, server)
-    finally:
-        server.close()
+    for flags, checks in ((["--enable-streaming-session", "--max-cached-tokens", "0"], streaming_checks),
+                          (["--enable-session-radix-cache", "--max-cached-tokens", "64"], session_radix_checks)):
+        server = Server(tessera, model, flags, os.path.join(workdir, f"serve{flags[0]}.log"))
+        try:
+            if check(f"server with {flags[0]} ready", server.ready()):
+                checks(check, server)
+        finally:
+            server.close()
     return check.report()
 
 
