@@ -330,7 +330,21 @@ void Scheduler::hold_for_session(const std::string& id, std::span<const std::int
     cache_->inc_lock_ref(m.last_node);
     auto [it, fresh] = session_holds_.try_emplace(id);
     if (!fresh) cache_->dec_lock_ref(it->second.node);
-    it->second = {.node = m.last_node, .tokens = static_cast<std::int64_t>(m.slots.size())};
+    it->second = {
+        .node = m.last_node, .tokens = static_cast<std::int64_t>(m.slots.size()), .order = next_hold_order_++};
+}
+
+bool Scheduler::release_oldest_session_hold() {
+    if (session_holds_.empty()) return false;
+    const auto oldest = std::min_element(session_holds_.begin(), session_holds_.end(),
+                                         [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
+    TSR_LOG_C(WARN, "sched",
+              "KV pool full: the {} tokens streaming session '{}' held are released (its next turn computes them "
+              "again); more memory (--mem-fraction-static) or a session timeout keeps them",
+              oldest->second.tokens, oldest->first);
+    cache_->dec_lock_ref(oldest->second.node);
+    session_holds_.erase(oldest);
+    return true;
 }
 
 // ---- KV bookkeeping ------------------------------------------------------------------------
@@ -619,6 +633,7 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
     }
     std::unordered_map<std::size_t, kvcache::MatchResult> admitted_matches;
     std::vector<Req*> preempted;
+    AddReqResult last_result = AddReqResult::kContinue;
     for (std::size_t i = 0; i < waiting_.size(); ++i) {
         const Req& r = *waiting_[i];
         kvcache::MatchResult m = shares_prefixes(r) ? match(r) : kvcache::MatchResult{};
@@ -635,13 +650,19 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
         if (res == AddReqResult::kReqLimit && preemption && preempt_for(r, candidate.extend_input_len, adder, preempted))
             res = adder.add_one_req(candidate);
         if (adder.can_run().size() > before) admitted_matches.emplace(i, std::move(m));
+        last_result = res;
         if (res != AddReqResult::kContinue) {
             if (res == AddReqResult::kNoToken || res == AddReqResult::kReqLimit) batch_is_full_ = true;
             break;
         }
     }
     for (Req* r : preempted) requeue(*r);
-    if (adder.can_run().empty()) return {};
+    if (adder.can_run().empty()) {
+        // Nothing runs or is in flight that could free KV: held sessions give way.
+        if (last_result == AddReqResult::kNoToken && running_bs == 0 && in_flight_.empty())
+            release_oldest_session_hold();
+        return {};
+    }
 
     // Admitted requests take their matched prefix (the adder holds its lock for them).
     std::vector<PrefillItem> items;
@@ -837,8 +858,11 @@ std::vector<Req*> Scheduler::update_running_batch() {
     std::vector<Req*> batch = ready_to_decode();
     if (batch.empty()) return {};
     const std::size_t initial = running_.size();
-    if (!check_decode_mem(batch)) {
-        // Steps in flight will finish requests and free KV; retract only when nothing can.
+    bool fits = check_decode_mem(batch);
+    // Steps in flight will finish requests and free KV; else held sessions give way before
+    // any running request is retracted.
+    while (!fits && in_flight_.empty() && release_oldest_session_hold()) fits = check_decode_mem(batch);
+    if (!fits) {
         if (!in_flight_.empty()) return {};
         retract_decode(batch);
     } else {

@@ -281,6 +281,11 @@ class Scheduler {
     }
     // Locks `tokens` (just cached) for streaming session `id`, instead of its earlier turn's.
     void hold_for_session(const std::string& id, std::span<const std::int32_t> tokens);
+    // The KV pool is full and nothing running can free it: the oldest streaming session's hold
+    // becomes an ordinary cache entry (its next turn computes it again) rather than the queue
+    // waiting for ever (the deadlock SGLang's locked streaming sessions can reach). False when
+    // no session holds anything.
+    bool release_oldest_session_hold();
     void release_kv_no_insert(Req& req);
     void emit(Req& req, const executor::SampledToken* token, const executor::SampledToken* unsampled = nullptr);
     void finish(Req& req, FinishReason reason, std::string error);
@@ -319,7 +324,9 @@ class Scheduler {
     struct SessionHold {
         kvcache::NodeId node = 0;  // locked
         std::int64_t tokens = 0;
+        std::uint64_t order = 0;   // when it was taken: the oldest gives way first
     };
+    std::uint64_t next_hold_order_ = 0;
     std::unordered_map<std::string, SessionHold> session_holds_;  // streaming session id -> its last turn's KV
     // --enable-session-radix-cache: session id -> the nodes its finished turns reference.
     std::unordered_map<std::string, std::vector<kvcache::NodeId>> session_refs_;

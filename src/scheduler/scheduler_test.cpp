@@ -929,6 +929,29 @@ TEST_P(SchedulerTest, StreamingSessionHoldsItsLastTurnUntilReleased) {
     EXPECT_EQ(h.sched_.stats().available_tokens, cfg.max_total_num_tokens);
 }
 
+// SGLang's locked streaming sessions can fill the pool until nothing runs; here the oldest
+// hold gives way when the queue's head cannot fit otherwise.
+TEST_P(SchedulerTest, HeldSessionKvGivesWayWhenNothingElseCanRun) {
+    SchedulerConfig cfg = roomy(page());
+    cfg.max_total_num_tokens = 256;
+    cfg.enable_streaming_session = true;
+    Harness h(cfg);
+    h.add(turn("t1", prompt(5, 150), 4));
+    h.run();
+    ASSERT_EQ(h.sched_.stats().num_streaming_sessions, 1);
+    const Req big = make_req("big", prompt(6, 180), 8);
+    h.add(big);
+    h.run();
+    EXPECT_EQ(h.results_["big"].tokens, expected(big));
+    EXPECT_EQ(h.sched_.stats().num_streaming_sessions, 0);
+    // A session turn that fits beside the hold leaves it alone.
+    h.add(turn("t2", prompt(7, 40), 4));
+    h.run();
+    h.add(make_req("small", prompt(8, 60), 4));
+    h.run();
+    EXPECT_EQ(h.sched_.stats().num_streaming_sessions, 1);
+}
+
 TEST_P(SchedulerTest, StreamingSessionsKeepTheirKvWithTheRadixCacheOff) {
     SchedulerConfig cfg = roomy(page());
     cfg.enable_streaming_session = true;
