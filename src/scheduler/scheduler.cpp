@@ -325,13 +325,11 @@ void Scheduler::release_session(const std::string& id) {
     if (config_.disable_radix_cache) cache_->evict(cache_->evictable_size());
 }
 
-void Scheduler::hold_for_session(const std::string& id, std::span<const std::int32_t> tokens) {
-    const kvcache::MatchResult m = cache_->match_prefix(tokens);
-    cache_->inc_lock_ref(m.last_node);
+void Scheduler::hold_for_session(const std::string& id, kvcache::NodeId node, std::int64_t tokens) {
+    cache_->inc_lock_ref(node);
     auto [it, fresh] = session_holds_.try_emplace(id);
     if (!fresh) cache_->dec_lock_ref(it->second.node);
-    it->second = {
-        .node = m.last_node, .tokens = static_cast<std::int64_t>(m.slots.size()), .order = next_hold_order_++};
+    it->second = {.node = node, .tokens = tokens, .order = next_hold_order_++};
 }
 
 bool Scheduler::release_oldest_session_hold() {
@@ -399,16 +397,15 @@ void Scheduler::cache_finished_req(Req& req) {
         return;
     }
     // The tree takes the whole pages (returning duplicates); the partial tail page is ours.
-    const std::vector<std::int32_t> tokens = req.fill_ids(0, aligned);
-    cache_->insert(tokens, std::span(req.slots).first(static_cast<std::size_t>(aligned)));
+    const kvcache::NodeId end =
+        cache_->insert(req.fill_ids(0, aligned), std::span(req.slots).first(static_cast<std::size_t>(aligned)));
     allocator_->free(std::vector<std::int32_t>(req.slots.begin() + aligned, req.slots.end()));
     // A turn that ended well (not aborted, nor failed) is what the session's next turn continues.
     const bool ended_well = req.finish_reason == FinishReason::kStop || req.finish_reason == FinishReason::kLength;
-    if (!req.streaming_session.empty() && ended_well) hold_for_session(req.streaming_session, tokens);
+    if (!req.streaming_session.empty() && ended_well) hold_for_session(req.streaming_session, end, aligned);
     if (config_.enable_session_radix_cache && !req.radix_session.empty() && ended_well) {
-        const kvcache::NodeId node = cache_->match_prefix(tokens).last_node;
-        cache_->inc_session_ref(node);
-        session_refs_[req.radix_session].push_back(node);
+        cache_->inc_session_ref(end);
+        session_refs_[req.radix_session].push_back(end);
     }
     cache_->dec_lock_ref(req.last_node);
     req.slots.clear();

@@ -19,7 +19,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -279,8 +278,9 @@ class Scheduler {
     bool shares_prefixes(const Req& req) const {
         return !config_.disable_radix_cache || !req.streaming_session.empty();
     }
-    // Locks `tokens` (just cached) for streaming session `id`, instead of its earlier turn's.
-    void hold_for_session(const std::string& id, std::span<const std::int32_t> tokens);
+    // Locks `node` (the end of `tokens` tokens just cached) for streaming session `id`, instead
+    // of its earlier turn's.
+    void hold_for_session(const std::string& id, kvcache::NodeId node, std::int64_t tokens);
     // The KV pool is full and nothing running can free it: the oldest streaming session's hold
     // becomes an ordinary cache entry (its next turn computes it again) rather than the queue
     // waiting for ever (the deadlock SGLang's locked streaming sessions can reach). False when
