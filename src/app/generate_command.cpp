@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/chat_template_file.h"
+#include "app/chat_format_loader.h"
 #include "app/commands.h"
 #include "app/model_rank.h"
 #include "app/rank_runtime.h"
@@ -66,19 +66,17 @@ Status write_npy(const std::string& path, const std::vector<float>& data, std::i
 }
 
 // Text → ids as SGLang does: plain text with the tokenizer's special tokens (e.g. Llama 3's
-// BOS); with --chat the text is one user message rendered by the chat template, which
-// carries its own special tokens.
-StatusOr<std::vector<std::int32_t>> encode_prompt(const tokenizer::Tokenizer& tok, const std::string& text,
-                                                  bool chat) {
+// BOS); with --chat the text is one user message rendered as a server renders chat requests.
+StatusOr<std::vector<std::int32_t>> encode_prompt(const server::ServerArgs& args, tokenizer::Tokenizer& tok,
+                                                  const std::string& text, bool chat) {
     if (!chat) return tok.encode(text, /*add_special_tokens=*/true);
-    if (tok.chat_template().empty())
-        return Status::InvalidArgument("--chat: the model's tokenizer_config.json has no chat_template");
-    TSR_ASSIGN_OR_RETURN(auto tmpl, tokenizer::ChatTemplate::compile(tok.chat_template(), tok.bos_token(),
-                                                                     tok.eos_token()));
-    nlohmann::json request = {{"messages", {{{"role", "user"}, {"content", text}}}},
-                              {"add_generation_prompt", true}};
-    TSR_ASSIGN_OR_RETURN(std::string rendered, tmpl.render(request));
-    return tok.encode(rendered, /*add_special_tokens=*/false);
+    TSR_ASSIGN_OR_RETURN(const tokenizer::ChatFormat format, load_chat_format(args, tok));
+    if (!format.has_template())
+        return Status::InvalidArgument("--chat: the model's tokenizer_config.json has no chat_template; give "
+                                       "--chat-template");
+    const nlohmann::ordered_json request = {{"messages", {{{"role", "user"}, {"content", text}}}}};
+    TSR_ASSIGN_OR_RETURN(std::string rendered, format.render(request));
+    return tok.encode(rendered, format.encode_with_special_tokens());
 }
 
 int fail(const Status& s) {
@@ -268,9 +266,7 @@ int run_generate(const GenerateCommandOptions& o, std::optional<int> internal_ra
         auto loaded = tokenizer::Tokenizer::load(o.server.tokenizer_path);
         if (!loaded.ok()) return fail(loaded.status());
         tok = std::move(loaded).value();
-        if (Status s = use_named_chat_template(o.server.hf_chat_template_name, *tok); !s.ok()) return fail(s);
-        if (Status s = use_chat_template_file(o.server.chat_template, *tok); !s.ok()) return fail(s);
-        prompt = encode_prompt(*tok, o.prompt, o.chat);
+        prompt = encode_prompt(o.server, *tok, o.prompt, o.chat);
     } else {
         prompt = parse_ids(o.prompt_ids);
     }

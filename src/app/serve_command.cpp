@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "app/chat_template_file.h"
+#include "app/chat_format_loader.h"
 #include "app/commands.h"
 #include "app/dp_front.h"
 #include "app/model_rank.h"
@@ -67,28 +67,14 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
 
     // --skip-tokenizer-init: none is loaded (SGLang's), so neither is a chat template.
     std::unique_ptr<tokenizer::Tokenizer> tok;
-    std::optional<tokenizer::ChatTemplate> chat, tool_use;
+    tokenizer::ChatFormat chat;
     if (!args.skip_tokenizer_init) {
         auto loaded = tokenizer::Tokenizer::load(args.tokenizer_path);
         if (!loaded.ok()) return fail(loaded.status());
         tok = std::move(loaded).value();
-        if (Status s = use_named_chat_template(args.hf_chat_template_name, *tok); !s.ok()) return fail(s);
-        if (Status s = use_chat_template_file(args.chat_template, *tok); !s.ok()) return fail(s);
-        if (!tok->chat_template().empty()) {
-            auto compiled = tokenizer::ChatTemplate::compile(tok->chat_template(), tok->bos_token(), tok->eos_token());
-            if (!compiled.ok()) return fail(compiled.status());
-            chat.emplace(std::move(compiled).value());
-        }
-        // A template chosen at launch is the only one; else requests with tools take the
-        // tokenizer's "tool_use" template when it has one (transformers' get_chat_template).
-        const auto named = tok->named_chat_templates();
-        if (const auto it = named.find("tool_use");
-            it != named.end() && args.chat_template.empty() && args.hf_chat_template_name.empty()) {
-            auto compiled = tokenizer::ChatTemplate::compile(it->second, tok->bos_token(), tok->eos_token());
-            if (!compiled.ok()) return fail(compiled.status());
-            tool_use.emplace(std::move(compiled).value());
-            TSR_LOG(INFO, "chat requests that offer tools render with the tokenizer's \"tool_use\" template");
-        }
+        auto format = load_chat_format(args, *tok);
+        if (!format.ok()) return fail(format.status());
+        chat = std::move(format).value();
     }
     auto leader = LeaderRunner::create(rank, args);
     if (!leader.ok()) return fail(leader.status());
@@ -186,7 +172,8 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
                                           {"dtype", dtype_name(m.compute_dtype())},
                                           {"is_embedding", !m.config().is_generation}}
                                .dump();
-    front::Engine engine(ec, tok.get(), std::move(chat), (*leader)->runner(), std::move(tool_use));
+    const std::optional<tokenizer::ConversationTemplate> conversation = chat.conversation;
+    front::Engine engine(ec, tok.get(), std::move(chat), (*leader)->runner());
     log_startup_line(rank);
     engine.start();
 
@@ -204,8 +191,15 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         auto format = server::reasoning_format(args.reasoning_parser);
         if (!format.ok()) return fail(format.status());
         ho.protocol.reasoning = std::move(format).value();
-        ho.protocol.template_opens_reasoning = tok && server::template_opens_reasoning(tok->chat_template());
+        ho.protocol.template_opens_reasoning =
+            tok && !conversation && server::template_opens_reasoning(tok->chat_template());
+        // serving_chat.py _apply_conversation_template: a reasoning request's conversation prompt
+        // ends with "<think>", except for the parsers whose models open it themselves.
+        const std::string& parser = args.reasoning_parser;
+        ho.protocol.conversation_opens_think =
+            conversation && parser != "qwen3" && parser != "qwen3-thinking" && parser != "glm4";
     }
+    if (conversation) ho.protocol.conversation_stop = conversation->stop_str;
     ho.protocol.default_chat_template_kwargs = args.default_chat_template_kwargs;
     ho.protocol.stream_include_usage = args.stream_response_default_include_usage;
     if (args.sampling_defaults == "model") use_model_sampling_defaults(m.config().sampling_defaults, ho.protocol);

@@ -71,8 +71,7 @@ Status check_hidden_states_mode(server::HiddenStatesMode wanted, server::HiddenS
 }  // namespace
 
 Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
-               std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner,
-               std::optional<tokenizer::ChatTemplate> tool_use_template)
+               tokenizer::ChatFormat chat, executor::BatchRunner& runner)
     : config_(std::move(config)),
       request_log_(config_.request_log),
       metrics_file_(config_.export_metrics_dir.empty()
@@ -82,8 +81,7 @@ Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
                       ? nullptr
                       : std::make_unique<CrashDump>(config_.crash_dump_folder, config_.startup_info_json)),
       tokenizer_(tokenizer),
-      chat_template_(std::move(chat_template)),
-      tool_use_template_(std::move(tool_use_template)),
+      chat_(std::move(chat)),
       grammar_compiler_(tokenizer ? std::make_unique<GrammarCompiler>(*tokenizer, config_.json_whitespace) : nullptr),
       sessions_(config_.scheduler.enable_streaming_session, config_.scheduler.enable_session_radix_cache),
       runner_(runner),
@@ -119,7 +117,7 @@ StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationI
         return Status::InvalidArgument("this server runs without a tokenizer (--skip-tokenizer-init): send input_ids");
     if (input.text) return tokenizer_->encode(*input.text, /*add_special_tokens=*/true);
     if (input.chat_json) {
-        if (!chat_template_)
+        if (!chat_.has_template())
             return Status::InvalidArgument("this model has no chat template (tokenizer_config.json, "
                                            "chat_template.jinja); use /v1/completions with a prompt, or start the "
                                            "server with --chat-template FILE");
@@ -129,10 +127,8 @@ StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationI
         } catch (const nlohmann::json::exception& e) {
             return Status::InvalidArgument(std::string("chat request is not valid JSON: ") + e.what());
         }
-        if (!request.contains("add_generation_prompt")) request["add_generation_prompt"] = true;
-        const auto& chat = request.contains("tools") && tool_use_template_ ? tool_use_template_ : chat_template_;
-        TSR_ASSIGN_OR_RETURN(std::string text, chat->render(request));
-        return tokenizer_->encode(text, /*add_special_tokens=*/false);
+        TSR_ASSIGN_OR_RETURN(std::string text, chat_.render(request));
+        return tokenizer_->encode(text + input.chat_prompt_suffix, chat_.encode_with_special_tokens());
     }
     return Status::InvalidArgument("the request has no prompt");
 }

@@ -26,7 +26,7 @@
 #include "front/sessions.h"
 #include "scheduler/scheduler.h"
 #include "server/backend.h"
-#include "tokenizer/chat_template.h"
+#include "tokenizer/chat_format.h"
 #include "front/recv_skipper.h"
 #include "tokenizer/output_stream.h"
 #include "tokenizer/tokenizer.h"
@@ -89,12 +89,9 @@ struct EngineConfig {
 class Engine final : public server::Backend {
  public:
     // `tokenizer` (null under --skip-tokenizer-init: token ids in and out, no text) and
-    // `runner` must outlive the engine. `tool_use_template`: the one a chat request that offers
-    // tools renders with instead of `chat_template` (transformers' get_chat_template picks a
-    // tokenizer's "tool_use" template so).
-    Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
-           std::optional<tokenizer::ChatTemplate> chat_template, executor::BatchRunner& runner,
-           std::optional<tokenizer::ChatTemplate> tool_use_template = std::nullopt);
+    // `runner` must outlive the engine; `chat` renders chat requests.
+    Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer, tokenizer::ChatFormat chat,
+           executor::BatchRunner& runner);
     ~Engine() override;
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
@@ -187,8 +184,7 @@ class Engine final : public server::Backend {
     const tokenizer::Tokenizer* tokenizer_;
     // Ids a request may give: the tokenizer's vocabulary, or without one the model's.
     std::int64_t vocab_size() const { return tokenizer_ ? tokenizer_->vocab_size() : config_.vocab_size; }
-    const std::optional<tokenizer::ChatTemplate> chat_template_;
-    const std::optional<tokenizer::ChatTemplate> tool_use_template_;
+    const tokenizer::ChatFormat chat_;
     std::unique_ptr<GrammarCompiler> grammar_compiler_;  // null without a tokenizer
     SessionStore sessions_;  // /open_session
     executor::BatchRunner& runner_;  // the scheduler drives it; lockstep runners also get idle steps

@@ -96,6 +96,7 @@ struct GenerationInput {
     std::optional<std::string> text;
     std::optional<std::vector<std::int32_t>> input_ids;
     std::optional<std::string> chat_json;  // serialized ordered JSON object
+    std::string chat_prompt_suffix;        // text after the rendered chat prompt ("<think>")
 };
 
 struct GenerationRequest {

@@ -657,7 +657,13 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
             on = v.is_boolean() ? v.get<bool>() : f.request_switch == "enable_thinking";
         }
         base.params.require_reasoning = f.always_reasoning || o.template_opens_reasoning || on;
+        if (o.conversation_opens_think && base.params.require_reasoning) {
+            base.input.chat_prompt_suffix = "<think>";
+            out.force_reasoning = out.reasoning.has_value();
+        }
     }
+    if (!o.conversation_stop.empty() && !base.params.ignore_eos)
+        base.params.stop.insert(base.params.stop.begin(), o.conversation_stop.begin(), o.conversation_stop.end());
     if (auto v = r.boolean("logprobs")) out.logprobs = *v;
     if (auto v = r.integer("top_logprobs", 0, o.max_top_logprobs)) {
         if (!out.logprobs && *v > 0) r.fail("top_logprobs", "requires 'logprobs' to be true");

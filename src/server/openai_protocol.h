@@ -74,6 +74,11 @@ struct ProtocolOptions {
     // template itself opens the think block.
     std::optional<ReasoningFormat> reasoning;
     bool template_opens_reasoning = false;
+    // A conversation template (--chat-template NAME or FILE.json) renders chat requests: its stop
+    // strings come before a request's own unless it ignores EOS, and with a reasoning parser a
+    // reasoning request's prompt ends with "<think>" (serving_chat.py _apply_conversation_template).
+    std::vector<std::string> conversation_stop;
+    bool conversation_opens_think = false;
     std::optional<ToolCallFormat> tool_calls;  // --tool-call-parser
     // --sampling-defaults model: the model's recommended values for the chat fields a request
     // leaves out (SGLang's ChatCompletionRequest.to_sampling_params); completions and

@@ -572,6 +572,31 @@ Json chat_body(const ParseOutcome& o, const std::vector<std::string>& pieces) {
     return Json::parse(b.body());
 }
 
+// serving_chat.py _apply_conversation_template: a conversation template's stop strings come
+// first unless the request ignores EOS; a reasoning request's prompt opens the think block.
+TEST(OpenAiProtocolTest, ConversationTemplateStopsAndThink) {
+    ProtocolOptions o = options();
+    o.conversation_stop = {"<|im_end|>", "<|endoftext|>"};
+    const auto parse = [&](const std::string& extra) {
+        return parse_request(ApiKind::kChatCompletion,
+                             R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}", o, "c");
+    };
+    EXPECT_EQ(parse(R"(, "stop": "END")").request.requests[0].params.stop,
+              (std::vector<std::string>{"<|im_end|>", "<|endoftext|>", "END"}));
+    EXPECT_EQ(parse(R"(, "stop": "END", "ignore_eos": true)").request.requests[0].params.stop,
+              std::vector<std::string>{"END"});
+    EXPECT_EQ(parse("").request.requests[0].input.chat_prompt_suffix, "") << "no reasoning parser";
+
+    o.reasoning = reasoning_format("deepseek-v3").value();
+    o.conversation_opens_think = true;
+    const ParseOutcome thinking = parse(R"(, "chat_template_kwargs": {"thinking": true})");
+    EXPECT_EQ(thinking.request.requests[0].input.chat_prompt_suffix, "<think>");
+    EXPECT_TRUE(thinking.request.force_reasoning) << "the output starts inside the think block";
+    const ParseOutcome plain = parse("");
+    EXPECT_EQ(plain.request.requests[0].input.chat_prompt_suffix, "") << "DeepSeek's switch defaults off";
+    EXPECT_FALSE(plain.request.force_reasoning);
+}
+
 // serving_chat.py _get_reasoning_from_request: which requests count reasoning tokens; usage
 // reports them at the top level (SGLang's UsageInfo), /generate in meta_info.
 TEST(ResponseBuilderTest, ReasoningTokens) {

@@ -12,7 +12,7 @@
 #include "grammar/regex.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
-#include "tokenizer/builtin_chat_templates.h"
+#include "tokenizer/conversation_template.h"
 
 namespace tessera::server {
 
@@ -196,17 +196,20 @@ Status ServerArgs::resolve() {
     if (skip_tokenizer_init)
         notes.push_back("skip_tokenizer_init=True: string-based stop conditions (stop, stop_regex) and min_new_tokens "
                         "are unavailable.");
-    // SGLang's template_manager.py takes a built-in name, a .jinja file or a .json conversation
-    // template; tessera takes the first two.
-    if (!chat_template.empty()) {
+    // template_manager.py _load_explicit_chat_template: a built-in name, else a .jinja file, else
+    // a .json conversation template (read here too, so that a bad one stops the launch before
+    // the weights load).
+    if (!chat_template.empty() && !tokenizer::ConversationTemplate::builtin(chat_template)) {
         const std::string flag = "--chat-template " + chat_template + ": ";
-        if (chat_template.size() >= 5 && chat_template.compare(chat_template.size() - 5, 5, ".json") == 0)
-            return invalid(flag + "SGLang's JSON conversation templates are not implemented; give a Jinja template "
-                                  "file");
         std::error_code ec;
-        if (!tokenizer::builtin_chat_template(chat_template) && !std::filesystem::is_regular_file(chat_template, ec))
-            return invalid(flag + "no such file; tessera takes the path of a Jinja chat template or one of SGLang's "
-                                  "built-in names " + tokenizer::builtin_chat_template_names());
+        if (!std::filesystem::is_regular_file(chat_template, ec))
+            return invalid(flag + "not a built-in template name or a valid chat template file path; SGLang's "
+                                  "built-in names are " + tokenizer::ConversationTemplate::builtin_names());
+        if (chat_template.ends_with(".json"))
+            TSR_RETURN_IF_ERROR(tokenizer::ConversationTemplate::load(chat_template).status());
+        else if (!chat_template.ends_with(".jinja"))
+            return invalid(flag + "unrecognized format of chat template file: give a .jinja file (a Jinja template) "
+                                  "or a .json file (SGLang's conversation template)");
     }
     if (max_queued_requests && *max_queued_requests < 1)
         return invalid("--max-queued-requests must be at least 1, got " + str(*max_queued_requests));

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <CLI/CLI.hpp>
 
 namespace tessera::server {
@@ -248,8 +253,8 @@ TEST(ServerArgsTest, EveryValidationRule) {
         {"reasoning parser", [](ServerArgs& a) { a.reasoning_parser = "gpt-oss"; },
          "--reasoning-parser gpt-oss: tessera parses"},
         {"chat template", [](ServerArgs& a) { a.chat_template = "vicuna"; },
-         "--chat-template vicuna: no such file; tessera takes the path of a Jinja chat template or one of SGLang's "
-         "built-in names chatml, llama-2, mistral"},
+         "--chat-template vicuna: not a built-in template name or a valid chat template file path; SGLang's "
+         "built-in names are llama-2, mistral, devstral"},
         {"priority policy", [](ServerArgs& a) { a.enable_priority_scheduling = true; a.schedule_policy = "lpm"; },
          "--enable-priority-scheduling requires --schedule-policy fcfs or lof"},
         {"priority retraction", [](ServerArgs& a) { a.retraction_policy = "priority"; },
@@ -295,6 +300,44 @@ TEST(ServerArgsTest, EveryValidationRule) {
         ASSERT_FALSE(s.ok()) << rule.name;
         EXPECT_NE(s.message().find(rule.message), std::string::npos) << rule.name << ": " << s.message();
     }
+}
+
+// template_manager.py _load_explicit_chat_template: .jinja is a Jinja template, any other file a
+// JSON conversation template (read at start-up), a built-in name needs no file.
+TEST(ServerArgsTest, ChatTemplateIsANameAJinjaFileOrAJsonTemplate) {
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("tsr_chat_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto write = [&](const std::string& name, const std::string& text) {
+        std::ofstream(dir / name) << text;
+        return (dir / name).string();
+    };
+    const auto check = [](const std::string& chat_template) {
+        ServerArgs a;
+        a.model_path = "/m";
+        a.chat_template = chat_template;
+        return resolve_and_check(a);
+    };
+    EXPECT_TRUE(check("chatml").ok());
+    EXPECT_TRUE(check(write("t.jinja", "{{ messages[0]['content'] }}")).ok());
+    const std::string good = write("good.json", R"({"name": "m", "system": "<|im_start|>system", "user": "U",
+        "assistant": "A", "sep_style": "CHATML", "sep": "<|im_end|>", "stop_str": ["<|im_end|>"]})");
+    EXPECT_TRUE(check(good).ok()) << check(good).message();
+    const std::string text = write("t.txt", "{{ x }}");
+    EXPECT_NE(check(text).message().find("--chat-template " + text + ": unrecognized format of chat template file"),
+              std::string::npos) << check(text).message();
+    const std::string style = write("style.json", R"({"name": "m", "system": "", "user": "U", "assistant": "A",
+        "sep_style": "CHATMLX", "stop_str": null})");
+    EXPECT_NE(check(style).message().find("Unknown separator style: CHATMLX (one of ADD_COLON_SINGLE"),
+              std::string::npos) << check(style).message();
+    const std::string missing = write("missing.json", R"({"name": "m", "system": "", "user": "U", "assistant": "A",
+        "sep_style": "CHATML"})");
+    EXPECT_NE(check(missing).message().find("the template needs \"stop_str\""), std::string::npos)
+        << check(missing).message();
+    const std::string braces = write("braces.json", R"({"name": "m", "system": "{role}", "user": "U",
+        "assistant": "A", "sep_style": "CHATML", "stop_str": []})");
+    EXPECT_NE(check(braces).message().find("has the field {role}"), std::string::npos) << check(braces).message();
+    std::filesystem::remove_all(dir);
 }
 
 TEST(ServerArgsTest, RewritesDefaultsAsSglang) {

@@ -4,8 +4,6 @@
 
 #include "tokenizer/chat_template.h"
 
-#include "tokenizer/builtin_chat_templates.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -106,37 +104,6 @@ TEST(ChatTemplate, RaiseExceptionBecomesInvalidArgument) {
     EXPECT_NE(out.status().message().find("first message must be user"), std::string::npos);
 }
 
-// SGLang's built-in conversation templates render the prompts its get_prompt builds
-// (conversation.py: SeparatorStyle.CHATML and LLAMA2, generate_chat_conv's final open turn).
-TEST(BuiltinChatTemplateTest, RenderAsSglangConversations) {
-    const auto render = [](const char* name, const char* messages) {
-        auto source = builtin_chat_template(name);
-        EXPECT_TRUE(source.has_value()) << name;
-        auto compiled = ChatTemplate::compile(source.value_or(""), "<s>", "</s>");
-        EXPECT_TRUE(compiled.ok()) << name << ": " << compiled.status().message();
-        if (!compiled.ok()) return std::string();
-        auto text = compiled->render(ordered_json{{"messages", ordered_json::parse(messages)},
-                                                  {"add_generation_prompt", true}});
-        EXPECT_TRUE(text.ok()) << name << ": " << text.status().message();
-        return text.ok() ? *text : std::string();
-    };
-    const char* one = R"([{"role": "user", "content": "Hi"}])";
-    const char* three = R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
-                            {"role": "user", "content": "Q"}])";
-    const char* with_system = R"([{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}])";
-    EXPECT_EQ(render("chatml", one),
-              "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-              "<|im_start|>assistant\n");
-    EXPECT_EQ(render("chatml", with_system),
-              "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-    EXPECT_EQ(render("llama-2", one), "[INST] Hi [/INST]");
-    EXPECT_EQ(render("llama-2", three), "[INST] Hi [/INST] Hello </s><s>[INST] Q [/INST]");
-    EXPECT_EQ(render("llama-2", with_system), "[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST]");
-    // As SGLang renders it: with a system prompt the first [INST] is not written.
-    EXPECT_EQ(render("mistral", with_system), "[SYSTEM_PROMPT]\nS\n[/SYSTEM_PROMPT]\n\nHi [/INST]");
-    EXPECT_EQ(render("mistral", three), "[INST] Hi [/INST] Hello </s><s>[INST] Q [/INST]");
-    EXPECT_FALSE(builtin_chat_template("llama-3-instruct").has_value());
-}
 
 }  // namespace
 }  // namespace tessera::tokenizer

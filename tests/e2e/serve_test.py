@@ -515,6 +515,59 @@ def check_auto_truncate(tessera, model, workdir):
         stop_server(server)
 
 
+def check_conversation_template_file(tessera, model, workdir):
+    """--chat-template FILE.json, SGLang's conversation template: a chat request is the prompt
+    its get_prompt builds, encoded as /generate encodes text, and the template's stop_str ends
+    the answer unless the request ignores EOS."""
+    path = os.path.join(workdir, "colon.json")
+    rendered = "SYS\n\nQ: hi\nA:"  # "SYS" + "\n{system_message}", sep, "Q: hi" + sep, the open "A:"
+
+    def serve(stop):
+        with open(path, "w") as f:
+            json.dump({"name": "colon", "system": "SYS", "user": "Q", "assistant": "A",
+                       "sep_style": "ADD_COLON_SINGLE", "stop_str": stop}, f)
+        return start_side_server(tessera, model, workdir, "conversation_template", ["--chat-template", path])
+
+    def chat(port, ignore_eos):
+        return post(port, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                                                   "max_tokens": 8, "temperature": 0, "ignore_eos": ignore_eos})
+
+    started = serve(None)
+    if started is None:
+        return
+    server, port, _ = started
+    try:
+        status, answer = chat(port, True)
+        status2, gen = post(port, "/generate", {"text": rendered, "sampling_params": {
+            "max_new_tokens": 8, "temperature": 0, "ignore_eos": True}})
+        text = gen["text"] if status2 == 200 else ""
+        check("--chat-template FILE.json renders chat requests as SGLang's get_prompt",
+              status == 200 and status2 == 200 and answer["usage"]["prompt_tokens"] == gen["meta_info"][
+                  "prompt_tokens"] and answer["choices"][0]["message"]["content"] == text, f"{answer} {gen}")
+    finally:
+        stop_server(server)
+    stop = text.strip()[len(text.strip()) // 2:][:2]
+    if not stop:
+        check("the generated text gives a stop string", False, repr(text))
+        return
+    started = serve([stop])
+    if started is None:
+        return
+    server, port, _ = started
+    try:
+        (status, stopped), (status2, ignoring) = chat(port, False), chat(port, True)
+        status3, gen = post(port, "/generate", {"text": rendered, "sampling_params": {
+            "max_new_tokens": 8, "temperature": 0, "stop": [stop]}})
+        expected = gen["text"] if status3 == 200 else None
+        check("a conversation template's stop_str ends the answer, and not when the request ignores EOS",
+              status == 200 and stopped["choices"][0]["message"]["content"] == expected
+              and len(expected) < len(text) and status2 == 200
+              and ignoring["choices"][0]["message"]["content"] == text,
+              f"stop {stop!r} in {text!r}: {stopped} {ignoring} {gen}")
+    finally:
+        stop_server(server)
+
+
 def check_chat_template_file(tessera, model, workdir):
     """--chat-template FILE, and --hf-chat-template-name NAME with the template in the model
     folder's additional_chat_templates/NAME.jinja: chat requests render with that Jinja
@@ -573,6 +626,7 @@ def check_chat_template_file(tessera, model, workdir):
                   and chats[1][1]["usage"]["prompt_tokens"] != gen["meta_info"]["prompt_tokens"], f"{chats} {gen}")
         finally:
             stop_server(server)
+    check_conversation_template_file(tessera, model, workdir)
     bad = subprocess.run([tessera, "serve", "--model-path", named_model, "--hf-chat-template-name", "rag"],
                          capture_output=True, text=True, timeout=60)
     check("--hf-chat-template-name with a name the tokenizer lacks stops the launch, listing what it has",
