@@ -127,7 +127,7 @@ StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationI
         } catch (const nlohmann::json::exception& e) {
             return Status::InvalidArgument(std::string("chat request is not valid JSON: ") + e.what());
         }
-        TSR_ASSIGN_OR_RETURN(std::string text, chat_.render(request));
+        TSR_ASSIGN_OR_RETURN(std::string text, chat_.render(request, input.continue_final_message));
         return tokenizer_->encode(text + input.chat_prompt_suffix, chat_.encode_with_special_tokens());
     }
     return Status::InvalidArgument("the request has no prompt");

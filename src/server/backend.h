@@ -97,6 +97,9 @@ struct GenerationInput {
     std::optional<std::vector<std::int32_t>> input_ids;
     std::optional<std::string> chat_json;  // serialized ordered JSON object
     std::string chat_prompt_suffix;        // text after the rendered chat prompt ("<think>")
+    // A chat whose last message is the assistant's: continue that message (else it is sent as
+    // the user's, as SGLang's serving_chat.py _handle_last_assistant_message does).
+    bool continue_final_message = false;
 };
 
 struct GenerationRequest {

@@ -605,6 +605,9 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
         }
     }
     base.input.chat_json = dump(chat);
+    if (auto v = r.boolean("continue_final_message")) base.input.continue_final_message = *v;
+    const bool continues_answer =
+        base.input.continue_final_message && chat["messages"].back()["role"] == "assistant";
     // serving_chat.py: the reasoning parser runs unless the request turns it off; the output
     // starts inside the reasoning when the format or the template says so, or the request's
     // thinking switch (chat_template_kwargs) is on.
@@ -657,7 +660,7 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
             on = v.is_boolean() ? v.get<bool>() : f.request_switch == "enable_thinking";
         }
         base.params.require_reasoning = f.always_reasoning || o.template_opens_reasoning || on;
-        if (o.conversation_opens_think && base.params.require_reasoning) {
+        if (o.conversation_opens_think && base.params.require_reasoning && !continues_answer) {
             base.input.chat_prompt_suffix = "<think>";
             out.force_reasoning = out.reasoning.has_value();
         }

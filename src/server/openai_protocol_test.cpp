@@ -595,6 +595,11 @@ TEST(OpenAiProtocolTest, ConversationTemplateStopsAndThink) {
     const ParseOutcome plain = parse("");
     EXPECT_EQ(plain.request.requests[0].input.chat_prompt_suffix, "") << "DeepSeek's switch defaults off";
     EXPECT_FALSE(plain.request.force_reasoning);
+    const ParseOutcome continued = parse_request(ApiKind::kChatCompletion, R"({"messages": [
+        {"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], "continue_final_message": true,
+        "chat_template_kwargs": {"thinking": true}})", o, "c");
+    EXPECT_TRUE(continued.request.requests[0].input.continue_final_message);
+    EXPECT_EQ(continued.request.requests[0].input.chat_prompt_suffix, "") << "an answer continues as it is";
 }
 
 // serving_chat.py _get_reasoning_from_request: which requests count reasoning tokens; usage

@@ -23,8 +23,10 @@ struct ChatFormat {
     bool has_template() const { return conversation || jinja; }
 
     // request: {"messages", "tools" (optional), "add_generation_prompt" (default true), template
-    // variables}. A conversation template reads only the messages.
-    StatusOr<std::string> render(const nlohmann::ordered_json& request) const;
+    // variables}. A conversation template reads only the messages. A last message of the
+    // assistant's is continued when `continue_final_message`; otherwise a Jinja template gets
+    // it as the user's (serving_chat.py _handle_last_assistant_message).
+    StatusOr<std::string> render(const nlohmann::ordered_json& request, bool continue_final_message = false) const;
 
     // A conversation template's prompt is encoded with the tokenizer's special tokens
     // (serving_chat.py _apply_conversation_template: tokenizer.encode(prompt)); a Jinja

@@ -262,7 +262,7 @@ bool ConversationTemplate::uses_sep2() const {
     }
 }
 
-StatusOr<std::string> ConversationTemplate::prompt(const nlohmann::ordered_json& messages) const {
+StatusOr<std::string> ConversationTemplate::prompt(const nlohmann::ordered_json& messages, bool continue_answer) const {
     if (!messages.is_array()) return Status::InvalidArgument("the chat messages must be a list");
     // generate_chat_conv: (role tag, message) pairs, an empty message standing for None.
     std::string system = system_message;
@@ -282,7 +282,7 @@ StatusOr<std::string> ConversationTemplate::prompt(const nlohmann::ordered_json&
                                            " takes system, user and assistant messages)");
         }
     }
-    turns.emplace_back(roles[1], "");
+    if (!continue_answer) turns.emplace_back(roles[1], "");
     TSR_ASSIGN_OR_RETURN(const std::string system_prompt, format_system(system_template, system));
 
     bool lacks_sep2 = false;
@@ -440,6 +440,15 @@ StatusOr<std::string> ConversationTemplate::prompt(const nlohmann::ordered_json&
                                        " joins answers with a second separator (sep2) it does not have: SGLang's "
                                        "JSON templates carry none, so its separator style only renders one turn; "
                                        "use a style without sep2 or a Jinja template");
+    if (continue_answer) {
+        // serving_chat.py _apply_conversation_template: each stop string in turn, then sep, then sep2.
+        const auto cut = [&ret](const std::string& end) {
+            if (!end.empty() && ret.ends_with(end)) ret.resize(ret.size() - end.size());
+        };
+        for (const std::string& stop : stop_str) cut(stop);
+        cut(sep);
+        if (sep2) cut(*sep2);
+    }
     return ret;
 }
 

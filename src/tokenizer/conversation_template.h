@@ -53,7 +53,9 @@ class ConversationTemplate {
     // ([{"role", "content"}], content a string or null): the last system message replaces the
     // default, user and assistant messages are the turns, an open assistant turn ends it.
     // InvalidArgument for another role or a separator the style needs and the template lacks.
-    StatusOr<std::string> prompt(const nlohmann::ordered_json& messages) const;
+    // `continue_answer`: the last message is an answer to continue, so no open turn follows and
+    // the end-of-answer stop string and separators are cut from its end.
+    StatusOr<std::string> prompt(const nlohmann::ordered_json& messages, bool continue_answer = false) const;
 
     // True when the style's prompt reads sep2 (alternating separators).
     bool uses_sep2() const;

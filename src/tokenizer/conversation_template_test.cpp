@@ -156,5 +156,36 @@ TEST(ChatFormatTest, AConversationTemplateWinsOverTheJinjaOne) {
     EXPECT_TRUE(format.encode_with_special_tokens());
 }
 
+// serving_chat.py: a chat that ends with the assistant's message either continues it or, with
+// a Jinja template, sends it as the user's (_handle_last_assistant_message); a conversation
+// template continuing an answer drops the open turn and cuts the answer's stop string and sep.
+TEST(ChatFormatTest, ALastAssistantMessageIsContinuedOrSentAsTheUsers) {
+    const ordered_json request = {{"messages", ordered_json::parse(R"([{"role": "user", "content": "Hi"},
+                                                                        {"role": "assistant", "content": "Sure"}])")}};
+    ChatFormat format;
+    auto jinja = ChatTemplate::compile(
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}", "", "");
+    ASSERT_TRUE(jinja.ok());
+    format.jinja = std::move(jinja).value();
+    EXPECT_EQ(format.render(request).value(), "<user>Hi<user>Sure<assistant>");
+    EXPECT_EQ(format.render(request, /*continue_final_message=*/true).value(), "<user>Hi<assistant>Sure");
+    const ordered_json asked = {{"messages", ordered_json::parse(kOne)}};
+    EXPECT_EQ(format.render(asked, true).value(), "<user>Hi<assistant>") << "nothing to continue";
+
+    format.conversation = ConversationTemplate::builtin("chatml");
+    EXPECT_EQ(format.render(request).value(),
+              "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+              "<|im_start|>assistant\nSure<|im_end|>\n<|im_start|>assistant\n");
+    // "...Sure<|im_end|>\n": no stop string ends it, sep does not either (the "\n" after it).
+    EXPECT_EQ(format.render(request, true).value(),
+              "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+              "<|im_start|>assistant\nSure<|im_end|>\n");
+    format.conversation = ConversationTemplate::builtin("llama-2");
+    EXPECT_EQ(format.render(request, true).value(), "[INST] Hi [/INST] Sure") << "sep2 \" </s><s>\" cut";
+    format.conversation = ConversationTemplate::builtin("phi-4-mm");
+    EXPECT_EQ(format.render(request, true).value(), "<|user|>Hi<|end|><|assistant|>Sure") << "stop_str cut";
+}
+
 }  // namespace
 }  // namespace tessera::tokenizer

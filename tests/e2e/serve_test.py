@@ -515,6 +515,17 @@ def check_auto_truncate(tessera, model, workdir):
         stop_server(server)
 
 
+def check_same_prompt(port, what, messages, extra, text):
+    """A chat request sees the prompt `text` (as /generate encodes it): same prompt tokens, same
+    greedy answer."""
+    status, chat = post(port, "/v1/chat/completions", {"model": "tiny", "messages": messages, "max_tokens": 4,
+                                                       "temperature": 0, "ignore_eos": True, **extra})
+    status2, gen = post(port, "/generate", {"text": text, "sampling_params": {
+        "max_new_tokens": 4, "temperature": 0, "ignore_eos": True}})
+    check(what, status == 200 and status2 == 200 and chat["usage"]["prompt_tokens"] == gen["meta_info"]["prompt_tokens"]
+          and chat["choices"][0]["message"]["content"] == gen["text"], f"{status} {status2} {chat} {gen}")
+
+
 def check_conversation_template_file(tessera, model, workdir):
     """--chat-template FILE.json, SGLang's conversation template: a chat request is the prompt
     its get_prompt builds, encoded as /generate encodes text, and the template's stop_str ends
@@ -544,6 +555,9 @@ def check_conversation_template_file(tessera, model, workdir):
         check("--chat-template FILE.json renders chat requests as SGLang's get_prompt",
               status == 200 and status2 == 200 and answer["usage"]["prompt_tokens"] == gen["meta_info"][
                   "prompt_tokens"] and answer["choices"][0]["message"]["content"] == text, f"{answer} {gen}")
+        check_same_prompt(port, "continue_final_message continues the answer (the open turn and sep dropped)",
+                          [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure"}],
+                          {"continue_final_message": True}, "SYS\n\nQ: hi\nA: Sure")
     finally:
         stop_server(server)
     stop = text.strip()[len(text.strip()) // 2:][:2]
@@ -599,6 +613,12 @@ def check_chat_template_file(tessera, model, workdir):
             check(f"{name} renders chat requests",
                   ok and chat["usage"]["prompt_tokens"] == gen["meta_info"]["prompt_tokens"]
                   and chat["choices"][0]["message"]["content"] == gen["text"], f"{status} {status2} {chat} {gen}")
+            if name.startswith("--chat-template"):
+                answered = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+                check_same_prompt(port, "a chat ending with the assistant's message sends it as the user's",
+                                  answered, {}, "<<user>>hi\n<<user>>ok\n<<assistant>>")
+                check_same_prompt(port, "continue_final_message continues the assistant's message",
+                                  answered, {"continue_final_message": True}, "<<user>>hi\n<<assistant>>ok")
         finally:
             stop_server(server)
     # A "tool_use" template renders the requests that offer tools (transformers' get_chat_template);
