@@ -116,6 +116,18 @@ Launch launch(const std::vector<std::string>& argv) {
     return out;
 }
 
+// Tuning of SGLang's Python tokenizer manager, and a Hub revision of a local folder, ask
+// nothing of tessera: accepted, and named in the start-up line about ignored flags.
+TEST(IgnoredFlagsTest, TokenizerBatchingAndRevisionAreAcceptedAndNamed) {
+    const Launch l = launch({"--model-path", "/m", "--revision", "v2", "--enable-dynamic-batch-tokenizer",
+                             "--dynamic-batch-tokenizer-batch-size", "64", "--enable-tokenizer-batch-encode",
+                             "--disable-tokenizer-batch-decode"});
+    ASSERT_TRUE(l.status.ok()) << l.status.to_string();
+    ASSERT_EQ(l.ignored.size(), 5u);
+    EXPECT_EQ(l.ignored[0].rfind("--revision (tessera reads the --model-path folder as it is", 0), 0u) << l.ignored[0];
+    EXPECT_NE(l.ignored[4].find("detokenizes each output stream natively"), std::string::npos) << l.ignored[4];
+}
+
 class ConfigFileTest : public ::testing::Test {
  protected:
     std::filesystem::path dir_ = std::filesystem::temp_directory_path() /
