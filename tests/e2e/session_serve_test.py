@@ -15,8 +15,9 @@ replace, offset and drop_previous_output are refused in SGLang's words.
 
 Last, --enable-session-radix-cache with --max-cached-tokens 64: after other prompts have pushed
 the cache over its cap, a session's next turn still finds its earlier turns (the others were
-evicted first); once the session is closed, the same traffic evicts them. Exit 0 when every
-check passes.
+evicted first); once the session is closed, the same traffic evicts them. Then sessions and a
+streaming session on a tiny MoE model under TP2 with DP attention 2. Exit 0 when every check
+passes.
 """
 
 import re
@@ -123,6 +124,29 @@ def streaming_checks(check, server):
           gauge(server, "sglang:num_streaming_sessions"))
 
 
+def dp_attention_checks(check, server):
+    """Behind --enable-dp-attention each attention DP rank keeps its own sessions: the front opens
+    a session on one of them and sends its turns there, so a turn continues the last one as on
+    one rank, for a session and for a streaming one."""
+    for streaming in (False, True):
+        kind = "streaming session" if streaming else "session"
+        status, sid = server.post("/open_session", {"capacity_of_str_len": 1000, "streaming": streaming})
+        status1, first = generate(server, {"text": "The weather today", "session_params": {"id": sid}})
+        rid = first["meta_info"]["id"] if status1 == 200 else ""
+        status2, second = generate(server, {"text": " and tomorrow", "session_params": {"id": sid, "rid": rid}})
+        whole = ids_of(server, "The weather today") + first.get("output_ids", []) + ids_of(server, " and tomorrow")
+        status3, expected = generate(server, {"input_ids": whole})
+        check(f"DP attention: a {kind}'s second turn answers as the whole conversation",
+              status == 200 and status2 == 200 and status3 == 200 and
+              second["output_ids"] == expected["output_ids"] and second["meta_info"]["prompt_tokens"] == len(whole),
+              (status, first, second, expected))
+        check(f"DP attention: the {kind}'s earlier turn is cached on its rank",
+              status2 == 200 and second["meta_info"].get("cached_tokens", 0) >= len(whole) - 4, second.get("meta_info"))
+        status, _ = server.post("/close_session", {"session_id": sid})
+        status_after, _ = generate(server, {"text": "x", "session_params": {"id": sid, "rid": rid}})
+        check(f"DP attention: a closed {kind} takes no more turns", status == 200 and status_after == 400, status_after)
+
+
 def main():
     tessera, workdir = script_args(__doc__)
     check = Checks()
@@ -192,6 +216,14 @@ def main():
                 checks(check, server)
         finally:
             server.close()
+    moe = make_tiny_model(tessera, os.path.join(workdir, "moe"), arch="qwen3-moe")
+    server = Server(tessera, moe, ["--tp", "2", "--dp", "2", "--enable-dp-attention", "--enable-streaming-session"],
+                    os.path.join(workdir, "serve_dp_attention.log"))
+    try:
+        if check("server with --enable-dp-attention ready", server.ready()):
+            dp_attention_checks(check, server)
+    finally:
+        server.close()
     return check.report()
 
 
