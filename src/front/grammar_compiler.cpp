@@ -3,6 +3,7 @@
 #include "front/grammar_compiler.h"
 
 #include "grammar/ebnf.h"
+#include "grammar/structural_tag.h"
 
 namespace tessera::front {
 namespace {
@@ -31,8 +32,10 @@ GrammarCompiler::GrammarCompiler(const tokenizer::Tokenizer& tokenizer, grammar:
 StatusOr<std::shared_ptr<scheduler::TokenConstraint>> GrammarCompiler::constraint(
     const server::OutputConstraint& constraint, std::vector<std::int32_t> stop_tokens) {
     using Kind = server::OutputConstraint::Kind;
-    const char* kind = constraint.kind == Kind::kJsonSchema ? "json_schema" : constraint.kind == Kind::kEbnf ? "ebnf"
-                                                                                                             : "regex";
+    const char* kind = constraint.kind == Kind::kJsonSchema      ? "json_schema"
+                       : constraint.kind == Kind::kEbnf          ? "ebnf"
+                       : constraint.kind == Kind::kStructuralTag ? "structural_tag"
+                                                                 : "regex";
     const std::string key = std::string(kind) + ":" + constraint.text;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -45,7 +48,9 @@ StatusOr<std::shared_ptr<scheduler::TokenConstraint>> GrammarCompiler::constrain
     } else if (constraint.kind == Kind::kEbnf) {
         TSR_ASSIGN_OR_RETURN(regex, grammar::ebnf_to_regex(constraint.text));
     }
-    auto nfa = grammar::compile_regex(regex);
+    auto nfa = constraint.kind == Kind::kStructuralTag
+                   ? grammar::structural_tag_nfa(constraint.text, json_whitespace_)
+                   : grammar::compile_regex(regex);
     if (!nfa.ok()) return Status::InvalidArgument(std::string(kind) + ": " + nfa.status().message());
     std::lock_guard<std::mutex> lock(mu_);
     if (!vocabulary_) {

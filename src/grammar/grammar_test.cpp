@@ -7,6 +7,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/lazy_dfa.h"
 #include "grammar/regex.h"
+#include "grammar/structural_tag.h"
 #include "grammar/token_grammar.h"
 #include "tokenizer/utf8.h"
 
@@ -311,6 +312,52 @@ TEST(EbnfTest, RecursionIsCutAtTheNestingBound) {
 a ::= "[" b? "]"
 b ::= a ("," a)*)");
     EXPECT_TRUE(full_match(mutual, "[[],[[]]]"));
+}
+
+// xgrammar's compile_structural_tag: free text until a trigger, then a structure that begins
+// with it (the rest of its begin, an instance of its schema, its end), then free again.
+TEST(StructuralTagTest, TriggersOpenTheirStructures) {
+    const char* spec = R"({"type": "structural_tag", "triggers": ["<function=", "<<"],
+        "structures": [
+          {"begin": "<function=weather>", "schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                   "required": ["city"]}, "end": "</function>"},
+          {"begin": "<function=time>", "schema": {"enum": [1, 2]}, "end": "</function>"},
+          {"begin": "<<x", "schema": {"type": "integer"}, "end": ">>"}]})";
+    auto nfa = structural_tag_nfa(spec, JsonWhitespace{JsonWhitespace::Mode::kCompact, ""});
+    ASSERT_TRUE(nfa.ok()) << nfa.status().message();
+    LazyDfa dfa(std::move(nfa.value()));
+    const auto matches = [&](std::string_view text) {
+        const std::int32_t end = dfa.walk(dfa.start(), text);
+        return end != LazyDfa::kDead && dfa.accepting(end);
+    };
+    const auto prefix = [&](std::string_view text) { return dfa.walk(dfa.start(), text) != LazyDfa::kDead; };
+    EXPECT_TRUE(matches(""));
+    EXPECT_TRUE(matches("Any text at all, <func and < even"));
+    EXPECT_TRUE(matches(R"(Let me check. <function=weather>{"city": "Paris"}</function> Done.)"));
+    EXPECT_TRUE(matches("<function=time>2</function><function=time>1</function>"));
+    EXPECT_TRUE(matches("a <<x42>> b <function=time>1</function>"));
+    EXPECT_TRUE(matches("<fun<function=time>1</function>")) << "a trigger's broken prefix is text";
+    EXPECT_FALSE(prefix("<<<x7>>")) << "the first trigger written dispatches: << then <x";
+    EXPECT_FALSE(prefix("<function=weathe>")) << "a begin no structure has";
+    EXPECT_FALSE(prefix("<function=time>3")) << "not an instance of the schema";
+    EXPECT_FALSE(prefix(R"(<function=weather>{"town": )"));
+    EXPECT_FALSE(matches("<function=time>1")) << "a structure must be finished";
+    EXPECT_TRUE(prefix("<function=time>1</func"));
+    EXPECT_FALSE(prefix("<<y")) << "the trigger << only opens <<x";
+
+    const auto error = [](std::string_view text) {
+        auto r = structural_tag_nfa(text);
+        return r.ok() ? std::string() : r.status().message();
+    };
+    EXPECT_NE(error(R"({"triggers": ["<f"], "structures": [{"begin": "<g>", "schema": {}, "end": "</g>"}]})")
+                  .find("the begin \"<g>\" starts with none of the triggers"), std::string::npos);
+    EXPECT_NE(error(R"({"triggers": [""], "structures": [{"begin": "<g>", "schema": {}, "end": ""}]})")
+                  .find("non-empty strings"), std::string::npos);
+    EXPECT_NE(error(R"({"triggers": ["<"], "structures": [{"begin": "<g>", "end": ""}]})").find(".schema"),
+              std::string::npos);
+    EXPECT_NE(error(R"({"triggers": ["<"], "structures": [{"begin": "<g>", "schema": {"not": {}}, "end": ""}]})")
+                  .find("structural_tag schema:"), std::string::npos);
+    EXPECT_NE(error("[1]").find("a JSON object"), std::string::npos);
 }
 
 TEST(EbnfTest, RefusesWhatItCannotRead) {

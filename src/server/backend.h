@@ -21,12 +21,13 @@ namespace tessera::server {
 // last output token; or true (full), the prompt's rows and then one per output token.
 enum class HiddenStatesMode { kNone, kLast, kFull };
 
-// Constrained decoding (SGLang's regex, json_schema and ebnf sampling parameters, and the
-// OpenAI response_format): the output must match the regex, be an instance of the JSON schema,
-// or be a sentence of the grammar's root rule.
+// Constrained decoding (SGLang's regex, json_schema, ebnf and structural_tag sampling
+// parameters, and the OpenAI response_format): the output must match the regex, be an instance
+// of the JSON schema, be a sentence of the grammar's root rule, or be free text whose triggers
+// open the structures of the structural tag.
 struct OutputConstraint {
-    enum class Kind { kRegex, kJsonSchema, kEbnf } kind = Kind::kRegex;
-    std::string text;  // the regex, the schema's JSON text, or the grammar
+    enum class Kind { kRegex, kJsonSchema, kEbnf, kStructuralTag } kind = Kind::kRegex;
+    std::string text;  // the regex, the schema's JSON text, the grammar, or the structural tag's JSON
 };
 
 // SGLang's session_params (io_struct.py SessionParams): continue request `rid` of the open

@@ -220,7 +220,8 @@ std::optional<SessionParams> read_session_params(FieldReader& r) {
 // does not take, is refused by name.
 void set_constraint(FieldReader& r, GenerationParams& p, OutputConstraint::Kind kind, std::string text,
                     const char* name) {
-    if (p.constraint) return r.fail(name, "Only one of regex, json_schema, or ebnf can be set.");
+    const bool tag = p.constraint && p.constraint->kind == OutputConstraint::Kind::kStructuralTag;
+    if (p.constraint && !tag) return r.fail(name, "Only one of regex, json_schema, or ebnf can be set.");
     p.constraint = OutputConstraint{kind, std::move(text)};
 }
 
@@ -247,8 +248,16 @@ void read_constraint(FieldReader& r, GenerationParams& p) {
         }
         set_constraint(r, p, OutputConstraint::Kind::kEbnf, j->get<std::string>(), "ebnf");
     }
-    if (const Json* j = r.get("structural_tag"); j && !j->is_null())
-        r.fail("structural_tag", "is not supported by tessera's grammar backend; use regex or json_schema");
+    // SGLang's grammar backend takes json_schema, regex and ebnf before a structural_tag
+    // (scheduler.py's elif chain), so with one of them the tag is not used.
+    if (const Json* j = r.get("structural_tag"); j && !j->is_null()) {
+        if (!j->is_string() && !j->is_object()) {
+            r.wrong_type<int>("structural_tag", "a structural tag (an object, or its JSON text)", *j);
+            return;
+        }
+        std::string tag = j->is_string() ? j->get<std::string>() : dump(*j);
+        if (!p.constraint) p.constraint = OutputConstraint{OutputConstraint::Kind::kStructuralTag, std::move(tag)};
+    }
 }
 
 // OpenAI's response_format (SGLang's serving_chat.py _build_sampling_params): json_object asks
@@ -256,8 +265,9 @@ void read_constraint(FieldReader& r, GenerationParams& p) {
 void read_response_format(FieldReader& r, GenerationParams& p) {
     const Json* rf = r.get("response_format");
     if (rf == nullptr || rf->is_null()) return;
-    const char* expected = "must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", "
-                           "\"json_schema\": {\"name\": ..., \"schema\": {...}}}";
+    const char* expected = "must be {\"type\": \"text\"}, {\"type\": \"json_object\"}, {\"type\": \"json_schema\", "
+                           "\"json_schema\": {\"name\": ..., \"schema\": {...}}} or {\"type\": \"structural_tag\", "
+                           "\"structures\": [...], \"triggers\": [...]}";
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
         return r.fail("response_format", expected);
     const std::string type = (*rf)["type"].get<std::string>();
@@ -273,8 +283,15 @@ void read_response_format(FieldReader& r, GenerationParams& p) {
             return r.fail("response_format.json_schema.schema", "is required: the JSON schema of the output");
         return set_constraint(r, p, OutputConstraint::Kind::kJsonSchema, dump((*js)["schema"]), "response_format");
     }
-    if (type == "structural_tag")
-        return r.fail("response_format", "structural_tag is not supported by tessera's grammar backend");
+    // serving_chat.py _build_sampling_params: the whole response_format becomes the
+    // structural_tag sampling parameter.
+    if (type == "structural_tag") {
+        for (const char* key : {"structures", "triggers"})
+            if (!rf->contains(key) || !(*rf)[key].is_array())
+                return r.fail(std::string("response_format.") + key, "is required with type structural_tag: a list");
+        if (!p.constraint) p.constraint = OutputConstraint{OutputConstraint::Kind::kStructuralTag, dump(*rf)};
+        return;
+    }
     r.fail("response_format", expected);
 }
 

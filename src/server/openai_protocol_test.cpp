@@ -217,7 +217,7 @@ TEST(OpenAiProtocolTest, ChatErrorsNameTheField) {
     expect_error(chat("{" + m + R"(, "response_format": {"type": "json_schema"}})"), "response_format.json_schema");
     expect_error(chat("{" + m + R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}})"),
                  "response_format.json_schema.schema");
-    expect_error(chat("{" + m + R"(, "response_format": {"type": "structural_tag"}})"), "response_format");
+    expect_error(chat("{" + m + R"(, "response_format": {"type": "structural_tag"}})"), "response_format.structures");
     expect_error(chat("{" + m + R"(, "regex": "a", "response_format": {"type": "json_object"}})"), "response_format");
     expect_error(chat("{" + m + R"(, "regex": 5})"), "regex");
     expect_error(chat("{" + m + R"(, "tool_choice": "required"})"), "tool_choice");  // no tools
@@ -390,7 +390,7 @@ TEST(OpenAiProtocolTest, NativeGenerate) {
     expect_error(generate(R"({"text": "a", "sampling_params": {"ebnf": 5}})"), "sampling_params.ebnf");
     expect_error(generate(R"({"text": "a", "sampling_params": {"ebnf": "root ::= \"a\"", "regex": "a"}})"),
                  "sampling_params.ebnf");
-    expect_error(generate(R"({"text": "a", "sampling_params": {"structural_tag": "{}"}})"),
+    expect_error(generate(R"({"text": "a", "sampling_params": {"structural_tag": 5}})"),
                  "sampling_params.structural_tag");
     expect_error(generate(R"({"text": "a", "sampling_params": {"json_schema": 5}})"), "sampling_params.json_schema");
     expect_error(generate(R"({"text": "a", "sampling_params": [{}]})"), "sampling_params");
@@ -482,6 +482,24 @@ TEST(OpenAiProtocolTest, ConstraintsReachTheParams) {
     EXPECT_EQ(c->text, R"({"type":"object","properties":{"b":{},"a":{}}})");  // key order kept
     EXPECT_FALSE(constraint_of(chat("{" + m + R"(, "response_format": {"type": "text"}})")));
     c = constraint_of(chat("{" + m + R"(, "regex": "x{2}"})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kRegex);
+    // structural_tag: the whole response_format (serving_chat.py), or /generate's own; the
+    // other constraints win over it, as in SGLang's scheduler.
+    c = constraint_of(chat("{" + m + R"(, "response_format": {"type": "structural_tag", "structures": [],
+        "triggers": ["<f"]}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kStructuralTag);
+    EXPECT_EQ(c->text, R"({"type":"structural_tag","structures":[],"triggers":["<f"]})");
+    c = constraint_of(chat("{" + m + R"(, "regex": "x", "response_format": {"type": "structural_tag",
+        "structures": [], "triggers": []}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kRegex);
+    c = constraint_of(generate(R"({"text": "a", "sampling_params": {"structural_tag": "{\"triggers\": []}"}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kStructuralTag);
+    EXPECT_EQ(c->text, R"({"triggers": []})");
+    c = constraint_of(generate(R"({"text": "a", "sampling_params": {"structural_tag": "{}", "regex": "b"}})"));
     ASSERT_TRUE(c);
     EXPECT_EQ(c->kind, Kind::kRegex);
 }

@@ -15,6 +15,8 @@ the pattern, so every answer that matches shows the mask at work. Checked agains
 - with --reasoning-parser, a require_reasoning request thinks unconstrained until </think> and is
   constrained after it;
 - an `ebnf` grammar (rules, literals, classes, repetition) gives a sentence of its root rule;
+- a `structural_tag` (in /generate and as the chat route's response_format) leaves the text free
+  but makes every trigger open one of its structures;
 - bad patterns and grammars, two constraints at once and --grammar-backend none are refused with 400.
 Exit 0 when every check passes.
 """
@@ -93,6 +95,52 @@ def check_ebnf(check, server, name):
         status, body = generate(server, {"ebnf": EBNF}, temperature=1.0 if seed else 0.0, seed=seed)
         ok = status == 200 and re.fullmatch(EBNF_RE, body.get("text", "")) is not None and finish(body) == "stop"
         check(f"{name}: ebnf output is a sentence of root (seed {seed})", ok, body)
+
+
+# Every space opens a structure: ' "S".' or ' "M".' (half of the vocabulary's tokens start with
+# a space, so sampled text hits the trigger again and again).
+STRUCTURAL_TAG = {"type": "structural_tag", "triggers": [" "],
+                  "structures": [{"begin": " ", "schema": {"enum": ["S", "M"]}, "end": "."}]}
+
+
+def fits_structural_tag(text):
+    """Whether `text` is free text whose every space begins ' "S".' or ' "M".' (the last one may
+    be cut short by max_new_tokens); the number of structures."""
+    i, found = 0, 0
+    while i < len(text):
+        if text[i] != " ":
+            i += 1
+            continue
+        piece = text[i:i + 5]
+        if piece in (' "S".', ' "M".'):
+            found, i = found + 1, i + 5
+        elif i + len(piece) == len(text) and any(s.startswith(piece) for s in (' "S".', ' "M".')):
+            return found
+        else:
+            return -1
+    return found
+
+
+def check_structural_tag(check, server, name):
+    # The random model would rather not write a space; a bias towards the token ' "' makes it
+    # open structures (without the constraint the token would repeat; with it, each one must
+    # be finished before the next).
+    status, body = server.post("/generate", {"text": ' "', "return_logprob": True, "logprob_start_len": 0,
+                                             "sampling_params": {"max_new_tokens": 0}})
+    ids = [e[1] for e in body["meta_info"]["input_token_logprobs"]] if status == 200 else []
+    bias = {str(ids[-1]): 30.0} if ids else {}
+    status, body = generate(server, {"structural_tag": json.dumps(STRUCTURAL_TAG), "ignore_eos": True,
+                                     "logit_bias": bias}, max_new_tokens=24) if bias else (0, {})
+    found = fits_structural_tag(body.get("text", "")) if status == 200 else -1
+    check(f"{name}: structural_tag: free text, each trigger opening a structure", found >= 2, body)
+    status, chat = server.post("/v1/chat/completions", {
+        "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 24, "temperature": 0,
+        "logit_bias": bias, "ignore_eos": True, "response_format": STRUCTURAL_TAG})
+    text = chat["choices"][0]["message"]["content"] if status == 200 else ""
+    check(f"{name}: response_format structural_tag", status == 200 and fits_structural_tag(text) >= 2, chat)
+    status, free = generate(server, {"ignore_eos": True, "logit_bias": bias}, max_new_tokens=24)
+    check(f"{name}: without the tag the biased token repeats (the tag is what shaped the answers)",
+          status == 200 and fits_structural_tag(free.get("text", "")) < 0, free)
 
 
 def check_json(check, server, name, compact):
@@ -187,7 +235,9 @@ def check_refusals(check, server, name):
              ({"json_schema": "{\"type\": \"number\", \"minimum\": 1}"}, "'minimum' on a number is not supported"),
              ({"json_schema": "{not json"}, "not valid JSON"),
              ({"ebnf": "root ::= item\nitem ::= \"a\" missing"}, "rule 'missing' is used but not defined"),
-             ({"regex": "a", "json_schema": "{}"}, "Only one of regex, json_schema, or ebnf can be set.")]
+             ({"regex": "a", "json_schema": "{}"}, "Only one of regex, json_schema, or ebnf can be set."),
+             ({"structural_tag": json.dumps({"triggers": ["<f"], "structures": [
+                 {"begin": "<g>", "schema": {}, "end": ""}]})}, "starts with none of the triggers")]
     for constraint, words in cases:
         status, body = generate(server, constraint)
         message = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
@@ -214,6 +264,7 @@ def main():
             check_ebnf(check, server, name)
             check_json(check, server, name, compact)
             if index == 0:
+                check_structural_tag(check, server, name)
                 check_stream(check, server, name)
                 check_tool_choice(check, server, name)
                 check_refusals(check, server, name)
