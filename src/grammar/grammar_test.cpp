@@ -358,6 +358,9 @@ TEST(StructuralTagTest, TriggersOpenTheirStructures) {
     EXPECT_NE(error(R"({"triggers": ["<"], "structures": [{"begin": "<g>", "schema": {"not": {}}, "end": ""}]})")
                   .find("structural_tag schema:"), std::string::npos);
     EXPECT_NE(error("[1]").find("a JSON object"), std::string::npos);
+    const std::string long_trigger = std::string(5000, 'a');
+    EXPECT_NE(error(R"({"triggers": [")" + long_trigger + R"("], "structures": [{"begin": ")" + long_trigger +
+                    R"(", "schema": {}, "end": ""}]})").find("at most 4096 are taken"), std::string::npos);
 }
 
 TEST(EbnfTest, RefusesWhatItCannotRead) {

@@ -13,6 +13,8 @@
 namespace tessera::grammar {
 namespace {
 
+constexpr std::size_t kMaxTriggerBytes = 4096;
+
 struct Structure {
     std::string begin;
     std::string schema;  // JSON text
@@ -114,11 +116,17 @@ StatusOr<std::vector<std::string>> read_triggers(const nlohmann::json& spec) {
     if (it == spec.end() || !it->is_array() || it->empty())
         return Status::InvalidArgument("structural_tag needs \"triggers\": a non-empty list of strings");
     std::vector<std::string> out;
+    std::size_t bytes = 0;
     for (const nlohmann::json& t : *it) {
         if (!t.is_string() || t.get<std::string>().empty())
             return Status::InvalidArgument("structural_tag.triggers must be non-empty strings");
         out.push_back(t.get<std::string>());
+        bytes += out.back().size();
     }
+    // Each byte of a trigger is a state of 1 KB of transitions.
+    if (bytes > kMaxTriggerBytes)
+        return Status::InvalidArgument("structural_tag.triggers hold " + std::to_string(bytes) + " bytes; at most " +
+                                       std::to_string(kMaxTriggerBytes) + " are taken");
     return out;
 }
 
