@@ -1,5 +1,6 @@
 // libFuzzer target: a request's constraint (the input after its first byte) as a regex, or as a
-// JSON schema (first byte odd), or as an EBNF grammar (first byte even with bit 3 set). No input
+// JSON schema (first byte odd), or as an EBNF grammar (first byte even with bit 3 set), or as a
+// structural tag (first byte even with bit 4 set and bit 3 clear). No input
 // may crash or hang the compiler: a pattern compiles or is refused, and a compiled one is walked
 // along the input's own bytes and asked for a token mask over a small vocabulary, within the
 // automaton's bounds.
@@ -13,6 +14,7 @@
 
 #include "grammar/ebnf.h"
 #include "grammar/json_schema.h"
+#include "grammar/structural_tag.h"
 #include "grammar/token_grammar.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -21,7 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bool schema = data[0] & 1;
     const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
     std::string pattern(text);
-    if (schema) {
+    const bool structural = !schema && !(data[0] & 8) && (data[0] & 16);
+    if (structural) {
+        // compiled directly below
+    } else if (schema) {
         auto regex = json_schema_to_regex(text, {.mode = (data[0] & 2) ? JsonWhitespace::Mode::kCompact
                                                                        : JsonWhitespace::Mode::kAny});
         if (!regex.ok()) return 0;
@@ -31,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (!regex.ok()) return 0;
         pattern = regex.value();
     }
-    auto nfa = compile_regex(pattern);
+    auto nfa = structural ? structural_tag_nfa(text) : compile_regex(pattern);
     if (!nfa.ok()) return 0;
     static const auto vocabulary = std::make_shared<const Vocabulary>(
         std::vector<std::string>{"<eos>", "{", "}", "\"", ":", ",", " ", "a", "ab", "1", "12", "-", "[", "]", "true",
