@@ -174,30 +174,29 @@ std::string ConversationTemplate::builtin_names() {
 
 std::optional<std::string> ConversationTemplate::infer_from_model_path(std::string_view model_path) {
     // conversation.py's @register_conv_template_matching_function functions, first match wins.
-    static const std::pair<std::regex, const char*> kMatchers[] = {
-        {std::regex("internvl2_5", std::regex::icase), "internvl-2-5"},
-        {std::regex("llama.*3\\.2.*vision", std::regex::icase), "llama_3_vision"},
-        {std::regex("janus", std::regex::icase), "janus-pro"},
-        {std::regex("vicuna|llava-v1\\.5|llava-next-video-7b", std::regex::icase), "vicuna_v1.1"},
-        {std::regex("llama-2.*chat|codellama.*instruct", std::regex::icase), "llama-2"},
-        {std::regex("pixtral|(mistral|mixtral).*instruct", std::regex::icase), "mistral"},
-        {std::regex("deepseek.*vl2", std::regex::icase), "deepseek-vl2"},
-        {std::regex("gme.*qwen.*vl", std::regex::icase), "gme-qwen2-vl"},
-        {std::regex("qwen.*vl", std::regex::icase), "qwen2-vl"},
-        {std::regex("qwen2.5.*omni.*", std::regex::icase), "qwen2-5-o"},
-        {std::regex("llava-v1\\.6-34b|llava-v1\\.6-yi-34b|llava-next-video-34b|llava-onevision-qwen2",
-                    std::regex::icase),
-         "chatml-llava"},
-        {std::regex("gemma-3.*it", std::regex::icase), "gemma-it"},
-        {std::regex("minicpm-v", std::regex::icase), "minicpmv"},
-        {std::regex("minicpm-o", std::regex::icase), "minicpmo"},
-        {std::regex("kimi.*vl", std::regex::icase), "kimi-vl"},
-        {std::regex("devstral", std::regex::icase), "devstral"},
-        {std::regex("phi-4-multimodal", std::regex::icase), "phi-4-mm"},
+    // Called once at start-up: each pattern is compiled when it is tried.
+    constexpr std::pair<const char*, const char*> kMatchers[] = {
+        {"internvl2_5", "internvl-2-5"},
+        {"llama.*3\\.2.*vision", "llama_3_vision"},
+        {"janus", "janus-pro"},
+        {"vicuna|llava-v1\\.5|llava-next-video-7b", "vicuna_v1.1"},
+        {"llama-2.*chat|codellama.*instruct", "llama-2"},
+        {"pixtral|(mistral|mixtral).*instruct", "mistral"},
+        {"deepseek.*vl2", "deepseek-vl2"},
+        {"gme.*qwen.*vl", "gme-qwen2-vl"},
+        {"qwen.*vl", "qwen2-vl"},
+        {"qwen2.5.*omni.*", "qwen2-5-o"},
+        {"llava-v1\\.6-34b|llava-v1\\.6-yi-34b|llava-next-video-34b|llava-onevision-qwen2", "chatml-llava"},
+        {"gemma-3.*it", "gemma-it"},
+        {"minicpm-v", "minicpmv"},
+        {"minicpm-o", "minicpmo"},
+        {"kimi.*vl", "kimi-vl"},
+        {"devstral", "devstral"},
+        {"phi-4-multimodal", "phi-4-mm"},
     };
     const std::string path(model_path);
     for (const auto& [pattern, name] : kMatchers)
-        if (std::regex_search(path, pattern)) return name;
+        if (std::regex_search(path, std::regex(pattern, std::regex::icase))) return name;
     return std::nullopt;
 }
 
