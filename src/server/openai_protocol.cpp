@@ -578,6 +578,32 @@ std::optional<OfferedTools> read_tools(FieldReader& r) {
     return offered;
 }
 
+// function_call_parser.py get_structure_constraint / get_structure_tag: with tool_choice
+// "auto", once any offered function is strict, every call the model writes in its
+// --tool-call-parser format is held to a structural tag: one structure per tool (a strict one's
+// arguments to its parameters schema, another's to any JSON), triggered by the format's call
+// marker. nullopt when no tool is strict or the format has no structure (pythonic).
+std::optional<Json> strict_tools_tag(const ToolCallFormat& format, const Json& tools) {
+    const auto strict = [](const Json& t) {
+        const auto it = t["function"].find("strict");
+        return it != t["function"].end() && *it == true;
+    };
+    if (std::none_of(tools.begin(), tools.end(), strict)) return std::nullopt;
+    Json structures = Json::array();
+    Json triggers = Json::array();
+    for (const Json& t : tools) {
+        const auto structure = tool_call_structure(format, t["function"]["name"].get<std::string>());
+        if (!structure) return std::nullopt;
+        const Json& parameters = t["function"].contains("parameters") ? t["function"]["parameters"] : Json();
+        structures.push_back({{"begin", structure->begin},
+                              {"schema", strict(t) && parameters.is_object() ? parameters : Json::object()},
+                              {"end", structure->end}});
+        if (std::find(triggers.begin(), triggers.end(), structure->trigger) == triggers.end())
+            triggers.push_back(structure->trigger);
+    }
+    return Json{{"type", "structural_tag"}, {"structures", std::move(structures)}, {"triggers", std::move(triggers)}};
+}
+
 void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
                 GenerationRequest& base) {
     const Json* messages = r.get("messages");
@@ -653,6 +679,9 @@ void parse_chat(FieldReader& r, const ProtocolOptions& o, ParsedRequest& out,
             out.tool_calls.reset();
             out.tool_names.clear();
         }
+    } else if (tools && o.tool_calls && !base.params.constraint) {
+        if (auto tag = strict_tools_tag(*o.tool_calls, tools->tools))
+            base.params.constraint = OutputConstraint{OutputConstraint::Kind::kStructuralTag, dump(*tag)};
     }
     // serving_chat.py _process_messages: with tools on offer the output keeps its special
     // tokens, which is where many models' call markers are (Llama 3's <|python_tag|>).

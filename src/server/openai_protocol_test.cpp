@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/lazy_dfa.h"
+#include "grammar/structural_tag.h"
+
 namespace tessera::server {
 namespace {
 
@@ -802,6 +805,65 @@ TEST(ResponseBuilderTest, ForcedToolCallsAreTheOutputsList) {
     EXPECT_EQ(message["tool_calls"][1]["index"], 1);
     EXPECT_TRUE(message["content"].is_null() || message["content"] == "") << message;
     EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+}
+
+// function_call_parser.py get_structure_constraint: tool_choice "auto" with a strict tool holds
+// the calls to a structural tag built from the parser's call format; a tool that is not strict
+// gets any JSON; the request's own constraint wins; the pythonic format has no structure.
+TEST(OpenAiProtocolTest, StrictToolsHoldAutoCallsToAStructuralTag) {
+    ProtocolOptions o = options();
+    o.tool_calls = tool_call_format("qwen25").value();
+    const std::string tools = R"("tools": [
+        {"type": "function", "function": {"name": "weather", "strict": true, "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+        {"type": "function", "function": {"name": "time", "parameters": {"type": "object"}}}])";
+    const auto constraint = [&](const std::string& extra, const std::string& tool_list) {
+        const ParseOutcome p = parse_request(
+            ApiKind::kChatCompletion, R"({"messages": [{"role": "user", "content": "x"}], )" + tool_list + extra + "}",
+            o, "c");
+        EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error->message);
+        return p.ok() ? p.request.requests[0].params.constraint : std::nullopt;
+    };
+    const auto tag = constraint("", tools);
+    ASSERT_TRUE(tag.has_value());
+    ASSERT_EQ(tag->kind, OutputConstraint::Kind::kStructuralTag);
+    const Json spec = Json::parse(tag->text);
+    EXPECT_EQ(spec["triggers"], Json::array({"<tool_call>"}));
+    ASSERT_EQ(spec["structures"].size(), 2u);
+    EXPECT_EQ(spec["structures"][0]["begin"], "<tool_call>\n{\"name\":\"weather\", \"arguments\":");
+    EXPECT_EQ(spec["structures"][0]["end"], "}\n</tool_call>");
+    EXPECT_EQ(spec["structures"][0]["schema"]["required"], Json::array({"city"}));
+    EXPECT_EQ(spec["structures"][1]["schema"], Json::object()) << "not strict: any JSON";
+    // The tag compiles, and holds a call to the schema while the text around it is free.
+    auto nfa = grammar::structural_tag_nfa(tag->text);
+    ASSERT_TRUE(nfa.ok()) << nfa.status().message();
+    grammar::LazyDfa dfa(std::move(nfa.value()));
+    const auto matches = [&](std::string_view text) {
+        const std::int32_t end = dfa.walk(dfa.start(), text);
+        return end != grammar::LazyDfa::kDead && dfa.accepting(end);
+    };
+    EXPECT_TRUE(matches("Let me look.\n<tool_call>\n{\"name\":\"weather\", \"arguments\":{\"city\": \"Paris\"}}\n"
+                        "</tool_call>"));
+    EXPECT_FALSE(matches("<tool_call>\n{\"name\":\"weather\", \"arguments\":{\"town\": 1}}\n</tool_call>"));
+    EXPECT_TRUE(matches("<tool_call>\n{\"name\":\"time\", \"arguments\":{\"zone\": 1}}\n</tool_call>"));
+
+    const std::string loose = R"("tools": [{"type": "function", "function": {"name": "time"}}])";
+    EXPECT_FALSE(constraint("", loose).has_value()) << "no strict tool: no constraint";
+    EXPECT_FALSE(constraint(R"(, "tool_choice": "none")", tools).has_value());
+    const auto own = constraint(R"(, "regex": "a+")", tools);
+    ASSERT_TRUE(own.has_value());
+    EXPECT_EQ(own->kind, OutputConstraint::Kind::kRegex) << "the request's own constraint wins";
+    const auto forced = constraint(R"(, "tool_choice": "required")", tools);
+    ASSERT_TRUE(forced.has_value());
+    EXPECT_EQ(forced->kind, OutputConstraint::Kind::kJsonSchema) << "required stays a JSON list of calls";
+    o.tool_calls = tool_call_format("pythonic").value();
+    EXPECT_FALSE(constraint("", tools).has_value()) << "pythonic calls are not JSON: no structure";
+    o.tool_calls = tool_call_format("deepseekv31").value();
+    const auto deepseek = constraint("", tools);
+    ASSERT_TRUE(deepseek.has_value());
+    EXPECT_EQ(Json::parse(deepseek->text)["structures"][0]["begin"],
+              "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>weather"
+              "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>");
 }
 
 // --tool-call-parser qwen25 with a tool offered: calls become tool_calls, "stop" becomes

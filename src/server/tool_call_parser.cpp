@@ -71,6 +71,25 @@ StatusOr<ToolCallFormat> tool_call_format(std::string_view name) {
     return find_named_format(kFormats, "--tool-call-parser", name);
 }
 
+std::optional<ToolCallStructure> tool_call_structure(const ToolCallFormat& f, const std::string& tool) {
+    // The JSON formats open with the call's name and leave "arguments" for the schema.
+    const std::string json_head = "{\"name\":\"" + tool + "\", \"arguments\":";
+    if (f.name == "qwen25") return ToolCallStructure{f.call_begin + "\n" + json_head, "}\n" + f.call_end, f.call_begin};
+    if (f.name == "llama3") return ToolCallStructure{f.section_start + json_head, "}", f.section_start};
+    if (f.name == "mistral") return ToolCallStructure{f.section_start + " [" + json_head, "}]", f.section_start};
+    if (f.name == "deepseekv3")
+        return ToolCallStructure{f.section_start + f.call_begin + "function" + std::string(kDeepSeekSep) + tool +
+                                     "\n```json\n",
+                                 "\n```" + f.call_end + f.section_end, f.section_start};
+    if (f.name == "deepseekv31")
+        return ToolCallStructure{f.call_begin + tool + std::string(kDeepSeekSep), f.call_end, f.call_begin};
+    if (f.name == "kimi_k2")
+        return ToolCallStructure{
+            f.section_start + f.call_begin + "functions." + tool + ":0" + std::string(kKimiArguments),
+            f.call_end + f.section_end, f.section_start};
+    return std::nullopt;
+}
+
 ToolCallFormat forced_tool_call_format() {
     return {.name = "json_array", .section_start = "", .layout = Layout::kJsonValues};
 }

@@ -41,6 +41,17 @@ struct ToolCallFormat {
 // another name is refused, listing these.
 StatusOr<ToolCallFormat> tool_call_format(std::string_view name);
 
+// How a call of one tool is written, for a structural tag (SGLang's detectors' structure_info):
+// the text that opens a call of that tool up to its arguments, the text after them, and the
+// trigger that starts any call. nullopt for formats whose arguments are not a JSON value
+// (pythonic, whose detector refuses structural tags) and for the forced format.
+struct ToolCallStructure {
+    std::string begin;
+    std::string end;
+    std::string trigger;
+};
+std::optional<ToolCallStructure> tool_call_structure(const ToolCallFormat& format, const std::string& tool);
+
 // What tool_choice "required" or a named function makes the output (SGLang's JsonArrayParser):
 // the whole output one JSON list of {"name": ..., "parameters": {...}}, whatever
 // --tool-call-parser says.

@@ -11,7 +11,8 @@ the pattern, so every answer that matches shows the mask at work. Checked agains
   json_object, give JSON that fits the schema, spaced as the server's whitespace flags say;
 - a streamed completion with `regex` matches once its chunks are joined;
 - chat with tool_choice "required" or a named function answers tool_calls whose arguments fit
-  the tools' parameters, whole and streamed;
+  the tools' parameters, whole and streamed; with --tool-call-parser and a strict tool, the calls
+  the model writes under tool_choice "auto" fit too;
 - with --reasoning-parser, a require_reasoning request thinks unconstrained until </think> and is
   constrained after it;
 - an `ebnf` grammar (rules, literals, classes, repetition) gives a sentence of its root rule;
@@ -31,6 +32,7 @@ sys.path.insert(0, HERE)
 from e2e_support import Checks, Server, make_tiny_model, script_args  # noqa: E402
 
 THINK_END = 151668  # Qwen3's </think>
+TOOL_CALL = 151657  # Qwen3's <tool_call>
 LAYOUTS = [[], ["--disable-overlap-schedule"], ["--tp", "2"], ["--pp-size", "2"], ["--dp", "2"]]
 PHONE = r"\(\d{3}\) \d{3}-\d{4}"
 WORDS = r"(red|green|blue)( (and|or) (red|green|blue)){0,2}\."
@@ -209,6 +211,24 @@ def check_tool_choice(check, server, name):
                   (status, calls, finish))
 
 
+def check_strict_tools(check, server):
+    """--tool-call-parser qwen25 and a strict tool with tool_choice "auto": every call the model
+    writes is held to the tool's schema (a bias makes the random model open calls)."""
+    tool = {"type": "function", "function": {"name": "unit_of", "strict": True, "parameters": {
+        "type": "object", "properties": {"unit": {"enum": ["C", "F"]}}, "required": ["unit"],
+        "additionalProperties": False}}}
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "unit?"}], "tools": [tool], "max_tokens": 60,
+            "temperature": 0, "ignore_eos": True, "logit_bias": {str(TOOL_CALL): 30.0}, "stream": False}
+    status, calls, finish = chat_tool_calls(server, body)
+    ok = status == 200 and len(calls) >= 1 and all(
+        c["function"]["name"] == "unit_of" and json.loads(c["function"]["arguments"]) in ({"unit": "C"}, {"unit": "F"})
+        for c in calls)
+    check("strict tool, tool_choice auto: the calls fit the tool's schema", ok, (status, calls, finish))
+    status, calls, _ = chat_tool_calls(server, {**body, "tools": [{"type": "function", "function": {
+        **tool["function"], "strict": False}}]})
+    check("not strict: the same bias writes no call that parses", status == 200 and not calls, calls)
+
+
 def chat_tool_calls(server, body):
     """(status, the choice's tool_calls, finish_reason), joining a stream's deltas."""
     if not body["stream"]:
@@ -273,6 +293,14 @@ def main():
     first = greedy.get("TP1")
     for name, ids in greedy.items():
         check(f"{name}: greedy constrained tokens are one rank's", ids == first and ids is not None, (ids, first))
+
+    server = Server(tessera, model, ["--tool-call-parser", "qwen25", "--constrained-json-disable-any-whitespace"],
+                    os.path.join(workdir, "strict_tools.log"))
+    try:
+        if check("strict tools: server ready", server.ready()):
+            check_strict_tools(check, server)
+    finally:
+        server.close()
 
     server = Server(tessera, model, ["--reasoning-parser", "qwen3"], os.path.join(workdir, "reasoning.log"))
     try:
