@@ -298,6 +298,8 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
 
 void Engine::abort(const std::string& request_id) { push({Command::Kind::kAbort, {}, request_id}); }
 
+void Engine::abort_prefixed(const std::string& prefix) { push({Command::Kind::kAbortPrefixed, {}, prefix}); }
+
 StatusOr<std::string> Engine::open_session(const server::OpenSessionParams& params) {
     // Random as uuid4().hex (not from --random-seed): a session id is what lets a client
     // continue another's conversation.
@@ -427,6 +429,12 @@ void Engine::loop() {
                 case Command::Kind::kAbort:
                     scheduler_.abort(c.rid);
                     break;
+                case Command::Kind::kAbortPrefixed: {
+                    const int n = scheduler_.abort_prefixed(c.rid);
+                    TSR_LOG(INFO, "abort_request: {} request(s) {}", n,
+                            c.rid.empty() ? std::string("(all)") : "with ids starting " + c.rid);
+                    break;
+                }
                 case Command::Kind::kSessionClosed:  // released below
                     break;
                 case Command::Kind::kFlush: {

@@ -102,6 +102,7 @@ class Engine final : public server::Backend {
     // server::Backend
     Status submit(server::GenerationRequest request, server::EventCallback on_event) override;
     void abort(const std::string& request_id) override;
+    void abort_prefixed(const std::string& prefix) override;
     std::string served_model_name() const override { return config_.served_model_name; }
     std::int64_t max_model_len() const override { return config_.context_len; }
     bool ready() const override { return running_.load() && !draining_.load(); }
@@ -124,9 +125,9 @@ class Engine final : public server::Backend {
 
  private:
     struct Command {
-        enum class Kind { kAdd, kAbort, kFlush, kExpertRecord, kSessionClosed } kind;
+        enum class Kind { kAdd, kAbort, kAbortPrefixed, kFlush, kExpertRecord, kSessionClosed } kind;
         scheduler::Req req;  // kAdd
-        std::string rid;     // kAbort
+        std::string rid;     // kAbort; kAbortPrefixed: the prefix
         eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;  // kExpertRecord
     };
     struct StreamParams {

@@ -55,8 +55,10 @@ bool is_generation_route(const std::string& path) {
 }
 
 // Admin routes every worker must apply (SGLang's server has them; the gateway fans them out).
+// /abort_request too: a request id may be on any worker (SGLang's DP controller sends an
+// AbortReq to every DP rank).
 bool is_broadcast_route(const std::string& path) {
-    return path == "/flush_cache" || path == "/start_expert_distribution_record" ||
+    return path == "/flush_cache" || path == "/abort_request" || path == "/start_expert_distribution_record" ||
            path == "/stop_expert_distribution_record" || path == "/dump_expert_distribution_record";
 }
 
@@ -724,6 +726,10 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
             r.timeout = path == "/flush_cache" ? kInfoTimeout : std::chrono::milliseconds(60'000);
             const std::string auth = req.head.header("authorization");
             if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
+            if (!req.body.empty()) {
+                r.body = req.body;
+                r.headers.emplace_back("Content-Type", "application/json");
+            }
             auto got = e.ok() ? net::http_fetch(*e, r) : StatusOr<net::HttpResponse>(e.status());
             if (!got.ok() || got->status != 200)
                 failed += (failed.empty() ? "" : "; ") + url + ": " +

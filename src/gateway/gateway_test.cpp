@@ -331,6 +331,34 @@ TEST(GatewayTest, AdminRoutesReachEveryWorker) {
     EXPECT_EQ(post(g.port(), "/start_expert_distribution_record", "").status, 503) << "fanned out, so the dead worker shows";
 }
 
+// /abort_request goes to every worker with its body: a request id may be on any of them.
+TEST(GatewayTest, AbortRequestReachesEveryWorker) {
+    Worker a, b;
+    Gateway g(fast_options({a.url(), b.url()}, PolicyKind::kRoundRobin));
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    net::HttpResponse first, second;
+    const auto long_generate = [&](const std::string& rid, net::HttpResponse& out) {
+        return std::thread([&, rid] {
+            out = post(g.port(), "/generate",
+                       R"({"text": "x", "rid": ")" + rid + R"(", "sampling_params": {"max_new_tokens": 3000}})");
+        });
+    };
+    std::thread one = long_generate("job-1", first), two = long_generate("job-2", second);
+    for (int i = 0; i < 300 && a.backend.n_active() + b.backend.n_active() < 2; ++i)
+        std::this_thread::sleep_for(milliseconds(10));
+    ASSERT_EQ(a.backend.n_active(), 1u) << "round robin puts one on each worker";
+    ASSERT_EQ(b.backend.n_active(), 1u);
+    const auto aborted = post(g.port(), "/abort_request", R"({"rid": "job-"})");
+    EXPECT_EQ(aborted.status, 200) << aborted.body;
+    one.join();
+    two.join();
+    EXPECT_NE(first.body.find("\"abort\""), std::string::npos) << first.body;
+    EXPECT_NE(second.body.find("\"abort\""), std::string::npos) << second.body;
+    EXPECT_TRUE(a.backend.was_aborted("job-1") || a.backend.was_aborted("job-2"));
+    EXPECT_TRUE(b.backend.was_aborted("job-1") || b.backend.was_aborted("job-2"));
+}
+
 TEST(GatewayTest, InFlightTokensAreCountedByTheGivenCounter) {
     Worker w;
     w.backend.hold_until_active(2);  // the first request stays in flight until a second comes

@@ -196,7 +196,7 @@ Status Scheduler::make_room_in_queue(std::int64_t priority) {
     return Status(StatusCode::kUnavailable, "The request queue is full.");
 }
 
-bool Scheduler::abort(std::string_view rid) {
+bool Scheduler::abort(std::string_view rid, std::string_view error) {
     auto it = reqs_.find(std::string(rid));
     if (it == reqs_.end()) return false;
     Req& req = *it->second;
@@ -213,9 +213,17 @@ bool Scheduler::abort(std::string_view rid) {
         batch_is_full_ = false;
     }
     if (chunked_req_ == &req) chunked_req_ = nullptr;
-    finish(req, FinishReason::kAbort, "aborted by request");
+    finish(req, FinishReason::kAbort, std::string(error));
     drop_finished();
     return true;
+}
+
+int Scheduler::abort_prefixed(std::string_view prefix) {
+    std::vector<std::string> matched;
+    for (const auto& [rid, req] : reqs_)
+        if (rid.starts_with(prefix)) matched.push_back(rid);
+    for (const std::string& rid : matched) abort(rid, "");
+    return static_cast<int>(matched.size());
 }
 
 void Scheduler::emit(Req& req, const executor::SampledToken* token, const executor::SampledToken* unsampled) {

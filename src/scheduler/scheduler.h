@@ -164,8 +164,12 @@ class Scheduler {
     // prompt, Unavailable beyond max_queued_requests (no event is emitted then).
     // max_new_tokens is clamped to the context budget.
     Status add_request(Req req);
-    // Finishes the request with reason "abort" and releases its KV; false if unknown.
-    bool abort(std::string_view rid);
+    // Finishes the request with reason "abort" and releases its KV; false if unknown. `error`:
+    // what its final event reports ("" for none: the client asked for the abort).
+    bool abort(std::string_view rid, std::string_view error = "aborted by request");
+    // abort() of every request whose rid starts with `prefix` (all of them for ""), with no
+    // error (SGLang's /abort_request answers them as finished with reason "abort"); how many.
+    int abort_prefixed(std::string_view prefix);
     // One iteration of the loop: launches batches while fewer than max_in_flight_steps are in
     // flight, then collects the oldest and applies its results. Returns the kind of the
     // collected step (kIdle: nothing was in flight).

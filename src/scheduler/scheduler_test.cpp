@@ -864,6 +864,25 @@ TEST_P(SchedulerTest, AbortFreesKvInEveryState) {
     EXPECT_EQ(h.sched_.stats().available_tokens, cfg.max_total_num_tokens);
 }
 
+// /abort_request (scheduler.py abort_request): every request whose rid starts with the prefix,
+// running or waiting; "" is all of them.
+TEST_P(SchedulerTest, AbortPrefixedEndsTheMatchingRequests) {
+    Harness h(roomy(page()));
+    h.add(make_req("job-1", prompt(1, 30), 1000));
+    h.add(make_req("job-2", prompt(2, 30), 1000));
+    h.add(make_req("other", prompt(3, 30), 1000));
+    h.sched_.step();
+    h.add(make_req("job-3", prompt(4, 30), 1000));  // still waiting
+    EXPECT_EQ(h.sched_.abort_prefixed("job-"), 3);
+    EXPECT_EQ(h.sched_.abort_prefixed("job-"), 0);
+    for (const char* rid : {"job-1", "job-2", "job-3"}) EXPECT_EQ(h.results_[rid].reason, FinishReason::kAbort) << rid;
+    EXPECT_EQ(h.results_["other"].reason, FinishReason::kNone);
+    EXPECT_EQ(h.sched_.abort_prefixed(""), 1);
+    EXPECT_EQ(h.results_["other"].reason, FinishReason::kAbort);
+    EXPECT_TRUE(h.sched_.idle());
+    h.expect_pool_whole();
+}
+
 // A turn of a streaming session.
 Req turn(std::string rid, Tokens input, std::int64_t max_new) {
     Req r = make_req(std::move(rid), std::move(input), max_new);

@@ -172,6 +172,9 @@ class Backend {
     virtual Status submit(GenerationRequest request, EventCallback on_event) = 0;
     // Stops a request (client gone); its KV is freed; a final "abort" event follows.
     virtual void abort(const std::string& request_id) = 0;
+    // /abort_request: stops every request whose id starts with `prefix` ("" for all), as
+    // SGLang's scheduler matches (scheduler.py abort_request: req.rid.startswith(rid)).
+    virtual void abort_prefixed(const std::string& prefix) = 0;
 
     virtual std::string served_model_name() const = 0;
     virtual std::int64_t max_model_len() const = 0;

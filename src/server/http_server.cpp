@@ -238,9 +238,9 @@ class Session : public std::enable_shared_from_this<Session> {
         };
         Backend& backend = state_->backend;
         const auto record_action = expert_record_action(path);
-        const RouteKind kind = path == "/health"                       ? RouteKind::kOpen
-                               : path == "/flush_cache" || record_action ? RouteKind::kAdmin
-                                                                         : RouteKind::kApi;
+        // SGLang's @auth_level(ADMIN_OPTIONAL) routes: the admin key when there is one.
+        const bool admin = path == "/flush_cache" || path == "/abort_request" || record_action;
+        const RouteKind kind = path == "/health" ? RouteKind::kOpen : admin ? RouteKind::kAdmin : RouteKind::kApi;
         const auto header = [&](http::field f) { return std::string_view(req[f].data(), req[f].size()); };
         if (auto denied = check_access(state_->access, kind, header(http::field::host),
                                        header(http::field::authorization))) {
@@ -292,6 +292,20 @@ class Session : public std::enable_shared_from_this<Session> {
             std::variant<std::string, ApiError> id = parse_close_session(parser_->get().body());
             if (auto* error = std::get_if<ApiError>(&id)) return respond_error(*error);
             backend.close_session(std::get<std::string>(id));
+            respond(200, kJson, "");
+        } else if (path == "/abort_request") {
+            // http_server.py abort_request: {"rid": ..., "abort_all": ...}; every request whose id
+            // starts with rid stops with finish_reason "abort"; an empty rid stops none unless
+            // abort_all. Answers 200 with no body, as SGLang, whether or not any matched.
+            if (!allow(post, "POST") || !json_body()) return;
+            std::variant<AbortSelection, ApiError> parsed = parse_abort_request(parser_->get().body());
+            if (auto* error = std::get_if<ApiError>(&parsed)) return respond_error(*error);
+            const AbortSelection& selection = std::get<AbortSelection>(parsed);
+            if (selection.all) {
+                backend.abort_prefixed("");
+            } else if (!selection.rid.empty()) {
+                backend.abort_prefixed(selection.rid);
+            }
             respond(200, kJson, "");
         } else if (path == "/flush_cache") {
             if (!allow(post, "POST")) return;  // it changes state: never a GET a page can trigger

@@ -214,6 +214,36 @@ TEST_F(HttpServerTest, ThirtyTwoConcurrentStreams) {
   }
 }
 
+// SGLang's /abort_request: the requests whose ids start with rid end with finish_reason
+// "abort" (their clients get their answers at once); abort_all ends the rest; a bad body is a
+// 400 naming the field.
+TEST_F(HttpServerTest, AbortRequestEndsTheMatchingRequests) {
+    HttpResponse first, second, other;
+    const auto generate = [&](const std::string& rid, HttpResponse& out) {
+        return std::thread([&, rid] {
+            out = call("POST", "/generate",
+                       R"({"text": "x", "rid": ")" + rid + R"(", "sampling_params": {"max_new_tokens": 3000}})");
+        });
+    };
+    std::thread a = generate("job-1", first), b = generate("job-2", second), c = generate("other", other);
+    ASSERT_TRUE(eventually([&] { return backend_.n_active() == 3; }));
+    EXPECT_EQ(call("POST", "/abort_request", R"({"rid": "job-"})").status, 200);
+    a.join();
+    b.join();
+    EXPECT_EQ(first.json()["meta_info"]["finish_reason"]["type"], "abort") << first.body;
+    EXPECT_EQ(second.json()["meta_info"]["finish_reason"]["type"], "abort") << second.body;
+    EXPECT_FALSE(backend_.was_aborted("other"));
+    EXPECT_EQ(call("POST", "/abort_request", R"({"rid": ""})").status, 200);
+    EXPECT_FALSE(backend_.was_aborted("other")) << "an empty rid stops nothing";
+    EXPECT_EQ(call("POST", "/abort_request", R"({"abort_all": true})").status, 200);
+    c.join();
+    EXPECT_EQ(other.json()["meta_info"]["finish_reason"]["type"], "abort") << other.body;
+    HttpResponse bad = call("POST", "/abort_request", R"({"rid": 5})");
+    EXPECT_EQ(bad.status, 400);
+    EXPECT_NE(bad.body.find("rid"), std::string::npos) << bad.body;
+    EXPECT_EQ(call("GET", "/abort_request").status, 405);
+}
+
 TEST_F(HttpServerTest, DisconnectDuringNonStreamingRequestAborts) {
     auto c = std::make_unique<TestClient>(server_->port());
     ASSERT_TRUE(c->send_request("POST", "/generate", R"({"text": "x", "sampling_params": {"max_new_tokens": 4000}})"));
@@ -321,6 +351,8 @@ TEST_F(HttpServerTest, AccessControl) {
     EXPECT_EQ(as("POST", "/flush_cache", local + user).status, 401);
     EXPECT_EQ(as("POST", "/flush_cache", local + "Authorization: Bearer sk-admin\r\n").status, 200);
     EXPECT_EQ(as("GET", "/flush_cache", local + "Authorization: Bearer sk-admin\r\n").status, 405);
+    EXPECT_EQ(as("POST", "/abort_request", local + json + user, R"({"abort_all": true})").status, 401);
+    EXPECT_EQ(as("POST", "/abort_request", local + json + "Authorization: Bearer sk-admin\r\n", "{}").status, 200);
     // A Host the server does not answer to (a rebinding page's name), even with the key.
     HttpResponse foreign = as("GET", "/v1/models", "Host: attacker.example\r\n" + user);
     EXPECT_EQ(foreign.status, 403);

@@ -104,6 +104,16 @@ class FakeBackend : public Backend {
         }
         cv_.notify_all();
     }
+    void abort_prefixed(const std::string& prefix) override {
+        std::lock_guard lock(mu_);
+        for (Stream& s : streams_) {
+            if (s.id.starts_with(prefix) && s.n_tokens >= 0) {
+                aborted_.insert(s.id);
+                s.abort = true;
+            }
+        }
+        cv_.notify_all();
+    }
     std::string served_model_name() const override { return "tiny"; }
     std::int64_t max_model_len() const override { return 4096; }
     bool ready() const override { return ready_; }

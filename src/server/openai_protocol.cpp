@@ -1144,6 +1144,17 @@ std::variant<std::string, ApiError> parse_close_session(std::string_view body) {
     return *id;
 }
 
+std::variant<AbortSelection, ApiError> parse_abort_request(std::string_view body) {
+    Json root;
+    if (auto bad = parse_json_object(body, root)) return std::move(*bad);
+    FieldReader r(root, "");
+    AbortSelection selection;
+    if (auto rid = r.string("rid")) selection.rid = std::move(*rid);
+    if (auto all = r.boolean("abort_all")) selection.all = *all;
+    if (!r.ok()) return *r.error();
+    return selection;
+}
+
 ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOptions& options,
                            std::string id) {
     ParseOutcome outcome;

@@ -171,6 +171,14 @@ OpenSessionOutcome parse_open_session(std::string_view body);
 // /close_session's body: its session_id, or the error to answer.
 std::variant<std::string, ApiError> parse_close_session(std::string_view body);
 
+// /abort_request's body (io_struct.py AbortReq): rid ("" by default) and abort_all (false);
+// SGLang's other fields (finished_reason, abort_message) are read past.
+struct AbortSelection {
+    std::string rid;
+    bool all = false;
+};
+std::variant<AbortSelection, ApiError> parse_abort_request(std::string_view body);
+
 // Byte offset of the first invalid UTF-8 sequence, or npos when `text` is valid.
 std::size_t find_invalid_utf8(std::string_view text);
 

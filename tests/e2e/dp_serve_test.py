@@ -15,6 +15,7 @@
   tp2          --dp-size 2 --tp 2 (two replicas of two TP ranks, four processes): the same tokens.
   two nodes    --dp-size 2 --nnodes 2: one replica per "node" (two launches on loopback that
                differ only in --node-rank); the front on node 0 routes to node 1's replica.
+  abort        /abort_request through the front ends matching requests on both replicas.
   death        SIGKILL of replica 1's rank process stops the whole launch (non-zero exit,
                front port closed) within 30 s, as a rank death does in one replica.
 
@@ -86,6 +87,33 @@ def check_sessions(port):
           (status, data, status_after, data_after))
     check("round_robin still spreads the other requests", after[0] > before[0] and after[1] > before[1],
           f"{before} -> {after}")
+
+
+def check_abort(port):
+    """/abort_request through the front reaches both replicas: two long requests, one on each
+    (round_robin), end with finish_reason "abort"."""
+    results = {}
+
+    def long(rid):
+        status, data = call(port, "POST", "/generate", {"input_ids": PROMPTS[0], "rid": rid, "sampling_params": {
+            "max_new_tokens": 3000, "ignore_eos": True}})
+        results[rid] = (status, json.loads(data) if status == 200 else data)
+
+    threads = [threading.Thread(target=long, args=(f"batch-job-{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 10
+    while time.time() < deadline:  # until both replicas run one (their /get_load entries)
+        load_status, load = call(port, "GET", "/get_load")
+        if load_status == 200 and sum(e["num_reqs"] for e in json.loads(load)) >= 2:
+            break
+        time.sleep(0.05)
+    status, data = call(port, "POST", "/abort_request", {"rid": "batch-job-"})
+    for t in threads:
+        t.join(60)
+    ends = [r[1]["meta_info"]["finish_reason"]["type"] if r[0] == 200 else r for r in results.values()]
+    check("/abort_request through the front ends the requests on both replicas",
+          status == 200 and ends == ["abort", "abort"], (status, data, ends))
 
 
 def replica_requests(port):
@@ -166,6 +194,7 @@ def main():
         status, data = call(port, "POST", "/generate", {"input_ids": [1], "data_parallel_rank": 5})
         check("data_parallel_rank out of range is a 400", status == 400 and "data_parallel_rank" in data, data)
         check_sessions(port)
+        check_abort(port)
     finally:
         stop_server(two)
         log.close()

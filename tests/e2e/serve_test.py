@@ -159,6 +159,7 @@ def main():
             check_skip_tokenizer_init(tessera, model, port, a.workdir)
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
+        check_abort_request(port)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
         result = {}
         t = threading.Thread(target=lambda: result.update(r=post(port, "/v1/completions", {
@@ -524,6 +525,28 @@ def check_same_prompt(port, what, messages, extra, text):
         "max_new_tokens": 4, "temperature": 0, "ignore_eos": True}})
     check(what, status == 200 and status2 == 200 and chat["usage"]["prompt_tokens"] == gen["meta_info"]["prompt_tokens"]
           and chat["choices"][0]["message"]["content"] == gen["text"], f"{status} {status2} {chat} {gen}")
+
+
+def check_abort_request(port):
+    """SGLang's /abort_request: a long /generate with its own rid ends at once with finish_reason
+    "abort"; the server goes on serving."""
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=post(port, "/generate", {
+        "text": "a long one", "rid": "long-job-7", "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True}})))
+    t.start()
+    deadline = time.time() + 10
+    while time.time() < deadline and not prometheus_values(request(port, "GET", "/metrics")[1].decode()).get(
+            "sglang:num_running_reqs"):
+        time.sleep(0.05)
+    status, _ = post(port, "/abort_request", {"rid": "long-job"})
+    t.join(60)
+    gen_status, body = result.get("r", (0, None))
+    meta = body.get("meta_info", {}) if isinstance(body, dict) else {}
+    check("/abort_request ends the request whose rid it starts with (finish_reason abort)",
+          status == 200 and gen_status == 200 and meta.get("finish_reason", {}).get("type") == "abort"
+          and meta.get("completion_tokens", 4000) < 4000, f"{status} {gen_status} {str(body)[:300]}")
+    after, _ = post(port, "/generate", {"text": "still there", "sampling_params": {"max_new_tokens": 2}})
+    check("the server serves after an abort", after == 200, after)
 
 
 def check_conversation_template_file(tessera, model, workdir):
