@@ -300,6 +300,20 @@ void Engine::abort(const std::string& request_id) { push({Command::Kind::kAbort,
 
 void Engine::abort_prefixed(const std::string& prefix) { push({Command::Kind::kAbortPrefixed, {}, prefix}); }
 
+StatusOr<std::vector<std::int32_t>> Engine::tokenize(const std::string& text, bool add_special_tokens) const {
+    if (!tokenizer_) return Status::InvalidArgument("this server runs without a tokenizer (--skip-tokenizer-init)");
+    return tokenizer_->encode(text, add_special_tokens);
+}
+
+StatusOr<std::string> Engine::detokenize(const std::vector<std::int32_t>& ids, bool skip_special_tokens) const {
+    if (!tokenizer_) return Status::InvalidArgument("this server runs without a tokenizer (--skip-tokenizer-init)");
+    for (const std::int32_t id : ids)
+        if (id < 0 || id >= vocab_size())
+            return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                           std::to_string(vocab_size()) + ")");
+    return tokenizer_->decode(ids, skip_special_tokens);
+}
+
 StatusOr<std::string> Engine::open_session(const server::OpenSessionParams& params) {
     // Random as uuid4().hex (not from --random-seed): a session id is what lets a client
     // continue another's conversation.

@@ -103,6 +103,8 @@ class Engine final : public server::Backend {
     Status submit(server::GenerationRequest request, server::EventCallback on_event) override;
     void abort(const std::string& request_id) override;
     void abort_prefixed(const std::string& prefix) override;
+    StatusOr<std::vector<std::int32_t>> tokenize(const std::string& text, bool add_special_tokens) const override;
+    StatusOr<std::string> detokenize(const std::vector<std::int32_t>& ids, bool skip_special_tokens) const override;
     std::string served_model_name() const override { return config_.served_model_name; }
     std::int64_t max_model_len() const override { return config_.context_len; }
     bool ready() const override { return running_.load() && !draining_.load(); }

@@ -172,6 +172,14 @@ class Backend {
     virtual Status submit(GenerationRequest request, EventCallback on_event) = 0;
     // Stops a request (client gone); its KV is freed; a final "abort" event follows.
     virtual void abort(const std::string& request_id) = 0;
+    // /v1/tokenize and /v1/detokenize: the tokenizer's ids of a text, and the text of ids
+    // (InvalidArgument for ids outside the vocabulary, or a server without a tokenizer).
+    virtual StatusOr<std::vector<std::int32_t>> tokenize(const std::string&, bool /*add_special_tokens*/) const {
+        return Status::InvalidArgument("this server has no tokenizer");
+    }
+    virtual StatusOr<std::string> detokenize(const std::vector<std::int32_t>&, bool /*skip_special_tokens*/) const {
+        return Status::InvalidArgument("this server has no tokenizer");
+    }
     // /abort_request: stops every request whose id starts with `prefix` ("" for all), as
     // SGLang's scheduler matches (scheduler.py abort_request: req.rid.startswith(rid)).
     virtual void abort_prefixed(const std::string& prefix) = 0;

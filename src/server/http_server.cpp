@@ -293,6 +293,37 @@ class Session : public std::enable_shared_from_this<Session> {
             if (auto* error = std::get_if<ApiError>(&id)) return respond_error(*error);
             backend.close_session(std::get<std::string>(id));
             respond(200, kJson, "");
+        } else if (path == "/v1/tokenize" || path == "/tokenize") {
+            // serving_tokenize.py OpenAIServingTokenize: the ids and their count per prompt, and
+            // the context length.
+            if (!allow(post, "POST") || !json_body()) return;
+            auto parsed = parse_tokenize_request(parser_->get().body());
+            if (auto* error = std::get_if<ApiError>(&parsed)) return respond_error(*error);
+            const TokenizeInput& in = std::get<TokenizeInput>(parsed);
+            nlohmann::json tokens = nlohmann::json::array(), counts = nlohmann::json::array();
+            for (const std::string& prompt : in.prompts) {
+                auto ids = backend.tokenize(prompt, in.add_special_tokens);
+                if (!ids.ok()) return respond_error(ApiError::from_status(ids.status()));
+                counts.push_back(ids->size());
+                tokens.push_back(std::move(ids).value());
+            }
+            respond(200, kJson, nlohmann::ordered_json{{"tokens", in.batched ? tokens : tokens[0]},
+                                                       {"count", in.batched ? counts : counts[0]},
+                                                       {"max_model_len", backend.max_model_len()}}
+                                    .dump());
+        } else if (path == "/v1/detokenize" || path == "/detokenize") {
+            if (!allow(post, "POST") || !json_body()) return;
+            auto parsed = parse_detokenize_request(parser_->get().body());
+            if (auto* error = std::get_if<ApiError>(&parsed)) return respond_error(*error);
+            const DetokenizeInput& in = std::get<DetokenizeInput>(parsed);
+            nlohmann::json texts = nlohmann::json::array();
+            for (const auto& ids : in.sequences) {
+                auto text = backend.detokenize(ids, in.skip_special_tokens);
+                if (!text.ok()) return respond_error(ApiError::from_status(text.status()));
+                texts.push_back(std::move(text).value());
+            }
+            respond(200, kJson, nlohmann::json{{"text", in.batched ? texts : texts[0]}}.dump(
+                                    -1, ' ', false, nlohmann::json::error_handler_t::replace));
         } else if (path == "/abort_request") {
             // http_server.py abort_request: {"rid": ..., "abort_all": ...}; every request whose id
             // starts with rid stops with finish_reason "abort"; an empty rid stops none unless

@@ -244,6 +244,29 @@ TEST_F(HttpServerTest, AbortRequestEndsTheMatchingRequests) {
     EXPECT_EQ(call("GET", "/abort_request").status, 405);
 }
 
+// serving_tokenize.py: /v1/tokenize and /v1/detokenize (and their /tokenize, /detokenize
+// names), one prompt or a list.
+TEST_F(HttpServerTest, TokenizeAndDetokenize) {
+    HttpResponse r = call("POST", "/v1/tokenize", R"({"model": "tiny", "prompt": "ab"})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json(), Json::parse(R"({"tokens": [1, 97, 98], "count": 3, "max_model_len": 4096})"));
+    r = call("POST", "/tokenize", R"({"prompt": ["a", "bc"], "add_special_tokens": false})");
+    EXPECT_EQ(r.json(), Json::parse(R"({"tokens": [[97], [98, 99]], "count": [1, 2], "max_model_len": 4096})"));
+    r = call("POST", "/v1/detokenize", R"({"tokens": [1, 104, 105]})");
+    EXPECT_EQ(r.json(), Json::parse(R"({"text": "hi"})"));
+    r = call("POST", "/detokenize", R"({"tokens": [[1, 104], [105]], "skip_special_tokens": false})");
+    EXPECT_EQ(r.json(), Json::parse(R"({"text": ["\u0001h", "i"]})"));
+    EXPECT_EQ(call("POST", "/v1/detokenize", R"({"tokens": []})").json(), Json::parse(R"({"text": ""})"));
+    for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+             {"/v1/tokenize", "{}"}, {"/v1/tokenize", R"({"prompt": 5})"}, {"/v1/detokenize", R"({"tokens": "x"})"},
+             {"/v1/detokenize", R"({"tokens": [1.5]})"}, {"/v1/detokenize", R"({"tokens": [[1], 2]})"},
+             {"/v1/detokenize", R"({"tokens": [300]})"}}) {
+        r = call("POST", path, body);
+        EXPECT_EQ(r.status, 400) << path << " " << body << ": " << r.body;
+    }
+    EXPECT_EQ(call("GET", "/v1/tokenize").status, 405);
+}
+
 TEST_F(HttpServerTest, DisconnectDuringNonStreamingRequestAborts) {
     auto c = std::make_unique<TestClient>(server_->port());
     ASSERT_TRUE(c->send_request("POST", "/generate", R"({"text": "x", "sampling_params": {"max_new_tokens": 4000}})"));

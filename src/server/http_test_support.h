@@ -114,6 +114,21 @@ class FakeBackend : public Backend {
         }
         cv_.notify_all();
     }
+    // One id per byte; add_special_tokens puts a 1 (a BOS) first; ids above 255 are refused.
+    StatusOr<std::vector<std::int32_t>> tokenize(const std::string& text, bool add_special_tokens) const override {
+        std::vector<std::int32_t> ids;
+        if (add_special_tokens) ids.push_back(1);
+        for (const unsigned char c : text) ids.push_back(c);
+        return ids;
+    }
+    StatusOr<std::string> detokenize(const std::vector<std::int32_t>& ids, bool skip_special_tokens) const override {
+        std::string text;
+        for (const std::int32_t id : ids) {
+            if (id < 0 || id > 255) return Status::InvalidArgument("token id " + std::to_string(id) + " is outside");
+            if (!(skip_special_tokens && id == 1)) text += static_cast<char>(id);
+        }
+        return text;
+    }
     std::string served_model_name() const override { return "tiny"; }
     std::int64_t max_model_len() const override { return 4096; }
     bool ready() const override { return ready_; }

@@ -179,6 +179,23 @@ struct AbortSelection {
 };
 std::variant<AbortSelection, ApiError> parse_abort_request(std::string_view body);
 
+// /v1/tokenize's body (protocol.py TokenizeRequest): prompt, a string or a list of them (one
+// answer each), and add_special_tokens (true); "model" is read past.
+struct TokenizeInput {
+    std::vector<std::string> prompts;
+    bool batched = false;  // prompt was a list: tokens and count are lists too
+    bool add_special_tokens = true;
+};
+std::variant<TokenizeInput, ApiError> parse_tokenize_request(std::string_view body);
+// /v1/detokenize's body (DetokenizeRequest): tokens, a list of ids or a list of such lists,
+// and skip_special_tokens (true).
+struct DetokenizeInput {
+    std::vector<std::vector<std::int32_t>> sequences;
+    bool batched = false;
+    bool skip_special_tokens = true;
+};
+std::variant<DetokenizeInput, ApiError> parse_detokenize_request(std::string_view body);
+
 // Byte offset of the first invalid UTF-8 sequence, or npos when `text` is valid.
 std::size_t find_invalid_utf8(std::string_view text);
 

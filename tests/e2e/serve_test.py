@@ -160,6 +160,7 @@ def main():
         if a.tp == 2 and a.pp == 1 and a.arch == "qwen3":
             check_stalled_rank(tessera, model, a.workdir)
         check_abort_request(port)
+        check_tokenize(port)
         # SIGTERM with a request in flight: it finishes, then the server exits 0.
         result = {}
         t = threading.Thread(target=lambda: result.update(r=post(port, "/v1/completions", {
@@ -525,6 +526,21 @@ def check_same_prompt(port, what, messages, extra, text):
         "max_new_tokens": 4, "temperature": 0, "ignore_eos": True}})
     check(what, status == 200 and status2 == 200 and chat["usage"]["prompt_tokens"] == gen["meta_info"]["prompt_tokens"]
           and chat["choices"][0]["message"]["content"] == gen["text"], f"{status} {status2} {chat} {gen}")
+
+
+def check_tokenize(port):
+    """/v1/tokenize gives the ids /generate reads for the same text; /v1/detokenize gives it back."""
+    text = "Hello, world! 你好"
+    status, tok = post(port, "/v1/tokenize", {"prompt": text})
+    status2, gen = post(port, "/generate", {"text": text, "return_logprob": True, "logprob_start_len": 0,
+                                            "sampling_params": {"max_new_tokens": 0}})
+    ids = [e[1] for e in gen["meta_info"]["input_token_logprobs"]] if status2 == 200 else None
+    context = json.loads(request(port, "GET", "/v1/models")[1])["data"][0]["max_model_len"]
+    check("/v1/tokenize: the ids /generate reads, their count and the context length",
+          status == 200 and tok["tokens"] == ids and tok["count"] == len(ids) and tok["max_model_len"] == context,
+          f"{tok} {ids}")
+    status, back = post(port, "/v1/detokenize", {"tokens": tok.get("tokens", []) if status == 200 else []})
+    check("/v1/detokenize gives the text back", status == 200 and back["text"] == text, back)
 
 
 def check_abort_request(port):
