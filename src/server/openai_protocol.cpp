@@ -1134,76 +1134,84 @@ OpenSessionOutcome parse_open_session(std::string_view body) {
     return outcome;
 }
 
-std::variant<std::string, ApiError> parse_close_session(std::string_view body) {
+namespace {
+
+// A route's JSON object body as `read` takes it from its fields (failing through the reader),
+// or the error to answer.
+template <typename T, typename Read>
+std::variant<T, ApiError> read_body(std::string_view body, Read read) {
     Json root;
     if (auto bad = parse_json_object(body, root)) return std::move(*bad);
     FieldReader r(root, "");
-    std::optional<std::string> id = r.string("session_id");
-    if (!id && r.ok()) r.fail("session_id", "is required");
+    T out = read(r);
     if (!r.ok()) return *r.error();
-    return *id;
+    return out;
+}
+
+}  // namespace
+
+std::variant<std::string, ApiError> parse_close_session(std::string_view body) {
+    return read_body<std::string>(body, [](FieldReader& r) {
+        std::optional<std::string> id = r.string("session_id");
+        if (!id && r.ok()) r.fail("session_id", "is required");
+        return id.value_or("");
+    });
 }
 
 std::variant<AbortSelection, ApiError> parse_abort_request(std::string_view body) {
-    Json root;
-    if (auto bad = parse_json_object(body, root)) return std::move(*bad);
-    FieldReader r(root, "");
-    AbortSelection selection;
-    if (auto rid = r.string("rid")) selection.rid = std::move(*rid);
-    if (auto all = r.boolean("abort_all")) selection.all = *all;
-    if (!r.ok()) return *r.error();
-    return selection;
+    return read_body<AbortSelection>(body, [](FieldReader& r) {
+        AbortSelection selection;
+        if (auto rid = r.string("rid")) selection.rid = std::move(*rid);
+        if (auto all = r.boolean("abort_all")) selection.all = *all;
+        return selection;
+    });
 }
 
 std::variant<TokenizeInput, ApiError> parse_tokenize_request(std::string_view body) {
-    Json root;
-    if (auto bad = parse_json_object(body, root)) return std::move(*bad);
-    FieldReader r(root, "");
-    TokenizeInput in;
-    const Json* prompt = r.get("prompt");
-    if (prompt && prompt->is_string()) {
-        in.prompts.push_back(prompt->get<std::string>());
-    } else if (prompt && prompt->is_array() &&
-               std::all_of(prompt->begin(), prompt->end(), [](const Json& p) { return p.is_string(); })) {
-        in.batched = true;
-        for (const Json& p : *prompt) in.prompts.push_back(p.get<std::string>());
-    } else {
-        r.fail("prompt", "is required: a string or a list of strings");
-    }
-    if (auto v = r.boolean("add_special_tokens")) in.add_special_tokens = *v;
-    if (!r.ok()) return *r.error();
-    return in;
+    return read_body<TokenizeInput>(body, [](FieldReader& r) {
+        TokenizeInput in;
+        const Json* prompt = r.get("prompt");
+        if (prompt && prompt->is_string()) {
+            in.prompts.push_back(prompt->get<std::string>());
+        } else if (prompt && prompt->is_array() &&
+                   std::all_of(prompt->begin(), prompt->end(), [](const Json& p) { return p.is_string(); })) {
+            in.batched = true;
+            for (const Json& p : *prompt) in.prompts.push_back(p.get<std::string>());
+        } else {
+            r.fail("prompt", "is required: a string or a list of strings");
+        }
+        if (auto v = r.boolean("add_special_tokens")) in.add_special_tokens = *v;
+        return in;
+    });
 }
 
 std::variant<DetokenizeInput, ApiError> parse_detokenize_request(std::string_view body) {
-    Json root;
-    if (auto bad = parse_json_object(body, root)) return std::move(*bad);
-    FieldReader r(root, "");
-    DetokenizeInput in;
-    const auto ids = [](const Json& list, std::vector<std::int32_t>& out) {
-        for (const Json& t : list) {
-            if (!t.is_number_integer() || t.get<std::int64_t>() < INT32_MIN || t.get<std::int64_t>() > INT32_MAX)
-                return false;
-            out.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
-        }
-        return true;
-    };
-    const Json* tokens = r.get("tokens");
-    bool ok = tokens && tokens->is_array();
-    if (ok && !tokens->empty() && (*tokens)[0].is_array()) {
-        in.batched = true;
-        for (const Json& list : *tokens) {
+    return read_body<DetokenizeInput>(body, [](FieldReader& r) {
+        DetokenizeInput in;
+        const auto ids = [](const Json& list, std::vector<std::int32_t>& out) {
+            for (const Json& t : list) {
+                if (!t.is_number_integer() || t.get<std::int64_t>() < INT32_MIN || t.get<std::int64_t>() > INT32_MAX)
+                    return false;
+                out.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+            }
+            return true;
+        };
+        const Json* tokens = r.get("tokens");
+        bool ok = tokens && tokens->is_array();
+        if (ok && !tokens->empty() && (*tokens)[0].is_array()) {
+            in.batched = true;
+            for (const Json& list : *tokens) {
+                in.sequences.emplace_back();
+                ok = ok && list.is_array() && ids(list, in.sequences.back());
+            }
+        } else if (ok) {
             in.sequences.emplace_back();
-            ok = ok && list.is_array() && ids(list, in.sequences.back());
+            ok = ids(*tokens, in.sequences.back());
         }
-    } else if (ok) {
-        in.sequences.emplace_back();
-        ok = ids(*tokens, in.sequences.back());
-    }
-    if (!ok) r.fail("tokens", "is required: a list of token ids, or a list of such lists");
-    if (auto v = r.boolean("skip_special_tokens")) in.skip_special_tokens = *v;
-    if (!r.ok()) return *r.error();
-    return in;
+        if (!ok) r.fail("tokens", "is required: a list of token ids, or a list of such lists");
+        if (auto v = r.boolean("skip_special_tokens")) in.skip_special_tokens = *v;
+        return in;
+    });
 }
 
 ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOptions& options,

@@ -29,7 +29,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_support import Checks, Server, make_tiny_model, script_args  # noqa: E402
+from e2e_support import Checks, Server, make_tiny_model, script_args, with_server  # noqa: E402
 
 THINK_END = 151668  # Qwen3's </think>
 TOOL_CALL = 151657  # Qwen3's <tool_call>
@@ -294,13 +294,9 @@ def main():
     for name, ids in greedy.items():
         check(f"{name}: greedy constrained tokens are one rank's", ids == first and ids is not None, (ids, first))
 
-    server = Server(tessera, model, ["--tool-call-parser", "qwen25", "--constrained-json-disable-any-whitespace"],
-                    os.path.join(workdir, "strict_tools.log"))
-    try:
-        if check("strict tools: server ready", server.ready()):
-            check_strict_tools(check, server)
-    finally:
-        server.close()
+    with_server(check, "strict tools", tessera, model,
+                ["--tool-call-parser", "qwen25", "--constrained-json-disable-any-whitespace"],
+                os.path.join(workdir, "strict_tools.log"), lambda server: check_strict_tools(check, server))
 
     server = Server(tessera, model, ["--reasoning-parser", "qwen3"], os.path.join(workdir, "reasoning.log"))
     try:

@@ -147,3 +147,14 @@ class Server:
     def close(self):
         stop_server(self.proc)
         self.log.close()
+
+
+def with_server(check, name, tessera, model, flags, log_path, checks):
+    """A Server for `checks(server)`, run once it is ready (a failed start is a failed check named
+    `name`), and stopped whatever happens."""
+    server = Server(tessera, model, flags, log_path)
+    try:
+        if check(f"{name}: server ready", server.ready()):
+            checks(server)
+    finally:
+        server.close()

@@ -28,7 +28,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_support import Checks, Server, call, make_tiny_model, script_args  # noqa: E402
+from e2e_support import Checks, Server, call, make_tiny_model, script_args, with_server  # noqa: E402
 
 GREEDY = {"temperature": 0, "max_new_tokens": 5, "ignore_eos": True}
 
@@ -217,13 +217,9 @@ def main():
         finally:
             server.close()
     moe = make_tiny_model(tessera, os.path.join(workdir, "moe"), arch="qwen3-moe")
-    server = Server(tessera, moe, ["--tp", "2", "--dp", "2", "--enable-dp-attention", "--enable-streaming-session"],
-                    os.path.join(workdir, "serve_dp_attention.log"))
-    try:
-        if check("server with --enable-dp-attention ready", server.ready()):
-            dp_attention_checks(check, server)
-    finally:
-        server.close()
+    with_server(check, "--enable-dp-attention", tessera, moe,
+                ["--tp", "2", "--dp", "2", "--enable-dp-attention", "--enable-streaming-session"],
+                os.path.join(workdir, "serve_dp_attention.log"), lambda server: dp_attention_checks(check, server))
     return check.report()
 
 
