@@ -270,6 +270,18 @@ class Session : public std::enable_shared_from_this<Session> {
             if (allow(get, "GET")) health_generate();
         } else if (path == "/v1/models") {
             if (allow(get, "GET")) respond(200, kJson, models_json());
+        } else if (path.starts_with("/v1/models/")) {
+            // http_server.py retrieve_model: the served model's card, or OpenAI's 404.
+            if (!allow(get, "GET")) return;
+            const std::string model = path.substr(std::string_view("/v1/models/").size());
+            if (model == state_->protocol.served_model_name) {
+                respond(200, kJson, nlohmann::ordered_json::parse(models_json())["data"][0].dump());
+            } else {
+                respond_error(ApiError{.http_status = 404,
+                                       .message = "The model '" + model + "' does not exist",
+                                       .param = "model",
+                                       .code = "model_not_found"});
+            }
         } else if (path == "/get_server_info" || path == "/server_info") {
             if (allow(get, "GET")) respond(200, kJson, backend.server_info().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         } else if (path == "/model_info" || path == "/get_model_info") {

@@ -244,6 +244,18 @@ TEST_F(HttpServerTest, AbortRequestEndsTheMatchingRequests) {
     EXPECT_EQ(call("GET", "/abort_request").status, 405);
 }
 
+// GET /v1/models/NAME: the served model's card, another name OpenAI's 404.
+TEST_F(HttpServerTest, RetrieveModel) {
+    HttpResponse r = call("GET", "/v1/models/tiny");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json()["id"], "tiny");
+    EXPECT_EQ(r.json()["object"], "model");
+    r = call("GET", "/v1/models/org/other");
+    EXPECT_EQ(r.status, 404);
+    EXPECT_EQ(r.json()["error"]["code"], "model_not_found") << r.body;
+    EXPECT_NE(r.body.find("The model 'org/other' does not exist"), std::string::npos) << r.body;
+}
+
 // serving_tokenize.py: /v1/tokenize and /v1/detokenize (and their /tokenize, /detokenize
 // names), one prompt or a list.
 TEST_F(HttpServerTest, TokenizeAndDetokenize) {
