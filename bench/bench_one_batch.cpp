@@ -31,11 +31,13 @@ struct RunTimes {
 };
 
 // One prefill step over the whole batch, then `n_decode` decode steps; greedy, and the
-// sampled token is fed back whatever it is (the run never stops early at an EOS).
-StatusOr<RunTimes> run_batch(models::Model& model, ThreadPool& pool, const OneBatchOptions& o, std::int64_t n_decode,
-                             std::uint64_t seed) {
+// sampled token is fed back whatever it is (the run never stops early at an EOS). The warm-up
+// and the timed run share `cache`, as SGLang's bench_one_batch.py reuses its model runner's
+// pool: the timed prefill then writes KV pages already touched, as a serving rank does, and
+// does not count the kernel zeroing them on first touch.
+StatusOr<RunTimes> run_batch(models::Model& model, ThreadPool& pool, kvcache::KvCache& cache,
+                             const OneBatchOptions& o, std::int64_t n_decode, std::uint64_t seed) {
     const std::int64_t rows_per_seq = o.input_len + o.output_len;
-    kvcache::KvCache cache(model.kv_cache_shape(), rows_per_seq * o.batch_size);
     executor::ModelRunner runner(model, cache.view(), &pool);
     const std::int64_t vocab = model.config().vocab_size;
     std::mt19937_64 rng(seed);
@@ -126,13 +128,14 @@ StatusOr<OneBatchResult> run_one_batch(const OneBatchOptions& o) {
     TSR_LOG(INFO, "bench one-batch: {} ({} weights, {:.1f} MB), {} threads, {} kernels; KV cache {:.1f} MB",
             o.model_path, r.dtype, r.weight_mb, r.threads, r.kernels, kv_mb);
 
+    kvcache::KvCache cache(model->kv_cache_shape(), o.batch_size * (o.input_len + o.output_len));
     if (o.warmup) {
         TSR_LOG(INFO, "warmup run");
-        TSR_ASSIGN_OR_RETURN(RunTimes warm,
-                             run_batch(*model, pool, o, std::min<std::int64_t>(o.output_len - 1, 4), o.seed + 1));
+        const std::int64_t warm_steps = std::min<std::int64_t>(o.output_len - 1, 4);
+        TSR_ASSIGN_OR_RETURN(RunTimes warm, run_batch(*model, pool, cache, o, warm_steps, o.seed + 1));
         (void)warm;
     }
-    TSR_ASSIGN_OR_RETURN(RunTimes t, run_batch(*model, pool, o, o.output_len - 1, o.seed));
+    TSR_ASSIGN_OR_RETURN(RunTimes t, run_batch(*model, pool, cache, o, o.output_len - 1, o.seed));
     const double batch = static_cast<double>(o.batch_size);
     r.prefill_latency_s = t.prefill_s;
     r.prefill_throughput_tok_s = t.prefill_s > 0 ? batch * static_cast<double>(o.input_len) / t.prefill_s : 0.0;
