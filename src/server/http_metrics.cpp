@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "base/histogram.h"
 #include "base/logging.h"
 
 namespace tessera::server {
@@ -42,12 +43,6 @@ std::optional<double> number(const std::string& text) {
 }
 
 // Prometheus float rendering ("1.0", "0.25", "+Inf").
-std::string prom_number(double v) {
-    std::string s = fmt::format("{}", v);
-    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-    return s;
-}
-
 std::string escape_label(const std::string& v) {
     std::string out;
     for (char c : v) {
@@ -115,29 +110,6 @@ Status check_latency_buckets(std::string_view flag, const std::vector<double>& b
                 "{} {}: give non-negative bounds in increasing order, in seconds", flag, fmt::join(bounds, " ")));
     }
     return Status::Ok();
-}
-
-Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
-
-void Histogram::observe(double value, std::int64_t count) {
-    std::size_t i = 0;
-    while (i < bounds_.size() && value > bounds_[i]) ++i;
-    counts_[i] += count;
-    sum_ += value * static_cast<double>(count);
-    count_ += count;
-}
-
-void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
-    // labels is "model_name=\"x\""; buckets add le.
-    std::int64_t cumulative = 0;
-    for (std::size_t i = 0; i <= bounds_.size(); ++i) {
-        cumulative += counts_[i];
-        const std::string le = i < bounds_.size() ? prom_number(bounds_[i]) : "+Inf";
-        out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, le, prom_number(static_cast<double>(cumulative)));
-    }
-    out += fmt::format("{}_sum{{{}}} {}\n", name, labels, prom_number(sum_));
-    out += fmt::format("{}_count{{{}}} {}\n", name, labels, prom_number(static_cast<double>(count_)));
 }
 
 namespace {
@@ -290,7 +262,7 @@ std::string HttpMetrics::render() const {
     auto counter = [&](const char* base, const char* help, double Series::*value) {
         out += fmt::format("# HELP sglang:{} {}\n# TYPE sglang:{} counter\n", base, help, base);
         for (const auto& [key, s] : series_)
-            out += fmt::format("sglang:{}_total{{{}{}}} {}\n", base, labels_, key, prom_number(s.*value));
+            out += fmt::format("sglang:{}_total{{{}{}}} {}\n", base, labels_, key, prometheus_number(s.*value));
     };
     counter("prompt_tokens", "Number of prefill tokens processed.", &Series::prompt_tokens);
     counter("generation_tokens", "Number of generation tokens processed.", &Series::generation_tokens);

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/histogram.h"
 #include "base/status.h"
 
 namespace tessera::server {
@@ -51,21 +52,6 @@ Status check_label_name(std::string_view flag, const std::string& name);
 struct CustomMetricLabels {
     std::string header = "x-custom-labels";
     std::vector<std::string> allowed;
-};
-
-// A Prometheus histogram with fixed upper bounds (seconds); +Inf is implicit.
-class Histogram {
- public:
-    explicit Histogram(std::vector<double> bounds);
-    void observe(double value, std::int64_t count = 1);
-    // Appends the _bucket / _sum / _count samples of `name` with the given label text.
-    void render(std::string& out, const std::string& name, const std::string& labels) const;
-
- private:
-    std::vector<double> bounds_;
-    std::vector<std::int64_t> counts_;  // per bucket, not cumulative; last = +Inf
-    double sum_ = 0.0;
-    std::int64_t count_ = 0;
 };
 
 class HttpMetrics {
