@@ -175,6 +175,17 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     }
     // SGLang's default loop (scheduler.py event_loop_overlap); PP turned it off in the args.
     sc.overlap_schedule = !args.disable_overlap_schedule;
+    if (args.enable_prefill_delayer) {
+        sc.prefill_delayer = scheduler::PrefillDelayerConfig{
+            .max_delay_passes = args.prefill_delayer_max_delay_passes,
+            .token_usage_low_watermark = args.prefill_delayer_token_usage_low_watermark,
+            .queue_min_ratio = args.prefill_delayer_queue_min_ratio,
+            .max_delay_ms = args.prefill_delayer_max_delay_ms.value_or(5000.0),
+            .dp_attention = args.enable_dp_attention,
+            .dp_size = args.dp_size,
+            .forward_passes_buckets = args.prefill_delayer_forward_passes_buckets,
+            .wait_seconds_buckets = args.prefill_delayer_wait_seconds_buckets};
+    }
     TSR_RETURN_IF_ERROR(sc.validate());
     report_stage(rt, "running");
     return rank;
@@ -305,6 +316,7 @@ StatusOr<std::unique_ptr<LeaderRunner>> LeaderRunner::create(ModelRank& rank, co
                                           rank.scheduler.max_in_flight_steps, true, dpa.tp_size};
         p.dp_attention =
             std::make_unique<executor::DpAttentionLeaderRunner>(*rank.model, kv, rank.threads.get(), dpa, stages);
+        if (rt.attn_dp_group) p.dp_attention->enable_prefill_agreement(*rt.attn_dp_group);
         lr->runner_ = p.dp_attention.get();
         // Every group's leader profiles stage 0 at once with the same batches (their collectives
         // span all groups); each fits the same curve.

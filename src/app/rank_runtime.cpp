@@ -181,6 +181,13 @@ StatusOr<RankRuntime> init_rank_runtime(const server::ServerArgs& args, std::opt
         if (!attn_tp_group.ok()) return with_peer_stages(rt, attn_tp_group.status());
         rt.attn_tp_group = std::move(attn_tp_group).value();
     }
+    if (args.enable_prefill_delayer && layout.attn_dp_size() > 1) {
+        dist::GroupFactoryOptions agreement_options = go;
+        agreement_options.name_prefix = "prefill_delayer_";
+        auto attn_dp_group = dist::create_group(layout, dist::GroupKind::kAttnDp, rank, *rt.store, agreement_options);
+        if (!attn_dp_group.ok()) return with_peer_stages(rt, attn_dp_group.status());
+        rt.attn_dp_group = std::move(attn_dp_group).value();
+    }
     const std::string attention = layout.attn_dp_size() > 1 ? fmt::format(" (attn_dp {} attn_tp {})",
                                                                            rt.coords.attn_dp_rank, rt.coords.attn_tp_rank)
                                                                : std::string();

@@ -29,6 +29,9 @@ struct RankRuntime {
     // DP-attention: the ranks of this rank's attention-DP group (null when attn_tp_size == 1
     // or without DP-attention).
     std::unique_ptr<dist::ProcessGroup> attn_tp_group;
+    // --enable-prefill-delayer under DP attention: the attention-DP groups' leaders (and, unused,
+    // their attention-TP partners), who agree before each prefill (executor/prefill_agreement.h).
+    std::unique_ptr<dist::ProcessGroup> attn_dp_group;
     // --enable-eplb with TP: the TP group's ranks again, for the expert transfers of live
     // rebalancing, which run beside the forward passes that use tp_group.
     std::unique_ptr<dist::ProcessGroup> eplb_transfer_group;

@@ -98,6 +98,7 @@ std::string group_kind_name(GroupKind kind) {
         case GroupKind::kPp: return "pp";
         case GroupKind::kAttnTp: return "attn_tp";
         case GroupKind::kAttnCp: return "attn_cp";
+        case GroupKind::kAttnDp: return "attn_dp";
         case GroupKind::kMoeEp: return "moe_ep";
         case GroupKind::kMoeTp: return "moe_tp";
         case GroupKind::kMoeDp: return "moe_dp";
@@ -201,6 +202,11 @@ std::vector<std::vector<int>> ParallelLayout::groups(GroupKind kind) const {
                 for (int dp_idx = 0; dp_idx < T / (attn_tp * cp); ++dp_idx)
                     for (int t = 0; t < attn_tp; ++t)
                         add_range(base + dp_idx * attn_tp * cp + t, base + (dp_idx + 1) * attn_tp * cp + t, attn_tp);
+                break;
+            case GroupKind::kAttnDp:
+                for (int c = 0; c < cp; ++c)
+                    for (int t = 0; t < attn_tp; ++t)
+                        add_range(base + c * attn_tp + t, base + T, attn_tp * cp);
                 break;
             case GroupKind::kMoeTp:
                 for (int j = 0; j < T / moe_tp; ++j) add_range(base + j * moe_tp, base + (j + 1) * moe_tp, 1);

@@ -43,7 +43,9 @@ struct RankCoords {
     int node = 0;  // the --node-rank that runs this rank
 };
 
-enum class GroupKind { kTp, kPp, kAttnTp, kAttnCp, kMoeEp, kMoeTp, kMoeDp, kWorld };
+// kAttnDp: the ranks of one TP group at the same attention-TP and attention-CP rank, one per
+// attention-DP group (their leaders, at rank 0 of both, agree on prefills: --enable-prefill-delayer).
+enum class GroupKind { kTp, kPp, kAttnTp, kAttnCp, kAttnDp, kMoeEp, kMoeTp, kMoeDp, kWorld };
 
 std::string group_kind_name(GroupKind kind);
 

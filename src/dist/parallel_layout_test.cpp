@@ -29,6 +29,9 @@ TEST(ParallelLayoutTest, WorkedExampleA_DpAttention) {
     }
     EXPECT_EQ(l.group_of(GroupKind::kAttnTp, 5), (std::vector<int>{4, 5}));
     EXPECT_EQ(l.groups(GroupKind::kAttnCp).size(), 16u);  // singletons
+    // The eight groups' leaders (attn_tp_rank 0), and their attention-TP partners.
+    EXPECT_EQ(l.group_of(GroupKind::kAttnDp, 0), (std::vector<int>{0, 2, 4, 6, 8, 10, 12, 14}));
+    EXPECT_EQ(l.group_of(GroupKind::kAttnDp, 5), (std::vector<int>{1, 3, 5, 7, 9, 11, 13, 15}));
     EXPECT_EQ(l.ranks_on_node(1), (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
 }
 
@@ -115,8 +118,8 @@ TEST(ParallelLayoutTest, EveryGroupPartitionsTheWorldExhaustively) {
                                 ++checked;
                                 const int world = layout->world_size();
                                 for (GroupKind kind : {GroupKind::kTp, GroupKind::kPp, GroupKind::kAttnTp,
-                                                       GroupKind::kAttnCp, GroupKind::kMoeEp, GroupKind::kMoeTp,
-                                                       GroupKind::kMoeDp, GroupKind::kWorld}) {
+                                                       GroupKind::kAttnCp, GroupKind::kAttnDp, GroupKind::kMoeEp,
+                                                       GroupKind::kMoeTp, GroupKind::kMoeDp, GroupKind::kWorld}) {
                                     std::multiset<int> seen;
                                     for (auto& g : layout->groups(kind)) seen.insert(g.begin(), g.end());
                                     ASSERT_EQ(seen.size(), static_cast<std::size_t>(world)) << group_kind_name(kind);
@@ -127,6 +130,12 @@ TEST(ParallelLayoutTest, EveryGroupPartitionsTheWorldExhaustively) {
                                     RankCoords rc = layout->coords(r);
                                     auto attn_tp = layout->group_of(GroupKind::kAttnTp, r);
                                     ASSERT_EQ(attn_tp[rc.attn_tp_rank], r);
+                                    auto attn_dp = layout->group_of(GroupKind::kAttnDp, r);
+                                    ASSERT_EQ(attn_dp[rc.attn_dp_rank], r);
+                                    for (int member : attn_dp) {
+                                        ASSERT_EQ(layout->coords(member).attn_tp_rank, rc.attn_tp_rank);
+                                        ASSERT_EQ(layout->coords(member).attn_cp_rank, rc.attn_cp_rank);
+                                    }
                                     auto moe_ep = layout->group_of(GroupKind::kMoeEp, r);
                                     ASSERT_EQ(moe_ep[rc.moe_ep_rank], r);
                                     auto pp_group = layout->group_of(GroupKind::kPp, r);

@@ -237,8 +237,20 @@ Status DpAttentionLeaderRunner::run_local(const ForwardBatch& batch) {
     return note_failure(round(batch, RoundKind::kLocal, nullptr));
 }
 
+StatusOr<BatchRunner::PrefillAgreement> DpAttentionLeaderRunner::agree_prefill(const PrefillIntent& mine) {
+    if (!agreement_) return BatchRunner::agree_prefill(mine);
+    StatusOr<PrefillAgreement> agreed = agreement_->agree(mine);
+    if (!agreed.ok()) return note_failure(agreed.status());
+    return agreed;
+}
+
+Status DpAttentionLeaderRunner::before_round() {
+    return agreement_ ? note_failure(agreement_->before_round()) : Status::Ok();
+}
+
 StatusOr<bool> DpAttentionLeaderRunner::idle_step() {
     if (stopped_) return false;
+    TSR_RETURN_IF_ERROR(before_round());
     bool others_busy = false;
     TSR_RETURN_IF_ERROR(note_failure(round(ForwardBatch{}, RoundKind::kIdle, &others_busy)));
     while (!in_flight_.empty() && in_flight_.front().internal && in_flight_.front().result) in_flight_.pop_front();
@@ -249,6 +261,7 @@ Status DpAttentionLeaderRunner::stop() {
     // After a fatal error the other groups are stalled or gone; the launcher ends them.
     if (!fatal_error().ok()) return Status::Ok();
     while (!stopped_) {
+        TSR_RETURN_IF_ERROR(before_round());
         bool others_busy = false;
         TSR_RETURN_IF_ERROR(note_failure(round(ForwardBatch{}, RoundKind::kStopping, &others_busy)));
         if (!stopped_ && !others_busy) std::this_thread::sleep_for(kStopTick);

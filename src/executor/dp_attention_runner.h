@@ -22,6 +22,7 @@
 #include "executor/forward_batch.h"
 #include "executor/model_runner.h"
 #include "executor/pp_runner.h"
+#include "executor/prefill_agreement.h"
 #include "kvcache/kv_cache.h"
 #include "layers/dp_attention.h"
 #include "models/model.h"
@@ -91,6 +92,11 @@ class DpAttentionLeaderRunner final : public BatchRunner {
     StatusOr<bool> idle_step() override;
     LockstepStats lockstep_stats() const override;
     bool lockstep_stopping() const override { return peers_stopping_.load(std::memory_order_relaxed); }
+    // --enable-prefill-delayer: the leaders agree over `leaders` (the kAttnDp group of this
+    // rank) before every round; idle and stopping rounds agree "nothing to admit" themselves.
+    void enable_prefill_agreement(dist::ProcessGroup& leaders) { agreement_.emplace(leaders); }
+    StatusOr<PrefillAgreement> agree_prefill(const PrefillIntent& mine) override;
+    Status before_round() override;
 
     // Under PP: runs `batch` on stage 0 only and hands nothing on, for timing the stage
     // (dynamic chunking). Every group's leader profiles at the same time with the same batches.
@@ -130,6 +136,7 @@ class DpAttentionLeaderRunner final : public BatchRunner {
     bool stopped_ = false;
     std::atomic<std::int64_t> forwards_{0}, idle_steps_{0}, group_tokens_{0};
     std::atomic<bool> peers_stopping_{false};
+    std::optional<PrefillAgreementGroup> agreement_;
 };
 
 // Every other rank of the TP group on stage 0 (attention-TP ranks 1..): runs its leader's

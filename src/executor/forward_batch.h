@@ -126,6 +126,29 @@ class BatchRunner {
         std::int64_t tokens = 0;      // this group's tokens through the model
     };
     virtual LockstepStats lockstep_stats() const { return {}; }
+
+    // SGLang's prefill delayer (managers/prefill_delayer.py negotiate): before deciding whether
+    // to admit new requests, each attention-DP group's scheduler states what it could run and
+    // learns every group's statement, in group order (`fresh`). One agreement precedes each
+    // round of a lockstep runner: the scheduler calls before_round() right before every
+    // launch, from the thread that forms the steps; a round no agreement was asked for gets
+    // one saying "nothing to admit". Asked again before the next round, agree_prefill()
+    // returns the same agreement with `fresh` false. Other runners answer with `mine` alone.
+    struct PrefillIntent {
+        std::int64_t prefillable = 0;      // a waiting request is about to be admitted
+        std::int64_t below_watermark = 0;  // prefillable, and KV use under the low watermark
+        std::int64_t running = 0;          // requests running
+        std::int64_t max_prefill_batch = 0;  // the most requests one prefill of this group admitted
+        std::int64_t waiting = 0;          // requests in the queue
+    };
+    struct PrefillAgreement {
+        std::vector<PrefillIntent> groups;
+        bool fresh = true;
+    };
+    virtual StatusOr<PrefillAgreement> agree_prefill(const PrefillIntent& mine) {
+        return PrefillAgreement{{mine}, true};
+    }
+    virtual Status before_round() { return Status::Ok(); }
     // Another group of the lockstep is stopping (its launch got SIGTERM): this one should drain
     // and stop too, since no group can run a step without the others. Any thread.
     virtual bool lockstep_stopping() const { return false; }

@@ -48,6 +48,9 @@ class OverlapRunner final : public BatchRunner {
     // its scheduler has nothing in flight).
     StatusOr<bool> idle_step() override;
     LockstepStats lockstep_stats() const override { return inner_.lockstep_stats(); }
+    // On the caller's thread: the agreement travels over a group of its own, not the step's.
+    StatusOr<PrefillAgreement> agree_prefill(const PrefillIntent& mine) override { return inner_.agree_prefill(mine); }
+    Status before_round() override { return inner_.before_round(); }
     bool lockstep_stopping() const override { return inner_.lockstep_stopping(); }
 
  private:

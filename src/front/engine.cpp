@@ -720,6 +720,7 @@ std::string Engine::metrics_text() const {
                        "# TYPE sglang:num_retractions counter\nsglang:num_retractions{} {}\n",
                        label, s.total_retracted_reqs);
     if (config_.balancedness) out += config_.balancedness->prometheus(label.substr(1, label.size() - 2));
+    if (s.prefill_delayer) out += s.prefill_delayer->prometheus(config_.metric_labels);
     if (runner_.lockstep()) {
         const executor::BatchRunner::LockstepStats ls = runner_.lockstep_stats();
         const auto counter = [&](const char* name, const char* help, std::int64_t value) {

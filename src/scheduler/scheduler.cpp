@@ -121,6 +121,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, executor::BatchRunner& runne
                  ? kvcache::make_chunk_cache(*allocator_)
                  : kvcache::make_radix_cache(*allocator_, config.page_size);
     last_decode_log_time_ = clock_();
+    if (config.prefill_delayer) {
+        delayer_.emplace(*config.prefill_delayer);
+        TSR_LOG_C(INFO, "sched", "{}", delayer_->describe());
+    }
 }
 
 Scheduler::~Scheduler() = default;
@@ -292,6 +296,7 @@ Status Scheduler::run_expert_record(eplb::ExpertRecordCommand command) {
     while (!in_flight_.empty()) collect_oldest();
     executor::ForwardBatch batch;
     batch.expert_record = command;
+    if (Status s = runner_.before_round(); !s.ok()) return s;
     StatusOr<std::vector<executor::SampledToken>> result = runner_.run(batch);
     return result.ok() ? Status::Ok() : result.status();
 }
@@ -561,6 +566,30 @@ std::int64_t Scheduler::configured_chunk_budget() const {
 }
 
 std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
+    if (!delayer_) return admit_prefill(nullptr);
+    PrefillGate gate{.token_usage = static_cast<double>(num_used_tokens()) /
+                                    static_cast<double>(config_.max_total_num_tokens),
+                     .waiting = static_cast<std::int64_t>(waiting_.size())};
+    std::vector<PrefillItem> items = admit_prefill(&gate);
+    if (!gate.decision) gate.decision = agree_on_prefill({}, &gate.fresh);
+    if (gate.fresh) delayer_->record(*gate.decision, !items.empty());
+    return items;
+}
+
+PrefillDecision Scheduler::agree_on_prefill(const executor::BatchRunner::PrefillIntent& mine, bool* fresh) {
+    StatusOr<executor::BatchRunner::PrefillAgreement> agreed = runner_.agree_prefill(mine);
+    if (!agreed.ok()) {
+        // The groups are broken (the runner's fatal error ends the server); admit as without it.
+        TSR_LOG_C(WARN, "sched", "prefill delayer: {}", agreed.status().message());
+        *fresh = false;
+        return PrefillDecision{};
+    }
+    *fresh = agreed->fresh;
+    if (agreed->fresh) last_delay_decision_ = delayer_->decide(agreed->groups, config_.max_running_requests, clock_());
+    return last_delay_decision_;
+}
+
+std::vector<Scheduler::PrefillItem> Scheduler::admit_prefill(PrefillGate* gate) {
     mixed_decode_.clear();
     preemption_waits_ = false;
     // A full batch may make room by preemption: every round looks (SGLang resets batch_is_full).
@@ -648,6 +677,14 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
                                          .extend_input_len = r.fill_len() - prefix,
                                          .max_new_tokens = r.max_new_tokens,
                                          .last_node = m.last_node};
+        if (gate != nullptr && !gate->decision) {
+            gate->decision = agree_on_prefill(
+                delayer_->intent(true, gate->token_usage, running_bs, max_prefill_bs_, gate->waiting), &gate->fresh);
+        }
+        if (gate != nullptr && !gate->decision->allow) {
+            last_result = AddReqResult::kOther;
+            break;
+        }
         const std::size_t before = adder.can_run().size();
         AddReqResult res = adder.add_one_req(candidate);
         // Only a full running batch makes room by preemption, not a full KV pool (SGLang's
@@ -668,6 +705,7 @@ std::vector<Scheduler::PrefillItem> Scheduler::get_new_batch_prefill() {
             release_oldest_session_hold();
         return {};
     }
+    max_prefill_bs_ = std::max(max_prefill_bs_, static_cast<std::int64_t>(adder.can_run().size()));
 
     // Admitted requests take their matched prefix (the adder holds its lock for them).
     std::vector<PrefillItem> items;
@@ -997,6 +1035,8 @@ void Scheduler::launch(executor::ForwardBatch& batch, InFlightStep step) {
     batch.record_routed_experts = config_.routed_experts_width > 0;
     // Recorded first: the runner may run the step inside launch() and look at our state.
     in_flight_.push_back(std::move(step));
+    // A lockstep runner pairs the groups' prefill agreements with rounds (before_round()).
+    if (Status s = runner_.before_round(); !s.ok()) TSR_LOG_C(WARN, "sched", "prefill delayer: {}", s.message());
     in_flight_.back().launch_status = runner_.launch(batch);
 }
 
@@ -1270,6 +1310,7 @@ SchedulerStats Scheduler::stats() const {
     s.num_streaming_sessions = static_cast<std::int64_t>(session_holds_.size());
     for (const auto& [id, hold] : session_holds_) s.streaming_session_held_tokens += hold.tokens;
     s.num_referencing_sessions = static_cast<std::int64_t>(session_refs_.size());
+    if (delayer_) s.prefill_delayer = delayer_->stats();
     return s;
 }
 

@@ -31,6 +31,7 @@
 #include "scheduler/dynamic_chunking.h"
 #include "scheduler/new_token_ratio.h"
 #include "scheduler/prefill_adder.h"
+#include "scheduler/prefill_delayer.h"
 #include "scheduler/request.h"
 #include "scheduler/schedule_policy.h"
 
@@ -116,6 +117,10 @@ struct SchedulerConfig {
     // --enable-dynamic-chunking (reference §7): sizes each prefill chunk instead of the fixed
     // chunked_prefill_size. Unset: fixed chunks.
     std::optional<ChunkSizePredictor> dynamic_chunking;
+    // --enable-prefill-delayer (scheduler/prefill_delayer.h): each prefill pass asks the runner
+    // for the attention-DP groups' agreement before it admits a waiting request. Needs overlap
+    // scheduling, as SGLang's does.
+    std::optional<PrefillDelayerConfig> prefill_delayer;
 
     Status validate() const;
 };
@@ -145,6 +150,7 @@ struct SchedulerStats {
     // Chunk budget of the last prefill round: the dynamic size when dynamic chunking is on,
     // else chunked_prefill_size (-1: no chunking).
     std::int64_t prefill_chunk_size = -1;
+    std::optional<PrefillDelayerStats> prefill_delayer;  // --enable-prefill-delayer
 };
 
 enum class StepKind { kIdle, kPrefill, kDecode };
@@ -227,7 +233,17 @@ class Scheduler {
     std::int64_t prefill_chunk_budget() const;
     // --chunked-prefill-size, or dynamic chunking's size for the next chunk (-1: no chunking).
     std::int64_t configured_chunk_budget() const;
+    // With the prefill delayer: one agreement per pass (SGLang's PrefillDelayerSinglePassExecutor),
+    // asked when a waiting request is about to be admitted, else at the end saying "nothing".
     std::vector<PrefillItem> get_new_batch_prefill();
+    struct PrefillGate {
+        double token_usage = 0.0;
+        std::int64_t waiting = 0;  // the queue's length when the pass began
+        std::optional<PrefillDecision> decision;
+        bool fresh = false;        // agreed in this pass (else the last pass's, reused)
+    };
+    std::vector<PrefillItem> admit_prefill(PrefillGate* gate);
+    PrefillDecision agree_on_prefill(const executor::BatchRunner::PrefillIntent& mine, bool* fresh);
     bool alloc_prefill_slots(std::vector<PrefillItem>& items, Req* old_chunked);
     // Priority preemption for `incoming` (extend_len tokens to compute) when the running batch
     // is full: frees the victims' KV and their reservations in `adder`, moves them to
@@ -303,6 +319,9 @@ class Scheduler {
     const SchedulerConfig config_;
     executor::BatchRunner& runner_;
     Clock clock_;
+    std::optional<PrefillDelayer> delayer_;
+    PrefillDecision last_delay_decision_;
+    std::int64_t max_prefill_bs_ = 0;  // the most requests one prefill admitted (SGLang's max_prefill_bs)
     std::int64_t max_req_len_ = 0;
     std::int64_t max_req_input_len_ = 0;
 

@@ -87,7 +87,36 @@ class FakeRunner final : public executor::BatchRunner {
     int overlapped_chunks = 0;
     int chunk_mismatches = 0;
 
+    // ---- prefill delayer ------------------------------------------------------------------
+    // The other attention-DP groups' statements at each agreement (unset: this group alone).
+    // Agreements pair with rounds as a DP-attention leader's do.
+    std::function<std::vector<PrefillIntent>(int agreement)> other_groups;
+    std::vector<PrefillIntent> intents;  // this group's, per agreement
+    int rounds_begun = 0;
+    int launches_without_round = 0;  // launched with no before_round() since the last launch
+
+    StatusOr<PrefillAgreement> agree_prefill(const PrefillIntent& mine) override {
+        if (agreed_for_round_) return PrefillAgreement{last_agreed_, false};
+        intents.push_back(mine);
+        last_agreed_ = {mine};
+        if (other_groups) {
+            const std::vector<PrefillIntent> others = other_groups(static_cast<int>(intents.size()) - 1);
+            last_agreed_.insert(last_agreed_.end(), others.begin(), others.end());
+        }
+        agreed_for_round_ = true;
+        return PrefillAgreement{last_agreed_, true};
+    }
+    Status before_round() override {
+        if (!agreed_for_round_ && other_groups) (void)agree_prefill({});
+        agreed_for_round_ = false;
+        round_open_ = true;
+        ++rounds_begun;
+        return Status::Ok();
+    }
+
     Status launch(const ForwardBatch& batch) override {
+        if (!round_open_) ++launches_without_round;
+        round_open_ = false;
         launched.push_back(batch);
         if (!queued) return BatchRunner::launch(batch);
         for (const auto& s : batch.seqs) {
@@ -223,6 +252,9 @@ class FakeRunner final : public executor::BatchRunner {
     }
 
  private:
+    bool agreed_for_round_ = false;
+    bool round_open_ = false;
+    std::vector<PrefillIntent> last_agreed_;
     std::vector<std::uint64_t> kv_;  // per slot: the chained hash standing in for K/V
     std::deque<ForwardBatch> pending_;  // queued mode: launched, not yet collected
     executor::FutureTokens futures_;
@@ -1813,6 +1845,77 @@ TEST(ConstrainedDecodingTest, ReasoningComesFirstUnconstrained) {
     EXPECT_EQ(constraint->accepted, Tokens(got.tokens.begin() + 2, got.tokens.end()));
     EXPECT_EQ(got.reason, FinishReason::kStop);
     EXPECT_EQ(h.runner_.masked_samples, 4);
+}
+
+// ---- the prefill delayer (SGLang's prefill_delayer.py) through the scheduler -----------------
+
+SchedulerConfig delayed(int max_delay_passes) {
+    SchedulerConfig cfg = overlapped(1);
+    cfg.prefill_delayer = PrefillDelayerConfig{.max_delay_passes = max_delay_passes, .dp_attention = true,
+                                               .dp_size = 2};
+    return cfg;
+}
+
+// Steps the harness as the engine loop does: a step that launched nothing is followed by an
+// idle round of the lockstep (before_round()). Returns the steps until `rid` had a token.
+int steps_until_first_token(Harness& h, const std::string& rid) {
+    for (int i = 0; i < 100; ++i) {
+        const int launched = static_cast<int>(h.runner_.launched.size());
+        h.sched_.step();
+        if (static_cast<int>(h.runner_.launched.size()) == launched) (void)h.runner_.before_round();
+        if (!h.results_[rid].tokens.empty()) return i + 1;
+    }
+    return -1;
+}
+
+std::int64_t outcomes(const SchedulerStats& s, PrefillEstimation e, bool allow, PrefillDelayReason r, bool ran) {
+    return s.prefill_delayer->outcomes[static_cast<int>(e)][allow][static_cast<int>(r)][ran];
+}
+
+TEST(SchedulerPrefillDelayerTest, ALoneGroupWaitsForTheOthersAtMostMaxDelayPassesMinusOne) {
+    Harness h(delayed(4), /*queued=*/true);
+    h.runner_.other_groups = [](int) { return std::vector<executor::BatchRunner::PrefillIntent>{{}}; };
+    h.add(make_req("a", prompt(1, 20), 3));
+    // Three delayed passes, then the fourth admits it (a step prefills and collects).
+    EXPECT_EQ(steps_until_first_token(h, "a"), 4);
+    const SchedulerStats s = h.sched_.stats();
+    ASSERT_TRUE(s.prefill_delayer.has_value());
+    EXPECT_EQ(outcomes(s, PrefillEstimation::kMixed, false, PrefillDelayReason::kDelay, false), 3);
+    EXPECT_EQ(outcomes(s, PrefillEstimation::kMixed, true, PrefillDelayReason::kWaitTimeout, true), 1);
+    EXPECT_EQ(h.runner_.intents.front().prefillable, 1);
+    EXPECT_EQ(h.runner_.intents.front().waiting, 1);
+    h.run();
+    EXPECT_EQ(h.results_["a"].tokens, expected(make_req("a", prompt(1, 20), 3)));
+    EXPECT_EQ(h.runner_.launches_without_round, 0);
+}
+
+TEST(SchedulerPrefillDelayerTest, ThePrefillRunsOnceEveryGroupHasOne) {
+    Harness h(delayed(30), /*queued=*/true);
+    // The other group gets a request at its third agreement.
+    h.runner_.other_groups = [](int agreement) {
+        executor::BatchRunner::PrefillIntent other;
+        other.prefillable = agreement >= 2 ? 1 : 0;
+        return std::vector<executor::BatchRunner::PrefillIntent>{other};
+    };
+    h.add(make_req("a", prompt(2, 20), 2));
+    EXPECT_EQ(steps_until_first_token(h, "a"), 3);
+    const SchedulerStats s = h.sched_.stats();
+    EXPECT_EQ(outcomes(s, PrefillEstimation::kAll, true, PrefillDelayReason::kWaitSuccess, true), 1);
+    // It waited two passes; the passes with nothing to admit after it still count ("mixed").
+    EXPECT_NE(s.prefill_delayer->prometheus("").find("sglang:prefill_delayer_wait_forward_passes_sum 2.0"),
+              std::string::npos);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(h.runner_.intents[i].prefillable, 1) << i;
+    EXPECT_EQ(h.runner_.intents[3].prefillable, 0);
+    h.run();
+    EXPECT_EQ(h.runner_.launches_without_round, 0);
+}
+
+TEST(SchedulerPrefillDelayerTest, WithoutItNothingIsAgreed) {
+    Harness h(overlapped(1), /*queued=*/true);
+    h.add(make_req("a", prompt(3, 20), 2));
+    EXPECT_EQ(steps_until_first_token(h, "a"), 1);
+    EXPECT_FALSE(h.sched_.stats().prefill_delayer.has_value());
+    EXPECT_TRUE(h.runner_.intents.empty());
 }
 
 }  // namespace

@@ -122,6 +122,14 @@ Status ServerArgs::resolve() {
     if (pp_size > 1 && min_free_slots_delay && *min_free_slots_delay > 1)
         return invalid("--min-free-slots-delay is not supported with pipeline parallelism (--pp-size " + str(pp_size) +
                        "); drop it or use --pp-size 1");
+    // SGLang's PrefillDelayer asserts this when the scheduler starts; PP turned overlap off above.
+    if (enable_prefill_delayer && disable_overlap_schedule) {
+        const std::string fix = pp_size > 1 ? "pipeline parallelism (--pp-size " + str(pp_size) +
+                                                  ") turns overlap scheduling off, use --pp-size 1"
+                                            : "drop --disable-overlap-schedule";
+        return invalid("To use PrefillDelayer, disable_overlap_schedule must be False: " + fix +
+                       ", or drop --enable-prefill-delayer");
+    }
     if (pp_async_batch_depth < 0)
         return invalid("--pp-async-batch-depth must be >= 0, got " + str(pp_async_batch_depth));
     if (*page_size < 1) return invalid("--page-size must be at least 1, got " + str(*page_size));

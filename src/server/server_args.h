@@ -62,6 +62,15 @@ struct ServerArgs {
     std::optional<int> max_running_requests;
     std::optional<int> max_queued_requests;
     std::optional<std::int64_t> min_free_slots_delay;  // free running slots that new requests wait for
+    // --enable-prefill-delayer and its knobs (SGLang's managers/prefill_delayer.py; see
+    // scheduler/prefill_delayer.h). The buckets are /metrics' histogram bounds.
+    bool enable_prefill_delayer = false;
+    int prefill_delayer_max_delay_passes = 30;
+    std::optional<double> prefill_delayer_token_usage_low_watermark;
+    std::vector<double> prefill_delayer_forward_passes_buckets;
+    std::vector<double> prefill_delayer_wait_seconds_buckets;
+    std::optional<double> prefill_delayer_queue_min_ratio;
+    std::optional<double> prefill_delayer_max_delay_ms;
     std::optional<std::int64_t> max_total_tokens;
     std::optional<int> chunked_prefill_size;
     bool enable_dynamic_chunking = false;

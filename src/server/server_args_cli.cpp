@@ -283,6 +283,26 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
              "while requests run, hold new prefills until this many running slots are free, so that they are "
              "admitted in one batch (capped by --max-running-requests; 1 or less: no wait)",
              kServe);
+    flag(app, t, "--enable-prefill-delayer", a.enable_prefill_delayer,
+         "under DP attention, hold a group's new prefill back while other groups have none to run (so all "
+         "prefill in the same step), or while the fullest group has fewer free running slots than a prefill "
+         "usually admits (needs overlap scheduling)",
+         kServe);
+    value(app, t, "--prefill-delayer-max-delay-passes", a.prefill_delayer_max_delay_passes,
+          "most prefill passes a group waits for the others", kServe);
+    optional(app, t, "--prefill-delayer-token-usage-low-watermark", a.prefill_delayer_token_usage_low_watermark,
+             "no delay while some group with a request to admit uses less of its KV pool than this fraction",
+             kServe);
+    list(app, t, "--prefill-delayer-forward-passes-buckets", a.prefill_delayer_forward_passes_buckets,
+         "bounds of /metrics' delayed-passes histogram (0 and max_delay_passes-1 are added)", kServe);
+    list(app, t, "--prefill-delayer-wait-seconds-buckets", a.prefill_delayer_wait_seconds_buckets,
+         "bounds of /metrics' delay-seconds histogram (0 is added)", kServe);
+    optional(app, t, "--prefill-delayer-queue-min-ratio", a.prefill_delayer_queue_min_ratio,
+             "also delay while every group's queue is shorter than min(running requests x RATIO, the most a "
+             "prefill admitted); typical 0.1-0.5",
+             kServe);
+    optional(app, t, "--prefill-delayer-max-delay-ms", a.prefill_delayer_max_delay_ms,
+             "longest that queue-based delay holds a prefill, milliseconds (5000 when unset)", kServe);
     optional(app, t, "--max-queued-requests", a.max_queued_requests,
              "the most requests waiting to run at once (per scheduler); beyond it a request gets 503, or under "
              "priority scheduling displaces the worst waiting one if it is better",

@@ -93,6 +93,19 @@ TEST(FlagTableTest, ValidationRunsBeforeTheUnimplementedCheck) {
               "--speculative-algorithm EAGLE: tessera does not implement speculative decoding; remove the flag");
     EXPECT_TRUE(parse({"--load-format", "dummy"}).status.ok());
     EXPECT_TRUE(parse({"--min-free-slots-delay", "4"}).status.ok());
+    Parsed delayer = parse({"--enable-prefill-delayer", "--prefill-delayer-max-delay-passes", "5",
+                            "--prefill-delayer-forward-passes-buckets", "1", "2", "--prefill-delayer-queue-min-ratio",
+                            "0.3"});
+    EXPECT_TRUE(delayer.status.ok()) << delayer.status.message();
+    EXPECT_EQ(delayer.args.prefill_delayer_max_delay_passes, 5);
+    EXPECT_EQ(delayer.args.prefill_delayer_forward_passes_buckets, (std::vector<double>{1, 2}));
+    EXPECT_EQ(delayer.args.prefill_delayer_queue_min_ratio, 0.3);
+    EXPECT_EQ(parse({"--enable-prefill-delayer", "--disable-overlap-schedule"}).status.message(),
+              "To use PrefillDelayer, disable_overlap_schedule must be False: drop --disable-overlap-schedule, or "
+              "drop --enable-prefill-delayer");
+    EXPECT_NE(parse({"--enable-prefill-delayer", "--pp-size", "2"}).status.message().find(
+                  "pipeline parallelism (--pp-size 2) turns overlap scheduling off"),
+              std::string::npos);
     EXPECT_TRUE(parse({"--grammar-backend", "outlines", "--constrained-json-whitespace-pattern", "[ \\n]{0,2}"})
                     .status.ok());
     EXPECT_NE(parse({"--constrained-json-whitespace-pattern", "( "}).status.message().find(

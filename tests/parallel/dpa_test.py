@@ -28,8 +28,14 @@
   two-node     TP4/DPA2 serve over two "nodes" on loopback (one group per node): the front on
                node 0 routes to node 1's group; concurrent requests equal one rank's and both
                groups ran some.
+  prefill-delayer  TP2/DPA2 with --enable-prefill-delayer --prefill-delayer-max-delay-passes 5: a
+               lone request waits exactly 4 passes for the other group, then runs (metrics:
+               4 "mixed" delays, one wait_timeout, wait_forward_passes_sum 4) and gives one
+               rank's tokens; 8 concurrent requests give one rank's tokens and some prefills
+               ran with both groups ready ("all"); a one-rank server with the delayer serves too;
+               with overlap scheduling off (or PP) the launch is refused with SGLang's message.
 
-Usage: dpa_test.py --tessera PATH --case {equivalence,serve,faults,two-node} --workdir DIR
+Usage: dpa_test.py --tessera PATH --case {equivalence,serve,faults,two-node,prefill-delayer} --workdir DIR
 Exit 0 pass, 1 fail.
 """
 
@@ -423,5 +429,92 @@ def two_node(tessera, workdir):
         log1.close()
 
 
+# ---- the prefill delayer ------------------------------------------------------------------------
+
+def delayer_outcomes(port):
+    """{(dp_rank or None, estimation, allow, reason, ran): count} and {dp_rank: wait passes sum}."""
+    _, text = call(port, "GET", "/metrics")
+    outcomes, waited = {}, {}
+    for line in text.splitlines():
+        group = re.search(r'dp_rank="(\d+)"', line)
+        g = int(group.group(1)) if group else None
+        m = re.match(r'sglang:prefill_delayer_outcomes_total\{.*input_estimation="(\w+)",output_allow="(\w+)",'
+                     r'output_reason="(\w*)",actual_execution="(\w+)".*\} (\S+)$', line)
+        if m:
+            outcomes[(g,) + m.groups()[:4]] = float(m.group(5))
+        m = re.match(r"sglang:prefill_delayer_wait_forward_passes_sum\{.*\} (\S+)$", line)
+        if m:
+            waited[g] = float(m.group(1))
+    return outcomes, waited
+
+
+def refused(tessera, model, flags, needle):
+    out = subprocess.run([tessera, "serve", "--model-path", model, "--port", str(free_port())] + flags,
+                         capture_output=True, text=True, timeout=120)
+    return out.returncode != 0 and needle in out.stdout + out.stderr
+
+
+def prefill_delayer(tessera, workdir):
+    model = make_served_model(tessera, "qwen3-moe", workdir)
+    expected = serve_expected(tessera, model, workdir, "qwen3-moe")
+    ok = True
+    port = free_port()
+    flags = ["--tp", "2", "--dp", "2", "--enable-prefill-delayer", "--prefill-delayer-max-delay-passes", "5",
+             "--dist-timeout", "30"] + DPA
+    proc, log = launch(tessera, model, port, os.path.join(workdir, "delayer_dpa2.log"), flags)
+    try:
+        if not wait_ready(port, proc):
+            print("prefill delayer under DPA2: server did not start FAIL")
+            return False
+        lone = greedy(port, PROMPTS[0])  # round_robin: group 0; group 1 has nothing
+        outcomes, waited = delayer_outcomes(port)
+        delays = outcomes.get((0, "mixed", "false", "delay", "false"), 0)
+        timeouts = outcomes.get((0, "mixed", "true", "wait_timeout", "true"), 0)
+        good = lone == expected[0] and delays == 4 and timeouts == 1 and waited.get(0) == 4
+        print(f"a lone request under DPA2: tokens {'same' if lone == expected[0] else 'DIFFER'}, delayed {delays:g} "
+              f"passes, wait_timeout {timeouts:g}, wait_forward_passes_sum {waited.get(0)} {'ok' if good else 'FAIL'}")
+        ok &= good
+        got = concurrently(port, PROMPTS)
+        outcomes, _ = delayer_outcomes(port)
+        together = sum(n for (g, e, allow, reason, ran), n in outcomes.items()
+                       if e == "all" and allow == "true" and ran == "true")
+        good = got == expected and together >= 1
+        print(f"8 concurrent requests under DPA2: {'same as' if got == expected else 'DIFFER from'} one rank; "
+              f"prefills with every group ready: {together:g} {'ok' if good else 'FAIL'}")
+        ok &= good
+        with open(log.name) as f:
+            described = "PrefillDelayer initialized with max_delay_passes=5" in f.read()
+        ok &= described
+        print(f"start-up line: {'PrefillDelayer initialized ... ok' if described else 'missing FAIL'}")
+    finally:
+        stop_server(proc)
+        log.close()
+    ok &= proc.returncode == 0
+
+    port = free_port()
+    proc, log = launch(tessera, model, port, os.path.join(workdir, "delayer_one_rank.log"),
+                       ["--enable-prefill-delayer"])
+    try:
+        got = concurrently(port, PROMPTS) if wait_ready(port, proc) else None
+        outcomes, _ = delayer_outcomes(port) if got else ({}, {})
+        ran = sum(n for (g, e, allow, reason, actual), n in outcomes.items() if allow == "true" and actual == "true")
+        good = got == expected and ran >= 1
+        print(f"one rank with the delayer: {'same' if got == expected else 'DIFFER'} tokens, allowed prefills {ran:g} "
+              f"{'ok' if good else 'FAIL'}")
+        ok &= good
+    finally:
+        stop_server(proc)
+        log.close()
+
+    needle = "To use PrefillDelayer, disable_overlap_schedule must be False"
+    for extra in (["--disable-overlap-schedule"], ["--pp-size", "2"]):
+        good = refused(tessera, model, ["--enable-prefill-delayer"] + extra, needle)
+        print(f"--enable-prefill-delayer {' '.join(extra)}: {'refused' if good else 'NOT refused'} "
+              f"{'ok' if good else 'FAIL'}")
+        ok &= good
+    return ok
+
+
 if __name__ == "__main__":
-    sys.exit(run_case({"equivalence": equivalence, "serve": serve, "faults": faults, "two-node": two_node}))
+    sys.exit(run_case({"equivalence": equivalence, "serve": serve, "faults": faults, "two-node": two_node,
+                       "prefill-delayer": prefill_delayer}))
