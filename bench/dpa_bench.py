@@ -11,10 +11,14 @@
            against TP4 with DPA4 (and DPA2), one thread per rank, alternately, several repeats;
            output throughput and throughput per core (four ranks share this machine's cores,
            so absolute speed-up is not the point: what each core delivers is).
+  delayer  the same workload on TP2 with DPA2 (two ranks, one per core), with and without
+           --enable-prefill-delayer, alternately: output throughput, median TTFT and TPOT, and
+           the lockstep's idle steps (tessera:dp_attention_idle_steps_total, both groups), the
+           steps a group spent waiting for another's work.
 
 Every server listens on 127.0.0.1 on a free port and is always stopped.
 
-Usage: bench/dpa_bench.py --tessera build/tessera --workdir DIR [--repeats 3] [--only kv|serve]
+Usage: bench/dpa_bench.py --tessera build/tessera --workdir DIR [--repeats 3] [--only kv|serve|delayer]
 """
 
 import argparse
@@ -56,11 +60,19 @@ class Server:
         self.log.close()
 
     def get(self, path):
+        return json.loads(self.get_text(path))
+
+    def get_text(self, path):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         conn.request("GET", path)
         body = conn.getresponse().read()
         conn.close()
-        return json.loads(body)
+        return body.decode()
+
+    def counter(self, name):
+        """A counter summed over every group's sample in /metrics."""
+        return sum(float(line.rsplit(" ", 1)[1]) for line in self.get_text("/metrics").splitlines()
+                   if line.startswith(name + "{"))
 
 
 def kv(a):
@@ -109,12 +121,38 @@ def serve(a):
     print(json.dumps(summary), flush=True)
 
 
+def delayer(a):
+    model = make_model(a.tessera, a.workdir, "qwen3-moe")
+    dpa2 = ["--tp", "2", "--dp", "2", "--enable-dp-attention"]
+    layouts = (("dpa2", dpa2), ("dpa2_delayer", dpa2 + ["--enable-prefill-delayer"]))
+    runs = {name: [] for name, _ in layouts}
+    for rep in range(a.repeats):
+        for name, flags in (layouts if rep % 2 == 0 else tuple(reversed(layouts))):
+            with Server(a, model, f"delayer_{name}_{rep}", flags) as s:
+                r = bench_serve(a, s.port, model, f"delayer_{name}_{rep}", seed=rep + 1)
+                idle = s.counter("tessera:dp_attention_idle_steps_total")
+                steps = s.counter("tessera:dp_attention_steps_total")
+            row = {"bench": "dpa_prefill_delayer", "repeat": rep, "layout": name,
+                   "output_throughput": r["output_throughput"], "median_ttft_ms": r["median_ttft_ms"],
+                   "median_tpot_ms": r["median_tpot_ms"], "idle_steps": idle, "steps": steps}
+            print(json.dumps(row), flush=True)
+            runs[name].append(row)
+    summary = {"bench": "dpa_prefill_delayer", "summary": True, "concurrency": a.concurrency,
+               "num_prompts": a.num_prompts, "input_len": a.input_len, "output_len": a.output_len}
+    for name, rows in runs.items():
+        for key in ("output_throughput", "median_ttft_ms", "median_tpot_ms", "idle_steps", "steps"):
+            summary[f"{name}_median_{key}"] = statistics.median(row[key] for row in rows)
+    summary["delayer_over_plain_throughput"] = (summary["dpa2_delayer_median_output_throughput"] /
+                                                summary["dpa2_median_output_throughput"])
+    print(json.dumps(summary), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tessera", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", choices=["kv", "serve"])
+    ap.add_argument("--only", choices=["kv", "serve", "delayer"])
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--mem-fraction", type=float, default=0.8)
     ap.add_argument("--num-prompts", type=int, default=48)
@@ -127,6 +165,8 @@ def main():
         kv(a)
     if a.only in (None, "serve"):
         serve(a)
+    if a.only in (None, "delayer"):
+        delayer(a)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                       tessera::server::ApiKind::kGenerate}) {
         (void)tessera::server::parse_request(kind, body, options, "fuzz-id");
     }
-    // SGLang's session routes, /abort_request and the tokenizer routes.
+    // SGLang's session routes, /abort_request, /pause_generation and the tokenizer routes.
     (void)tessera::server::parse_open_session(body);
     (void)tessera::server::parse_close_session(body);
     (void)tessera::server::parse_abort_request(body);
+    (void)tessera::server::parse_pause_generation(body);
     (void)tessera::server::parse_tokenize_request(body);
     (void)tessera::server::parse_detokenize_request(body);
     {

@@ -353,19 +353,38 @@ Status Engine::expert_record(ExpertRecordAction action) {
     const eplb::ExpertRecordCommand command = action == ExpertRecordAction::kStart  ? eplb::ExpertRecordCommand::kStart
                                               : action == ExpertRecordAction::kStop ? eplb::ExpertRecordCommand::kStop
                                                                                     : eplb::ExpertRecordCommand::kDump;
-    std::lock_guard<std::mutex> one_at_a_time(record_mu_);
+    return control({Command::Kind::kExpertRecord, {}, {}, command}, std::chrono::seconds(60),
+                   "the expert distribution command");
+}
+
+Status Engine::pause_generation(PauseMode mode) {
+    return control({.kind = Command::Kind::kPause, .pause = mode}, std::chrono::seconds(60), "pause_generation");
+}
+
+Status Engine::continue_generation() {
+    return control({.kind = Command::Kind::kContinue}, std::chrono::seconds(60), "continue_generation");
+}
+
+Status Engine::control(Command command, std::chrono::seconds timeout, std::string_view what) {
+    std::lock_guard<std::mutex> one_at_a_time(control_mu_);
     std::unique_lock<std::mutex> lock(mu_);
-    record_result_.reset();
-    inbox_.push_back({Command::Kind::kExpertRecord, {}, {}, command});
+    control_result_.reset();
+    inbox_.push_back(std::move(command));
     cv_.notify_all();
-    if (!cv_.wait_for(lock, std::chrono::seconds(60), [this] { return record_result_.has_value(); }))
-        return Status(StatusCode::kUnavailable, "the expert distribution command did not complete within 60 s");
-    return *record_result_;
+    if (!cv_.wait_for(lock, timeout, [this] { return control_result_.has_value(); }))
+        return Status(StatusCode::kUnavailable, fmt::format("{} did not complete within {} s", what, timeout.count()));
+    return *control_result_;
 }
 
 void Engine::drain() {
     draining_.store(true);
     std::unique_lock<std::mutex> lock(mu_);
+    // A paused engine would hold its queued requests for ever: draining continues it.
+    if (paused_) {
+        TSR_LOG(INFO, "draining: generation was paused; continuing it so the queued requests finish");
+        inbox_.push_back({.kind = Command::Kind::kContinue});
+        cv_.notify_all();
+    }
     cv_.wait(lock, [this] { return (idle_ && inbox_.empty()) || stop_requested_.load(); });
 }
 
@@ -374,7 +393,8 @@ void Engine::loop() {
         std::deque<Command> commands;
         {
             std::unique_lock<std::mutex> lock(mu_);
-            const auto ready = [this] { return stop_requested_.load() || !inbox_.empty() || !idle_; };
+            // A paused scheduler with requests waits for a command, not for them.
+            const auto ready = [this] { return stop_requested_.load() || !inbox_.empty() || (!idle_ && !paused_); };
             // A lockstep runner joins the other DP-attention groups' steps even with nothing
             // to run: at once while they have work, else after a short wait for requests.
             if (!runner_.lockstep()) {
@@ -460,7 +480,30 @@ void Engine::loop() {
                 case Command::Kind::kExpertRecord: {
                     Status s = scheduler_.run_expert_record(c.record);
                     std::lock_guard<std::mutex> lock(mu_);
-                    record_result_ = std::move(s);
+                    control_result_ = std::move(s);
+                    break;
+                }
+                case Command::Kind::kPause: {
+                    // SGLang's abort mode ends every request in the tokenizer manager and holds new
+                    // ones there; here they wait in the paused scheduler's queue.
+                    const int aborted = c.pause == PauseMode::kAbort ? scheduler_.abort_prefixed("") : 0;
+                    scheduler_.pause(c.pause == PauseMode::kRetract);
+                    TSR_LOG(INFO, "pause_generation (mode {}): no step runs until /continue_generation{}",
+                            c.pause == PauseMode::kAbort     ? "abort"
+                            : c.pause == PauseMode::kRetract ? "retract"
+                                                             : "in_place",
+                            c.pause == PauseMode::kAbort ? fmt::format("; {} request(s) aborted", aborted) : "");
+                    std::lock_guard<std::mutex> lock(mu_);
+                    paused_ = true;
+                    control_result_ = Status::Ok();
+                    break;
+                }
+                case Command::Kind::kContinue: {
+                    scheduler_.resume();
+                    TSR_LOG(INFO, "continue_generation: steps run again");
+                    std::lock_guard<std::mutex> lock(mu_);
+                    paused_ = false;
+                    control_result_ = Status::Ok();
                     break;
                 }
             }

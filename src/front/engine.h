@@ -113,6 +113,8 @@ class Engine final : public server::Backend {
     std::string metrics_text() const override;
     Status flush_cache() override;
     Status expert_record(ExpertRecordAction action) override;
+    Status pause_generation(PauseMode mode) override;
+    Status continue_generation() override;
     StatusOr<std::string> open_session(const server::OpenSessionParams& params) override;
     void close_session(const std::string& session_id) override;
     void drain() override;
@@ -127,11 +129,17 @@ class Engine final : public server::Backend {
 
  private:
     struct Command {
-        enum class Kind { kAdd, kAbort, kAbortPrefixed, kFlush, kExpertRecord, kSessionClosed } kind;
+        enum class Kind {
+            kAdd, kAbort, kAbortPrefixed, kFlush, kExpertRecord, kSessionClosed, kPause, kContinue
+        } kind;
         scheduler::Req req;  // kAdd
         std::string rid;     // kAbort; kAbortPrefixed: the prefix
         eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;  // kExpertRecord
+        PauseMode pause = PauseMode::kAbort;                                  // kPause
     };
+    // Queues a command whose result the loop sets in control_result_, and waits for it (one
+    // such command at a time).
+    Status control(Command command, std::chrono::seconds timeout, std::string_view what);
     struct StreamParams {
         bool skip_special_tokens = true;
         std::vector<std::string> stop;
@@ -193,7 +201,7 @@ class Engine final : public server::Backend {
     executor::BatchRunner& runner_;  // the scheduler drives it; lockstep runners also get idle steps
     scheduler::Scheduler scheduler_;  // scheduler thread only
 
-    std::mutex record_mu_;  // one expert_record() at a time
+    std::mutex control_mu_;  // one control() at a time
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Command> inbox_;                                           // GUARDED_BY(mu_)
@@ -208,7 +216,8 @@ class Engine final : public server::Backend {
     RecvSkipper recv_skipper_;                                    // scheduler thread only
     scheduler::StepKind last_step_ = scheduler::StepKind::kIdle;  // scheduler thread only
     std::optional<bool> flush_result_;                                    // GUARDED_BY(mu_)
-    std::optional<Status> record_result_;                                 // GUARDED_BY(mu_)
+    std::optional<Status> control_result_;                                // GUARDED_BY(mu_)
+    bool paused_ = false;  // /pause_generation until /continue_generation; GUARDED_BY(mu_)
     Status fatal_;                                                        // GUARDED_BY(mu_)
 
     std::unordered_map<std::string, Stream> streams_;  // scheduler thread only

@@ -57,8 +57,14 @@ bool is_generation_route(const std::string& path) {
 // Admin routes every worker must apply (SGLang's server has them; the gateway fans them out).
 // /abort_request too: a request id may be on any worker (SGLang's DP controller sends an
 // AbortReq to every DP rank).
+bool is_expert_record_route(const std::string& path) {
+    return path == "/start_expert_distribution_record" || path == "/stop_expert_distribution_record" ||
+           path == "/dump_expert_distribution_record";
+}
+
 bool is_broadcast_route(const std::string& path) {
-    return path == "/flush_cache" || path == "/abort_request" || path == "/start_expert_distribution_record" ||
+    return path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
+           path == "/continue_generation" || path == "/start_expert_distribution_record" ||
            path == "/stop_expert_distribution_record" || path == "/dump_expert_distribution_record";
 }
 
@@ -713,11 +719,14 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         }
         client.respond(200, kJson, loads.dump());
     } else if (is_broadcast_route(path)) {
-        // Every worker's cache, or every worker's expert recorder (a DP launch's replicas).
+        // Every worker's cache, recorder, pause or aborts (under DP attention the recorder's only on the first).
         if (wrong_method("POST")) return;
         std::string failed;
         std::vector<std::string> urls = s.registry.urls();
-        if (s.options.expert_record_first_worker_only && path != "/flush_cache" && !urls.empty()) urls.resize(1);
+        if (s.options.expert_record_first_worker_only && is_expert_record_route(path) && !urls.empty()) urls.resize(1);
+        // /pause_generation and /continue_generation answer as one server does (SGLang's JSON).
+        const bool worker_answer = path == "/pause_generation" || path == "/continue_generation";
+        std::optional<std::string> answer;
         for (const auto& url : urls) {
             auto e = net::parse_http_url(url);
             net::HttpRequest r;
@@ -734,9 +743,15 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
             if (!got.ok() || got->status != 200)
                 failed += (failed.empty() ? "" : "; ") + url + ": " +
                           (got.ok() ? "HTTP " + std::to_string(got->status) + " " + got->body : got.status().message());
+            else if (!answer)
+                answer = got->body;
         }
-        if (failed.empty()) client.respond(200, "text/plain; charset=utf-8", "Done on every worker: POST " + path + "\n");
-        else client.respond_error(503, "POST " + path + " failed on: " + failed, "service_unavailable");
+        if (!failed.empty())
+            client.respond_error(503, "POST " + path + " failed on: " + failed, "service_unavailable");
+        else if (worker_answer && answer)
+            client.respond(200, kJson, *answer);
+        else
+            client.respond(200, "text/plain; charset=utf-8", "Done on every worker: POST " + path + "\n");
     } else if (path == "/open_session" || path == "/close_session") {
         session_route(s, client, req);
     } else {

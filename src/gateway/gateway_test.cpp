@@ -331,10 +331,13 @@ TEST(GatewayTest, AdminRoutesReachEveryWorker) {
     EXPECT_EQ(post(g.port(), "/start_expert_distribution_record", "").status, 503) << "fanned out, so the dead worker shows";
 }
 
-// /abort_request goes to every worker with its body: a request id may be on any of them.
+// /abort_request goes to every worker with its body: a request id may be on any of them. Also
+// for DP-attention groups, whose recorder commands go to the first worker only.
 TEST(GatewayTest, AbortRequestReachesEveryWorker) {
     Worker a, b;
-    Gateway g(fast_options({a.url(), b.url()}, PolicyKind::kRoundRobin));
+    GatewayOptions o = fast_options({a.url(), b.url()}, PolicyKind::kRoundRobin);
+    o.expert_record_first_worker_only = true;
+    Gateway g(o);
     ASSERT_TRUE(g.start().ok());
     ASSERT_TRUE(wait_healthy(g, 2));
     net::HttpResponse first, second;
@@ -357,6 +360,23 @@ TEST(GatewayTest, AbortRequestReachesEveryWorker) {
     EXPECT_NE(second.body.find("\"abort\""), std::string::npos) << second.body;
     EXPECT_TRUE(a.backend.was_aborted("job-1") || a.backend.was_aborted("job-2"));
     EXPECT_TRUE(b.backend.was_aborted("job-1") || b.backend.was_aborted("job-2"));
+}
+
+// /pause_generation and /continue_generation reach every worker, with their bodies, and answer
+// with the worker's JSON.
+TEST(GatewayTest, PauseAndContinueReachEveryWorker) {
+    Worker a, b;
+    GatewayOptions o = fast_options({a.url(), b.url()});
+    o.expert_record_first_worker_only = true;  // as the DP-attention front
+    Gateway g(o);
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    const auto paused = post(g.port(), "/pause_generation", R"({"mode": "retract"})");
+    EXPECT_EQ(paused.status, 200) << paused.body;
+    EXPECT_EQ(paused.body, R"({"message":"Generation paused successfully.","status":"ok"})");
+    EXPECT_EQ(post(g.port(), "/continue_generation", "{}").status, 200);
+    for (const Worker* w : {&a, &b})
+        EXPECT_EQ(w->backend.pauses(), (std::vector<std::string>{"retract", "continue"}));
 }
 
 TEST(GatewayTest, InFlightTokensAreCountedByTheGivenCounter) {

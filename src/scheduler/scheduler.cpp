@@ -511,7 +511,7 @@ Status Scheduler::check_invariants() const {
 StepKind Scheduler::step() {
     merge_last_prefill();
     trim_prefix_cache();  // an abort between steps may have cached its request
-    while (static_cast<int>(in_flight_.size()) < in_flight_limit()) {
+    while (!paused_ && static_cast<int>(in_flight_.size()) < in_flight_limit()) {
         if (!launch_next_batch()) break;
     }
     if (in_flight_.empty()) {
@@ -521,6 +521,25 @@ StepKind Scheduler::step() {
     const StepKind kind = collect_oldest();
     trim_prefix_cache();
     return kind;
+}
+
+void Scheduler::pause(bool retract) {
+    paused_ = true;
+    while (!in_flight_.empty()) collect_oldest();
+    merge_last_prefill();
+    if (!retract) return;
+    std::vector<Req*> retracted = std::move(running_);
+    running_.clear();
+    if (chunked_req_ != nullptr) retracted.push_back(std::exchange(chunked_req_, nullptr));
+    for (Req* r : retracted) {
+        release_kv_no_insert(*r);
+        ++r->n_retracted;
+        requeue(*r);
+    }
+    batch_is_full_ = false;
+    total_retracted_ += static_cast<std::int64_t>(retracted.size());
+    trim_prefix_cache();
+    TSR_LOG_C(INFO, "sched", "Generation paused: {} running request(s) retracted to the queue", retracted.size());
 }
 
 void Scheduler::merge_last_prefill() {

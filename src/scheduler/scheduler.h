@@ -182,6 +182,13 @@ class Scheduler {
     StepKind step();
     // No request pending and no step in flight.
     bool idle() const;
+    // /pause_generation (SGLang's scheduler.py pause_generation): the steps in flight are
+    // collected, then step() schedules nothing until resume(); requests still arrive and
+    // queue. `retract`: every running request (and a partly prefilled one) gives up its KV,
+    // unshared, and queues again with its output so far. Otherwise all stays in place.
+    void pause(bool retract);
+    void resume() { paused_ = false; }
+    bool paused() const { return paused_; }
     // Drops the prefix cache (/flush_cache), with the KV streaming sessions hold; refused
     // (false) unless idle().
     bool flush_cache();
@@ -320,6 +327,7 @@ class Scheduler {
     executor::BatchRunner& runner_;
     Clock clock_;
     std::optional<PrefillDelayer> delayer_;
+    bool paused_ = false;
     PrefillDecision last_delay_decision_;
     std::int64_t max_prefill_bs_ = 0;  // the most requests one prefill admitted (SGLang's max_prefill_bs)
     std::int64_t max_req_len_ = 0;

@@ -1847,6 +1847,43 @@ TEST(ConstrainedDecodingTest, ReasoningComesFirstUnconstrained) {
     EXPECT_EQ(h.runner_.masked_samples, 4);
 }
 
+// ---- /pause_generation: in place and retract ------------------------------------------------
+
+TEST(SchedulerPauseTest, PausedNothingRunsAndEveryRequestFinishesAfterResume) {
+    for (const bool retract : {false, true}) {
+        for (const bool overlap : {false, true}) {
+            SchedulerConfig cfg = overlap ? overlapped(1) : roomy(1);
+            cfg.chunked_prefill_size = 16;  // the long prompt is mid-chunk when paused
+            Harness h(cfg, /*queued=*/overlap);
+            std::vector<Req> reqs = workload(3, 10, 12);
+            reqs.push_back(make_req("long", prompt(9, 60), 6));
+            for (const Req& r : reqs) h.add(r);
+            for (int i = 0; i < 3; ++i) h.sched_.step();
+            h.sched_.pause(retract);  // runs what is in flight to its end
+            const std::size_t launched = h.runner_.launched.size() + h.runner_.batches.size();
+            EXPECT_TRUE(h.sched_.check_invariants().ok());
+            const SchedulerStats paused = h.sched_.stats();
+            if (retract) {
+                EXPECT_EQ(paused.num_running_reqs, 0) << "overlap " << overlap;
+                EXPECT_EQ(paused.available_tokens + paused.evictable_tokens, paused.max_total_num_tokens)
+                    << "every running request gave up its KV";
+                EXPECT_GE(paused.total_retracted_reqs, 1);
+            }
+            h.add(make_req("late", prompt(11, 8), 4));
+            for (int i = 0; i < 5; ++i) EXPECT_EQ(h.sched_.step(), StepKind::kIdle);
+            EXPECT_EQ(h.runner_.launched.size() + h.runner_.batches.size(), launched) << "nothing ran while paused";
+            EXPECT_TRUE(h.sched_.paused());
+            h.sched_.resume();
+            h.run();
+            reqs.push_back(make_req("late", prompt(11, 8), 4));
+            for (const Req& r : reqs) {
+                EXPECT_EQ(h.results_[r.rid].tokens, expected(r)) << r.rid << " retract " << retract;
+                EXPECT_EQ(h.results_[r.rid].reason, FinishReason::kLength) << r.rid;
+            }
+        }
+    }
+}
+
 // ---- the prefill delayer (SGLang's prefill_delayer.py) through the scheduler -----------------
 
 SchedulerConfig delayed(int max_delay_passes) {

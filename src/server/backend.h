@@ -183,6 +183,13 @@ class Backend {
     // /abort_request: stops every request whose id starts with `prefix` ("" for all), as
     // SGLang's scheduler matches (scheduler.py abort_request: req.rid.startswith(rid)).
     virtual void abort_prefixed(const std::string& prefix) = 0;
+    // /pause_generation and /continue_generation (SGLang's, for RL weight updates): while
+    // paused no step is scheduled and new requests wait in the queue. kAbort first ends every
+    // request with finish_reason abort; kRetract frees the running requests' KV and queues them
+    // again (their output so far kept, recomputed on continue); kInPlace keeps everything.
+    enum class PauseMode { kAbort, kRetract, kInPlace };
+    virtual Status pause_generation(PauseMode) { return Status::Unimplemented("this server cannot pause"); }
+    virtual Status continue_generation() { return Status::Unimplemented("this server cannot pause"); }
 
     virtual std::string served_model_name() const = 0;
     virtual std::int64_t max_model_len() const = 0;

@@ -239,7 +239,8 @@ class Session : public std::enable_shared_from_this<Session> {
         Backend& backend = state_->backend;
         const auto record_action = expert_record_action(path);
         // SGLang's @auth_level(ADMIN_OPTIONAL) routes: the admin key when there is one.
-        const bool admin = path == "/flush_cache" || path == "/abort_request" || record_action;
+        const bool admin = path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
+                           path == "/continue_generation" || record_action;
         const RouteKind kind = path == "/health" ? RouteKind::kOpen : admin ? RouteKind::kAdmin : RouteKind::kApi;
         const auto header = [&](http::field f) { return std::string_view(req[f].data(), req[f].size()); };
         if (auto denied = check_access(state_->access, kind, header(http::field::host),
@@ -350,6 +351,21 @@ class Session : public std::enable_shared_from_this<Session> {
                 backend.abort_prefixed(selection.rid);
             }
             respond(200, kJson, "");
+        } else if (path == "/pause_generation" || path == "/continue_generation") {
+            // http_server.py pause_generation / continue_generation (ADMIN_OPTIONAL).
+            if (!allow(post, "POST") || !json_body()) return;
+            const bool pause = path == "/pause_generation";
+            Status st = Status::Ok();
+            if (pause) {
+                std::variant<Backend::PauseMode, ApiError> mode = parse_pause_generation(parser_->get().body());
+                if (auto* error = std::get_if<ApiError>(&mode)) return respond_error(*error);
+                st = backend.pause_generation(std::get<Backend::PauseMode>(mode));
+            } else {
+                st = backend.continue_generation();
+            }
+            if (!st.ok()) return respond_error(ApiError::from_status(st));
+            const char* message = pause ? "Generation paused successfully." : "Generation continued successfully.";
+            respond(200, kJson, nlohmann::json{{"message", message}, {"status", "ok"}}.dump());
         } else if (path == "/flush_cache") {
             if (!allow(post, "POST")) return;  // it changes state: never a GET a page can trigger
             Status st = backend.flush_cache();

@@ -244,6 +244,25 @@ TEST_F(HttpServerTest, AbortRequestEndsTheMatchingRequests) {
     EXPECT_EQ(call("GET", "/abort_request").status, 405);
 }
 
+// /pause_generation (mode abort by default, retract, in_place) and /continue_generation answer
+// SGLang's JSON; a bad mode is a 400 naming the field.
+TEST_F(HttpServerTest, PauseAndContinueGeneration) {
+    HttpResponse paused = call("POST", "/pause_generation", "{}");
+    ASSERT_EQ(paused.status, 200) << paused.body;
+    EXPECT_EQ(paused.json()["message"], "Generation paused successfully.");
+    EXPECT_EQ(paused.json()["status"], "ok");
+    EXPECT_EQ(call("POST", "/pause_generation", R"({"mode": "retract"})").status, 200);
+    EXPECT_EQ(call("POST", "/pause_generation", R"({"mode": "in_place"})").status, 200);
+    HttpResponse resumed = call("POST", "/continue_generation", R"({"torch_empty_cache": true})");
+    ASSERT_EQ(resumed.status, 200) << resumed.body;
+    EXPECT_EQ(resumed.json()["message"], "Generation continued successfully.");
+    EXPECT_EQ(backend_.pauses(), (std::vector<std::string>{"abort", "retract", "in_place", "continue"}));
+    HttpResponse bad = call("POST", "/pause_generation", R"({"mode": "sleep"})");
+    EXPECT_EQ(bad.status, 400);
+    EXPECT_NE(bad.body.find("'mode'"), std::string::npos) << bad.body;
+    EXPECT_EQ(call("GET", "/continue_generation").status, 405);
+}
+
 // GET /v1/models/NAME: the served model's card, another name OpenAI's 404.
 TEST_F(HttpServerTest, RetrieveModel) {
     HttpResponse r = call("GET", "/v1/models/tiny");
@@ -388,6 +407,10 @@ TEST_F(HttpServerTest, AccessControl) {
     EXPECT_EQ(as("GET", "/flush_cache", local + "Authorization: Bearer sk-admin\r\n").status, 405);
     EXPECT_EQ(as("POST", "/abort_request", local + json + user, R"({"abort_all": true})").status, 401);
     EXPECT_EQ(as("POST", "/abort_request", local + json + "Authorization: Bearer sk-admin\r\n", "{}").status, 200);
+    for (const char* path : {"/pause_generation", "/continue_generation"}) {
+        EXPECT_EQ(as("POST", path, local + json + user, "{}").status, 401) << path;
+        EXPECT_EQ(as("POST", path, local + json + "Authorization: Bearer sk-admin\r\n", "{}").status, 200) << path;
+    }
     // A Host the server does not answer to (a rebinding page's name), even with the key.
     HttpResponse foreign = as("GET", "/v1/models", "Host: attacker.example\r\n" + user);
     EXPECT_EQ(foreign.status, 403);

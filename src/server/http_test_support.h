@@ -104,6 +104,22 @@ class FakeBackend : public Backend {
         }
         cv_.notify_all();
     }
+    // /pause_generation and /continue_generation: the modes asked, in order ("continue" for
+    // the latter).
+    Status pause_generation(PauseMode mode) override {
+        std::lock_guard lock(mu_);
+        pauses_.push_back(mode == PauseMode::kAbort ? "abort" : mode == PauseMode::kRetract ? "retract" : "in_place");
+        return Status::Ok();
+    }
+    Status continue_generation() override {
+        std::lock_guard lock(mu_);
+        pauses_.push_back("continue");
+        return Status::Ok();
+    }
+    std::vector<std::string> pauses() const {
+        std::lock_guard lock(mu_);
+        return pauses_;
+    }
     void abort_prefixed(const std::string& prefix) override {
         std::lock_guard lock(mu_);
         for (Stream& s : streams_) {
@@ -250,6 +266,7 @@ class FakeBackend : public Backend {
     std::atomic<bool> stall_health_{false};
     std::atomic<std::size_t> hold_until_{0};
     mutable std::mutex mu_;
+    std::vector<std::string> pauses_;  // GUARDED_BY(mu_)
     std::condition_variable cv_;
     std::condition_variable drain_cv_;
     bool quit_ = false;

@@ -1167,6 +1167,17 @@ std::variant<AbortSelection, ApiError> parse_abort_request(std::string_view body
     });
 }
 
+std::variant<Backend::PauseMode, ApiError> parse_pause_generation(std::string_view body) {
+    return read_body<Backend::PauseMode>(body, [](FieldReader& r) {
+        const std::optional<std::string> mode = r.string("mode");
+        if (!mode || *mode == "abort") return Backend::PauseMode::kAbort;
+        if (*mode == "retract") return Backend::PauseMode::kRetract;
+        if (*mode == "in_place") return Backend::PauseMode::kInPlace;
+        r.fail("mode", "is '" + *mode + "': give one of 'abort', 'retract', 'in_place'");
+        return Backend::PauseMode::kAbort;
+    });
+}
+
 std::variant<TokenizeInput, ApiError> parse_tokenize_request(std::string_view body) {
     return read_body<TokenizeInput>(body, [](FieldReader& r) {
         TokenizeInput in;

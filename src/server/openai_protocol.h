@@ -179,6 +179,10 @@ struct AbortSelection {
 };
 std::variant<AbortSelection, ApiError> parse_abort_request(std::string_view body);
 
+// /pause_generation's body (io_struct.py PauseGenerationReqInput): mode, "abort" (the
+// default), "retract" or "in_place". /continue_generation's torch_empty_cache is read past.
+std::variant<Backend::PauseMode, ApiError> parse_pause_generation(std::string_view body);
+
 // /v1/tokenize's body (protocol.py TokenizeRequest): prompt, a string or a list of them (one
 // answer each), and add_special_tokens (true); "model" is read past.
 struct TokenizeInput {
