@@ -17,6 +17,7 @@
 #include "app/model_rank.h"
 #include "base/logging.h"
 #include "front/engine.h"
+#include "front/strict_thinking.h"
 #include "server/http_access.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
@@ -102,6 +103,14 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         if (!format.ok()) return fail(format.status());
         const std::vector<std::int32_t> ids = tok->encode(format->think_end, /*add_special_tokens=*/false);
         if (!ids.empty()) ec.think_end_token_id = ids.front();
+        if (args.enable_strict_thinking) {
+            auto filter = front::strict_thinking_filter(*format, *tok, ec.vocab_size);
+            if (!filter.ok()) return fail(filter.status());
+            ec.thinking_allowed_tokens = std::move(filter).value();
+            auto budget = front::default_thinking_budget();
+            if (!budget.ok()) return fail(budget.status());
+            ec.default_thinking_budget = *budget;
+        }
     }
     for (std::int32_t id : tok ? tok->eos_token_ids() : std::vector<std::int32_t>{})
         if (std::find(ec.eos_token_ids.begin(), ec.eos_token_ids.end(), id) == ec.eos_token_ids.end())

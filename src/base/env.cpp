@@ -37,6 +37,7 @@ const EnvFlags& env() {
         f.dpa_fault = read("TSR_DPA_FAULT");
         f.job_token = read("TESSERA_JOB_TOKEN");
         f.gloo_socket_ifname = read("GLOO_SOCKET_IFNAME");
+        f.max_think_tokens = read_optional("SGLANG_MAX_THINK_TOKENS");
         return f;
     }();
     return flags;

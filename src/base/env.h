@@ -54,6 +54,10 @@ struct EnvFlags {
     // with. The launcher sets it for its ranks; set it yourself (the same on every node) for
     // multi-node jobs on a shared network (app/launcher.h job_token()).
     std::string job_token;
+    // env: SGLANG_MAX_THINK_TOKENS — with --enable-strict-thinking, the reasoning tokens a request
+    // may write when it gives no custom_params.thinking_budget (an integer; unset or negative:
+    // no limit). Parsed by `serve`.
+    std::optional<std::string> max_think_tokens;
     // env: GLOO_SOCKET_IFNAME — the network interface Gloo's sockets use (PyTorch's name).
     // Empty: the interface of the route to --dist-init-addr.
     std::string gloo_socket_ifname;

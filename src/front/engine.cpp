@@ -193,6 +193,10 @@ Status Engine::submit(server::GenerationRequest request, server::EventCallback o
     req.eos_token_ids = config_.eos_token_ids;
     req.ignore_eos = p.ignore_eos;
     if (p.require_reasoning) req.think_end_id = config_.think_end_token_id;
+    if (p.require_reasoning && req.think_end_id && config_.thinking_allowed_tokens) {
+        req.thinking_allowed = config_.thinking_allowed_tokens;
+        req.thinking_budget = p.thinking_budget.value_or(config_.default_thinking_budget);
+    }
     req.sampling.params = {p.temperature, p.top_k, p.top_p, p.min_p, 0};
     req.sampling.frequency_penalty = p.frequency_penalty;
     req.sampling.presence_penalty = p.presence_penalty;

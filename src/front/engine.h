@@ -44,6 +44,11 @@ struct EngineConfig {
     std::vector<std::int32_t> eos_token_ids;
     // --reasoning-parser: its think-end token, the end of a require_reasoning request's reasoning.
     std::optional<std::int32_t> think_end_token_id;
+    // --enable-strict-thinking: the tokens a require_reasoning request may write inside its
+    // reasoning (all but the parser's excluded ones; null: no filter), and the reasoning tokens
+    // it may write when it gives no thinking_budget (SGLANG_MAX_THINK_TOKENS; negative: no limit).
+    std::shared_ptr<const std::vector<std::uint32_t>> thinking_allowed_tokens;
+    std::int64_t default_thinking_budget = -1;
     // false under --is-embedding: every request ends with its prompt and answers its embedding.
     bool is_generation = true;
     // The most a request's return_hidden_states may ask for: --return-hidden-states-mode, or

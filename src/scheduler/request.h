@@ -75,6 +75,11 @@ struct Req {
     // reasoning (SGLang's require_reasoning): its output tokens up to and with that token count
     // as reasoning_tokens.
     std::optional<std::int32_t> think_end_id;
+    // --enable-strict-thinking (SGLang's ReasonerGrammarObject): until the think-end token the
+    // output may only hold these tokens (bit t of word t / 32), and once thinking_budget
+    // reasoning tokens are written (if >= 0) only the think-end token.
+    std::shared_ptr<const std::vector<std::uint32_t>> thinking_allowed;
+    std::int64_t thinking_budget = -1;
     // return_routed_experts (with --enable-return-routed-experts): the token events carry the
     // routing of positions [routed_experts_start_len, prompt + output - 1), in order.
     bool return_routed_experts = false;
@@ -164,6 +169,8 @@ struct Req {
     void count_reasoning(std::int32_t token);
     // The constraint applies to the next output token (it has one, and any reasoning is over).
     bool constrained_now() const { return constraint && (!think_end_id || reasoning_over); }
+    // Strict thinking filters the next output token.
+    bool thinking_filtered_now() const { return thinking_allowed && think_end_id && !reasoning_over; }
     // The prompt positions whose logits give a prompt log-probability still to send:
     // [logprob_start_len, n_input - 1); empty ({0, 0}) once sent or when none was asked for.
     std::pair<std::int64_t, std::int64_t> input_logprob_rows() const {

@@ -949,8 +949,10 @@ std::vector<Req*> Scheduler::decode_micro_batch(const std::vector<Req*>& reqs) c
     for (Req* r : reqs) {
         // Overlap: the one step in flight samples its token, which this step is fed; unless
         // that token is its last by length (a stop token is only known when it comes).
-        // A constrained request never follows: its next mask depends on the token in flight.
+        // A constrained request (or one whose reasoning is filtered) never follows: its next mask
+        // depends on the token in flight.
         const bool can_follow = config_.overlap_schedule && r->pending_tokens == 1 && !r->constraint &&
+                                !r->thinking_filtered_now() &&
                                 static_cast<std::int64_t>(r->output_ids.size()) + 1 < r->max_new_tokens;
         if (r->pending_tokens > 0 && !can_follow) continue;
         batch.push_back(r);
@@ -1218,6 +1220,17 @@ void Scheduler::apply_decode_results(const std::vector<Req*>& reqs,
 }
 
 void Scheduler::constrain(Req& r, executor::ForwardSequence& seq) {
+    if (r.thinking_filtered_now()) {
+        if (r.thinking_budget < 0 || r.reasoning_tokens < r.thinking_budget) {
+            seq.sampling.allowed_tokens = r.thinking_allowed;
+        } else {
+            auto only_end = std::make_shared<std::vector<std::uint32_t>>(r.thinking_allowed->size(), 0u);
+            const auto end = static_cast<std::uint32_t>(*r.think_end_id);
+            if (end / 32 < only_end->size()) (*only_end)[end / 32] |= 1u << (end % 32);
+            seq.sampling.allowed_tokens = std::move(only_end);
+        }
+        return;
+    }
     if (!r.constrained_now() || !r.constraint_error.empty()) return;
     auto allowed = r.constraint->allowed_tokens();
     if (allowed.ok()) {

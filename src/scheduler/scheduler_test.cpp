@@ -1847,6 +1847,33 @@ TEST(ConstrainedDecodingTest, ReasoningComesFirstUnconstrained) {
     EXPECT_EQ(h.runner_.masked_samples, 4);
 }
 
+// --enable-strict-thinking: inside the reasoning the filter holds (the fake's first choice is
+// banned), at the budget only the think-end token may come, after it nothing is filtered; with
+// overlap a filtered request waits for its token instead of following.
+TEST(StrictThinkingTest, TheReasoningIsFilteredAndEndsAtItsBudget) {
+    for (const bool overlap : {false, true}) {
+        Harness h(overlap ? overlapped(1) : roomy(1), /*queued=*/overlap);
+        const Tokens input = prompt(13, 10);
+        const std::int32_t natural = reference_next(input);
+        const std::int32_t think_end = (natural + 7) % kVocab;
+        auto filter = std::make_shared<std::vector<std::uint32_t>>((kVocab + 31) / 32, ~0u);
+        (*filter)[natural / 32] &= ~(1u << (natural % 32));
+        Req req = make_req("t", input, 8);
+        req.think_end_id = think_end;
+        req.thinking_allowed = filter;
+        req.thinking_budget = 3;
+        h.add(req);
+        h.run();
+        const Result& got = h.results_["t"];
+        ASSERT_EQ(got.tokens.size(), 8u);
+        for (int i = 0; i < 3; ++i) EXPECT_NE(got.tokens[i], natural) << i << " overlap " << overlap;
+        EXPECT_EQ(got.tokens[3], think_end) << "the budget of 3 is spent";
+        EXPECT_EQ(got.reasoning_tokens, 4);
+        EXPECT_EQ(h.runner_.masked_samples, 4) << "nothing filtered after the think-end token";
+        EXPECT_EQ(h.runner_.dependency_violations, 0);
+    }
+}
+
 // ---- /pause_generation: in place and retract ------------------------------------------------
 
 TEST(SchedulerPauseTest, PausedNothingRunsAndEveryRequestFinishesAfterResume) {

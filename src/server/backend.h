@@ -81,6 +81,9 @@ struct GenerationParams {
     // The output begins with the model's reasoning (SGLang's require_reasoning): with a
     // --reasoning-parser, its tokens up to the think-end token are counted as reasoning_tokens.
     bool require_reasoning = false;
+    // custom_params.thinking_budget: with --enable-strict-thinking, after this many reasoning
+    // tokens only the think-end token may come (negative: no budget).
+    std::optional<std::int64_t> thinking_budget;
     HiddenStatesMode return_hidden_states = HiddenStatesMode::kNone;
     // return_routed_experts (with --enable-return-routed-experts): the experts of positions
     // [routed_experts_start_len, prompt + output - 1) come with the last event.

@@ -190,9 +190,22 @@ std::int64_t max_tokens_limit(const ProtocolOptions& o) {
 // Features that need machinery tessera does not have yet: a request that sets one is refused
 // rather than served without it.
 void reject_unsupported(FieldReader& r) {
-    for (const char* name : {"lora_path", "lora_id", "custom_logit_processor", "custom_params"}) {
+    for (const char* name : {"lora_path", "lora_id", "custom_logit_processor"}) {
         if (r.has(name)) r.fail(name, "is not supported by this server");
     }
+}
+
+// custom_params: its thinking_budget (SGLang's grammar_manager.py, for --enable-strict-thinking);
+// the rest is a custom logit processor's, which this server refuses, so it is read past.
+void read_custom_params(FieldReader& r, GenerationParams& p) {
+    const Json* j = r.get("custom_params");
+    if (j == nullptr) return;
+    if (!j->is_object()) return (void)r.wrong_type<bool>("custom_params", "an object", *j);
+    FieldReader c(*j, r.param("custom_params."));
+    if (auto v = c.integer("thinking_budget", std::numeric_limits<std::int32_t>::min(),
+                           std::numeric_limits<std::int32_t>::max()))
+        p.thinking_budget = *v;
+    if (!c.ok()) r.fail_with(*c.error());
 }
 
 // /generate's session_params (io_struct.py SessionParams): every field optional but the id.
@@ -378,6 +391,7 @@ void read_openai_sampling(FieldReader& r, ApiKind kind, const ProtocolOptions& o
     read_routed_experts(r, p);
     read_constraint(r, p);
     read_response_format(r, p);
+    read_custom_params(r, p);
     reject_unsupported(r);
 }
 
@@ -830,6 +844,7 @@ bool read_sampling_object(FieldReader& r, const Json& object, const std::string&
     FieldReader s(object, prefix);
     read_native_sampling(s, o, p, n);
     read_constraint(s, p);
+    read_custom_params(s, p);
     reject_unsupported(s);
     if (!s.ok()) r.fail_with(*s.error());
     return s.ok();

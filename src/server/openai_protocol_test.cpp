@@ -257,7 +257,8 @@ TEST(OpenAiProtocolTest, DeepNestingIsRefusedNotCrashedOn) {
 TEST(OpenAiProtocolTest, UnimplementedFieldsAreRefused) {
     expect_error(generate(R"({"text": "hi", "lora_path": "adapter"})"), "lora_path");
     expect_error(generate(R"({"text": "hi", "custom_logit_processor": "x"})"), "custom_logit_processor");
-    expect_error(generate(R"({"text": "hi", "sampling_params": {"custom_params": {}}})"), "sampling_params.custom_params");
+    expect_error(generate(R"({"text": "hi", "sampling_params": {"custom_params": 3}})"),
+                 "sampling_params.custom_params");
     expect_error(generate(R"({"text": "hi", "lora_id": "adapter-1"})"), "lora_id");
 }
 
@@ -639,6 +640,16 @@ TEST(ResponseBuilderTest, ReasoningTokens) {
     EXPECT_TRUE(deepseek(R"(, "chat_template_kwargs": {"thinking": true})").params.require_reasoning);
     EXPECT_FALSE(chat("{" + messages + "}").request.requests[0].params.require_reasoning) << "no parser";
     EXPECT_TRUE(generate(R"({"text": "x", "require_reasoning": true})").request.requests[0].params.require_reasoning);
+    // custom_params.thinking_budget (--enable-strict-thinking), in sampling_params or the OpenAI body.
+    EXPECT_EQ(generate(R"({"text": "x", "sampling_params": {"custom_params": {"thinking_budget": 7, "k": 1}}})")
+                  .request.requests[0].params.thinking_budget,
+              7);
+    EXPECT_EQ(reasoning_chat("{" + messages + R"(, "custom_params": {"thinking_budget": 3}})")
+                  .request.requests[0].params.thinking_budget,
+              3);
+    EXPECT_FALSE(chat("{" + messages + "}").request.requests[0].params.thinking_budget.has_value());
+    expect_error(generate(R"({"text": "x", "sampling_params": {"custom_params": {"thinking_budget": "a"}}})"),
+                 "sampling_params.custom_params.thinking_budget");
 
     ResponseBuilder b(reasoning_chat("{" + messages + "}").request);
     GenerationEvent e = event("<think>a</think>b", {1, 2, 3}, 3, "stop");

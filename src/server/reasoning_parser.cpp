@@ -15,21 +15,30 @@ std::string erase_all(std::string text, std::string_view what) {
     return text;
 }
 
+// The detectors' think_excluded_tokens (reasoning_parser.py): Qwen3Detector's (and its
+// subclasses', DeepSeek-V3's among them), KimiK2Detector's and Glm45Detector's.
+const std::vector<std::string> kQwen3Excluded = {"<tool_call>", "</tool_call>", "<|im_end|>", "<|endoftext|>"};
+const std::vector<std::string> kKimiK2Excluded = {
+    "<think>",           "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+    "<|tool_call_section_end|>", "<|tool_call_end|>", "[EOS]", "<|im_end|>", "<|end_header_id|>", "[EOT]"};
+const std::vector<std::string> kGlm45Excluded = {"<tool_call>", "</tool_call>", "<eop>", "<|user|>", "<|endoftext|>"};
+
 // reasoning_parser.py ReasoningParser.DetectorMap: several names share a detector.
 const std::array<ReasoningFormat, 13> kFormats = {{
-    {"deepseek-r1", "<think>", "</think>", true, ""},
-    {"deepseek-v3", "<think>", "</think>", false, "thinking"},
-    {"deepseek-v4", "<think>", "</think>", false, "thinking"},
-    {"glm45", "<think>", "</think>", false, "enable_thinking"},
-    {"interns1", "<think>", "</think>", false, "enable_thinking"},
-    {"kimi", "\xE2\x97\x81think\xE2\x96\xB7", "\xE2\x97\x81/think\xE2\x96\xB7", false, ""},  // ◁think▷ ◁/think▷
-    {"kimi_k2", "<think>", "</think>", true, ""},  // ReasoningParser.DetectorMap: DeepSeekR1Detector
-    {"minimax", "<think>", "</think>", true, ""},
-    {"mistral", "[THINK]", "[/THINK]", false, ""},
-    {"qwen3", "<think>", "</think>", false, "enable_thinking"},
-    {"qwen3-thinking", "<think>", "</think>", true, ""},
-    {"step3", "<think>", "</think>", true, ""},
-    {"step3p5", "<think>", "</think>", true, ""},
+    {"deepseek-r1", "<think>", "</think>", true, "", {}},
+    {"deepseek-v3", "<think>", "</think>", false, "thinking", kQwen3Excluded},
+    {"deepseek-v4", "<think>", "</think>", false, "thinking", kQwen3Excluded},
+    {"glm45", "<think>", "</think>", false, "enable_thinking", kGlm45Excluded},
+    {"interns1", "<think>", "</think>", false, "enable_thinking", kQwen3Excluded},
+    // ◁think▷ ◁/think▷
+    {"kimi", "\xE2\x97\x81think\xE2\x96\xB7", "\xE2\x97\x81/think\xE2\x96\xB7", false, "", {}},
+    {"kimi_k2", "<think>", "</think>", true, "", kKimiK2Excluded},  // DetectorMap: DeepSeekR1Detector's tags
+    {"minimax", "<think>", "</think>", true, "", kQwen3Excluded},
+    {"mistral", "[THINK]", "[/THINK]", false, "", {}},
+    {"qwen3", "<think>", "</think>", false, "enable_thinking", kQwen3Excluded},
+    {"qwen3-thinking", "<think>", "</think>", true, "", kQwen3Excluded},
+    {"step3", "<think>", "</think>", true, "", {}},
+    {"step3p5", "<think>", "</think>", true, "", {}},
 }};
 
 }  // namespace

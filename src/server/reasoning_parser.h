@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
@@ -23,6 +24,9 @@ struct ReasoningFormat {
     // The chat_template_kwargs switch that opens it from the request ("" for none):
     // enable_thinking (Qwen3, GLM-4.5), thinking (DeepSeek-V3.1).
     std::string request_switch;
+    // --enable-strict-thinking: what may not come inside the reasoning (the detector's
+    // think_excluded_tokens: tool-call markers and end-of-turn tokens).
+    std::vector<std::string> think_excluded_tokens;
 };
 
 // SGLang's names that tessera parses; another name is refused, listing these.

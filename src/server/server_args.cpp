@@ -165,6 +165,16 @@ Status ServerArgs::resolve() {
     if (mem_fraction_static && (*mem_fraction_static <= 0.0 || *mem_fraction_static > 1.0))
         return invalid("--mem-fraction-static must be in (0, 1], got " + std::to_string(*mem_fraction_static));
     if (!reasoning_parser.empty()) TSR_RETURN_IF_ERROR(server::reasoning_format(reasoning_parser).status());
+    // SGLang's create_grammar_backend / ReasonerGrammarBackend: only xgrammar filters tokens.
+    if (enable_strict_thinking && grammar_backend == "none")
+        return invalid("--enable-strict-thinking requires a grammar backend that supports token filtering, but "
+                       "grammar_backend='none' was specified. Use --grammar-backend xgrammar or another backend "
+                       "that supports token filtering.");
+    if (enable_strict_thinking && grammar_backend != "xgrammar" && !reasoning_parser.empty() &&
+        !server::reasoning_format(reasoning_parser)->think_excluded_tokens.empty())
+        return invalid("Strict reasoning format requested but the grammar backend does not support token filtering. "
+                       "Use a grammar backend that supports token filtering (e.g., xgrammar) or disable strict "
+                       "reasoning mode.");
     if (!tool_call_parser.empty()) TSR_RETURN_IF_ERROR(server::tool_call_format(tool_call_parser).status());
     if (!constrained_json_whitespace_pattern.empty()) {
         if (auto pattern = grammar::parse_regex(constrained_json_whitespace_pattern); !pattern.ok())

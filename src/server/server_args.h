@@ -107,6 +107,9 @@ struct ServerArgs {
     // Constrained decoding: --grammar-backend (xgrammar, outlines and llguidance all mean
     // tessera's own; none refuses constrained requests) and how JSON output may space itself.
     std::string grammar_backend = "xgrammar";
+    // --enable-strict-thinking: inside a request's reasoning the parser's excluded tokens
+    // (tool-call markers, end of turn) may not come, and custom_params.thinking_budget caps it.
+    bool enable_strict_thinking = false;
     std::string constrained_json_whitespace_pattern;  // "" for the backend's default
     bool constrained_json_disable_any_whitespace = false;
     std::string chat_template;     // --chat-template: a Jinja template file ("" for the tokenizer's)

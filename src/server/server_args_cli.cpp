@@ -507,6 +507,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           "split a chat completion's reasoning into reasoning_content: deepseek-r1, deepseek-v3, deepseek-v4, glm45, "
           "interns1, kimi, kimi_k2, minimax, mistral, qwen3, qwen3-thinking, step3 or step3p5",
           kServe);
+    flag(app, t, "--enable-strict-thinking", a.enable_strict_thinking,
+         "with --reasoning-parser, a request's reasoning may not contain the parser's tool-call and end-of-turn "
+         "tokens (so it ends with the think-end token), and custom_params.thinking_budget caps its length",
+         kServe);
     value(app, t, "--grammar-backend", a.grammar_backend,
           "constrained decoding (regex, json_schema, response_format): xgrammar, outlines and llguidance all "
           "select tessera's own regex / JSON-schema backend; none refuses such requests",

@@ -14,7 +14,9 @@ the pattern, so every answer that matches shows the mask at work. Checked agains
   the tools' parameters, whole and streamed; with --tool-call-parser and a strict tool, the calls
   the model writes under tool_choice "auto" fit too;
 - with --reasoning-parser, a require_reasoning request thinks unconstrained until </think> and is
-  constrained after it;
+  constrained after it; with --enable-strict-thinking its reasoning holds no end of turn (nor
+  tool-call marker), custom_params.thinking_budget ends it with </think>, and a request without
+  reasoning is not filtered; with --grammar-backend none the flag is refused;
 - an `ebnf` grammar (rules, literals, classes, repetition) gives a sentence of its root rule;
 - a `structural_tag` (in /generate and as the chat route's response_format) leaves the text free
   but makes every trigger open one of its structures;
@@ -25,6 +27,7 @@ Exit 0 when every check passes.
 import json
 import os
 import re
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,6 +35,7 @@ sys.path.insert(0, HERE)
 from e2e_support import Checks, Server, make_tiny_model, script_args, with_server  # noqa: E402
 
 THINK_END = 151668  # Qwen3's </think>
+IM_END = 151645  # Qwen3's <|im_end|>, its end of turn (an eos)
 TOOL_CALL = 151657  # Qwen3's <tool_call>
 LAYOUTS = [[], ["--disable-overlap-schedule"], ["--tp", "2"], ["--pp-size", "2"], ["--dp", "2"]]
 PHONE = r"\(\d{3}\) \d{3}-\d{4}"
@@ -312,6 +316,32 @@ def main():
                   status == 200 and re.fullmatch(r"\d{3}", body.get("text", "")) is not None, body)
     finally:
         server.close()
+
+    server = Server(tessera, model, ["--reasoning-parser", "qwen3", "--enable-strict-thinking"],
+                    os.path.join(workdir, "strict_thinking.log"))
+    try:
+        if check("strict thinking: server ready", server.ready()):
+            ends_turn = {"logit_bias": {str(IM_END): 100.0}, "ignore_eos": False}
+            status, body = generate(server, {**ends_turn, "custom_params": {"thinking_budget": 4}}, max_new_tokens=12,
+                                    require_reasoning=True)
+            ids = body.get("output_ids", []) if status == 200 else []
+            check("strict thinking: no end of turn inside the reasoning, the think-end token at the budget, then the "
+                  "end of turn", ids[:4] and IM_END not in ids[:4] and ids[4:6] == [THINK_END, IM_END] and
+                  finish(body) == "stop" and body["meta_info"].get("reasoning_tokens") == 5, body)
+            status, body = generate(server, ends_turn, max_new_tokens=10, require_reasoning=True)
+            ids = body.get("output_ids", []) if status == 200 else []
+            check("strict thinking: without a budget the reasoning runs to max_new_tokens without an end of turn",
+                  len(ids) == 10 and IM_END not in ids and finish(body) == "length", body)
+            status, body = generate(server, ends_turn, max_new_tokens=10)
+            check("strict thinking: a request without reasoning is not filtered (the end of turn comes first)",
+                  status == 200 and finish(body) == "stop" and body["meta_info"]["completion_tokens"] <= 1, body)
+    finally:
+        server.close()
+    refused = subprocess.run([tessera, "serve", "--model-path", model, "--port", "1", "--enable-strict-thinking",
+                              "--grammar-backend", "none"], capture_output=True, text=True, timeout=60)
+    check("--enable-strict-thinking with --grammar-backend none is refused with SGLang's message",
+          refused.returncode != 0 and "requires a grammar backend that supports token filtering" in
+          refused.stdout + refused.stderr, refused.stderr[-500:])
 
     server = Server(tessera, model, ["--grammar-backend", "none"], os.path.join(workdir, "none.log"))
     try:
