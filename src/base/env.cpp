@@ -38,6 +38,9 @@ const EnvFlags& env() {
         f.job_token = read("TESSERA_JOB_TOKEN");
         f.gloo_socket_ifname = read("GLOO_SOCKET_IFNAME");
         f.max_think_tokens = read_optional("SGLANG_MAX_THINK_TOKENS");
+        f.decrease_prefill_idle = read_optional("SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE");
+        f.prefill_delayer_max_delay_passes = read_optional("SGLANG_PREFILL_DELAYER_MAX_DELAY_PASSES");
+        f.prefill_delayer_token_usage_low_watermark = read_optional("SGLANG_PREFILL_DELAYER_TOKEN_USAGE_LOW_WATERMARK");
         return f;
     }();
     return flags;

@@ -54,6 +54,13 @@ struct EnvFlags {
     // with. The launcher sets it for its ranks; set it yourself (the same on every node) for
     // multi-node jobs on a shared network (app/launcher.h job_token()).
     std::string job_token;
+    // env: SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE, SGLANG_PREFILL_DELAYER_MAX_DELAY_PASSES,
+    // SGLANG_PREFILL_DELAYER_TOKEN_USAGE_LOW_WATERMARK — SGLang's deprecated spellings of
+    // --enable-prefill-delayer and two of its knobs (server_args.py
+    // _handle_prefill_delayer_env_compat); read by ServerArgs::resolve, which warns.
+    std::optional<std::string> decrease_prefill_idle;
+    std::optional<std::string> prefill_delayer_max_delay_passes;
+    std::optional<std::string> prefill_delayer_token_usage_low_watermark;
     // env: SGLANG_MAX_THINK_TOKENS — with --enable-strict-thinking, the reasoning tokens a request
     // may write when it gives no custom_params.thinking_budget (an integer; unset or negative:
     // no limit). Parsed by `serve`.

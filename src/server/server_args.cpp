@@ -59,6 +59,44 @@ dist::ParallelConfig ServerArgs::parallel_config() const {
     return c;
 }
 
+Status ServerArgs::apply_deprecated_prefill_delayer_env() {
+    const auto deprecated = [this](const char* name, const char* flag) {
+        notes.push_back(std::string("Environment variable ") + name + " is deprecated. Please use '" + flag +
+                        "' instead.");
+    };
+    const EnvFlags& e = env();
+    if (e.decrease_prefill_idle) {
+        std::string v = *e.decrease_prefill_idle;
+        std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+        if (v == "1" || v == "true" || v == "yes" || v == "y" || v == "on") {
+            deprecated("SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE", "--enable-prefill-delayer");
+            enable_prefill_delayer = true;
+        }
+    }
+    if (const auto& v = e.prefill_delayer_max_delay_passes; v && !v->empty()) {
+        char* end = nullptr;
+        const long passes = std::strtol(v->c_str(), &end, 10);
+        if (*end != '\0')
+            return invalid("SGLANG_PREFILL_DELAYER_MAX_DELAY_PASSES must be an integer, got '" + *v + "'");
+        if (passes != 0) {
+            deprecated("SGLANG_PREFILL_DELAYER_MAX_DELAY_PASSES", "--prefill-delayer-max-delay-passes");
+            prefill_delayer_max_delay_passes = static_cast<int>(passes);
+        }
+    }
+    if (const auto& v = e.prefill_delayer_token_usage_low_watermark; v && !v->empty()) {
+        char* end = nullptr;
+        const double watermark = std::strtod(v->c_str(), &end);
+        if (*end != '\0')
+            return invalid("SGLANG_PREFILL_DELAYER_TOKEN_USAGE_LOW_WATERMARK must be a number, got '" + *v + "'");
+        if (watermark != 0.0) {
+            deprecated("SGLANG_PREFILL_DELAYER_TOKEN_USAGE_LOW_WATERMARK",
+                       "--prefill-delayer-token-usage-low-watermark");
+            prefill_delayer_token_usage_low_watermark = watermark;
+        }
+    }
+    return Status::Ok();
+}
+
 Status ServerArgs::resolve() {
     notes.clear();
     // Missing defaults.
@@ -122,6 +160,7 @@ Status ServerArgs::resolve() {
     if (pp_size > 1 && min_free_slots_delay && *min_free_slots_delay > 1)
         return invalid("--min-free-slots-delay is not supported with pipeline parallelism (--pp-size " + str(pp_size) +
                        "); drop it or use --pp-size 1");
+    TSR_RETURN_IF_ERROR(apply_deprecated_prefill_delayer_env());
     // SGLang's PrefillDelayer asserts this when the scheduler starts; PP turned overlap off above.
     if (enable_prefill_delayer && disable_overlap_schedule) {
         const std::string fix = pp_size > 1 ? "pipeline parallelism (--pp-size " + str(pp_size) +

@@ -64,7 +64,7 @@ struct ServerArgs {
     std::optional<std::int64_t> min_free_slots_delay;  // free running slots that new requests wait for
     // --enable-prefill-delayer and its knobs (SGLang's managers/prefill_delayer.py; see
     // scheduler/prefill_delayer.h). The buckets are /metrics' histogram bounds.
-    bool enable_prefill_delayer = false;
+    bool enable_prefill_delayer = false;  // also SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE (deprecated)
     int prefill_delayer_max_delay_passes = 30;
     std::optional<double> prefill_delayer_token_usage_low_watermark;
     std::vector<double> prefill_delayer_forward_passes_buckets;
@@ -188,6 +188,9 @@ struct ServerArgs {
     Status check_tessera_runs() const;
     // The part of resolve() for --enable-deterministic-inference, last, as in SGLang.
     Status resolve_deterministic_inference();
+    // SGLang's _handle_prefill_delayer_env_compat: the deprecated environment variables set
+    // the delayer's flags, each with a note.
+    Status apply_deprecated_prefill_delayer_env();
 
     // Warnings produced by resolve() (a rewritten default the user should know about).
     std::vector<std::string> notes;

@@ -33,7 +33,8 @@
                4 "mixed" delays, one wait_timeout, wait_forward_passes_sum 4) and gives one
                rank's tokens; 8 concurrent requests give one rank's tokens and some prefills
                ran with both groups ready ("all"); a one-rank server with the delayer serves too;
-               with overlap scheduling off (or PP) the launch is refused with SGLang's message.
+               with overlap scheduling off (or PP) the launch is refused with SGLang's message, also
+               when SGLang's deprecated SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE=1 turns it on.
 
 Usage: dpa_test.py --tessera PATH --case {equivalence,serve,faults,two-node,prefill-delayer} --workdir DIR
 Exit 0 pass, 1 fail.
@@ -448,9 +449,9 @@ def delayer_outcomes(port):
     return outcomes, waited
 
 
-def refused(tessera, model, flags, needle):
+def refused(tessera, model, flags, needle, env=None):
     out = subprocess.run([tessera, "serve", "--model-path", model, "--port", str(free_port())] + flags,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, **(env or {})))
     return out.returncode != 0 and needle in out.stdout + out.stderr
 
 
@@ -512,6 +513,12 @@ def prefill_delayer(tessera, workdir):
         print(f"--enable-prefill-delayer {' '.join(extra)}: {'refused' if good else 'NOT refused'} "
               f"{'ok' if good else 'FAIL'}")
         ok &= good
+    # SGLang's deprecated spelling turns the delayer on too (so the same rule refuses it).
+    good = refused(tessera, model, ["--disable-overlap-schedule"], needle,
+                   {"SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE": "1"})
+    print(f"SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE=1 --disable-overlap-schedule: "
+          f"{'refused' if good else 'NOT refused'} {'ok' if good else 'FAIL'}")
+    ok &= good
     return ok
 
 
