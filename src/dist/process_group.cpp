@@ -44,6 +44,13 @@ Status ProcessGroup::all_reduce_integers(std::span<Int> data, ReduceOp op) {
 
 Status ProcessGroup::all_reduce(std::span<std::int64_t> data, ReduceOp op) { return all_reduce_integers(data, op); }
 Status ProcessGroup::all_reduce(std::span<std::int32_t> data, ReduceOp op) { return all_reduce_integers(data, op); }
+StatusOr<std::vector<std::int64_t>> ProcessGroup::all_gather_rows(std::span<const std::int64_t> mine) {
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(size_) * mine.size(), 0);
+    std::copy(mine.begin(), mine.end(), rows.begin() + static_cast<std::ptrdiff_t>(rank_ * mine.size()));
+    TSR_RETURN_IF_ERROR(all_reduce(std::span<std::int64_t>(rows)));
+    return rows;
+}
+
 Status ProcessGroup::all_gather(std::span<const float>, std::span<float>) {
     return unsupported("all_gather");
 }

@@ -54,6 +54,9 @@ class ProcessGroup {
     Status all_reduce(std::span<std::int32_t> data, ReduceOp op = ReduceOp::kSum);
     // out [size × in.size()] = concatenation of every rank's `in`, in rank order.
     virtual Status all_gather(std::span<const float> in, std::span<float> out);
+    // The same for a short row of integers (a rank's counts or flags), exact: a sum over a
+    // zeroed [size × mine.size()] buffer in which each rank fills its own row.
+    StatusOr<std::vector<std::int64_t>> all_gather_rows(std::span<const std::int64_t> mine);
     // in [size × out.size()]: rank r receives the reduction of every rank's r-th chunk.
     virtual Status reduce_scatter(std::span<const float> in, std::span<float> out,
                                   ReduceOp op = ReduceOp::kSum);

@@ -200,6 +200,17 @@ void check_all_ops(ProcessGroup& g) {
             }
         }
     }
+    // all_gather_rows: every rank's row, in rank order, exact.
+    {
+        const std::vector<std::int64_t> mine = {me, -(std::int64_t{1} << 40) - me};
+        StatusOr<std::vector<std::int64_t>> rows = g.all_gather_rows(mine);
+        ASSERT_TRUE(rows.ok()) << rows.status().message();
+        ASSERT_EQ(rows->size(), static_cast<std::size_t>(2 * n));
+        for (int r = 0; r < n; ++r) {
+            EXPECT_EQ((*rows)[2 * r], r);
+            EXPECT_EQ((*rows)[2 * r + 1], -(std::int64_t{1} << 40) - r);
+        }
+    }
     // Integer all_reduce: exact beyond f32's 2^24, negative values, int32 and int64.
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
         std::vector<std::int64_t> big = {(std::int64_t{1} << 40) + me, -3 * me, 7};

@@ -85,16 +85,16 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
         while (fault_ == Fault::kStall) std::this_thread::sleep_for(std::chrono::hours(1));
         ++round_;
     }
-    const int T = tp.size();
-    std::vector<std::int64_t> rows(static_cast<std::size_t>(T * kFields), 0);
-    std::int64_t* me = rows.data() + tp.rank() * kFields;
+    std::int64_t me[kFields] = {};
     me[kRound] = round_;
     me[kTokens] = mine.tokens;
     me[kLogitRows] = mine.logit_rows;
     me[kExtend] = mine.extend;
     me[kStopping] = mine.stopping;
     me[kRecord] = static_cast<std::int64_t>(mine.record);
-    if (Status s = tp.all_reduce(std::span<std::int64_t>(rows)); !s.ok()) {
+    StatusOr<std::vector<std::int64_t>> rows = tp.all_gather_rows(me);
+    if (!rows.ok()) {
+        const Status& s = rows.status();
         std::string groups;
         for (int g = 0; g < dpa_.dp_size; ++g) groups += (groups.empty() ? "" : ", ") + group_name(g);
         return Status(s.code(), fmt::format("DP-attention round {}: the groups did not all join the step: {} (groups: "
@@ -105,7 +105,7 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
     a.step.num_logit_rows.resize(static_cast<std::size_t>(dpa_.dp_size));
     a.all_stopping = true;
     for (int g = 0; g < dpa_.dp_size; ++g) {
-        const std::int64_t* lead = rows.data() + g * dpa_.tp_size * kFields;
+        const std::int64_t* lead = rows->data() + g * dpa_.tp_size * kFields;
         for (int t = 0; t < dpa_.tp_size; ++t) {
             const std::int64_t* r = lead + t * kFields;
             // Either way the ranks no longer agree on what runs next: the group is broken

@@ -20,20 +20,20 @@ StatusOr<BatchRunner::PrefillAgreement> PrefillAgreementGroup::agree(const Batch
         again.fresh = false;
         return again;
     }
-    const int n = leaders_.size();
-    std::vector<std::int64_t> rows(static_cast<std::size_t>(n * kFields), 0);
-    std::int64_t* me = rows.data() + leaders_.rank() * kFields;
+    std::int64_t me[kFields] = {};
     me[kIndex] = agreements_;
     me[kPrefillable] = mine.prefillable;
     me[kBelowWatermark] = mine.below_watermark;
     me[kRunning] = mine.running;
     me[kMaxPrefillBatch] = mine.max_prefill_batch;
     me[kWaiting] = mine.waiting;
-    if (Status s = leaders_.all_reduce(std::span<std::int64_t>(rows)); !s.ok())
-        return Status(s.code(), fmt::format("prefill delayer agreement {}: {}", agreements_, s.message()));
+    StatusOr<std::vector<std::int64_t>> rows = leaders_.all_gather_rows(me);
+    if (!rows.ok())
+        return Status(rows.status().code(),
+                      fmt::format("prefill delayer agreement {}: {}", agreements_, rows.status().message()));
     BatchRunner::PrefillAgreement agreed;
-    for (int g = 0; g < n; ++g) {
-        const std::int64_t* r = rows.data() + g * kFields;
+    for (int g = 0; g < leaders_.size(); ++g) {
+        const std::int64_t* r = rows->data() + g * kFields;
         if (r[kIndex] != agreements_)
             return Status(StatusCode::kUnavailable,
                           fmt::format("prefill delayer: this group's leader is at agreement {} but attn_dp group {}'s "
