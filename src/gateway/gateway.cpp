@@ -54,14 +54,17 @@ bool is_generation_route(const std::string& path) {
            path == "/v1/embeddings" || path == "/encode";
 }
 
-// Admin routes every worker must apply (SGLang's server has them; the gateway fans them out).
-// /abort_request too: a request id may be on any worker (SGLang's DP controller sends an
-// AbortReq to every DP rank).
+// The expert distribution recorder's routes: under DP attention only the first worker takes
+// them, and its lockstep carries them to every rank in one step.
 bool is_expert_record_route(const std::string& path) {
     return path == "/start_expert_distribution_record" || path == "/stop_expert_distribution_record" ||
            path == "/dump_expert_distribution_record";
 }
 
+// Admin routes every worker must apply (SGLang's server has them; the gateway fans them out).
+// /abort_request too: a request id may be on any worker (SGLang's DP controller sends an
+// AbortReq to every DP rank); and /pause_generation, /continue_generation, which it also sends
+// to every scheduler.
 bool is_broadcast_route(const std::string& path) {
     return path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
            path == "/continue_generation" || path == "/start_expert_distribution_record" ||
@@ -719,7 +722,7 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         }
         client.respond(200, kJson, loads.dump());
     } else if (is_broadcast_route(path)) {
-        // Every worker's cache, recorder, pause or aborts (under DP attention the recorder's only on the first).
+        // Every worker's cache, aborts, pause or recorder (the recorder on the first only under DP attention).
         if (wrong_method("POST")) return;
         std::string failed;
         std::vector<std::string> urls = s.registry.urls();
