@@ -85,31 +85,57 @@ void set_timeouts(int fd, std::chrono::seconds t) {
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// Adds dp_rank="i" to every sample line of a replica's Prometheus text; drops its HELP/TYPE
-// lines after the first replica so each metric is described once.
-std::string label_replica_metrics(const std::string& text, int dp_rank, bool keep_descriptions) {
-    std::string out;
-    std::size_t begin = 0;
-    while (begin < text.size()) {
-        std::size_t end = text.find('\n', begin);
-        if (end == std::string::npos) end = text.size();
-        std::string line = text.substr(begin, end - begin);
-        begin = end + 1;
-        if (line.empty()) continue;
-        if (line[0] == '#') {
-            if (keep_descriptions) out += line + "\n";
-            continue;
-        }
+// The replicas' Prometheus texts as one: every sample line gets dp_rank="i" (i the replica's
+// index), and each metric family comes once, its HELP / TYPE lines first and then every
+// replica's samples, as the text format wants a family's lines together.
+std::string merge_replica_metrics(const std::vector<std::string>& texts) {
+    struct Family {
+        std::string description;  // HELP / TYPE lines of the first replica that has them
+        std::size_t described_by = std::string::npos;
+        std::string samples;
+    };
+    std::vector<std::string> order;
+    std::unordered_map<std::string, Family> families;
+    const auto family = [&](const std::string& name) -> Family& {
+        auto [it, added] = families.try_emplace(name);
+        if (added) order.push_back(name);
+        return it->second;
+    };
+    for (std::size_t dp_rank = 0; dp_rank < texts.size(); ++dp_rank) {
+        const std::string& text = texts[dp_rank];
         const std::string label = fmt::format("dp_rank=\"{}\"", dp_rank);
-        const std::size_t brace = line.find('{');
-        const std::size_t space = line.find(' ');
-        if (brace != std::string::npos && brace < space) {
-            line.insert(brace + 1, label + (line[brace + 1] == '}' ? "" : ","));
-        } else if (space != std::string::npos) {
-            line.insert(space, "{" + label + "}");
+        std::string current;  // the family the last HELP / TYPE line named
+        std::size_t begin = 0;
+        while (begin < text.size()) {
+            std::size_t end = text.find('\n', begin);
+            if (end == std::string::npos) end = text.size();
+            std::string line = text.substr(begin, end - begin);
+            begin = end + 1;
+            if (line.empty()) continue;
+            if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
+                const std::size_t name_end = line.find(' ', 7);
+                current = line.substr(7, name_end == std::string::npos ? std::string::npos : name_end - 7);
+                Family& f = family(current);
+                if (f.described_by == std::string::npos) f.described_by = dp_rank;
+                if (f.described_by == dp_rank) f.description += line + "\n";
+                continue;
+            }
+            if (line[0] == '#') continue;
+            const std::size_t brace = line.find('{');
+            const std::size_t space = line.find(' ');
+            const std::string name = line.substr(0, std::min(brace, space));
+            // A sample of the family described last (a histogram's _bucket / _sum / _count), or its own.
+            Family& f = !current.empty() && name.starts_with(current) ? family(current) : family(name);
+            if (brace != std::string::npos && brace < space) {
+                line.insert(brace + 1, label + (line[brace + 1] == '}' ? "" : ","));
+            } else if (space != std::string::npos) {
+                line.insert(space, "{" + label + "}");
+            }
+            f.samples += line + "\n";
         }
-        out += line + "\n";
     }
+    std::string out;
+    for (const std::string& name : order) out += families[name].description + families[name].samples;
     return out;
 }
 
@@ -679,12 +705,13 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         if (wrong_method("GET")) return;
         std::string text = metrics_text(s);
         if (s.options.replicas) {
-            int dp_rank = 0;
+            // A worker that does not answer keeps its place (an empty text): dp_rank is its index.
+            std::vector<std::string> texts;
             for (const auto& url : s.registry.urls()) {
                 auto r = worker_get(s, url, "/metrics", kInfoTimeout);
-                if (r.ok() && r->status == 200) text += label_replica_metrics(r->body, dp_rank, dp_rank == 0);
-                ++dp_rank;
+                texts.push_back(r.ok() && r->status == 200 ? r->body : std::string());
             }
+            text += merge_replica_metrics(texts);
         }
         client.respond(200, "text/plain; version=0.0.4; charset=utf-8", text);
     } else if (path == "/get_server_info" || path == "/server_info") {

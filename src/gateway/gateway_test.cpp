@@ -184,6 +184,31 @@ TEST(GatewayTest, ASessionOnAnUnhealthyWorkerIsRefusedNotMoved) {
     EXPECT_NE(r.body.find("holding session s cannot take requests"), std::string::npos) << r.body;
 }
 
+// The front of DP replicas merges their /metrics: each sample gets its replica's dp_rank, and
+// each family comes once, described once, with every replica's samples together.
+TEST(GatewayTest, ReplicaMetricsAreMergedFamilyByFamily) {
+    Worker a, b;
+    GatewayOptions o = fast_options({a.url(), b.url()});
+    o.replicas = true;
+    Gateway g(o);
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    const std::string text = get(g.port(), "/metrics").body;
+    const auto at = [&](const std::string& s) { return text.find(s); };
+    const std::size_t help = at("# HELP sglang:num_running_reqs Running requests.");
+    const std::size_t running0 = at("sglang:num_running_reqs{dp_rank=\"0\",model_name=\"tiny\"} 0");
+    const std::size_t running1 = at("sglang:num_running_reqs{dp_rank=\"1\",model_name=\"tiny\"} 0");
+    const std::size_t step = at("# TYPE sglang:step_seconds histogram");
+    const std::size_t bucket1 = at("sglang:step_seconds_bucket{dp_rank=\"1\",");
+    const std::size_t count0 = at("sglang:step_seconds_count{dp_rank=\"0\",");
+    for (std::size_t p : {help, running0, running1, step, bucket1, count0}) ASSERT_NE(p, std::string::npos) << text;
+    EXPECT_LT(help, running0);
+    EXPECT_LT(running1, step) << "both replicas' samples before the next family: " << text;
+    EXPECT_LT(step, count0);
+    EXPECT_EQ(text.find("# HELP sglang:num_running_reqs", help + 1), std::string::npos) << "described once";
+    EXPECT_EQ(text.find("# TYPE sglang:step_seconds", step + 1), std::string::npos);
+}
+
 TEST(GatewayTest, ClientErrorsPassThroughWithoutRetryOrHealthPenalty) {
     Worker a, b;
     GatewayOptions o = fast_options({a.url(), b.url()});

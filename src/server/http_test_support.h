@@ -155,8 +155,12 @@ class FakeBackend : public Backend {
         return {{"model_path", "tiny"}, {"is_generation", true}, {"architectures", {"FakeForCausalLM"}}};
     }
     std::string metrics_text() const override {
-        return "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"tiny\"} " +
-               std::to_string(n_active()) + "\n";
+        return "# HELP sglang:num_running_reqs Running requests.\n# TYPE sglang:num_running_reqs gauge\n"
+               "sglang:num_running_reqs{model_name=\"tiny\"} " +
+               std::to_string(n_active()) +
+               "\n# TYPE sglang:step_seconds histogram\n"
+               "sglang:step_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 0\n"
+               "sglang:step_seconds_count{model_name=\"tiny\"} 0\n";
     }
     Status flush_cache() override { return Status::Ok(); }
     StatusOr<std::string> open_session(const OpenSessionParams& p) override {
