@@ -14,7 +14,8 @@
   delayer  the same workload on TP2 with DPA2 (two ranks, one per core), with and without
            --enable-prefill-delayer, alternately: output throughput, median TTFT and TPOT, and
            the lockstep's idle steps (tessera:dp_attention_idle_steps_total, both groups), the
-           steps a group spent waiting for another's work.
+           steps a group spent waiting for another's work. --request-rate R spreads the
+           arrivals (Poisson), which leaves one group prefilling while the other decodes.
 
 Every server listens on 127.0.0.1 on a free port and is always stopped.
 
@@ -90,11 +91,11 @@ def kv(a):
         print(json.dumps(row), flush=True)
 
 
-def bench_serve(a, port, model, name, seed):
+def bench_serve(a, port, model, name, seed, request_rate="inf"):
     workload = ["--num-prompts", str(a.num_prompts), "--random-input-len", str(a.input_len), "--random-output-len",
                 str(a.output_len), "--random-range-ratio", "1"]
     return run_bench_serve(a.tessera, port, model, os.path.join(a.workdir, name + ".jsonl"), a.concurrency, seed,
-                           workload)
+                           workload, request_rate)
 
 
 def serve(a):
@@ -129,7 +130,7 @@ def delayer(a):
     for rep in range(a.repeats):
         for name, flags in (layouts if rep % 2 == 0 else tuple(reversed(layouts))):
             with Server(a, model, f"delayer_{name}_{rep}", flags) as s:
-                r = bench_serve(a, s.port, model, f"delayer_{name}_{rep}", seed=rep + 1)
+                r = bench_serve(a, s.port, model, f"delayer_{name}_{rep}", seed=rep + 1, request_rate=a.request_rate)
                 idle = s.counter("tessera:dp_attention_idle_steps_total")
                 steps = s.counter("tessera:dp_attention_steps_total")
             row = {"bench": "dpa_prefill_delayer", "repeat": rep, "layout": name,
@@ -138,6 +139,7 @@ def delayer(a):
             print(json.dumps(row), flush=True)
             runs[name].append(row)
     summary = {"bench": "dpa_prefill_delayer", "summary": True, "concurrency": a.concurrency,
+               "request_rate": a.request_rate,
                "num_prompts": a.num_prompts, "input_len": a.input_len, "output_len": a.output_len}
     for name, rows in runs.items():
         for key in ("output_throughput", "median_ttft_ms", "median_tpot_ms", "idle_steps", "steps"):
@@ -158,6 +160,8 @@ def main():
     ap.add_argument("--num-prompts", type=int, default=48)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--request-rate", default="inf",
+                    help="delayer: requests per second (Poisson arrivals), or inf: all at once")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     a.tessera = os.path.abspath(a.tessera)

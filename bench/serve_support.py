@@ -60,12 +60,13 @@ def stop_server(server, timeout_s=60):
             server.wait()
 
 
-def run_bench_serve(tessera, port, model, out, concurrency, seed, workload):
+def run_bench_serve(tessera, port, model, out, concurrency, seed, workload, request_rate="inf"):
     """`tessera bench serve` against 127.0.0.1:port at --max-concurrency `concurrency`, all
-    requests at once (--request-rate inf), no warm-up; `workload` are the dataset / length
-    flags. Returns the summary line it wrote to `out` (exits with its output on failure)."""
+    requests at once (or Poisson arrivals at `request_rate` per second), no warm-up; `workload`
+    are the dataset / length flags. Returns the summary line it wrote to `out` (exits with its
+    output on failure)."""
     cmd = [tessera, "bench", "serve", "--backend", "openai", "--port", str(port), "--model-path", model,
-           "--request-rate", "inf", "--max-concurrency", str(concurrency), "--seed", str(seed),
+           "--request-rate", str(request_rate), "--max-concurrency", str(concurrency), "--seed", str(seed),
            "--warmup-requests", "0", "--disable-tqdm", "--output-file", out, *workload]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
