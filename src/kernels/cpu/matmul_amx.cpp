@@ -29,6 +29,11 @@
 // (matmul_bench, the small preset's projections): 0.79-0.94x the time. The sizes are the
 // best of slices of 64-512 steps and groups of 64-768 KB there.
 //
+// A decode batch (one row tile) streams the weight from memory with one multiply per tile it
+// brings, so what counts there is how many streams are open: its loop (multiply_four_panels)
+// takes four panels at once (tiles 0-3 accumulate, 4 holds the input, 5-7 take the weight in
+// turn), with the panel pairs of the first shape only for the last panels of a weight.
+//
 // Keep this file free of header-inline helpers that a baseline file could also instantiate.
 
 #include <immintrin.h>
@@ -67,11 +72,25 @@ constexpr std::int64_t kScratchFloatsPerRowBlock = 4 * kTileRows * 16;  // tiles
 // 4, 5: A of the two row tiles; 6, 7: B of the two panels. The configuration stays loaded
 // between calls (a load costs as much as a few tile multiplies, and attention calls this for
 // every block of 64 keys); these are the shapes it was loaded with.
+// rows1 kFourPanelsShape asks for the decode loop's shapes instead: tiles 0-4 of rows0 rows, 5-7
+// weight tiles.
+constexpr std::int64_t kFourPanelsShape = -1;
 thread_local std::int64_t t_configured_rows0 = -1;
 thread_local std::int64_t t_configured_rows1 = -1;
 
 void configure(std::int64_t rows0, std::int64_t rows1) {
     if (rows0 == t_configured_rows0 && rows1 == t_configured_rows1) return;
+    if (rows1 == kFourPanelsShape) {
+        AmxTileConfig c;
+        for (int tile = 0; tile < 8; ++tile) {
+            c.rows[tile] = static_cast<std::uint8_t>(tile < 5 ? rows0 : kTileSteps);
+            c.colsb[tile] = static_cast<std::uint16_t>(kStepBytes);
+        }
+        _tile_loadconfig(&c);
+        t_configured_rows0 = rows0;
+        t_configured_rows1 = rows1;
+        return;
+    }
     AmxTileConfig c;
     const auto set = [&](int tile, std::int64_t rows) {
         c.rows[tile] = static_cast<std::uint8_t>(rows);
@@ -148,6 +167,93 @@ void multiply_block(const BlockArgs& t) {
         _tile_dpbf16ps(1, 4, 7);
         if constexpr (kTwoRowTiles) _tile_dpbf16ps(3, 5, 7);
     }
+}
+
+// One row tile against four panels (b, b + panel_bytes, ...) over full_tiles whole tiles, then the
+// zero-padded last partial tile if a_tail: [16 rows][64 bytes] and b_tail [4 panels][1 KB].
+void multiply_four_panels(const std::byte* a, std::int64_t a_row_bytes, const std::byte* b, std::int64_t panel_bytes,
+                          std::int64_t full_tiles, const std::byte* a_tail, const std::byte* b_tail) {
+    const std::byte* b1 = b + panel_bytes;
+    const std::byte* b2 = b1 + panel_bytes;
+    const std::byte* b3 = b2 + panel_bytes;
+    for (std::int64_t i = 0; i < full_tiles; ++i) {
+        const std::int64_t at = i * kTileBytes;
+        for (const std::byte* panel : {b, b1, b2, b3}) {
+            const char* ahead = reinterpret_cast<const char*>(panel + at + kStreamPrefetchBytes);
+            for (int l = 0; l < 16; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+        }
+        _tile_loadd(4, a + i * kStepBytes, a_row_bytes);
+        _tile_loadd(5, b + at, kStepBytes);
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_loadd(6, b1 + at, kStepBytes);
+        _tile_dpbf16ps(1, 4, 6);
+        _tile_loadd(7, b2 + at, kStepBytes);
+        _tile_dpbf16ps(2, 4, 7);
+        _tile_loadd(5, b3 + at, kStepBytes);
+        _tile_dpbf16ps(3, 4, 5);
+    }
+    if (a_tail == nullptr) return;
+    _tile_loadd(4, a_tail, kStepBytes);
+    _tile_loadd(5, b_tail, kStepBytes);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(6, b_tail + kTileBytes, kStepBytes);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(7, b_tail + 2 * kTileBytes, kStepBytes);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, b_tail + 3 * kTileBytes, kStepBytes);
+    _tile_dpbf16ps(3, 4, 5);
+}
+
+// The panels of a one-row-tile call that go four at a time (all of K in one pass: the input is
+// at most 16 rows), leaving the edge panels and a remainder below four to the general loop.
+// Returns how many panels it did.
+std::int64_t gemm_four_panels(const std::byte* a, std::int64_t a_row_bytes, std::int64_t rows, const std::byte* b,
+                              std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
+                              std::int64_t y_stride, std::int64_t n_valid, bool accumulate) {
+    const std::int64_t full_panels = std::min(n_panels, n_valid / kPanelWidth);
+    const std::int64_t groups = full_panels / 4;
+    if (groups == 0) return 0;
+    configure(rows, kFourPanelsShape);
+    const std::int64_t full_tiles = steps / kTileSteps;
+    const std::int64_t tail_steps = steps % kTileSteps;
+    const std::int64_t tail_step = full_tiles * kTileSteps;
+    alignas(64) std::byte a_tail[kTileRows * kStepBytes];
+    alignas(64) std::byte b_tail[4 * kTileBytes];
+    if (tail_steps > 0) {
+        std::memset(a_tail, 0, sizeof(a_tail));
+        for (std::int64_t r = 0; r < rows; ++r)
+            std::memcpy(a_tail + r * kStepBytes, a + r * a_row_bytes + tail_step * 4,
+                        static_cast<std::size_t>(tail_steps * 4));
+    }
+    const std::int64_t y_row_bytes = y_stride * 4;
+    for (std::int64_t g = 0; g < groups; ++g) {
+        const std::byte* panels = b + 4 * g * panel_bytes;
+        float* out = y + 4 * g * kPanelWidth;
+        if (tail_steps > 0) {
+            std::memset(b_tail, 0, sizeof(b_tail));
+            for (int p = 0; p < 4; ++p)
+                std::memcpy(b_tail + p * kTileBytes, panels + p * panel_bytes + tail_step * kStepBytes,
+                            static_cast<std::size_t>(tail_steps * kStepBytes));
+        }
+        if (accumulate) {
+            _tile_loadd(0, out, y_row_bytes);
+            _tile_loadd(1, out + kPanelWidth, y_row_bytes);
+            _tile_loadd(2, out + 2 * kPanelWidth, y_row_bytes);
+            _tile_loadd(3, out + 3 * kPanelWidth, y_row_bytes);
+        } else {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+        multiply_four_panels(a, a_row_bytes, panels, panel_bytes, full_tiles, tail_steps > 0 ? a_tail : nullptr,
+                             b_tail);
+        _tile_stored(0, out, y_row_bytes);
+        _tile_stored(1, out + kPanelWidth, y_row_bytes);
+        _tile_stored(2, out + 2 * kPanelWidth, y_row_bytes);
+        _tile_stored(3, out + 3 * kPanelWidth, y_row_bytes);
+    }
+    return 4 * groups;
 }
 
 using BlockKernel = void (*)(const BlockArgs&);
@@ -292,6 +398,16 @@ void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::in
     const std::int64_t a_row_bytes = a_stride * 2;
     const auto* a_base = reinterpret_cast<const std::byte*>(a);
     const auto* b_base = static_cast<const std::byte*>(b);
+    if (m <= kTileRows) {
+        const std::int64_t done =
+            gemm_four_panels(a_base, a_row_bytes, m, b_base, panel_bytes, n_panels, steps, y, y_stride, n_valid,
+                             accumulate);
+        b_base += done * panel_bytes;
+        n_panels -= done;
+        y += done * kPanelWidth;
+        n_valid -= done * kPanelWidth;
+        if (n_panels == 0) return;
+    }
     const Blocking blocking = choose_blocking(m, a_row_bytes, steps, n_panels * panel_bytes);
     const bool parks = blocking.slice_steps < blocking.k_block_steps;
     float* parked = parks ? accumulator_scratch(std::min(m, blocking.group_rows) / kRowsPerBlock + 1) : nullptr;
