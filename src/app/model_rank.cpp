@@ -21,6 +21,7 @@
 #include "executor/tp_batch_runner.h"
 #include "kernels/batch_invariance.h"
 #include "kernels/isa.h"
+#include "models/reloadable_model.h"
 #include "planner/plan.h"
 #include "scheduler/memory_plan.h"
 
@@ -81,7 +82,8 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     TSR_ASSIGN_OR_RETURN(models::LoadOptions load, model_load_options(args, rt));
     auto model = models::load_model(load);
     if (!model.ok()) return with_peer_stages(rt, model.status());
-    rank->model = std::move(model).value();
+    // /update_weights_from_disk swaps the weights behind this one object.
+    rank->model = std::make_unique<models::ReloadableModel>(std::move(model).value(), load);
     rank->balancedness = load.eplb.metrics;
     rank->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     const models::Model& m = *rank->model;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "base/status.h"
 #include "eplb/eplb_options.h"
 #include "kernels/sampling.h"
+#include "models/weights_source.h"
 
 namespace tessera::executor {
 
@@ -62,6 +64,9 @@ struct ForwardBatch {
     // An expert-distribution recorder command for every rank (a step with no sequences
     // carries only this).
     eplb::ExpertRecordCommand expert_record = eplb::ExpertRecordCommand::kNone;
+    // /update_weights_from_disk: every rank replaces its weights with its share of this folder's
+    // (a step with no sequences carrying only this).
+    std::optional<models::WeightsSource> load_weights;
     // --enable-return-routed-experts: every sequence's result carries its tokens' experts.
     bool record_routed_experts = false;
     std::int64_t total_new_tokens() const {

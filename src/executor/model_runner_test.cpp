@@ -283,17 +283,40 @@ TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
     // Found by fuzz/step_codec_fuzz: a boolean other than 0 or 1 is corruption, so whatever
     // decodes encodes back to the same bytes.
     auto bad = encode_step(batch);
-    const std::size_t need_token_at = 4 * 8 + (8 + 3 * 4) + 8 + (8 + 7 * 4);
+    const std::size_t need_token_at = 5 * 8 + (8 + 3 * 4) + 8 + (8 + 7 * 4);
     ASSERT_EQ(bad[need_token_at], 1);
     bad[need_token_at + 7] = 0x10;
     EXPECT_FALSE(decode_step(bad).ok());
     // Found by fuzz/step_codec_fuzz: a header claiming more sequences than its bytes can hold
     // is refused up front (it used to allocate them all first).
-    std::vector<std::uint8_t> huge(4 * 8, 0);
-    huge[24 + 2] = 0x10;  // 2^20 sequences, no bytes for them
+    std::vector<std::uint8_t> huge(5 * 8, 0);
+    huge[32 + 2] = 0x10;  // 2^20 sequences, no bytes for them
     auto refused = decode_step(huge);
     ASSERT_FALSE(refused.ok());
     EXPECT_NE(refused.status().message().find("sequences in 0 bytes"), std::string::npos) << refused.status().message();
+}
+
+// /update_weights_from_disk's control step: the folder and format reach every rank, and a
+// folder name longer than the message is corruption.
+TEST(StepWireTest, CarriesAWeightsFolder) {
+    ForwardBatch batch;
+    EXPECT_FALSE(decode_step(encode_step(batch))->load_weights.has_value());
+    batch.load_weights = models::WeightsSource{"/models/qwen3 step 200", "safetensors"};
+    auto back = decode_step(encode_step(batch));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_TRUE(back->load_weights.has_value());
+    EXPECT_EQ(back->load_weights->model_path, "/models/qwen3 step 200");
+    EXPECT_EQ(back->load_weights->load_format, "safetensors");
+    EXPECT_TRUE(back->seqs.empty());
+    std::vector<std::int32_t> tokens;
+    auto input = batch_input(*back, &tokens);
+    ASSERT_TRUE(input.ok());
+    ASSERT_NE(input->load_weights, nullptr);
+    EXPECT_EQ(input->load_weights->model_path, "/models/qwen3 step 200");
+
+    auto bad = encode_step(batch);
+    bad[4 * 8] = 0xFF;  // the folder name's length
+    EXPECT_FALSE(decode_step(bad).ok());
 }
 
 // Found by fuzz/step_codec_fuzz (UBSan: memcpy into an empty vector's null data()): empty

@@ -31,6 +31,10 @@ class Writer {
             f32(value);
         }
     }
+    void text(const std::string& s) {
+        i64(static_cast<std::int64_t>(s.size()));
+        append(s.data(), s.size());
+    }
     std::vector<std::uint8_t> take() { return std::move(bytes_); }
 
  private:
@@ -80,6 +84,12 @@ class Reader {
             if (!i32(&id) || !f32(&value)) return false;
         return true;
     }
+    bool text(std::string* s) {
+        std::int64_t n = 0;
+        if (!i64(&n) || n < 0 || static_cast<std::size_t>(n) > remaining()) return false;
+        s->resize(static_cast<std::size_t>(n));
+        return take(s->data(), s->size());
+    }
     bool done() const { return pos_ == bytes_.size(); }
     std::size_t remaining() const { return bytes_.size() - pos_; }
 
@@ -104,6 +114,11 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
     w.i64(flags);
     w.i64(static_cast<std::int64_t>(batch.expert_record));
     w.i64(batch.record_routed_experts ? 1 : 0);
+    w.i64(batch.load_weights ? 1 : 0);
+    if (batch.load_weights) {
+        w.text(batch.load_weights->model_path);
+        w.text(batch.load_weights->load_format);
+    }
     w.i64(static_cast<std::int64_t>(batch.seqs.size()));
     for (const auto& s : batch.seqs) {
         w.i32s(s.tokens);
@@ -139,9 +154,16 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
     ForwardBatch batch;
     std::int64_t flags = 0;
     std::int64_t n = 0, record = 0;
-    if (!r.i64(&flags) || !r.i64(&record) || !r.flag(&batch.record_routed_experts) || !r.i64(&n) || n < 0 ||
-        n > kMaxCount || record < 0 || record > 3)
+    bool load_weights = false;
+    if (!r.i64(&flags) || !r.i64(&record) || !r.flag(&batch.record_routed_experts) || !r.flag(&load_weights) ||
+        record < 0 || record > 3)
         return Status::DataLoss("corrupt step header");
+    if (load_weights) {
+        models::WeightsSource& source = batch.load_weights.emplace();
+        if (!r.text(&source.model_path) || !r.text(&source.load_format))
+            return Status::DataLoss("corrupt step header: bad weights folder");
+    }
+    if (!r.i64(&n) || n < 0 || n > kMaxCount) return Status::DataLoss("corrupt step header");
     batch.expert_record = static_cast<eplb::ExpertRecordCommand>(record);
     // Every sequence takes at least eight i64 fields: a count the bytes cannot hold is corrupt
     // (and must not allocate a million sequences first).
@@ -295,6 +317,7 @@ StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<
     }
     input.tokens = *tokens;
     input.expert_record = batch.expert_record;
+    input.load_weights = batch.load_weights ? &*batch.load_weights : nullptr;
     return input;
 }
 

@@ -88,7 +88,8 @@ Engine::Engine(EngineConfig config, const tokenizer::Tokenizer* tokenizer,
       scheduler_(config_.scheduler, runner),
       seed_rng_(config_.random_seed),
       stats_(scheduler_.stats()),  // /metrics before the first step shows the empty pool
-      recv_skipper_(config_.scheduler_recv_interval) {}
+      recv_skipper_(config_.scheduler_recv_interval),
+      model_path_(config_.model_path) {}
 
 Engine::~Engine() { stop(); }
 
@@ -102,6 +103,16 @@ void Engine::stop() {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
     running_.store(false);
+    // A weight update the loop never ran is answered (the loop thread is gone).
+    const Status stopping(StatusCode::kUnavailable, "the server stopped before the weights were updated");
+    if (pending_update_) std::exchange(pending_update_, std::nullopt)->done(stopping);
+    std::deque<Command> left;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        left.swap(inbox_);
+    }
+    for (Command& c : left)
+        if (c.kind == Command::Kind::kUpdateWeights && c.done) c.done(stopping);
 }
 
 StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationInput& input) const {
@@ -369,6 +380,35 @@ Status Engine::continue_generation() {
     return control({.kind = Command::Kind::kContinue}, std::chrono::seconds(60), "continue_generation");
 }
 
+void Engine::update_weights_from_disk(const WeightUpdate& update, std::function<void(Status)> done) {
+    if (!config_.weight_update_unavailable.empty())
+        return done(Status::InvalidArgument(config_.weight_update_unavailable));
+    if (!running_.load() || stop_requested_.load())
+        return done(Status(StatusCode::kUnavailable, "the server is stopping"));
+    // It waits for the running requests, as SGLang's model_update_lock, with no time limit.
+    push({.kind = Command::Kind::kUpdateWeights, .update = update, .done = std::move(done)});
+}
+
+void Engine::update_weights() {
+    const WeightUpdate update = std::move(pending_update_->update);
+    const std::function<void(Status)> done = std::move(pending_update_->done);
+    pending_update_.reset();
+    Status s = scheduler_.run_weight_update({.model_path = update.model_path, .load_format = update.load_format});
+    if (s.ok()) {
+        const bool flushed = update.flush_cache && scheduler_.drop_cache_after_weight_update();
+        TSR_LOG(INFO, "update_weights_from_disk: serving the weights of {}{}", update.model_path,
+                flushed ? "; prefix cache flushed" : "");
+    } else {
+        TSR_LOG(ERROR, "update_weights_from_disk: {}", s.message());
+    }
+    scheduler_.hold_admission(false);
+    if (s.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        model_path_ = update.model_path;
+    }
+    done(std::move(s));
+}
+
 Status Engine::control(Command command, std::chrono::seconds timeout, std::string_view what) {
     std::lock_guard<std::mutex> one_at_a_time(control_mu_);
     std::unique_lock<std::mutex> lock(mu_);
@@ -502,6 +542,20 @@ void Engine::loop() {
                     control_result_ = Status::Ok();
                     break;
                 }
+                case Command::Kind::kUpdateWeights: {
+                    // tokenizer_manager.py update_weights_from_disk: abort_all_requests first.
+                    if (pending_update_) {
+                        c.done(Status(StatusCode::kUnavailable, "another /update_weights_from_disk is in progress"));
+                        break;
+                    }
+                    if (c.update.abort_all_requests) scheduler_.abort_prefixed("");
+                    pending_update_ = PendingUpdate{std::move(c.update), std::move(c.done)};
+                    scheduler_.hold_admission(true);
+                    if (!scheduler_.paused() && !scheduler_.nothing_running())
+                        TSR_LOG(INFO, "update_weights_from_disk: waiting for the running requests to finish; "
+                                      "new ones wait until the weights are updated");
+                    break;
+                }
                 case Command::Kind::kContinue: {
                     scheduler_.resume();
                     TSR_LOG(INFO, "continue_generation: steps run again");
@@ -516,6 +570,7 @@ void Engine::loop() {
             for (const std::string& id : sessions_.take_closed(SessionStore::Clock::now()))
                 scheduler_.release_session(id);
         }
+        if (pending_update_ && (scheduler_.paused() || scheduler_.nothing_running())) update_weights();
         const std::int64_t rounds = runner_.rounds();
         last_step_ = scheduler_.step();
         peers_busy_ = false;
@@ -713,7 +768,12 @@ nlohmann::json Engine::server_info() const {
 }
 
 nlohmann::json Engine::model_info() const {
-    return {{"model_path", config_.model_path},
+    std::string model_path;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        model_path = model_path_;
+    }
+    return {{"model_path", model_path},
             {"tokenizer_path", config_.tokenizer_path},
             {"is_generation", config_.is_generation},
             {"model_type", config_.model_type},

@@ -71,6 +71,8 @@ struct EngineConfig {
     std::shared_ptr<eplb::BalancednessReport> balancedness;
     // Why the expert distribution endpoints cannot work with this launch ("" when they can).
     std::string expert_record_unavailable;
+    // Why /update_weights_from_disk cannot work with this launch ("" when it can).
+    std::string weight_update_unavailable;
     int stream_interval = 1;          // --stream-interval
     // A request's priority (scheduler.enable_priority_scheduling: when it gives none, this,
     // else the worst) and, without priority scheduling, whether giving one is refused.
@@ -120,6 +122,7 @@ class Engine final : public server::Backend {
     Status expert_record(ExpertRecordAction action) override;
     Status pause_generation(PauseMode mode) override;
     Status continue_generation() override;
+    void update_weights_from_disk(const WeightUpdate& update, std::function<void(Status)> done) override;
     StatusOr<std::string> open_session(const server::OpenSessionParams& params) override;
     void close_session(const std::string& session_id) override;
     void drain() override;
@@ -135,12 +138,14 @@ class Engine final : public server::Backend {
  private:
     struct Command {
         enum class Kind {
-            kAdd, kAbort, kAbortPrefixed, kFlush, kExpertRecord, kSessionClosed, kPause, kContinue
+            kAdd, kAbort, kAbortPrefixed, kFlush, kExpertRecord, kSessionClosed, kPause, kContinue, kUpdateWeights
         } kind;
         scheduler::Req req;  // kAdd
         std::string rid;     // kAbort; kAbortPrefixed: the prefix
         eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;  // kExpertRecord
         PauseMode pause = PauseMode::kAbort;                                  // kPause
+        WeightUpdate update;                                                  // kUpdateWeights
+        std::function<void(Status)> done;                                     // kUpdateWeights
     };
     // Queues a command whose result the loop sets in control_result_, and waits for it (one
     // such command at a time).
@@ -192,6 +197,9 @@ class Engine final : public server::Backend {
     }
     // Ends every request with `why` and refuses new ones. REQUIRES: scheduler thread.
     void fail_everything(const Status& why);
+    // The pending /update_weights_from_disk, once nothing runs or generation is paused: loads,
+    // drops the cache, admits again and answers. REQUIRES: scheduler thread.
+    void update_weights();
 
     const EngineConfig config_;
     const RequestLog request_log_;
@@ -223,6 +231,13 @@ class Engine final : public server::Backend {
     std::optional<bool> flush_result_;                                    // GUARDED_BY(mu_)
     std::optional<Status> control_result_;                                // GUARDED_BY(mu_)
     bool paused_ = false;  // /pause_generation until /continue_generation; GUARDED_BY(mu_)
+    std::string model_path_;  // /model_info's: the launch's, then the last weight update's; GUARDED_BY(mu_)
+    // A weight update waiting for the running requests (admission held meanwhile), and its answer.
+    struct PendingUpdate {
+        WeightUpdate update;
+        std::function<void(Status)> done;
+    };
+    std::optional<PendingUpdate> pending_update_;  // scheduler thread only
     Status fatal_;                                                        // GUARDED_BY(mu_)
 
     std::unordered_map<std::string, Stream> streams_;  // scheduler thread only

@@ -67,8 +67,34 @@ bool is_expert_record_route(const std::string& path) {
 // to every scheduler.
 bool is_broadcast_route(const std::string& path) {
     return path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
+           path == "/update_weights_from_disk" ||
            path == "/continue_generation" || path == "/start_expert_distribution_record" ||
            path == "/stop_expert_distribution_record" || path == "/dump_expert_distribution_record";
+}
+
+// One worker's /update_weights_from_disk answer, or a failed one for a worker that gave none.
+nlohmann::json weight_update_answer(const std::string& url, const StatusOr<net::HttpResponse>& got) {
+    if (got.ok()) {
+        nlohmann::json body = nlohmann::json::parse(got->body, nullptr, false);
+        if (body.is_object() && body.contains("success") && body["success"].is_boolean() && body.contains("message"))
+            return body;
+    }
+    const std::string why = got.ok() ? "HTTP " + std::to_string(got->status) + " " + got->body : got.status().message();
+    return {{"success", false}, {"message", url + ": " + why}, {"num_paused_requests", 0}};
+}
+
+// tokenizer_communicator_mixin.py _wait_for_model_update_from_disk with several DP ranks:
+// success when every one succeeded, their messages joined by " | ", their paused counts listed.
+nlohmann::json combine_weight_updates(const std::vector<nlohmann::json>& answers) {
+    bool success = !answers.empty();
+    std::string message;
+    nlohmann::json paused = nlohmann::json::array();
+    for (const nlohmann::json& a : answers) {
+        success = success && a.value("success", false);
+        message += (message.empty() ? "" : " | ") + a.value("message", std::string());
+        paused.push_back(a.value("num_paused_requests", 0));
+    }
+    return {{"success", success}, {"message", message}, {"num_paused_requests", paused}};
 }
 
 // A worker's answer that another worker might not give: busy, or broken.
@@ -756,13 +782,18 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         if (s.options.expert_record_first_worker_only && is_expert_record_route(path) && !urls.empty()) urls.resize(1);
         // /pause_generation and /continue_generation answer as one server does (SGLang's JSON).
         const bool worker_answer = path == "/pause_generation" || path == "/continue_generation";
+        // A weight update waits for each worker's running requests; its answers are combined.
+        const bool weight_update = path == "/update_weights_from_disk";
+        std::vector<nlohmann::json> updates;
         std::optional<std::string> answer;
         for (const auto& url : urls) {
             auto e = net::parse_http_url(url);
             net::HttpRequest r;
             r.method = "POST";
             r.path = path;
-            r.timeout = path == "/flush_cache" ? kInfoTimeout : std::chrono::milliseconds(60'000);
+            r.timeout = path == "/flush_cache" ? kInfoTimeout
+                        : weight_update        ? std::chrono::milliseconds(std::chrono::hours(24))
+                                               : std::chrono::milliseconds(60'000);
             const std::string auth = req.head.header("authorization");
             if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
             if (!req.body.empty()) {
@@ -770,13 +801,20 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
                 r.headers.emplace_back("Content-Type", "application/json");
             }
             auto got = e.ok() ? net::http_fetch(*e, r) : StatusOr<net::HttpResponse>(e.status());
+            if (weight_update) {
+                updates.push_back(weight_update_answer(url, got));
+                continue;
+            }
             if (!got.ok() || got->status != 200)
                 failed += (failed.empty() ? "" : "; ") + url + ": " +
                           (got.ok() ? "HTTP " + std::to_string(got->status) + " " + got->body : got.status().message());
             else if (!answer)
                 answer = got->body;
         }
-        if (!failed.empty())
+        if (weight_update) {
+            const nlohmann::json combined = combine_weight_updates(updates);
+            client.respond(combined["success"].get<bool>() ? 200 : 400, kJson, combined.dump());
+        } else if (!failed.empty())
             client.respond_error(503, "POST " + path + " failed on: " + failed, "service_unavailable");
         else if (worker_answer && answer)
             client.respond(200, kJson, *answer);

@@ -18,6 +18,7 @@
 #include "layers/dp_attention.h"
 #include "layers/parallel.h"
 #include "loader/model_config.h"
+#include "models/weights_source.h"
 
 namespace tessera {
 class ThreadPool;
@@ -60,6 +61,9 @@ struct BatchInput {
     std::span<const float> hidden_in;
     // Applied by the MoE models before the pass; a step with no tokens carries only this.
     eplb::ExpertRecordCommand expert_record = eplb::ExpertRecordCommand::kNone;
+    // A control step (no tokens) that replaces the weights with the ones of this folder
+    // (models/reloadable_model.h). Null: none.
+    const WeightsSource* load_weights = nullptr;
     // DP-attention: what every attention-DP group runs this step (this rank's group's tokens
     // are the ones above, possibly none). Required when the model was loaded with
     // LoadOptions::dp_attention enabled; null otherwise.

@@ -19,87 +19,19 @@
 #include "dist/store.h"
 #include "loader/safetensors.h"
 #include "models/model.h"
+#include "models/test_model_folder.h"
 
 namespace tessera::models {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::int64_t kHidden = 64;
-constexpr std::int64_t kInter = 96;
-constexpr std::int64_t kLayers = 4;
-constexpr std::int64_t kHeads = 4;
-constexpr std::int64_t kKvHeads = 2;
-constexpr std::int64_t kHeadDim = 16;
-constexpr std::int64_t kVocab = 200;
-
-// Deterministic weights without a dependency on the app layer's make-model.
-class Weights {
- public:
-    void add(const std::string& name, std::vector<std::int64_t> shape, float scale, float mean = 0.0f) {
-        std::int64_t n = 1;
-        for (auto s : shape) n *= s;
-        loader::TensorToWrite t{name, DType::kF32, std::move(shape), {}};
-        t.bytes.resize(static_cast<std::size_t>(n) * 4);
-        for (std::int64_t i = 0; i < n; ++i) {
-            state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
-            const float u = static_cast<float>(state_ >> 40) / static_cast<float>(1ull << 24);  // [0, 1)
-            const float v = mean + scale * (2.0f * u - 1.0f);
-            std::memcpy(t.bytes.data() + i * 4, &v, 4);
-        }
-        tensors_.push_back(std::move(t));
-    }
-    void linear(const std::string& name, std::int64_t out, std::int64_t in) {
-        add(name, {out, in}, std::sqrt(3.0f / static_cast<float>(in)));
-    }
-    void norm(const std::string& name, std::int64_t n) { add(name, {n}, 0.1f, 1.0f); }
-    const std::vector<loader::TensorToWrite>& tensors() const { return tensors_; }
-
- private:
-    std::uint64_t state_ = 12345;
-    std::vector<loader::TensorToWrite> tensors_;
-};
-
-// qwen3: tied embeddings, q/k norms. qwen2: an lm_head of its own, q/k/v biases.
-void write_model(const fs::path& dir, const std::string& arch) {
-    const bool qwen3 = arch == "qwen3";
-    fs::create_directories(dir);
-    std::ofstream config(dir / "config.json");
-    config << "{\"architectures\": [\"" << (qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM") << "\"],"
-           << "\"hidden_size\": " << kHidden << ", \"intermediate_size\": " << kInter
-           << ", \"num_hidden_layers\": " << kLayers << ", \"num_attention_heads\": " << kHeads
-           << ", \"num_key_value_heads\": " << kKvHeads << ", \"head_dim\": " << kHeadDim
-           << ", \"vocab_size\": " << kVocab << ", \"max_position_embeddings\": 256"
-           << ", \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, \"torch_dtype\": \"float32\""
-           << ", \"tie_word_embeddings\": " << (qwen3 ? "true" : "false") << "}";
-    config.close();
-
-    Weights w;
-    w.add("model.embed_tokens.weight", {kVocab, kHidden}, 1.0f);
-    w.norm("model.norm.weight", kHidden);
-    if (!qwen3) w.linear("lm_head.weight", kVocab, kHidden);
-    for (std::int64_t l = 0; l < kLayers; ++l) {
-        const std::string p = "model.layers." + std::to_string(l) + ".";
-        w.norm(p + "input_layernorm.weight", kHidden);
-        w.norm(p + "post_attention_layernorm.weight", kHidden);
-        w.linear(p + "self_attn.q_proj.weight", kHeads * kHeadDim, kHidden);
-        w.linear(p + "self_attn.k_proj.weight", kKvHeads * kHeadDim, kHidden);
-        w.linear(p + "self_attn.v_proj.weight", kKvHeads * kHeadDim, kHidden);
-        w.linear(p + "self_attn.o_proj.weight", kHidden, kHeads * kHeadDim);
-        if (qwen3) {
-            w.norm(p + "self_attn.q_norm.weight", kHeadDim);
-            w.norm(p + "self_attn.k_norm.weight", kHeadDim);
-        } else {
-            w.add(p + "self_attn.q_proj.bias", {kHeads * kHeadDim}, 0.1f);
-            w.add(p + "self_attn.k_proj.bias", {kKvHeads * kHeadDim}, 0.1f);
-            w.add(p + "self_attn.v_proj.bias", {kKvHeads * kHeadDim}, 0.1f);
-        }
-        w.linear(p + "mlp.gate_proj.weight", kInter, kHidden);
-        w.linear(p + "mlp.up_proj.weight", kInter, kHidden);
-        w.linear(p + "mlp.down_proj.weight", kHidden, kInter);
-    }
-    ASSERT_TRUE(loader::write_safetensors((dir / "model.safetensors").string(), w.tensors()).ok());
-}
+using testing::kHeadDim;
+using testing::kHidden;
+using testing::kKvHeads;
+using testing::kLayers;
+using testing::kVocab;
+using testing::write_model;
 
 // Two sequences, each owning a block of KV rows of the shared cache (through `slots`).
 constexpr std::int64_t kRowsPerSeq = 16;

@@ -291,14 +291,40 @@ bool Scheduler::idle() const {
            chunked_req_ == nullptr && in_flight_.empty();
 }
 
-Status Scheduler::run_expert_record(eplb::ExpertRecordCommand command) {
+Status Scheduler::run_control_step(const executor::ForwardBatch& batch) {
     // In launch order on every rank: collect what is in flight first.
     while (!in_flight_.empty()) collect_oldest();
-    executor::ForwardBatch batch;
-    batch.expert_record = command;
     if (Status s = runner_.before_round(); !s.ok()) return s;
     StatusOr<std::vector<executor::SampledToken>> result = runner_.run(batch);
     return result.ok() ? Status::Ok() : result.status();
+}
+
+Status Scheduler::run_expert_record(eplb::ExpertRecordCommand command) {
+    executor::ForwardBatch batch;
+    batch.expert_record = command;
+    return run_control_step(batch);
+}
+
+Status Scheduler::run_weight_update(const models::WeightsSource& source) {
+    executor::ForwardBatch batch;
+    batch.load_weights = source;
+    return run_control_step(batch);
+}
+
+bool Scheduler::nothing_running() const {
+    return running_.empty() && last_prefill_.empty() && prefilling_.empty() && chunked_req_ == nullptr &&
+           in_flight_.empty();
+}
+
+bool Scheduler::drop_cache_after_weight_update() {
+    if (!nothing_running()) {
+        TSR_LOG_C(WARN, "sched",
+                  "Cache not flushed after the weight update: {} request(s) still run on it (paused in place); "
+                  "pass flush_cache false to keep it without this warning",
+                  running_.size() + last_prefill_.size() + prefilling_.size());
+        return false;
+    }
+    return drop_prefix_cache();
 }
 
 bool Scheduler::flush_cache() {
@@ -309,6 +335,10 @@ bool Scheduler::flush_cache() {
                   waiting_.size(), running_.size() + last_prefill_.size());
         return false;
     }
+    return drop_prefix_cache();
+}
+
+bool Scheduler::drop_prefix_cache() {
     if (!session_holds_.empty()) {
         // As SGLang's StreamingSession.reset: the sessions stay open, their next turns prefill anew.
         TSR_LOG_C(INFO, "sched", "Flushing the KV that {} streaming session(s) held", session_holds_.size());
@@ -614,7 +644,7 @@ std::vector<Scheduler::PrefillItem> Scheduler::admit_prefill(PrefillGate* gate) 
     // A full batch may make room by preemption: every round looks (SGLang resets batch_is_full).
     const bool preemption = config_.enable_priority_preemption;
     if (preemption) batch_is_full_ = false;
-    if ((batch_is_full_ || waiting_.empty()) && chunked_req_ == nullptr) return {};
+    if ((batch_is_full_ || waiting_.empty() || admission_held_) && chunked_req_ == nullptr) return {};
     // Requests whose final chunk is in flight join the running batch when it is collected;
     // admission counts them already, as their KV reservation is already real.
     const auto running_bs = static_cast<std::int64_t>(running_.size() + prefilling_.size());
@@ -687,7 +717,7 @@ std::vector<Scheduler::PrefillItem> Scheduler::admit_prefill(PrefillGate* gate) 
     std::unordered_map<std::size_t, kvcache::MatchResult> admitted_matches;
     std::vector<Req*> preempted;
     AddReqResult last_result = AddReqResult::kContinue;
-    for (std::size_t i = 0; i < waiting_.size(); ++i) {
+    for (std::size_t i = 0; i < (admission_held_ ? 0 : waiting_.size()); ++i) {
         const Req& r = *waiting_[i];
         kvcache::MatchResult m = shares_prefixes(r) ? match(r) : kvcache::MatchResult{};
         const auto prefix = static_cast<std::int64_t>(m.slots.size());

@@ -199,6 +199,18 @@ class Scheduler {
     // Runs a step with no sequences that carries `command` to every rank (the expert
     // distribution recorder endpoints), after the steps in flight; its error, if any.
     Status run_expert_record(eplb::ExpertRecordCommand command);
+    // /update_weights_from_disk. While admission is held no waiting request is admitted; the
+    // running ones (and a prompt partly prefilled) go on, so the running batch drains.
+    void hold_admission(bool hold) { admission_held_ = hold; }
+    // No request holds KV for a step and no step is in flight (requests may wait).
+    bool nothing_running() const;
+    // As run_expert_record, with every rank's share of `source`'s weights (the model swaps
+    // them, or keeps its own and fails).
+    Status run_weight_update(const models::WeightsSource& source);
+    // After new weights: drops the prefix cache, whose KV the old ones computed (waiting
+    // requests match again when admitted). False, and nothing dropped, while a request runs
+    // on part of it (paused in place).
+    bool drop_cache_after_weight_update();
 
     SchedulerStats stats() const;
     const SchedulerConfig& config() const { return config_; }
@@ -232,6 +244,10 @@ class Scheduler {
         Status launch_status;  // a failed launch is reported when the step is collected
     };
 
+    // A step with no sequences carrying a command to every rank, after the steps in flight.
+    Status run_control_step(const executor::ForwardBatch& batch);
+    // flush_cache's work, once the caller has checked that nothing runs on the cache.
+    bool drop_prefix_cache();
     int in_flight_limit() const { return config_.overlap_schedule ? 2 : config_.max_in_flight_steps; }
     void merge_last_prefill();
     bool launch_next_batch();
@@ -328,6 +344,7 @@ class Scheduler {
     Clock clock_;
     std::optional<PrefillDelayer> delayer_;
     bool paused_ = false;
+    bool admission_held_ = false;
     PrefillDecision last_delay_decision_;
     std::int64_t max_prefill_bs_ = 0;  // the most requests one prefill admitted (SGLang's max_prefill_bs)
     std::int64_t max_req_len_ = 0;

@@ -70,6 +70,7 @@ class FakeRunner final : public executor::BatchRunner {
     bool fail_next = false;               // inject one failed step
     bool embedding = false;               // an embedding model: results carry the "token" as a row
     std::vector<std::vector<std::string>> batches;  // rids of every batch, in order
+    std::vector<std::string> weight_loads;          // the folders of the weight updates run
     std::int64_t n_partial_chunks = 0;    // sequences run without need_token
 
     // ---- queued (pipeline) mode -------------------------------------------------------
@@ -174,6 +175,12 @@ class FakeRunner final : public executor::BatchRunner {
 
     StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override {
         if (before_run) before_run();
+        if (batch.load_weights) {
+            EXPECT_TRUE(batch.seqs.empty()) << "a weight update is a step of its own";
+            EXPECT_TRUE(pending_.empty()) << "a weight update while steps are in flight";
+            weight_loads.push_back(batch.load_weights->model_path);
+            return std::vector<SampledToken>{};
+        }
         if (fail_next) {
             fail_next = false;
             for (const auto& s : batch.seqs) failed_rids_.insert(s.rid);
@@ -1909,6 +1916,53 @@ TEST(SchedulerPauseTest, PausedNothingRunsAndEveryRequestFinishesAfterResume) {
             }
         }
     }
+}
+
+// ---- /update_weights_from_disk: held admission, then the update alone ----------------------
+
+TEST(SchedulerWeightUpdateTest, HeldAdmissionDrainsTheRunningBatchThenTheUpdateRunsAlone) {
+    for (const bool overlap : {false, true}) {
+        SchedulerConfig cfg = overlap ? overlapped(1) : roomy(1);
+        cfg.chunked_prefill_size = 16;  // "long" is mid-prompt when admission is held
+        Harness h(cfg, /*queued=*/overlap);
+        std::vector<Req> running = workload(3, 10, 12);
+        running.push_back(make_req("long", prompt(9, 60), 6));
+        for (const Req& r : running) h.add(r);
+        for (int i = 0; i < 3; ++i) h.sched_.step();
+        h.sched_.hold_admission(true);
+        const Req late = make_req("late", prompt(11, 8), 4);
+        h.add(late);
+        int steps = 0;
+        while (!h.sched_.nothing_running() && steps++ < 200) h.sched_.step();
+        ASSERT_TRUE(h.sched_.nothing_running()) << "overlap " << overlap;
+        for (const Req& r : running) EXPECT_EQ(h.results_[r.rid].tokens, expected(r)) << r.rid << " finished first";
+        EXPECT_TRUE(h.results_["late"].tokens.empty()) << "admitted while held";
+        EXPECT_FALSE(h.sched_.idle()) << "late still waits";
+
+        ASSERT_TRUE(h.sched_.run_weight_update({.model_path = "/ckpt/step-1"}).ok());
+        EXPECT_EQ(h.runner_.weight_loads, std::vector<std::string>{"/ckpt/step-1"});
+        EXPECT_TRUE(h.sched_.drop_cache_after_weight_update()) << "a waiting request holds no cache";
+        EXPECT_EQ(h.sched_.stats().evictable_tokens, 0) << "the old weights' KV is gone";
+        EXPECT_TRUE(h.sched_.check_invariants().ok());
+        h.sched_.hold_admission(false);
+        h.run();
+        EXPECT_EQ(h.results_["late"].tokens, expected(late));
+    }
+}
+
+TEST(SchedulerWeightUpdateTest, TheCacheStaysWhileAPausedRequestRunsOnIt) {
+    Harness h(roomy(1));
+    const Req r = make_req("r", prompt(3, 12), 20);
+    h.add(r);
+    for (int i = 0; i < 3; ++i) h.sched_.step();
+    h.sched_.pause(/*retract=*/false);
+    EXPECT_FALSE(h.sched_.nothing_running());
+    ASSERT_TRUE(h.sched_.run_weight_update({.model_path = "/ckpt"}).ok());
+    EXPECT_FALSE(h.sched_.drop_cache_after_weight_update());
+    h.sched_.resume();
+    h.run();
+    EXPECT_EQ(h.results_["r"].tokens.size(), 20u);
+    EXPECT_TRUE(h.sched_.check_invariants().ok());
 }
 
 // ---- the prefill delayer (SGLang's prefill_delayer.py) through the scheduler -----------------

@@ -193,6 +193,20 @@ class Backend {
     enum class PauseMode { kAbort, kRetract, kInPlace };
     virtual Status pause_generation(PauseMode) { return Status::Unimplemented("this server cannot pause"); }
     virtual Status continue_generation() { return Status::Unimplemented("this server cannot pause"); }
+    // /update_weights_from_disk (SGLang's, for RL): after the running requests finish (at once
+    // when paused; new ones wait meanwhile), every rank loads its share of another folder of the
+    // same model. The weights change only if every rank loaded its share; the error says why
+    // not. On success the prefix cache is dropped (flush_cache). `done` is called once, on a
+    // backend thread (it may wait for long requests: it must not block an HTTP thread).
+    struct WeightUpdate {
+        std::string model_path;
+        std::string load_format;           // auto or safetensors; "": the launch's --load-format
+        bool abort_all_requests = false;   // end every request first (finish_reason abort)
+        bool flush_cache = true;
+    };
+    virtual void update_weights_from_disk(const WeightUpdate&, std::function<void(Status)> done) {
+        done(Status::Unimplemented("this server cannot update its weights"));
+    }
 
     virtual std::string served_model_name() const = 0;
     virtual std::int64_t max_model_len() const = 0;

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstdio>
 #include <optional>
+#include <mutex>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
@@ -67,7 +68,18 @@ struct ServerState {
           access{options.api_key, options.admin_api_key, options.host, options.allowed_hosts},
           metrics(options.metric_labels.empty() ? metric_labels(b.served_model_name(), "").value()
                                                 : options.metric_labels,
-                  options.metric_buckets, options.custom_metric_labels.allowed) {}
+                  options.metric_buckets, options.custom_metric_labels.allowed),
+          weight_version_(options.weight_version) {}
+
+    // --weight-version, then the one the last successful /update_weights_from_disk gave.
+    std::string weight_version() const {
+        std::lock_guard<std::mutex> lock(weight_version_mu_);
+        return weight_version_;
+    }
+    void set_weight_version(std::string version) {
+        std::lock_guard<std::mutex> lock(weight_version_mu_);
+        weight_version_ = std::move(version);
+    }
 
     Backend& backend;
     const HttpServerOptions options;
@@ -81,6 +93,10 @@ struct ServerState {
 
     std::shared_mutex gate_mu;
     bool gate_closed = false;  // GUARDED_BY(gate_mu)
+
+ private:
+    mutable std::mutex weight_version_mu_;
+    std::string weight_version_;  // GUARDED_BY(weight_version_mu_)
 };
 
 // Holds one admission slot until every request of a generation has sent its final event
@@ -130,16 +146,22 @@ class Session : public std::enable_shared_from_this<Session> {
     // Called on a backend thread: post to the strand, never block.
     static void post_event(const std::shared_ptr<ServerState>& state, const std::weak_ptr<Session>& weak,
                            std::uint64_t seq, std::size_t index, GenerationEvent event) {
+        post_to(state, weak, [seq, index, ev = std::move(event)](Session& self) mutable {
+            self.on_generation_event(seq, index, std::move(ev));
+        });
+    }
+    // Runs `work` on the session's strand, unless the session or the server is gone.
+    template <typename Work>
+    static void post_to(const std::shared_ptr<ServerState>& state, const std::weak_ptr<Session>& weak, Work work) {
         std::shared_lock lock(state->gate_mu);
         if (state->gate_closed) return;
         auto self = weak.lock();
         if (!self) return;
         try {
-            net::post(self->socket_.get_executor(), [self, seq, index, ev = std::move(event)]() mutable {
-                self->on_generation_event(seq, index, std::move(ev));
-            });
+            net::post(self->socket_.get_executor(),
+                      [self, work = std::move(work)]() mutable { work(*self); });
         } catch (const std::exception& e) {
-            TSR_LOG_C(ERROR, kLog, "dropping a generation event: {}", e.what());
+            TSR_LOG_C(ERROR, kLog, "dropping a backend answer: {}", e.what());
         }
     }
 
@@ -240,7 +262,7 @@ class Session : public std::enable_shared_from_this<Session> {
         const auto record_action = expert_record_action(path);
         // SGLang's @auth_level(ADMIN_OPTIONAL) routes: the admin key when there is one.
         const bool admin = path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
-                           path == "/continue_generation" || record_action;
+                           path == "/continue_generation" || path == "/update_weights_from_disk" || record_action;
         const RouteKind kind = path == "/health" ? RouteKind::kOpen : admin ? RouteKind::kAdmin : RouteKind::kApi;
         const auto header = [&](http::field f) { return std::string_view(req[f].data(), req[f].size()); };
         if (auto denied = check_access(state_->access, kind, header(http::field::host),
@@ -289,7 +311,7 @@ class Session : public std::enable_shared_from_this<Session> {
             if (allow(get, "GET")) respond(200, kJson, model_info_json());
         } else if (path == "/weight_version" || path == "/get_weight_version") {
             if (allow(get, "GET"))
-                respond(200, kJson, nlohmann::json{{"weight_version", state_->options.weight_version}}.dump());
+                respond(200, kJson, nlohmann::json{{"weight_version", state_->weight_version()}}.dump());
         } else if (path == "/get_load") {
             if (allow(get, "GET")) respond(200, kJson, load_json(backend.server_info()).dump());
         } else if (path == "/open_session") {
@@ -366,6 +388,29 @@ class Session : public std::enable_shared_from_this<Session> {
             if (!st.ok()) return respond_error(ApiError::from_status(st));
             const char* message = pause ? "Generation paused successfully." : "Generation continued successfully.";
             respond(200, kJson, nlohmann::json{{"message", message}, {"status", "ok"}}.dump());
+        } else if (path == "/update_weights_from_disk") {
+            // http_server.py update_weights_from_disk: {success, message, num_paused_requests},
+            // 200 or 400; on success the weight version becomes the request's, when it gives one.
+            if (!allow(post, "POST") || !json_body()) return;
+            std::variant<WeightUpdateInput, ApiError> parsed = parse_update_weights_from_disk(parser_->get().body());
+            if (auto* error = std::get_if<ApiError>(&parsed)) return respond_error(*error);
+            const WeightUpdateInput& in = std::get<WeightUpdateInput>(parsed);
+            hold_ = shared_from_this();
+            backend.update_weights_from_disk(in.update, [state = state_, weak = weak_from_this(),
+                                                         version = in.weight_version](Status st) {
+                std::string message = st.ok() ? "Succeeded to update model weights." : st.message();
+                if (st.ok() && version) {
+                    state->set_weight_version(*version);
+                    message += " Weight version updated to " + *version + ".";
+                }
+                std::string body = nlohmann::json{{"success", st.ok()}, {"message", message},
+                                                  {"num_paused_requests", 0}}
+                                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+                post_to(state, weak, [ok = st.ok(), body = std::move(body)](Session& self) {
+                    self.hold_.reset();
+                    self.respond(ok ? 200 : 400, kJson, body);
+                });
+            });
         } else if (path == "/flush_cache") {
             if (!allow(post, "POST")) return;  // it changes state: never a GET a page can trigger
             Status st = backend.flush_cache();
@@ -421,7 +466,7 @@ class Session : public std::enable_shared_from_this<Session> {
         const auto& preferred = state_->protocol.preferred_sampling;
         info["preferred_sampling_params"] =
             preferred ? nlohmann::json::parse(preferred->json, nullptr, false) : nlohmann::json(nullptr);
-        info["weight_version"] = state_->options.weight_version;
+        info["weight_version"] = state_->weight_version();
         return info.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
 

@@ -263,6 +263,57 @@ TEST_F(HttpServerTest, PauseAndContinueGeneration) {
     EXPECT_EQ(call("GET", "/continue_generation").status, 405);
 }
 
+// /update_weights_from_disk answers SGLang's {success, message, num_paused_requests} once the
+// backend does, without holding an HTTP thread meanwhile; a success sets the weight version
+// the request gives, a failure (400) keeps it.
+TEST_F(HttpServerTest, UpdateWeightsFromDisk) {
+    const auto update = [&](const std::string& body, Status answer) {
+        const std::size_t before = backend_.updates().size();
+        HttpResponse r;
+        std::thread client([&] { r = call("POST", "/update_weights_from_disk", body); });
+        for (int i = 0; i < 2000 && backend_.updates().size() == before; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        EXPECT_EQ(call("GET", "/health").status, 200) << "an HTTP thread waits for the update";
+        backend_.finish_update(std::move(answer));
+        client.join();
+        return r;
+    };
+    HttpResponse ok = update(R"({"model_path": "/ckpt/step-200", "weight_version": "step-200",
+                                 "abort_all_requests": true, "flush_cache": false, "is_async": false,
+                                 "token_step": 3, "manifest": {}})",
+                             Status::Ok());
+    ASSERT_EQ(ok.status, 200) << ok.body;
+    EXPECT_EQ(ok.json()["success"], true);
+    EXPECT_EQ(ok.json()["message"], "Succeeded to update model weights. Weight version updated to step-200.");
+    EXPECT_EQ(ok.json()["num_paused_requests"], 0);
+    const Backend::WeightUpdate asked = backend_.updates().back();
+    EXPECT_EQ(asked.model_path, "/ckpt/step-200");
+    EXPECT_EQ(asked.load_format, "");
+    EXPECT_TRUE(asked.abort_all_requests);
+    EXPECT_FALSE(asked.flush_cache);
+    EXPECT_EQ(call("GET", "/model_info").json()["weight_version"], "step-200");
+
+    HttpResponse failed = update(R"({"model_path": "/nowhere", "load_format": "safetensors", "weight_version": "x"})",
+                                 Status::InvalidArgument("Failed to update weights: no config.json.\nRolling back to "
+                                                         "original weights."));
+    EXPECT_EQ(failed.status, 400) << failed.body;
+    EXPECT_EQ(failed.json()["success"], false);
+    EXPECT_EQ(failed.json()["message"], "Failed to update weights: no config.json.\nRolling back to original weights.");
+    EXPECT_EQ(backend_.updates().back().load_format, "safetensors");
+    EXPECT_EQ(backend_.updates().back().flush_cache, true);
+    EXPECT_EQ(call("GET", "/model_info").json()["weight_version"], "step-200");
+
+    for (const char* body : {R"({})", R"({"model_path": ""})", R"({"model_path": 5})",
+                             R"({"model_path": "m", "flush_cache": "yes"})", R"({"model_path": "m", "manifest": 1})"}) {
+        HttpResponse bad = call("POST", "/update_weights_from_disk", body);
+        EXPECT_EQ(bad.status, 400) << body;
+        EXPECT_EQ(bad.json()["error"]["type"], "invalid_request_error") << bad.body;
+    }
+    EXPECT_NE(call("POST", "/update_weights_from_disk", "{}").body.find("model_path"), std::string::npos);
+    EXPECT_EQ(call("GET", "/update_weights_from_disk").status, 405);
+    EXPECT_EQ(backend_.updates().size(), 2u);
+}
+
 // GET /v1/models/NAME: the served model's card, another name OpenAI's 404.
 TEST_F(HttpServerTest, RetrieveModel) {
     HttpResponse r = call("GET", "/v1/models/tiny");
@@ -407,6 +458,7 @@ TEST_F(HttpServerTest, AccessControl) {
     EXPECT_EQ(as("GET", "/flush_cache", local + "Authorization: Bearer sk-admin\r\n").status, 405);
     EXPECT_EQ(as("POST", "/abort_request", local + json + user, R"({"abort_all": true})").status, 401);
     EXPECT_EQ(as("POST", "/abort_request", local + json + "Authorization: Bearer sk-admin\r\n", "{}").status, 200);
+    EXPECT_EQ(as("POST", "/update_weights_from_disk", local + json + user, R"({"model_path": "m"})").status, 401);
     for (const char* path : {"/pause_generation", "/continue_generation"}) {
         EXPECT_EQ(as("POST", path, local + json + user, "{}").status, 401) << path;
         EXPECT_EQ(as("POST", path, local + json + "Authorization: Bearer sk-admin\r\n", "{}").status, 200) << path;

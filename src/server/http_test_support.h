@@ -120,6 +120,25 @@ class FakeBackend : public Backend {
         std::lock_guard lock(mu_);
         return pauses_;
     }
+    // /update_weights_from_disk: kept until finish_update() answers it from the caller's thread,
+    // as the engine's loop answers after the running requests.
+    void update_weights_from_disk(const WeightUpdate& update, std::function<void(Status)> done) override {
+        std::lock_guard lock(mu_);
+        updates_.push_back(update);
+        update_done_ = std::move(done);
+    }
+    void finish_update(Status status) {
+        std::function<void(Status)> done;
+        {
+            std::lock_guard lock(mu_);
+            done = std::move(update_done_);
+        }
+        if (done) done(std::move(status));
+    }
+    std::vector<WeightUpdate> updates() const {
+        std::lock_guard lock(mu_);
+        return updates_;
+    }
     void abort_prefixed(const std::string& prefix) override {
         std::lock_guard lock(mu_);
         for (Stream& s : streams_) {
@@ -271,6 +290,8 @@ class FakeBackend : public Backend {
     std::atomic<std::size_t> hold_until_{0};
     mutable std::mutex mu_;
     std::vector<std::string> pauses_;  // GUARDED_BY(mu_)
+    std::vector<WeightUpdate> updates_;               // GUARDED_BY(mu_)
+    std::function<void(Status)> update_done_;         // GUARDED_BY(mu_)
     std::condition_variable cv_;
     std::condition_variable drain_cv_;
     bool quit_ = false;

@@ -1193,6 +1193,25 @@ std::variant<Backend::PauseMode, ApiError> parse_pause_generation(std::string_vi
     });
 }
 
+std::variant<WeightUpdateInput, ApiError> parse_update_weights_from_disk(std::string_view body) {
+    return read_body<WeightUpdateInput>(body, [](FieldReader& r) {
+        WeightUpdateInput in;
+        const std::optional<std::string> path = r.string("model_path");
+        if (!path || path->empty()) r.fail("model_path", "is required: the folder of the new weights");
+        in.update.model_path = path.value_or("");
+        in.update.load_format = r.string("load_format").value_or("");
+        if (auto v = r.boolean("abort_all_requests")) in.update.abort_all_requests = *v;
+        if (auto v = r.boolean("flush_cache")) in.update.flush_cache = *v;
+        in.weight_version = r.string("weight_version");
+        for (const char* ignored : {"is_async", "torch_empty_cache", "keep_pause", "recapture_cuda_graph"})
+            r.boolean(ignored);
+        r.integer("token_step", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
+        if (const Json* manifest = r.get("manifest"); manifest != nullptr && !manifest->is_object())
+            r.fail("manifest", "must be an object");
+        return in;
+    });
+}
+
 std::variant<TokenizeInput, ApiError> parse_tokenize_request(std::string_view body) {
     return read_body<TokenizeInput>(body, [](FieldReader& r) {
         TokenizeInput in;

@@ -183,6 +183,17 @@ std::variant<AbortSelection, ApiError> parse_abort_request(std::string_view body
 // default), "retract" or "in_place". /continue_generation's torch_empty_cache is read past.
 std::variant<Backend::PauseMode, ApiError> parse_pause_generation(std::string_view body);
 
+// /update_weights_from_disk's body (io_struct.py UpdateWeightFromDiskReqInput): model_path
+// (required), load_format (null: the launch's, left empty here), abort_all_requests (false),
+// weight_version (null: unchanged) and flush_cache (true). SGLang's is_async, keep_pause,
+// token_step and manifest (which it never reads) and torch_empty_cache and
+// recapture_cuda_graph (GPU memory only) are checked for their type and read past.
+struct WeightUpdateInput {
+    Backend::WeightUpdate update;
+    std::optional<std::string> weight_version;
+};
+std::variant<WeightUpdateInput, ApiError> parse_update_weights_from_disk(std::string_view body);
+
 // /v1/tokenize's body (protocol.py TokenizeRequest): prompt, a string or a list of them (one
 // answer each), and add_special_tokens (true); "model" is read past.
 struct TokenizeInput {

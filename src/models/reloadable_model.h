@@ -1,0 +1,50 @@
+#pragma once
+// models/reloadable_model.h — the served model as /update_weights_from_disk sees it (SGLang's
+// model_runner.py update_weights_from_disk): every call goes to the model it holds, and a
+// control step carrying a WeightsSource (BatchInput::load_weights) loads that folder with the
+// launch's options beside the current weights. The new weights replace the old only when every
+// rank of the TP group loaded its share and the folder describes the same model (architecture,
+// sizes, KV layout, weight types): any failure keeps the weights it had. Called by the
+// executor thread only, as Model::forward.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace tessera::models {
+
+class ReloadableModel final : public Model {
+ public:
+    ReloadableModel(std::unique_ptr<Model> model, LoadOptions options);
+
+    const loader::ModelConfig& config() const override { return model_->config(); }
+    kvcache::KvCacheShape kv_cache_shape() const override { return model_->kv_cache_shape(); }
+    StageInfo stage() const override { return model_->stage(); }
+    DType compute_dtype() const override { return model_->compute_dtype(); }
+    DType linear_weight_dtype() const override { return model_->linear_weight_dtype(); }
+    std::size_t weight_bytes() const override { return model_->weight_bytes(); }
+    std::size_t weight_bytes_per_token() const override { return model_->weight_bytes_per_token(); }
+    double linear_flops_per_token() const override { return model_->linear_flops_per_token(); }
+    double attention_flops_at(std::int64_t pos) const override { return model_->attention_flops_at(pos); }
+    layers::MoeTraffic moe_traffic() const override { return model_->moe_traffic(); }
+
+    // A step with load_weights set loads, agrees and swaps (or keeps the old weights): its error
+    // is reported by TP rank 0 alone, since a failed forward ends any other rank's loop.
+    Status forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
+                   std::vector<float>* out) override;
+    using Model::forward;
+
+ private:
+    Status load(const WeightsSource& source);
+
+    std::unique_ptr<Model> model_;
+    LoadOptions options_;  // the launch's, with the folder the weights came from
+};
+
+// Why a model loaded from another folder cannot take `served`'s place (the first field that
+// differs, named as config.json names it), or "" when it can.
+std::string weights_mismatch(const Model& served, const Model& fresh);
+
+}  // namespace tessera::models

@@ -1,0 +1,108 @@
+// models/reloadable_model_test.cpp — /update_weights_from_disk at the model: a control step
+// with another folder of the same model swaps in its weights (the logits become that folder's),
+// and every refusal (another model, no weights, a format that cannot update) keeps the weights
+// that were served.
+
+#include "models/reloadable_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "models/test_model_folder.h"
+
+namespace tessera::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ReloadableModelTest : public ::testing::Test {
+ protected:
+    void SetUp() override {
+        root_ = fs::temp_directory_path() / ("tessera_reloadable_" + std::to_string(::getpid()));
+        fs::remove_all(root_);
+        testing::write_model(root_ / "step0", "qwen3", 1);
+        testing::write_model(root_ / "step1", "qwen3", 2);
+        testing::write_model(root_ / "deeper", "qwen3", 2, testing::kLayers + 1);
+    }
+    void TearDown() override { fs::remove_all(root_); }
+
+    LoadOptions options(const std::string& folder) const {
+        LoadOptions o;
+        o.model_path = (root_ / folder).string();
+        o.dtype = "f32";
+        return o;
+    }
+    std::unique_ptr<Model> load(const std::string& folder) const {
+        auto m = load_model(options(folder));
+        EXPECT_TRUE(m.ok()) << m.status().to_string();
+        return m.ok() ? std::move(m).value() : nullptr;
+    }
+    // The logits of a 4-token prompt over a fresh cache.
+    static std::vector<float> logits(Model& m) {
+        kvcache::KvCache cache(m.kv_cache_shape(), 16);
+        const std::vector<std::int32_t> tokens = {3, 17, 150, 42};
+        std::vector<float> out;
+        EXPECT_TRUE(m.forward(ForwardInput{tokens, 0, false}, cache, nullptr, &out).ok());
+        return out;
+    }
+    static Status update(Model& m, const std::string& path, const std::string& format = "") {
+        const WeightsSource source{path, format};
+        BatchInput batch;
+        batch.load_weights = &source;
+        kvcache::KvCache cache(m.kv_cache_shape(), 16);
+        std::vector<float> out{1.0f};
+        Status s = m.forward(batch, cache.view(), nullptr, &out);
+        EXPECT_TRUE(out.empty()) << "a control step has no output";
+        return s;
+    }
+
+    fs::path root_;
+};
+
+TEST_F(ReloadableModelTest, AnotherFolderOfTheSameModelSwapsItsWeightsIn) {
+    ReloadableModel served(load("step0"), options("step0"));
+    const std::vector<float> before = logits(served);
+    const std::vector<float> want = logits(*load("step1"));
+    ASSERT_NE(before, want);
+
+    const Status s = update(served, (root_ / "step1").string(), "safetensors");
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(logits(served), want);
+    // And back, with the launch's load format.
+    ASSERT_TRUE(update(served, (root_ / "step0").string()).ok());
+    EXPECT_EQ(logits(served), before);
+}
+
+TEST_F(ReloadableModelTest, RefusalsKeepTheServedWeights) {
+    ReloadableModel served(load("step0"), options("step0"));
+    const std::vector<float> before = logits(served);
+    struct Case {
+        std::string path, format, cause;
+    };
+    const std::vector<Case> cases = {
+        {(root_ / "deeper").string(), "", "another model: its num_hidden_layers is 5, the served model's is 4"},
+        {(root_ / "missing").string(), "", "config.json"},
+        {(root_ / "step1").string(), "dummy", "load_format dummy cannot update weights: use auto or safetensors"},
+    };
+    for (const Case& c : cases) {
+        const Status s = update(served, c.path, c.format);
+        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.path;
+        EXPECT_EQ(s.message().rfind("Failed to update weights: ", 0), 0u) << s.message();
+        EXPECT_NE(s.message().find(c.cause), std::string::npos) << s.message();
+        EXPECT_NE(s.message().find("\nRolling back to original weights."), std::string::npos) << s.message();
+        EXPECT_EQ(logits(served), before) << c.path;
+    }
+}
+
+TEST_F(ReloadableModelTest, MismatchNamesTheFirstFieldThatDiffers) {
+    EXPECT_EQ(weights_mismatch(*load("step0"), *load("step1")), "");
+    EXPECT_EQ(weights_mismatch(*load("step0"), *load("deeper")),
+              "the new folder is another model: its num_hidden_layers is 5, the served model's is 4");
+}
+
+}  // namespace
+}  // namespace tessera::models
