@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 # The serving benchmarks' helpers (bench/serve_support.py) are the ones these tests need too.
@@ -42,15 +43,44 @@ class Checks:
         return 1 if self.failures else 0
 
 
-def call(port, method, path, body=None, timeout=60):
+def call(port, method, path, body=None, timeout=60, headers=None):
     """One HTTP request with a JSON body (or none) to 127.0.0.1:port: (status, body text)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-                 headers={"Content-Type": "application/json"})
+                 headers={"Content-Type": "application/json", **(headers or {})})
     r = conn.getresponse()
     data = r.read().decode()
     conn.close()
     return r.status, data
+
+
+class StreamingRequest(threading.Thread):
+    """/generate with stream true in the background: the tokens as they arrive."""
+
+    def __init__(self, port, prompt, max_new_tokens):
+        super().__init__(daemon=True)
+        self.port, self.prompt, self.max_new_tokens = port, prompt, max_new_tokens
+        self.ids, self.finish_reason, self.error = [], None, None
+
+    def run(self):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+            body = {"input_ids": self.prompt, "stream": True,
+                    "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True}}
+            conn.request("POST", "/generate", body=json.dumps(body), headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            for raw in r:
+                line = raw.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[6:])
+                self.ids = event.get("output_ids", self.ids)
+                reason = (event.get("meta_info") or {}).get("finish_reason")
+                if reason:
+                    self.finish_reason = reason.get("type")
+            conn.close()
+        except Exception as e:  # noqa: BLE001 -- reported as a failed check
+            self.error = repr(e)
 
 
 def post_json(port, path, body):

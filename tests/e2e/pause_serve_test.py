@@ -26,41 +26,12 @@ import os
 import threading
 import time
 
-from e2e_support import Checks, Server, call, make_tiny_model, script_args
+from e2e_support import Checks, Server, StreamingRequest, call, make_tiny_model, script_args
 
 check = Checks()
 PROMPT = [3, 14, 15, 92, 65, 35]
 LONG = 1500  # tokens: long enough to pause mid-way on the tiny model
 PAUSED_FOR = 0.8  # seconds a paused server is watched for progress
-
-
-class StreamingRequest(threading.Thread):
-    """/generate with stream true in the background: the tokens as they arrive."""
-
-    def __init__(self, port, prompt, max_new_tokens):
-        super().__init__(daemon=True)
-        self.port, self.prompt, self.max_new_tokens = port, prompt, max_new_tokens
-        self.ids, self.finish_reason, self.error = [], None, None
-
-    def run(self):
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-            body = {"input_ids": self.prompt, "stream": True,
-                    "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True}}
-            conn.request("POST", "/generate", body=json.dumps(body), headers={"Content-Type": "application/json"})
-            r = conn.getresponse()
-            for raw in r:
-                line = raw.decode().strip()
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                event = json.loads(line[6:])
-                self.ids = event.get("output_ids", self.ids)
-                reason = (event.get("meta_info") or {}).get("finish_reason")
-                if reason:
-                    self.finish_reason = reason.get("type")
-            conn.close()
-        except Exception as e:  # noqa: BLE001 -- reported as a failed check
-            self.error = repr(e)
 
 
 class Request(threading.Thread):

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from e2e_support import Checks, Server, call
+from e2e_support import Checks, Server, StreamingRequest, call
 
 check = Checks()
 PROMPT = [3, 14, 15, 92, 65, 35]
@@ -53,22 +53,11 @@ def greedy(port, prompt, n=8):
 
 
 def update(port, body, headers=None):
-    status, text = call(port, "POST", "/update_weights_from_disk", body, timeout=300) if headers is None else \
-        call_with_headers(port, "/update_weights_from_disk", body, headers)
+    status, text = call(port, "POST", "/update_weights_from_disk", body, timeout=300, headers=headers)
     try:
         return status, json.loads(text)
     except ValueError:
         return status, text
-
-
-def call_with_headers(port, path, body, headers):
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json", **headers})
-    r = conn.getresponse()
-    text = r.read().decode()
-    conn.close()
-    return r.status, text
 
 
 def model_info(port):
@@ -86,35 +75,6 @@ def reference_tokens(tessera, model, workdir, name, flags=()):
                 "long": greedy(server.port, PROMPT, LONG)}
     finally:
         server.close()
-
-
-class Streaming(threading.Thread):
-    """/generate with stream true in the background: the output ids as they arrive."""
-
-    def __init__(self, port, prompt, max_new_tokens):
-        super().__init__(daemon=True)
-        self.port, self.prompt, self.max_new_tokens = port, prompt, max_new_tokens
-        self.ids, self.finish_reason, self.error = [], None, None
-
-    def run(self):
-        import http.client
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-            body = {"input_ids": self.prompt, "stream": True,
-                    "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0, "ignore_eos": True}}
-            conn.request("POST", "/generate", body=json.dumps(body), headers={"Content-Type": "application/json"})
-            for raw in conn.getresponse():
-                line = raw.decode().strip()
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                event = json.loads(line[6:])
-                self.ids = event.get("output_ids", self.ids)
-                reason = (event.get("meta_info") or {}).get("finish_reason")
-                if reason:
-                    self.finish_reason = reason.get("type")
-            conn.close()
-        except Exception as e:  # noqa: BLE001 -- reported as a failed check
-            self.error = repr(e)
 
 
 class Background(threading.Thread):
@@ -172,7 +132,7 @@ def single_server(tessera, workdir, old, new, other, ref_old, ref_new):
 
         # Sent while a long request streams: it waits for that request, which ends on the old
         # (here: current) weights; a request sent meanwhile waits and runs on the new ones.
-        long_req = Streaming(port, PROMPT, LONG)
+        long_req = StreamingRequest(port, PROMPT, LONG)
         long_req.start()
         wait_for(lambda: len(long_req.ids) >= 5)
         pending = Background(lambda: update(port, {"model_path": old, "weight_version": "v0-again"}))
@@ -196,7 +156,7 @@ def single_server(tessera, workdir, old, new, other, ref_old, ref_new):
               f"{waiting.result} vs {ref_old['other']}")
 
         # Paused with retract: the retracted request is recomputed on the new weights.
-        long_req = Streaming(port, OTHER, 40)
+        long_req = StreamingRequest(port, OTHER, 40)
         long_req.start()
         wait_for(lambda: len(long_req.ids) >= 3)
         call(port, "POST", "/pause_generation", {"mode": "retract"})
