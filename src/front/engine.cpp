@@ -543,11 +543,11 @@ void Engine::loop() {
                     break;
                 }
                 case Command::Kind::kUpdateWeights: {
-                    // tokenizer_manager.py update_weights_from_disk: abort_all_requests first.
                     if (pending_update_) {
                         c.done(Status(StatusCode::kUnavailable, "another /update_weights_from_disk is in progress"));
                         break;
                     }
+                    // tokenizer_manager.py update_weights_from_disk: abort_all_requests first.
                     if (c.update.abort_all_requests) scheduler_.abort_prefixed("");
                     pending_update_ = PendingUpdate{std::move(c.update), std::move(c.done)};
                     scheduler_.hold_admission(true);

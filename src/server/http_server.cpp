@@ -28,8 +28,8 @@
 
 #include <atomic>
 #include <cstdio>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
