@@ -161,17 +161,13 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         ec.expert_record_unavailable =
             "expert distribution recording needs --expert-distribution-recorder-mode (stat, per_pass or per_token) "
             "at launch";
-    // The weight update's control step reaches every TP rank, which agree over the TP group on
-    // whether each loaded its share; pipeline stages and DP-attention groups have no such
-    // agreement yet.
-    if (args.pp_size > 1)
-        ec.weight_update_unavailable = "/update_weights_from_disk with --pp-size " + std::to_string(args.pp_size) +
-                                       " is not implemented yet (the stages do not agree on whether each loaded its "
-                                       "share); it works with --tp-size, --ep-size and --dp-size replicas";
-    else if (args.enable_dp_attention && args.dp_size > 1)
+    // The weight update's control steps go through the TP broadcast and down the pipeline; the
+    // DP-attention groups' lockstep does not carry them yet.
+    if (args.enable_dp_attention && args.dp_size > 1)
         ec.weight_update_unavailable =
             "/update_weights_from_disk with --enable-dp-attention is not implemented yet (the DP-attention groups do "
-            "not carry the update in their lockstep); it works with --tp-size, --ep-size and --dp-size replicas";
+            "not carry the update in their lockstep); it works with --tp-size, --pp-size, --ep-size and --dp-size "
+            "replicas";
     ec.startup_info_json = nlohmann::json{{"tp_size", args.tp_size},
                                           {"pp_size", args.pp_size},
                                           {"dp_size", args.dp_size},

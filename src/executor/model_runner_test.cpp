@@ -301,12 +301,15 @@ TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
 TEST(StepWireTest, CarriesAWeightsFolder) {
     ForwardBatch batch;
     EXPECT_FALSE(decode_step(encode_step(batch))->load_weights.has_value());
-    batch.load_weights = models::WeightsSource{"/models/qwen3 step 200", "safetensors"};
+    batch.load_weights = models::WeightsSource{"/models/qwen3 step 200", "safetensors", models::WeightsPhase::kCommit,
+                                               false};
     auto back = decode_step(encode_step(batch));
     ASSERT_TRUE(back.ok()) << back.status().to_string();
     ASSERT_TRUE(back->load_weights.has_value());
     EXPECT_EQ(back->load_weights->model_path, "/models/qwen3 step 200");
     EXPECT_EQ(back->load_weights->load_format, "safetensors");
+    EXPECT_EQ(back->load_weights->phase, models::WeightsPhase::kCommit);
+    EXPECT_FALSE(back->load_weights->earlier_stages_loaded);
     EXPECT_TRUE(back->seqs.empty());
     std::vector<std::int32_t> tokens;
     auto input = batch_input(*back, &tokens);

@@ -173,9 +173,18 @@ Status PpFirstStageRunner::launch_step(const ForwardBatch& batch) {
     std::vector<float> hidden;
     std::vector<std::int32_t> routing;
     if (batch.record_routed_experts) input.routed_experts_out = &routing;
+    const bool weights_load = batch.load_weights && batch.load_weights->phase == models::WeightsPhase::kLoad;
     {
         PipelineTrace::Scope span(links_.trace, SpanKind::kCompute, launched_, batch.total_new_tokens());
-        TSR_RETURN_IF_ERROR(model_.forward(input, kv_, pool_, &hidden));
+        Status forwarded = model_.forward(input, kv_, pool_, &hidden);
+        if (!forwarded.ok() && !weights_load) return forwarded;
+        if (weights_load) {
+            // Every stage sees the update's load, told whether the earlier ones loaded.
+            ForwardBatch told = batch;
+            told.load_weights->earlier_stages_loaded = forwarded.ok();
+            bytes = encode_step(told, kStepWithSampling);
+            if (!forwarded.ok()) failed_load_ = std::move(forwarded);
+        }
     }
     {
         PipelineTrace::Scope span(links_.trace, SpanKind::kSend, launched_, batch.total_new_tokens());
@@ -191,6 +200,7 @@ StatusOr<std::vector<SampledToken>> PpFirstStageRunner::collect_step() {
     PipelineTrace::Scope span(links_.trace, SpanKind::kRecv, collected_, 0);
     auto tokens = receive_tokens(pp);
     ++collected_;
+    if (tokens.ok() && failed_load_) return std::exchange(failed_load_, std::nullopt).value();
     return tokens;
 }
 
@@ -285,9 +295,17 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
         input.dp_attention = groups ? &*groups : nullptr;
         if (back) input.hidden_out = &hidden_states;
         const bool local = (flags & kStepLocalOnly) != 0;
+        const bool weights_load = batch.load_weights && batch.load_weights->phase == models::WeightsPhase::kLoad;
+        bool weights_loaded = true;
+        if (weights_load) input.weights_loaded = &weights_loaded;
         {
             PipelineTrace::Scope span(links.trace, SpanKind::kCompute, local ? -1 : step, batch.total_new_tokens());
             TSR_RETURN_IF_ERROR(model.forward(input, kv, pool, &out));
+        }
+        if (weights_load && !links.dp_attention) {
+            // The next stage is told whether this one and the earlier ones loaded their shares.
+            batch.load_weights->earlier_stages_loaded = weights_loaded;
+            bytes = encode_step(batch, flags);
         }
         if (local) continue;
         join_earlier_routing(earlier_routing, batch.total_new_tokens(), model.stage().layer_begin,
@@ -300,6 +318,8 @@ Status run_pipeline_worker(models::Model& model, const kvcache::KvView& kv, Thre
         } else if (back) {
             TSR_ASSIGN_OR_RETURN(std::vector<SampledToken> sampled,
                                  step_results(batch, {out, hidden_states, routing}, model.config(), pool, scratch));
+            // A weight update's load answers the leader with one "token": 1 when every stage loaded.
+            if (weights_load) sampled.push_back({.token = weights_loaded ? 1 : 0});
             std::vector<std::uint8_t> result = encode_results(sampled);
             const auto n_result = static_cast<std::int64_t>(result.size());
             TSR_RETURN_IF_ERROR(back->post(n_result, 0, std::move(result), {}, kTagResultHeader, kTagResult, kTagResult));

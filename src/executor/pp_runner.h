@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "executor/forward_batch.h"
@@ -112,6 +113,9 @@ class PpFirstStageRunner final : public BatchRunner {
     std::int64_t launched_ = 0;
     std::int64_t collected_ = 0;
     bool stopped_ = false;
+    // A weight update's kLoad that failed on this stage still goes down the pipeline (the later
+    // stages learn not to load); its error is collect()'s answer.
+    std::optional<Status> failed_load_;
 };
 
 // Every rank except the TP leader of stage 0. Returns OK when stopped, else the first error.

@@ -118,6 +118,8 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
     if (batch.load_weights) {
         w.text(batch.load_weights->model_path);
         w.text(batch.load_weights->load_format);
+        w.i64(static_cast<std::int64_t>(batch.load_weights->phase));
+        w.i64(batch.load_weights->earlier_stages_loaded ? 1 : 0);
     }
     w.i64(static_cast<std::int64_t>(batch.seqs.size()));
     for (const auto& s : batch.seqs) {
@@ -160,8 +162,11 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
         return Status::DataLoss("corrupt step header");
     if (load_weights) {
         models::WeightsSource& source = batch.load_weights.emplace();
-        if (!r.text(&source.model_path) || !r.text(&source.load_format))
-            return Status::DataLoss("corrupt step header: bad weights folder");
+        std::int64_t phase = 0;
+        if (!r.text(&source.model_path) || !r.text(&source.load_format) || !r.i64(&phase) || phase < 0 ||
+            phase > 2 || !r.flag(&source.earlier_stages_loaded))
+            return Status::DataLoss("corrupt step header: bad weight update");
+        source.phase = static_cast<models::WeightsPhase>(phase);
     }
     if (!r.i64(&n) || n < 0 || n > kMaxCount) return Status::DataLoss("corrupt step header");
     batch.expert_record = static_cast<eplb::ExpertRecordCommand>(record);

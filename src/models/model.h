@@ -61,9 +61,11 @@ struct BatchInput {
     std::span<const float> hidden_in;
     // Applied by the MoE models before the pass; a step with no tokens carries only this.
     eplb::ExpertRecordCommand expert_record = eplb::ExpertRecordCommand::kNone;
-    // A control step (no tokens) that replaces the weights with the ones of this folder
-    // (models/reloadable_model.h). Null: none.
+    // A control step (no tokens) of a weight update (models/reloadable_model.h). Null: none.
     const WeightsSource* load_weights = nullptr;
+    // Output of its kLoad phase, when not null: whether this rank's TP group, and every
+    // earlier pipeline stage, loaded its share (what a pipeline stage tells the next).
+    bool* weights_loaded = nullptr;
     // DP-attention: what every attention-DP group runs this step (this rank's group's tokens
     // are the ones above, possibly none). Required when the model was loaded with
     // LoadOptions::dp_attention enabled; null otherwise.

@@ -63,9 +63,25 @@ Status ReloadableModel::forward(const BatchInput& batch, const kvcache::KvView& 
                                 std::vector<float>* out) {
     if (batch.load_weights == nullptr) return model_->forward(batch, kv, pool, out);
     out->clear();
-    Status s = load(*batch.load_weights);
-    if (s.ok() || options_.tp_rank == 0) return s;
-    TSR_LOG(WARN, "update_weights_from_disk: {}", s.message());
+    const WeightsSource& source = *batch.load_weights;
+    if (source.phase == WeightsPhase::kDiscard) {
+        staged_.reset();
+        return Status::Ok();
+    }
+    if (source.phase == WeightsPhase::kCommit) {
+        if (staged_ == nullptr) return Status::Internal("a weight update committed with nothing loaded");
+        model_ = std::move(staged_);
+        options_ = std::move(staged_options_);
+        return Status::Ok();
+    }
+    staged_.reset();
+    Status s = source.earlier_stages_loaded
+                   ? load(source)
+                   : Status::InvalidArgument("an earlier pipeline stage could not load its share of the weights");
+    if (batch.weights_loaded != nullptr) *batch.weights_loaded = s.ok();
+    if (s.ok() || (stage().first && options_.tp_rank == 0)) return s;
+    if (source.earlier_stages_loaded && options_.tp_rank == 0)
+        TSR_LOG(WARN, "update_weights_from_disk: {}", s.message());
     return Status::Ok();
 }
 
@@ -83,7 +99,7 @@ Status ReloadableModel::load(const WeightsSource& source) {
         fresh = load_model(options);
         why = fresh.ok() ? weights_mismatch(*model_, **fresh) : fresh.status().message();
     }
-    // Every rank of the group swaps, or none does.
+    // Every rank of the group has its share, or none keeps one.
     if (options_.tp_group != nullptr) {
         std::int64_t loaded[1] = {why.empty() ? 1 : 0};
         TSR_RETURN_IF_ERROR(options_.tp_group->all_reduce(std::span<std::int64_t>(loaded), dist::ReduceOp::kMin));
@@ -93,9 +109,9 @@ Status ReloadableModel::load(const WeightsSource& source) {
     // model_runner.py update_weights_from_disk's message; here the old weights were never touched.
     if (!why.empty())
         return Status::InvalidArgument("Failed to update weights: " + why + ".\nRolling back to original weights.");
-    model_ = std::move(fresh).value();
-    options_ = std::move(options);
-    TSR_LOG(INFO, "weights updated from {} in {:.2f} s", source.model_path,
+    staged_ = std::move(fresh).value();
+    staged_options_ = std::move(options);
+    TSR_LOG(INFO, "weights of {} loaded in {:.2f} s", source.model_path,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return Status::Ok();
 }

@@ -1,11 +1,12 @@
 #pragma once
 // models/reloadable_model.h — the served model as /update_weights_from_disk sees it (SGLang's
-// model_runner.py update_weights_from_disk): every call goes to the model it holds, and a
-// control step carrying a WeightsSource (BatchInput::load_weights) loads that folder with the
-// launch's options beside the current weights. The new weights replace the old only when every
-// rank of the TP group loaded its share and the folder describes the same model (architecture,
-// sizes, KV layout, weight types): any failure keeps the weights it had. Called by the
-// executor thread only, as Model::forward.
+// model_runner.py update_weights_from_disk): every call goes to the model it holds, and the
+// update's control steps (BatchInput::load_weights) change it in two phases. kLoad loads the
+// folder with the launch's options beside the current weights, checks that it describes the
+// same model (architecture, sizes, KV layout, weight types) and agrees with the rest of the TP
+// group that every rank has its share; kCommit then swaps the loaded weights in, kDiscard
+// drops them. The leader commits only when every pipeline stage loaded, so any failure keeps
+// the weights every rank had. Called by the executor thread only, as Model::forward.
 
 #include <memory>
 #include <string>
@@ -30,17 +31,21 @@ class ReloadableModel final : public Model {
     double attention_flops_at(std::int64_t pos) const override { return model_->attention_flops_at(pos); }
     layers::MoeTraffic moe_traffic() const override { return model_->moe_traffic(); }
 
-    // A step with load_weights set loads, agrees and swaps (or keeps the old weights): its error
-    // is reported by TP rank 0 alone, since a failed forward ends any other rank's loop.
+    // A weight update's step. A failed kLoad is an error on the leader (the first stage's TP
+    // rank 0) only, since a failed forward ends any other rank's loop; every rank tells
+    // BatchInput::weights_loaded.
     Status forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
                    std::vector<float>* out) override;
     using Model::forward;
 
  private:
+    // kLoad's work: staged_ on success, else why not.
     Status load(const WeightsSource& source);
 
     std::unique_ptr<Model> model_;
     LoadOptions options_;  // the launch's, with the folder the weights came from
+    std::unique_ptr<Model> staged_;  // loaded, not yet committed
+    LoadOptions staged_options_;
 };
 
 // Why a model loaded from another folder cannot take `served`'s place (the first field that

@@ -49,14 +49,24 @@ class ReloadableModelTest : public ::testing::Test {
         EXPECT_TRUE(m.forward(ForwardInput{tokens, 0, false}, cache, nullptr, &out).ok());
         return out;
     }
+    // The update's two steps, as the scheduler runs them: load, then commit or discard.
     static Status update(Model& m, const std::string& path, const std::string& format = "") {
-        const WeightsSource source{path, format};
-        BatchInput batch;
-        batch.load_weights = &source;
+        WeightsSource source{path, format};
         kvcache::KvCache cache(m.kv_cache_shape(), 16);
-        std::vector<float> out{1.0f};
-        Status s = m.forward(batch, cache.view(), nullptr, &out);
-        EXPECT_TRUE(out.empty()) << "a control step has no output";
+        const auto step = [&](WeightsPhase phase, bool* loaded) {
+            source.phase = phase;
+            BatchInput batch;
+            batch.load_weights = &source;
+            batch.weights_loaded = loaded;
+            std::vector<float> out{1.0f};
+            Status s = m.forward(batch, cache.view(), nullptr, &out);
+            EXPECT_TRUE(out.empty()) << "a control step has no output";
+            return s;
+        };
+        bool loaded = false;
+        const Status s = step(WeightsPhase::kLoad, &loaded);
+        EXPECT_EQ(loaded, s.ok());
+        EXPECT_TRUE(step(s.ok() ? WeightsPhase::kCommit : WeightsPhase::kDiscard, nullptr).ok());
         return s;
     }
 
@@ -96,6 +106,34 @@ TEST_F(ReloadableModelTest, RefusalsKeepTheServedWeights) {
         EXPECT_NE(s.message().find("\nRolling back to original weights."), std::string::npos) << s.message();
         EXPECT_EQ(logits(served), before) << c.path;
     }
+}
+
+// Under pipeline parallelism a stage after a failed one does not load, and the served weights
+// stay until the commit.
+TEST_F(ReloadableModelTest, LoadedWeightsServeOnlyAfterTheCommit) {
+    ReloadableModel served(load("step0"), options("step0"));
+    const std::vector<float> before = logits(served);
+    WeightsSource source{(root_ / "step1").string(), ""};
+    source.earlier_stages_loaded = false;
+    kvcache::KvCache cache(served.kv_cache_shape(), 16);
+    std::vector<float> out;
+    bool loaded = true;
+    BatchInput batch;
+    batch.load_weights = &source;
+    batch.weights_loaded = &loaded;
+    const Status skipped = served.forward(batch, cache.view(), nullptr, &out);
+    EXPECT_NE(skipped.message().find("an earlier pipeline stage could not load"), std::string::npos)
+        << skipped.message();
+    EXPECT_FALSE(loaded);
+    source.earlier_stages_loaded = true;
+    ASSERT_TRUE(served.forward(batch, cache.view(), nullptr, &out).ok());
+    EXPECT_TRUE(loaded);
+    EXPECT_EQ(logits(served), before) << "loaded, not committed";
+    source.phase = WeightsPhase::kCommit;
+    ASSERT_TRUE(served.forward(batch, cache.view(), nullptr, &out).ok());
+    EXPECT_NE(logits(served), before);
+    EXPECT_EQ(served.forward(batch, cache.view(), nullptr, &out).code(), StatusCode::kInternal)
+        << "a second commit has nothing to commit";
 }
 
 TEST_F(ReloadableModelTest, MismatchNamesTheFirstFieldThatDiffers) {

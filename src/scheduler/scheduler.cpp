@@ -291,24 +291,34 @@ bool Scheduler::idle() const {
            chunked_req_ == nullptr && in_flight_.empty();
 }
 
-Status Scheduler::run_control_step(const executor::ForwardBatch& batch) {
+StatusOr<std::vector<executor::SampledToken>> Scheduler::run_control_step(const executor::ForwardBatch& batch) {
     // In launch order on every rank: collect what is in flight first.
     while (!in_flight_.empty()) collect_oldest();
     if (Status s = runner_.before_round(); !s.ok()) return s;
-    StatusOr<std::vector<executor::SampledToken>> result = runner_.run(batch);
-    return result.ok() ? Status::Ok() : result.status();
+    return runner_.run(batch);
 }
 
 Status Scheduler::run_expert_record(eplb::ExpertRecordCommand command) {
     executor::ForwardBatch batch;
     batch.expert_record = command;
-    return run_control_step(batch);
+    return run_control_step(batch).status();
 }
 
 Status Scheduler::run_weight_update(const models::WeightsSource& source) {
     executor::ForwardBatch batch;
     batch.load_weights = source;
-    return run_control_step(batch);
+    batch.load_weights->phase = models::WeightsPhase::kLoad;
+    StatusOr<std::vector<executor::SampledToken>> loaded = run_control_step(batch);
+    // The leader's own failure comes as the step's error; a later pipeline stage's as a 0.
+    Status verdict = loaded.status();
+    if (verdict.ok() && !loaded->empty() && loaded->back().token == 0)
+        verdict = Status::InvalidArgument(
+            "Failed to update weights: a later pipeline stage could not load its share of the weights (its first "
+            "rank's log says why).\nRolling back to original weights.");
+    if (!runner_.fatal_error().ok()) return verdict;  // the ranks cannot run steps together any more
+    batch.load_weights->phase = verdict.ok() ? models::WeightsPhase::kCommit : models::WeightsPhase::kDiscard;
+    const Status applied = run_control_step(batch).status();
+    return verdict.ok() ? applied : verdict;
 }
 
 bool Scheduler::nothing_running() const {

@@ -204,8 +204,9 @@ class Scheduler {
     void hold_admission(bool hold) { admission_held_ = hold; }
     // No request holds KV for a step and no step is in flight (requests may wait).
     bool nothing_running() const;
-    // As run_expert_record, with every rank's share of `source`'s weights (the model swaps
-    // them, or keeps its own and fails).
+    // Two steps as run_expert_record's: every rank loads its share of `source`'s weights
+    // beside its own, then all swap them in when every pipeline stage loaded, else all drop
+    // them; the first failure, if any.
     Status run_weight_update(const models::WeightsSource& source);
     // After new weights: drops the prefix cache, whose KV the old ones computed (waiting
     // requests match again when admitted). False, and nothing dropped, while a request runs
@@ -245,7 +246,7 @@ class Scheduler {
     };
 
     // A step with no sequences carrying a command to every rank, after the steps in flight.
-    Status run_control_step(const executor::ForwardBatch& batch);
+    StatusOr<std::vector<executor::SampledToken>> run_control_step(const executor::ForwardBatch& batch);
     // flush_cache's work, once the caller has checked that nothing runs on the cache.
     bool drop_prefix_cache();
     int in_flight_limit() const { return config_.overlap_schedule ? 2 : config_.max_in_flight_steps; }

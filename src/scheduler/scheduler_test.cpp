@@ -70,7 +70,7 @@ class FakeRunner final : public executor::BatchRunner {
     bool fail_next = false;               // inject one failed step
     bool embedding = false;               // an embedding model: results carry the "token" as a row
     std::vector<std::vector<std::string>> batches;  // rids of every batch, in order
-    std::vector<std::string> weight_loads;          // the folders of the weight updates run
+    std::vector<std::string> weight_loads;          // the weight updates' steps: "load /path", "commit /path"
     std::int64_t n_partial_chunks = 0;    // sequences run without need_token
 
     // ---- queued (pipeline) mode -------------------------------------------------------
@@ -178,7 +178,13 @@ class FakeRunner final : public executor::BatchRunner {
         if (batch.load_weights) {
             EXPECT_TRUE(batch.seqs.empty()) << "a weight update is a step of its own";
             EXPECT_TRUE(pending_.empty()) << "a weight update while steps are in flight";
-            weight_loads.push_back(batch.load_weights->model_path);
+            const models::WeightsPhase phase = batch.load_weights->phase;
+            weight_loads.push_back(std::string(phase == models::WeightsPhase::kLoad     ? "load "
+                                               : phase == models::WeightsPhase::kCommit ? "commit "
+                                                                                        : "discard ") +
+                                   batch.load_weights->model_path);
+            if (phase == models::WeightsPhase::kLoad && batch.load_weights->model_path == "/bad")
+                return Status::InvalidArgument("Failed to update weights: no such folder");
             return std::vector<SampledToken>{};
         }
         if (fail_next) {
@@ -1940,7 +1946,11 @@ TEST(SchedulerWeightUpdateTest, HeldAdmissionDrainsTheRunningBatchThenTheUpdateR
         EXPECT_FALSE(h.sched_.idle()) << "late still waits";
 
         ASSERT_TRUE(h.sched_.run_weight_update({.model_path = "/ckpt/step-1"}).ok());
-        EXPECT_EQ(h.runner_.weight_loads, std::vector<std::string>{"/ckpt/step-1"});
+        EXPECT_EQ(h.runner_.weight_loads, (std::vector<std::string>{"load /ckpt/step-1", "commit /ckpt/step-1"}));
+        // A failed load is answered, and every rank drops what it loaded.
+        EXPECT_EQ(h.sched_.run_weight_update({.model_path = "/bad"}).message(),
+                  "Failed to update weights: no such folder");
+        EXPECT_EQ(h.runner_.weight_loads.back(), "discard /bad");
         EXPECT_TRUE(h.sched_.drop_cache_after_weight_update()) << "a waiting request holds no cache";
         EXPECT_EQ(h.sched_.stats().evictable_tokens, 0) << "the old weights' KV is gone";
         EXPECT_TRUE(h.sched_.check_invariants().ok());

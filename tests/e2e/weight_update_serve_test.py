@@ -7,7 +7,7 @@ client drives it over HTTP:
              then those of a server started on the new folder; /model_info reports the new
              model_path and weight_version; the prefix cache was flushed (a repeated prompt is
              not served from KV the old weights computed).
-  refused    another model (more layers), a folder without weights, load_format dummy: 400,
+  refused    another model (fewer layers), a folder without weights, load_format dummy: 400,
              success false, SGLang's "Failed to update weights: ... Rolling back to original
              weights." naming the cause, and the served weights are unchanged.
   waits      sent while a long request streams (not paused): the request finishes on the old
@@ -17,8 +17,9 @@ client drives it over HTTP:
   errors     no model_path: 400 naming it; GET: 405; with --admin-api-key the admin key.
   layouts    TP2 (parallel label): one rank's tokens of the new weights after the update;
              --dp-size 2: every replica updates and the front combines the answers; TP2 x EP2
-             on a tiny Qwen3-MoE with EPLB: the new experts' tokens; PP2 is refused with a
-             message.
+             on a tiny Qwen3-MoE with EPLB: the new experts' tokens; PP2: one rank's tokens,
+             and a folder only the second stage cannot load is refused on both stages;
+             DP-attention is refused with a message.
 
 Usage: weight_update_serve_test.py --tessera PATH --workdir DIR [--layouts]
 Exit 0 pass, 1 fail.
@@ -27,6 +28,8 @@ Exit 0 pass, 1 fail.
 import argparse
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -43,6 +46,22 @@ LONG = 1500  # tokens: long enough to send an update mid-way on the tiny model
 def make_model(tessera, out, seed, extra=(), arch="qwen3"):
     subprocess.run([tessera, "make-model", "--arch", arch, "--preset", "tiny", "--tokenizer", "qwen3",
                     "--dtype", "f32", "--seed", str(seed), "--out", out, *extra], check=True, capture_output=True)
+    return out
+
+
+def without_tensors(model, out, prefix):
+    """A copy of `model` whose safetensors index leaves out the tensors named `prefix`..."""
+    shutil.copytree(model, out)
+    path = os.path.join(out, "model.safetensors")
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header = {k: v for k, v in header.items() if not k.startswith(prefix)}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
     return out
 
 
@@ -237,14 +256,33 @@ def layouts(tessera, workdir, old, new, ref_new):
     finally:
         server.close()
 
+    # PP2: each stage loads its layers; a folder whose last layer only the second stage misses is
+    # refused on every stage (the first had loaded its share, and drops it).
+    no_last_layer = without_tensors(new, os.path.join(workdir, "no_last_layer"), "model.layers.2.")
     server = Server(tessera, old, ["--pp-size", "2"], os.path.join(workdir, "update_pp2.log"))
     try:
         if check("pp2: server ready", server.ready()):
+            before = greedy(server.port, PROMPT)
+            status, answer = update(server.port, {"model_path": no_last_layer})
+            check("pp2: a folder the second stage cannot load is refused",
+                  status == 400 and answer.get("success") is False and
+                  "a later pipeline stage could not load its share" in answer.get("message", ""), f"{status} {answer}")
+            check("pp2: every stage kept its weights", greedy(server.port, PROMPT) == before)
             status, answer = update(server.port, {"model_path": new})
-            check("pp2: refused with a message naming --pp-size",
-                  status == 400 and answer.get("success") is False and "--pp-size 2" in answer.get("message", ""),
-                  f"{status} {answer}")
-            check("pp2: still serving", isinstance(greedy(server.port, PROMPT), list))
+            check("pp2: update succeeds", status == 200 and answer.get("success") is True, f"{status} {answer}")
+            check("pp2: one rank's tokens of the new weights", greedy(server.port, PROMPT) == ref_new["prompt"])
+    finally:
+        server.close()
+
+    server = Server(tessera, old, ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"],
+                    os.path.join(workdir, "update_dpa.log"))
+    try:
+        if check("dpa: server ready", server.ready()):
+            status, answer = update(server.port, {"model_path": new})
+            check("dpa: refused with a message naming --enable-dp-attention",
+                  status == 400 and answer.get("success") is False and
+                  "--enable-dp-attention" in answer.get("message", ""), f"{status} {answer}")
+            check("dpa: still serving the old weights", isinstance(greedy(server.port, PROMPT), list))
     finally:
         server.close()
 
