@@ -173,6 +173,12 @@ double measure_peak_amx_bf16_gflops(ThreadPool* pool) {
     return peak_gflops(pool, [](std::int64_t iterations) { return detail::run_amx_chains(iterations / 16); });
 }
 
+double measure_amx_l1_tile_loop_gflops(ThreadPool* pool) {
+    if (!kernels::isa_supported(kernels::Isa::kAmx)) return 0.0;
+    // A K step of the loop is four tile multiplies: eight per call round is 128 times fewer.
+    return peak_gflops(pool, [](std::int64_t iterations) { return detail::run_amx_l1_tile_loop(iterations / 128); });
+}
+
 double measure_peak_f32_gflops(ThreadPool* pool) {
     return peak_gflops(pool, has_avx512_bf16() ? &detail::run_fma512_chains : &run_fma256_chains);
 }

@@ -32,6 +32,12 @@ double measure_peak_dpbf16_gflops(ThreadPool* pool);
 // CPU or the OS gives no AMX.
 double measure_peak_amx_bf16_gflops(ThreadPool* pool);
 
+// GFLOP/s of the loop a tiled GEMM runs, 2 row tiles × 2 panels of accumulators with the two
+// input and two weight tiles loaded from L1 for every K step (four loads per four multiplies),
+// on operands that stay in L1: what a GEMM that streams K can reach at best, whatever its
+// blocking; 0 without AMX.
+double measure_amx_l1_tile_loop_gflops(ThreadPool* pool);
+
 // Peak GFLOP/s of independent f32 FMA chains (_mm512_fmadd_ps when the CPU has AVX-512 BF16
 // support, i.e. our AVX-512 path, else 256-bit FMA), 2 FLOP per lane.
 double measure_peak_f32_gflops(ThreadPool* pool);

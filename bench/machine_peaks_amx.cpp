@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "bench/machine_peaks_impl.h"
 #include "kernels/cpu/amx_tile_config.h"
@@ -17,8 +18,10 @@ using kernels::cpu::AmxTileConfig;
 constexpr double kFlopPerTileMultiply = 16.0 * 16.0 * 32.0 * 2.0;
 }  // namespace
 
-double run_amx_chains(std::int64_t iterations) {
-    // The kernels leave their tile configuration loaded between calls: put it back after.
+namespace {
+
+// Every tile 16 rows × 64 bytes; returns the kernels' configuration for restore_config().
+AmxTileConfig load_square_config() {
     AmxTileConfig kernels_config;
     _tile_storeconfig(&kernels_config);
     AmxTileConfig config;
@@ -27,6 +30,22 @@ double run_amx_chains(std::int64_t iterations) {
         config.colsb[t] = 64;
     }
     _tile_loadconfig(&config);
+    return kernels_config;
+}
+
+// The kernels leave their tile configuration loaded between calls: put it back.
+void restore_config(const AmxTileConfig& kernels_config) {
+    if (kernels_config.palette != 0) {
+        _tile_loadconfig(&kernels_config);
+    } else {
+        _tile_release();
+    }
+}
+
+}  // namespace
+
+double run_amx_chains(std::int64_t iterations) {
+    const AmxTileConfig kernels_config = load_square_config();
     // Operands of 2^-23 keep the accumulators finite for any iteration count.
     alignas(64) std::uint16_t operand[16 * 32];
     for (std::uint16_t& v : operand) v = 0x3400;
@@ -48,12 +67,43 @@ double run_amx_chains(std::int64_t iterations) {
     _tile_stored(0, out, 64);
     volatile float sink = out[0];
     (void)sink;
-    if (kernels_config.palette != 0) {
-        _tile_loadconfig(&kernels_config);
-    } else {
-        _tile_release();
-    }
+    restore_config(kernels_config);
     return static_cast<double>(iterations) * 4.0 * kFlopPerTileMultiply;
+}
+
+double run_amx_l1_tile_loop(std::int64_t iterations) {
+    const AmxTileConfig kernels_config = load_square_config();
+    // Two row tiles and two panels of 8 K steps each: 32 KB, resident in L1 after the first pass.
+    constexpr int kSteps = 8;
+    constexpr int kTileValues = 16 * 32;
+    alignas(64) static thread_local std::uint16_t a[2][kSteps][kTileValues];
+    alignas(64) static thread_local std::uint16_t b[2][kSteps][kTileValues];
+    for (auto* operand : {&a, &b})
+        for (auto& row : *operand)
+            for (auto& tile : row)
+                for (std::uint16_t& v : tile) v = 0x3400;  // 2^-23: the accumulators stay finite
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (std::int64_t it = 0; it < iterations; ++it) {
+        for (int k = 0; k < kSteps; ++k) {
+            _tile_loadd(4, a[0][k], 64);
+            _tile_loadd(6, b[0][k], 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(5, a[1][k], 64);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_loadd(7, b[1][k], 64);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    alignas(64) float out[16 * 16];
+    _tile_stored(0, out, 64);
+    volatile float sink = out[0];
+    (void)sink;
+    restore_config(kernels_config);
+    return static_cast<double>(iterations) * kSteps * 4.0 * kFlopPerTileMultiply;
 }
 
 }  // namespace tessera::bench::detail

@@ -13,5 +13,7 @@ double run_fma512_chains(std::int64_t iterations);
 // AMX (machine_peaks_amx.cpp, TSR_AMX_FLAGS): 4 independent tile multiply chains per
 // iteration. Call only after kernels::isa_supported(Isa::kAmx).
 double run_amx_chains(std::int64_t iterations);
+// The same four multiplies per K step with their operand tiles loaded from L1 each time.
+double run_amx_l1_tile_loop(std::int64_t iterations);
 
 }  // namespace tessera::bench::detail

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
         {"peak_bf16_gflops", bench::measure_peak_bf16_gflops(&pool)},
         {"peak_dpbf16_gflops", bench::measure_peak_dpbf16_gflops(&pool)},
         {"peak_amx_bf16_gflops", bench::measure_peak_amx_bf16_gflops(&pool)},
+        {"amx_l1_tile_loop_gflops", bench::measure_amx_l1_tile_loop_gflops(&pool)},
         {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
     };
     std::printf("%s\n", j.dump().c_str());
