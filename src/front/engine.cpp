@@ -105,7 +105,7 @@ void Engine::stop() {
     running_.store(false);
     // A weight update the loop never ran is answered (the loop thread is gone).
     const Status stopping(StatusCode::kUnavailable, "the server stopped before the weights were updated");
-    if (pending_update_) std::exchange(pending_update_, std::nullopt)->done(stopping);
+    for (PendingUpdate& u : std::exchange(pending_updates_, {})) u.done(stopping);
     std::deque<Command> left;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -390,9 +390,9 @@ void Engine::update_weights_from_disk(const WeightUpdate& update, std::function<
 }
 
 void Engine::update_weights() {
-    const WeightUpdate update = std::move(pending_update_->update);
-    const std::function<void(Status)> done = std::move(pending_update_->done);
-    pending_update_.reset();
+    const WeightUpdate update = std::move(pending_updates_.front().update);
+    const std::function<void(Status)> done = std::move(pending_updates_.front().done);
+    pending_updates_.pop_front();
     Status s = scheduler_.run_weight_update({.model_path = update.model_path, .load_format = update.load_format});
     if (s.ok()) {
         const bool flushed = update.flush_cache && scheduler_.drop_cache_after_weight_update();
@@ -401,7 +401,7 @@ void Engine::update_weights() {
     } else {
         TSR_LOG(ERROR, "update_weights_from_disk: {}", s.message());
     }
-    scheduler_.hold_admission(false);
+    if (pending_updates_.empty()) scheduler_.hold_admission(false);
     if (s.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         model_path_ = update.model_path;
@@ -543,13 +543,9 @@ void Engine::loop() {
                     break;
                 }
                 case Command::Kind::kUpdateWeights: {
-                    if (pending_update_) {
-                        c.done(Status(StatusCode::kUnavailable, "another /update_weights_from_disk is in progress"));
-                        break;
-                    }
                     // tokenizer_manager.py update_weights_from_disk: abort_all_requests first.
                     if (c.update.abort_all_requests) scheduler_.abort_prefixed("");
-                    pending_update_ = PendingUpdate{std::move(c.update), std::move(c.done)};
+                    pending_updates_.push_back({std::move(c.update), std::move(c.done)});
                     scheduler_.hold_admission(true);
                     if (!scheduler_.paused() && !scheduler_.nothing_running())
                         TSR_LOG(INFO, "update_weights_from_disk: waiting for the running requests to finish; "
@@ -570,7 +566,7 @@ void Engine::loop() {
             for (const std::string& id : sessions_.take_closed(SessionStore::Clock::now()))
                 scheduler_.release_session(id);
         }
-        if (pending_update_ && (scheduler_.paused() || scheduler_.nothing_running())) update_weights();
+        while (!pending_updates_.empty() && (scheduler_.paused() || scheduler_.nothing_running())) update_weights();
         const std::int64_t rounds = runner_.rounds();
         last_step_ = scheduler_.step();
         peers_busy_ = false;

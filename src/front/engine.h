@@ -197,8 +197,8 @@ class Engine final : public server::Backend {
     }
     // Ends every request with `why` and refuses new ones. REQUIRES: scheduler thread.
     void fail_everything(const Status& why);
-    // The pending /update_weights_from_disk, once nothing runs or generation is paused: loads,
-    // drops the cache, admits again and answers. REQUIRES: scheduler thread.
+    // The oldest pending /update_weights_from_disk, once nothing runs or generation is paused:
+    // loads, drops the cache, answers, and admits again after the last. REQUIRES: scheduler thread.
     void update_weights();
 
     const EngineConfig config_;
@@ -232,12 +232,13 @@ class Engine final : public server::Backend {
     std::optional<Status> control_result_;                                // GUARDED_BY(mu_)
     bool paused_ = false;  // /pause_generation until /continue_generation; GUARDED_BY(mu_)
     std::string model_path_;  // /model_info's: the launch's, then the last weight update's; GUARDED_BY(mu_)
-    // A weight update waiting for the running requests (admission held meanwhile), and its answer.
+    // Weight updates waiting for the running requests (admission held meanwhile), in arrival
+    // order (SGLang's writer lock takes them one at a time), and their answers.
     struct PendingUpdate {
         WeightUpdate update;
         std::function<void(Status)> done;
     };
-    std::optional<PendingUpdate> pending_update_;  // scheduler thread only
+    std::deque<PendingUpdate> pending_updates_;  // scheduler thread only
     Status fatal_;                                                        // GUARDED_BY(mu_)
 
     std::unordered_map<std::string, Stream> streams_;  // scheduler thread only

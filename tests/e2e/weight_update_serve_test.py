@@ -11,7 +11,8 @@ client drives it over HTTP:
              success false, SGLang's "Failed to update weights: ... Rolling back to original
              weights." naming the cause, and the served weights are unchanged.
   waits      sent while a long request streams (not paused): the request finishes on the old
-             weights, a request sent meanwhile waits and runs on the new ones.
+             weights, a second update sent meanwhile runs after the first, and a request sent
+             meanwhile waits and runs on the new weights.
   paused     /pause_generation retract, update, /continue_generation: the retracted request
              is recomputed on the new weights.
   errors     no model_path: 400 naming it; GET: 405; with --admin-api-key the admin key.
@@ -156,7 +157,10 @@ def single_server(tessera, workdir, old, new, other, ref_old, ref_new):
         wait_for(lambda: len(long_req.ids) >= 5)
         pending = Background(lambda: update(port, {"model_path": old, "weight_version": "v0-again"}))
         pending.start()
-        time.sleep(0.3)
+        time.sleep(0.2)
+        second = Background(lambda: update(port, {"model_path": old, "weight_version": "v0-twice"}))
+        second.start()
+        time.sleep(0.2)
         waiting = Background(lambda: greedy(port, OTHER))
         waiting.start()
         time.sleep(0.3)
@@ -165,12 +169,16 @@ def single_server(tessera, workdir, old, new, other, ref_old, ref_new):
         check("waits: a request sent meanwhile waits", waiting.result is None, waiting.result)
         long_req.join(300)
         pending.join(300)
+        second.join(300)
         waiting.join(300)
         check("waits: the running request finished on the weights it started with",
               long_req.finish_reason == "length" and long_req.ids == ref_new["long"],
               f"{long_req.finish_reason} {len(long_req.ids)} {long_req.error}")
         check("waits: the update then succeeded", pending.result is not None and pending.result[0] == 200,
               pending.result)
+        check("waits: a second update sent meanwhile ran after it",
+              second.result is not None and second.result[0] == 200 and
+              model_info(port).get("weight_version") == "v0-twice", f"{second.result} {model_info(port)}")
         check("waits: the request sent meanwhile ran on the new weights", waiting.result == ref_old["other"],
               f"{waiting.result} vs {ref_old['other']}")
 
@@ -187,7 +195,7 @@ def single_server(tessera, workdir, old, new, other, ref_old, ref_new):
         check("paused: the retracted request finishes", long_req.finish_reason == "length", long_req.finish_reason)
         check("paused: then the new weights serve", greedy(port, PROMPT) == ref_new["prompt"])
         check("paused: a weight update without weight_version keeps the last one",
-              model_info(port).get("weight_version") == "v0-again", model_info(port))
+              model_info(port).get("weight_version") == "v0-twice", model_info(port))
 
         status, text = call(port, "POST", "/update_weights_from_disk", {"load_format": "auto"})
         check("no model_path: 400 naming it", status == 400 and "model_path" in text, f"{status} {text}")
