@@ -52,6 +52,7 @@ def make_model(tessera, out, seed, extra=(), arch="qwen3"):
 
 def without_tensors(model, out, prefix):
     """A copy of `model` whose safetensors index leaves out the tensors named `prefix`..."""
+    shutil.rmtree(out, ignore_errors=True)  # a rerun in the same work folder
     shutil.copytree(model, out)
     path = os.path.join(out, "model.safetensors")
     with open(path, "rb") as f:
