@@ -20,7 +20,7 @@ constexpr double kFlopPerTileMultiply = 16.0 * 16.0 * 32.0 * 2.0;
 
 namespace {
 
-// Every tile 16 rows × 64 bytes; returns the kernels' configuration for restore_config().
+// Every tile 16 rows × 64 bytes; returns the kernels' configuration for keep_result_and_restore().
 AmxTileConfig load_square_config() {
     AmxTileConfig kernels_config;
     _tile_storeconfig(&kernels_config);
@@ -33,8 +33,13 @@ AmxTileConfig load_square_config() {
     return kernels_config;
 }
 
-// The kernels leave their tile configuration loaded between calls: put it back.
-void restore_config(const AmxTileConfig& kernels_config) {
+// Keeps the accumulators from being optimised away, then puts back the configuration the kernels
+// leave loaded between calls.
+void keep_result_and_restore(const AmxTileConfig& kernels_config) {
+    alignas(64) float out[16 * 16];
+    _tile_stored(0, out, 64);
+    volatile float sink = out[0];
+    (void)sink;
     if (kernels_config.palette != 0) {
         _tile_loadconfig(&kernels_config);
     } else {
@@ -63,11 +68,7 @@ double run_amx_chains(std::int64_t iterations) {
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    alignas(64) float out[16 * 16];
-    _tile_stored(0, out, 64);
-    volatile float sink = out[0];
-    (void)sink;
-    restore_config(kernels_config);
+    keep_result_and_restore(kernels_config);
     return static_cast<double>(iterations) * 4.0 * kFlopPerTileMultiply;
 }
 
@@ -98,11 +99,7 @@ double run_amx_l1_tile_loop(std::int64_t iterations) {
             _tile_dpbf16ps(3, 5, 7);
         }
     }
-    alignas(64) float out[16 * 16];
-    _tile_stored(0, out, 64);
-    volatile float sink = out[0];
-    (void)sink;
-    restore_config(kernels_config);
+    keep_result_and_restore(kernels_config);
     return static_cast<double>(iterations) * kSteps * 4.0 * kFlopPerTileMultiply;
 }
 
