@@ -63,8 +63,8 @@ bool is_expert_record_route(const std::string& path) {
 
 // Admin routes every worker must apply (SGLang's server has them; the gateway fans them out).
 // /abort_request too: a request id may be on any worker (SGLang's DP controller sends an
-// AbortReq to every DP rank); and /pause_generation, /continue_generation, which it also sends
-// to every scheduler.
+// AbortReq to every DP rank); and /pause_generation, /continue_generation and
+// /update_weights_from_disk, which it also sends to every scheduler.
 bool is_broadcast_route(const std::string& path) {
     return path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
            path == "/update_weights_from_disk" ||
