@@ -169,6 +169,16 @@ void multiply_block(const BlockArgs& t) {
     }
 }
 
+// The last partial tile of `rows` input rows from step `tail_step` on (tail_steps < 16 steps of
+// 4 bytes), zero padded into `tail` ([rows][64 bytes], `tail_bytes` in all).
+void copy_input_tail(const std::byte* a, std::int64_t a_row_bytes, std::int64_t rows, std::int64_t tail_step,
+                     std::int64_t tail_steps, std::byte* tail, std::size_t tail_bytes) {
+    std::memset(tail, 0, tail_bytes);
+    for (std::int64_t r = 0; r < rows; ++r)
+        std::memcpy(tail + r * kStepBytes, a + r * a_row_bytes + tail_step * 4,
+                    static_cast<std::size_t>(tail_steps * 4));
+}
+
 // One row tile against four panels (b, b + panel_bytes, ...) over full_tiles whole tiles, then the
 // zero-padded last partial tile if a_tail: [16 rows][64 bytes] and b_tail [4 panels][1 KB].
 void multiply_four_panels(const std::byte* a, std::int64_t a_row_bytes, const std::byte* b, std::int64_t panel_bytes,
@@ -219,12 +229,7 @@ std::int64_t gemm_four_panels(const std::byte* a, std::int64_t a_row_bytes, std:
     const std::int64_t tail_step = full_tiles * kTileSteps;
     alignas(64) std::byte a_tail[kTileRows * kStepBytes];
     alignas(64) std::byte b_tail[4 * kTileBytes];
-    if (tail_steps > 0) {
-        std::memset(a_tail, 0, sizeof(a_tail));
-        for (std::int64_t r = 0; r < rows; ++r)
-            std::memcpy(a_tail + r * kStepBytes, a + r * a_row_bytes + tail_step * 4,
-                        static_cast<std::size_t>(tail_steps * 4));
-    }
+    if (tail_steps > 0) copy_input_tail(a, a_row_bytes, rows, tail_step, tail_steps, a_tail, sizeof(a_tail));
     const std::int64_t y_row_bytes = y_stride * 4;
     for (std::int64_t g = 0; g < groups; ++g) {
         const std::byte* panels = b + 4 * g * panel_bytes;
@@ -451,12 +456,9 @@ void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::in
                         configure(rows0, rows1);
                         const std::byte* a0 = a_base + r0 * a_row_bytes + s0 * 4;
                         const std::byte* a1 = a0 + kTileRows * a_row_bytes;
-                        if (tail_steps > 0) {
-                            std::memset(a_tail, 0, sizeof(a_tail));
-                            for (std::int64_t r = 0; r < rows; ++r)
-                                std::memcpy(a_tail + r * kStepBytes, a_base + (r0 + r) * a_row_bytes + tail_step * 4,
-                                            static_cast<std::size_t>(tail_steps * 4));
-                        }
+                        if (tail_steps > 0)
+                            copy_input_tail(a_base + r0 * a_row_bytes, a_row_bytes, rows, tail_step, tail_steps, a_tail,
+                                            sizeof(a_tail));
                         const AccumulatorBlock c{
                             .y0 = y + r0 * y_stride + p0 * kPanelWidth,
                             .y_stride = y_stride,
