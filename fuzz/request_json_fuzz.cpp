@@ -25,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)tessera::server::parse_abort_request(body);
     (void)tessera::server::parse_pause_generation(body);
     (void)tessera::server::parse_update_weights_from_disk(body);
+    (void)tessera::server::parse_memory_occupation(body);
     (void)tessera::server::parse_tokenize_request(body);
     (void)tessera::server::parse_detokenize_request(body);
     {

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "eplb/eplb_options.h"
 #include "kernels/sampling.h"
+#include "models/memory_release.h"
 #include "models/weights_source.h"
 
 namespace tessera::executor {
@@ -67,6 +68,9 @@ struct ForwardBatch {
     // /update_weights_from_disk: every rank replaces its weights with its share of this folder's
     // (a step with no sequences carrying only this).
     std::optional<models::WeightsSource> load_weights;
+    // /release_memory_occupation: every rank drops its weights and gives back its KV pool's
+    // pages (a step with no sequences carrying only this).
+    models::MemoryRelease release_memory;
     // --enable-return-routed-experts: every sequence's result carries its tokens' experts.
     bool record_routed_experts = false;
     std::int64_t total_new_tokens() const {

@@ -283,14 +283,14 @@ TEST(StepWireTest, RoundTripsAndRejectsCorruption) {
     // Found by fuzz/step_codec_fuzz: a boolean other than 0 or 1 is corruption, so whatever
     // decodes encodes back to the same bytes.
     auto bad = encode_step(batch);
-    const std::size_t need_token_at = 5 * 8 + (8 + 3 * 4) + 8 + (8 + 7 * 4);
+    const std::size_t need_token_at = 6 * 8 + (8 + 3 * 4) + 8 + (8 + 7 * 4);
     ASSERT_EQ(bad[need_token_at], 1);
     bad[need_token_at + 7] = 0x10;
     EXPECT_FALSE(decode_step(bad).ok());
     // Found by fuzz/step_codec_fuzz: a header claiming more sequences than its bytes can hold
     // is refused up front (it used to allocate them all first).
-    std::vector<std::uint8_t> huge(5 * 8, 0);
-    huge[32 + 2] = 0x10;  // 2^20 sequences, no bytes for them
+    std::vector<std::uint8_t> huge(6 * 8, 0);
+    huge[40 + 2] = 0x10;  // 2^20 sequences, no bytes for them
     auto refused = decode_step(huge);
     ASSERT_FALSE(refused.ok());
     EXPECT_NE(refused.status().message().find("sequences in 0 bytes"), std::string::npos) << refused.status().message();
@@ -320,6 +320,30 @@ TEST(StepWireTest, CarriesAWeightsFolder) {
     auto bad = encode_step(batch);
     bad[4 * 8] = 0xFF;  // the folder name's length
     EXPECT_FALSE(decode_step(bad).ok());
+}
+
+// /release_memory_occupation's control step: which memory every rank gives back, and a value
+// outside the two flags is corruption.
+TEST(StepWireTest, CarriesAMemoryRelease) {
+    ForwardBatch batch;
+    EXPECT_FALSE(decode_step(encode_step(batch))->release_memory.any());
+    for (const models::MemoryRelease release : {models::MemoryRelease{.weights = true},
+                                                models::MemoryRelease{.kv_cache = true},
+                                                models::MemoryRelease{.weights = true, .kv_cache = true}}) {
+        batch.release_memory = release;
+        auto back = decode_step(encode_step(batch));
+        ASSERT_TRUE(back.ok()) << back.status().to_string();
+        EXPECT_EQ(back->release_memory.weights, release.weights);
+        EXPECT_EQ(back->release_memory.kv_cache, release.kv_cache);
+        std::vector<std::int32_t> tokens;
+        auto input = batch_input(*back, &tokens);
+        ASSERT_TRUE(input.ok());
+        EXPECT_EQ(input->release_memory.weights, release.weights);
+        EXPECT_EQ(input->release_memory.kv_cache, release.kv_cache);
+    }
+    auto bad = encode_step(batch);
+    bad[4 * 8] = 4;  // after flags, recorder command, routed experts and no weight update
+    EXPECT_EQ(decode_step(bad).status().message(), "corrupt step header: bad release");
 }
 
 // Found by fuzz/step_codec_fuzz (UBSan: memcpy into an empty vector's null data()): empty

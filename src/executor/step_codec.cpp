@@ -121,6 +121,7 @@ std::vector<std::uint8_t> encode_step(const ForwardBatch& batch, std::int64_t fl
         w.i64(static_cast<std::int64_t>(batch.load_weights->phase));
         w.i64(batch.load_weights->earlier_stages_loaded ? 1 : 0);
     }
+    w.i64((batch.release_memory.weights ? 1 : 0) | (batch.release_memory.kv_cache ? 2 : 0));
     w.i64(static_cast<std::int64_t>(batch.seqs.size()));
     for (const auto& s : batch.seqs) {
         w.i32s(s.tokens);
@@ -168,6 +169,9 @@ StatusOr<ForwardBatch> decode_step(const std::vector<std::uint8_t>& bytes, std::
             return Status::DataLoss("corrupt step header: bad weight update");
         source.phase = static_cast<models::WeightsPhase>(phase);
     }
+    std::int64_t release = 0;
+    if (!r.i64(&release) || release < 0 || release > 3) return Status::DataLoss("corrupt step header: bad release");
+    batch.release_memory = {.weights = (release & 1) != 0, .kv_cache = (release & 2) != 0};
     if (!r.i64(&n) || n < 0 || n > kMaxCount) return Status::DataLoss("corrupt step header");
     batch.expert_record = static_cast<eplb::ExpertRecordCommand>(record);
     // Every sequence takes at least eight i64 fields: a count the bytes cannot hold is corrupt
@@ -323,6 +327,7 @@ StatusOr<models::BatchInput> batch_input(const ForwardBatch& batch, std::vector<
     input.tokens = *tokens;
     input.expert_record = batch.expert_record;
     input.load_weights = batch.load_weights ? &*batch.load_weights : nullptr;
+    input.release_memory = batch.release_memory;
     return input;
 }
 

@@ -103,7 +103,7 @@ void Engine::stop() {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
     running_.store(false);
-    // A weight update the loop never ran is answered (the loop thread is gone).
+    // A weight update or memory command the loop never ran is answered (the loop thread is gone).
     const Status stopping(StatusCode::kUnavailable, "the server stopped before the weights were updated");
     for (PendingUpdate& u : std::exchange(pending_updates_, {})) u.done(stopping);
     std::deque<Command> left;
@@ -111,8 +111,11 @@ void Engine::stop() {
         std::lock_guard<std::mutex> lock(mu_);
         left.swap(inbox_);
     }
-    for (Command& c : left)
+    for (Command& c : left) {
         if (c.kind == Command::Kind::kUpdateWeights && c.done) c.done(stopping);
+        if ((c.kind == Command::Kind::kReleaseMemory || c.kind == Command::Kind::kResumeMemory) && c.done)
+            c.done(Status(StatusCode::kUnavailable, "the server is stopping"));
+    }
 }
 
 StatusOr<std::vector<std::int32_t>> Engine::prompt_ids(const server::GenerationInput& input) const {
@@ -389,6 +392,75 @@ void Engine::update_weights_from_disk(const WeightUpdate& update, std::function<
     push({.kind = Command::Kind::kUpdateWeights, .update = update, .done = std::move(done)});
 }
 
+void Engine::release_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) {
+    if (!config_.weight_update_unavailable.empty())
+        return done(Status::InvalidArgument(config_.weight_update_unavailable));
+    if (!running_.load() || stop_requested_.load())
+        return done(Status(StatusCode::kUnavailable, "the server is stopping"));
+    push({.kind = Command::Kind::kReleaseMemory, .regions = regions, .done = std::move(done)});
+}
+
+void Engine::resume_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) {
+    if (!config_.weight_update_unavailable.empty())
+        return done(Status::InvalidArgument(config_.weight_update_unavailable));
+    if (!running_.load() || stop_requested_.load())
+        return done(Status(StatusCode::kUnavailable, "the server is stopping"));
+    push({.kind = Command::Kind::kResumeMemory, .regions = regions, .done = std::move(done)});
+}
+
+Status Engine::release_memory(const MemoryRegions& regions) {
+    const models::MemoryRelease release{.weights = regions.weights && config_.memory_saver,
+                                        .kv_cache = regions.kv_cache && config_.memory_saver};
+    // Without the saver SGLang's adapter releases nothing; its release still asserts an idle
+    // server and flushes the cache for the KV tag.
+    TSR_RETURN_IF_ERROR(scheduler_.run_memory_release(release, /*drop_prefix_cache=*/regions.kv_cache));
+    if (!config_.memory_saver) {
+        TSR_LOG(INFO, "release_memory_occupation: {}nothing released: start with --enable-memory-saver to give "
+                      "memory back",
+                regions.kv_cache ? "prefix cache flushed; " : "");
+        return Status::Ok();
+    }
+    released_.weights = released_.weights || release.weights;
+    released_.kv_cache = released_.kv_cache || release.kv_cache;
+    hold_admission_while_needed();
+    TSR_LOG(INFO, "release_memory_occupation: released {}; new requests wait for /resume_memory_occupation",
+            release.weights && release.kv_cache ? "the weights and the KV cache"
+            : release.weights                   ? "the weights"
+            : release.kv_cache                  ? "the KV cache"
+                                                : "nothing (no weights or kv_cache tag)");
+    return Status::Ok();
+}
+
+Status Engine::resume_memory(const MemoryRegions& regions) {
+    if (!(regions.weights && released_.weights) && !(regions.kv_cache && released_.kv_cache))
+        TSR_LOG(INFO, "resume_memory_occupation: nothing of that is released");
+    if (regions.weights && released_.weights) {
+        std::string path;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            path = model_path_;
+        }
+        // The served folder's weights again (SGLang restores its CPU backup, or leaves the
+        // memory for an update to fill).
+        Status s = scheduler_.run_weight_update({.model_path = path});
+        if (!s.ok())
+            return Status(s.code(), "resume_memory_occupation could not load the weights of " + path + " again: " +
+                                        s.message());
+        released_.weights = false;
+        TSR_LOG(INFO, "resume_memory_occupation: the weights of {} loaded again", path);
+    }
+    if (regions.kv_cache && released_.kv_cache) {
+        released_.kv_cache = false;  // its pages come back as steps write them
+        TSR_LOG(INFO, "resume_memory_occupation: the KV cache is back");
+    }
+    hold_admission_while_needed();
+    return Status::Ok();
+}
+
+void Engine::hold_admission_while_needed() {
+    scheduler_.hold_admission(!pending_updates_.empty() || released_.weights || released_.kv_cache);
+}
+
 void Engine::update_weights() {
     const WeightUpdate update = std::move(pending_updates_.front().update);
     const std::function<void(Status)> done = std::move(pending_updates_.front().done);
@@ -401,12 +473,17 @@ void Engine::update_weights() {
     } else {
         TSR_LOG(ERROR, "update_weights_from_disk: {}", s.message());
     }
-    if (pending_updates_.empty()) scheduler_.hold_admission(false);
+    if (s.ok()) released_.weights = false;  // loaded, also if they had been released
+    hold_admission_while_needed();
     if (s.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         model_path_ = update.model_path;
     }
     done(std::move(s));
+}
+
+void Engine::run_ready_weight_updates() {
+    while (!pending_updates_.empty() && (scheduler_.paused() || scheduler_.nothing_running())) update_weights();
 }
 
 Status Engine::control(Command command, std::chrono::seconds timeout, std::string_view what) {
@@ -522,7 +599,9 @@ void Engine::loop() {
                     break;
                 }
                 case Command::Kind::kExpertRecord: {
-                    Status s = scheduler_.run_expert_record(c.record);
+                    Status s = released_.weights ? Status::InvalidArgument(
+                                                       "the weights are released: /resume_memory_occupation first")
+                                                 : scheduler_.run_expert_record(c.record);
                     std::lock_guard<std::mutex> lock(mu_);
                     control_result_ = std::move(s);
                     break;
@@ -546,10 +625,20 @@ void Engine::loop() {
                     // tokenizer_manager.py update_weights_from_disk: abort_all_requests first.
                     if (c.update.abort_all_requests) scheduler_.abort_prefixed("");
                     pending_updates_.push_back({std::move(c.update), std::move(c.done)});
-                    scheduler_.hold_admission(true);
+                    hold_admission_while_needed();
                     if (!scheduler_.paused() && !scheduler_.nothing_running())
                         TSR_LOG(INFO, "update_weights_from_disk: waiting for the running requests to finish; "
                                       "new ones wait until the weights are updated");
+                    break;
+                }
+                case Command::Kind::kReleaseMemory:
+                case Command::Kind::kResumeMemory: {
+                    // After the weight updates sent before it that can run now.
+                    run_ready_weight_updates();
+                    Status s = c.kind == Command::Kind::kReleaseMemory ? release_memory(c.regions)
+                                                                        : resume_memory(c.regions);
+                    if (!s.ok()) TSR_LOG(ERROR, "{}", s.message());
+                    c.done(std::move(s));
                     break;
                 }
                 case Command::Kind::kContinue: {
@@ -566,7 +655,7 @@ void Engine::loop() {
             for (const std::string& id : sessions_.take_closed(SessionStore::Clock::now()))
                 scheduler_.release_session(id);
         }
-        while (!pending_updates_.empty() && (scheduler_.paused() || scheduler_.nothing_running())) update_weights();
+        run_ready_weight_updates();
         const std::int64_t rounds = runner_.rounds();
         last_step_ = scheduler_.step();
         peers_busy_ = false;

@@ -71,8 +71,12 @@ struct EngineConfig {
     std::shared_ptr<eplb::BalancednessReport> balancedness;
     // Why the expert distribution endpoints cannot work with this launch ("" when they can).
     std::string expert_record_unavailable;
-    // Why /update_weights_from_disk cannot work with this launch ("" when it can).
+    // Why /update_weights_from_disk and the memory occupation routes cannot work with this
+    // launch ("" when they can).
     std::string weight_update_unavailable;
+    // --enable-memory-saver: /release_memory_occupation gives the memory back (without it, as
+    // SGLang's no-op adapter, a release only drops the prefix cache).
+    bool memory_saver = false;
     int stream_interval = 1;          // --stream-interval
     // A request's priority (scheduler.enable_priority_scheduling: when it gives none, this,
     // else the worst) and, without priority scheduling, whether giving one is refused.
@@ -123,6 +127,8 @@ class Engine final : public server::Backend {
     Status pause_generation(PauseMode mode) override;
     Status continue_generation() override;
     void update_weights_from_disk(const WeightUpdate& update, std::function<void(Status)> done) override;
+    void release_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) override;
+    void resume_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) override;
     StatusOr<std::string> open_session(const server::OpenSessionParams& params) override;
     void close_session(const std::string& session_id) override;
     void drain() override;
@@ -138,14 +144,16 @@ class Engine final : public server::Backend {
  private:
     struct Command {
         enum class Kind {
-            kAdd, kAbort, kAbortPrefixed, kFlush, kExpertRecord, kSessionClosed, kPause, kContinue, kUpdateWeights
+            kAdd, kAbort, kAbortPrefixed, kFlush, kExpertRecord, kSessionClosed, kPause, kContinue, kUpdateWeights,
+            kReleaseMemory, kResumeMemory
         } kind;
         scheduler::Req req;  // kAdd
         std::string rid;     // kAbort; kAbortPrefixed: the prefix
         eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;  // kExpertRecord
         PauseMode pause = PauseMode::kAbort;                                  // kPause
         WeightUpdate update;                                                  // kUpdateWeights
-        std::function<void(Status)> done;                                     // kUpdateWeights
+        MemoryRegions regions;                                                // k*Memory
+        std::function<void(Status)> done;                                     // kUpdateWeights, k*Memory
     };
     // Queues a command whose result the loop sets in control_result_, and waits for it (one
     // such command at a time).
@@ -200,6 +208,13 @@ class Engine final : public server::Backend {
     // The oldest pending /update_weights_from_disk, once nothing runs or generation is paused:
     // loads, drops the cache, answers, and admits again after the last. REQUIRES: scheduler thread.
     void update_weights();
+    // update_weights while one is pending and nothing runs (or generation is paused).
+    void run_ready_weight_updates();
+    // /release_memory_occupation and /resume_memory_occupation. REQUIRES: scheduler thread.
+    Status release_memory(const MemoryRegions& regions);
+    Status resume_memory(const MemoryRegions& regions);
+    // Admission waits while a weight update is pending or memory is released.
+    void hold_admission_while_needed();
 
     const EngineConfig config_;
     const RequestLog request_log_;
@@ -239,6 +254,7 @@ class Engine final : public server::Backend {
         std::function<void(Status)> done;
     };
     std::deque<PendingUpdate> pending_updates_;  // scheduler thread only
+    MemoryRegions released_;  // given back by /release_memory_occupation, not resumed yet; scheduler thread only
     Status fatal_;                                                        // GUARDED_BY(mu_)
 
     std::unordered_map<std::string, Stream> streams_;  // scheduler thread only

@@ -63,11 +63,13 @@ bool is_expert_record_route(const std::string& path) {
 
 // Admin routes every worker must apply (SGLang's server has them; the gateway fans them out).
 // /abort_request too: a request id may be on any worker (SGLang's DP controller sends an
-// AbortReq to every DP rank); and /pause_generation, /continue_generation and
-// /update_weights_from_disk, which it also sends to every scheduler.
+// AbortReq to every DP rank); and /pause_generation, /continue_generation,
+// /update_weights_from_disk and the memory occupation routes, which it also sends to every
+// scheduler.
 bool is_broadcast_route(const std::string& path) {
     return path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
-           path == "/update_weights_from_disk" ||
+           path == "/update_weights_from_disk" || path == "/release_memory_occupation" ||
+           path == "/resume_memory_occupation" ||
            path == "/continue_generation" || path == "/start_expert_distribution_record" ||
            path == "/stop_expert_distribution_record" || path == "/dump_expert_distribution_record";
 }
@@ -780,20 +782,24 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         std::string failed;
         std::vector<std::string> urls = s.registry.urls();
         if (s.options.expert_record_first_worker_only && is_expert_record_route(path) && !urls.empty()) urls.resize(1);
-        // /pause_generation and /continue_generation answer as one server does (SGLang's JSON).
-        const bool worker_answer = path == "/pause_generation" || path == "/continue_generation";
+        // /pause_generation, /continue_generation and the memory occupation routes answer as
+        // one server does (SGLang's JSON).
+        const bool memory_route = path == "/release_memory_occupation" || path == "/resume_memory_occupation";
+        const bool worker_answer = path == "/pause_generation" || path == "/continue_generation" || memory_route;
         // A weight update waits for each worker's running requests; its answers are combined.
         const bool weight_update = path == "/update_weights_from_disk";
         std::vector<nlohmann::json> updates;
         std::optional<std::string> answer;
+        std::optional<net::HttpResponse> refusal;  // a worker's 4xx answer: the request's fault, not the worker's
         for (const auto& url : urls) {
             auto e = net::parse_http_url(url);
             net::HttpRequest r;
             r.method = "POST";
             r.path = path;
-            r.timeout = path == "/flush_cache" ? kInfoTimeout
-                        : weight_update        ? std::chrono::milliseconds(std::chrono::hours(24))
-                                               : std::chrono::milliseconds(60'000);
+            // A weight update waits for requests and loads, a resume loads.
+            r.timeout = path == "/flush_cache"               ? kInfoTimeout
+                        : weight_update || memory_route ? std::chrono::milliseconds(std::chrono::hours(24))
+                                                         : std::chrono::milliseconds(60'000);
             const std::string auth = req.head.header("authorization");
             if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
             if (!req.body.empty()) {
@@ -805,6 +811,7 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
                 updates.push_back(weight_update_answer(url, got));
                 continue;
             }
+            if (got.ok() && got->status >= 400 && got->status < 500 && !refusal) refusal = *got;
             if (!got.ok() || got->status != 200)
                 failed += (failed.empty() ? "" : "; ") + url + ": " +
                           (got.ok() ? "HTTP " + std::to_string(got->status) + " " + got->body : got.status().message());
@@ -814,6 +821,9 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         if (weight_update) {
             const nlohmann::json combined = combine_weight_updates(updates);
             client.respond(combined["success"].get<bool>() ? 200 : 400, kJson, combined.dump());
+        } else if (worker_answer && refusal) {
+            // Every worker refuses the same request alike: its answer is the one a server gives.
+            client.respond(refusal->status, kJson, refusal->body);
         } else if (!failed.empty())
             client.respond_error(503, "POST " + path + " failed on: " + failed, "service_unavailable");
         else if (worker_answer && answer)

@@ -5,6 +5,7 @@
 // The paged, multi-request pool of the serving engine builds on the same row layout.
 // Owned and used by one thread (the rank's executor thread).
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -19,7 +20,13 @@ struct KvView {
     DType dtype = DType::kF32;  // kF32 or kBF16 elements
     std::vector<void*> k;       // [layer] → dtype [rows, n_kv_heads, head_dim]
     std::vector<void*> v;       // [layer] → the same; nullptr for a latent cache
+    std::size_t layer_bytes = 0;  // size of each of those buffers
 };
+
+// /release_memory_occupation: gives the pages of every buffer of `kv` back to the system. What
+// they held is gone (they read zero, or old rows at the buffers' unaligned ends); each page
+// costs memory again when a forward writes it. Only while no sequence holds KV in them.
+void release_pages(const KvView& kv);
 
 // What one layer stores per token: K and V of its KV heads (MHA / GQA), or one latent row
 // shared by every head with no separate V (MLA: kv_lora_rank + qk_rope_head_dim values).

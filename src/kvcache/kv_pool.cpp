@@ -186,11 +186,17 @@ void SlotAllocator::free(const std::vector<std::int32_t>& slots) {
     }
 }
 
+void SlotAllocator::forget_touched() {
+    TSR_CHECK(available() == n_slots_) << "forget_touched with slots in use";
+    high_water_ = 1;
+}
+
 std::int64_t SlotAllocator::available() const { return free_pages_ * page_size_; }
 
 KvView KvPool::view() {
     KvView view;
     view.dtype = config_.shape.dtype;
+    view.layer_bytes = k_.empty() ? 0 : k_.front().size();
     for (std::int64_t l = 0; l < config_.shape.n_layers; ++l) {
         view.k.push_back(k(l));
         view.v.push_back(v(l));

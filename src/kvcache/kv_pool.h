@@ -69,6 +69,9 @@ class SlotAllocator {
     std::int64_t available() const;  // free slots, counting whole free pages only
     // Slots up to the highest page ever handed out: a bound on the pool's resident memory.
     std::int64_t touched() const { return (high_water_ - 1) * page_size_; }
+    // The pool's pages were given back (kvcache::release_pages): none counts as touched any
+    // more. Only while every slot is free.
+    void forget_touched();
     std::int64_t capacity() const { return n_slots_; }
     std::int64_t page_size() const { return page_size_; }
 

@@ -1,10 +1,13 @@
 #include "kvcache/kv_pool.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <set>
 
 #include <gtest/gtest.h>
+
+#include "base/process_memory.h"
 
 namespace tessera::kvcache {
 namespace {
@@ -122,6 +125,21 @@ TEST(SlotAllocatorTest, GapsAndFragmentsAreStillHandedOut) {
     EXPECT_EQ(whole->back(), 300);
 }
 
+// After the pool's pages were given back (/release_memory_occupation), none counts as touched:
+// the first sequence starts at the pool's start again, not after the old high-water mark.
+TEST(SlotAllocatorTest, ForgettingTouchedPagesStartsAfresh) {
+    SlotAllocator alloc(4096, 16);
+    const std::vector<std::int32_t> a = *alloc.alloc(100);
+    const std::vector<std::int32_t> b = *alloc.alloc(100);
+    EXPECT_GT(alloc.touched(), 256);
+    alloc.free(a);
+    alloc.free(b);
+    alloc.forget_touched();
+    EXPECT_EQ(alloc.touched(), 0);
+    EXPECT_EQ(alloc.available(), 4096);
+    EXPECT_EQ(alloc.alloc(10)->front(), 16);  // page 1: page 0 is the padding slot's
+}
+
 // Two sequences touch slots 1..276 (the second after a 256-slot growth gap). While a quarter
 // of the touched region is free, new sequences split its largest hole in the middle, so each
 // neighbour keeps half the room to grow, rather than touching fresh pages: resident memory
@@ -211,6 +229,26 @@ TEST(KvPoolTest, RowsIncludeThePaddingPage) {
                  .page_size = 16});
     EXPECT_EQ(half.config().shape.row_bytes(), 16);
     static_cast<std::uint16_t*>(half.k(0))[(32 + 16) * 8 - 1] = 7;
+}
+
+// /release_memory_occupation on a rank: the pool's written pages leave the process's resident
+// memory and read zero; the pool takes writes again afterwards.
+TEST(KvPoolTest, ReleasedPagesLeaveResidentMemory) {
+    KvPool pool({.shape = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 128}, .n_slots = 8192, .page_size = 16});
+    const KvView kv = pool.view();
+    const std::int64_t bytes = 4 * static_cast<std::int64_t>(kv.layer_bytes);  // K and V of two layers
+    ASSERT_GE(bytes, std::int64_t{32} << 20);
+    const auto fill = [&] {
+        for (void* p : {pool.k(0), pool.k(1), pool.v(0), pool.v(1)}) std::memset(p, 1, kv.layer_bytes);
+    };
+    fill();
+    const std::int64_t written = process_memory().resident_bytes;
+    release_pages(kv);
+    const std::int64_t released = process_memory().resident_bytes;
+    EXPECT_GT(written - released, bytes * 9 / 10) << written << " resident before, " << released << " after";
+    EXPECT_EQ(static_cast<const char*>(pool.v(1))[kv.layer_bytes / 2], 0);
+    fill();
+    EXPECT_EQ(static_cast<const char*>(pool.v(1))[kv.layer_bytes / 2], 1);
 }
 
 }  // namespace

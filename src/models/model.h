@@ -18,6 +18,7 @@
 #include "layers/dp_attention.h"
 #include "layers/parallel.h"
 #include "loader/model_config.h"
+#include "models/memory_release.h"
 #include "models/weights_source.h"
 
 namespace tessera {
@@ -66,6 +67,8 @@ struct BatchInput {
     // Output of its kLoad phase, when not null: whether this rank's TP group, and every
     // earlier pipeline stage, loaded its share (what a pipeline stage tells the next).
     bool* weights_loaded = nullptr;
+    // A control step (no tokens) of /release_memory_occupation (models/reloadable_model.h).
+    MemoryRelease release_memory;
     // DP-attention: what every attention-DP group runs this step (this rank's group's tokens
     // are the ones above, possibly none). Required when the model was loaded with
     // LoadOptions::dp_attention enabled; null otherwise.

@@ -56,12 +56,42 @@ std::string weights_mismatch(const Model& served, const Model& fresh) {
     return "";
 }
 
-ReloadableModel::ReloadableModel(std::unique_ptr<Model> model, LoadOptions options)
-    : model_(std::move(model)), options_(std::move(options)) {}
+ReloadableModel::ReloadableModel(std::unique_ptr<Model> model, LoadOptions options) : options_(std::move(options)) {
+    serve(std::move(model));
+}
+
+void ReloadableModel::serve(std::unique_ptr<Model> model) {
+    model_ = std::move(model);
+    facts_ = {.config = model_->config(),
+              .kv_cache_shape = model_->kv_cache_shape(),
+              .stage = model_->stage(),
+              .compute_dtype = model_->compute_dtype(),
+              .linear_weight_dtype = model_->linear_weight_dtype(),
+              .weight_bytes = model_->weight_bytes(),
+              .weight_bytes_per_token = model_->weight_bytes_per_token(),
+              .linear_flops_per_token = model_->linear_flops_per_token()};
+}
 
 Status ReloadableModel::forward(const BatchInput& batch, const kvcache::KvView& kv, ThreadPool* pool,
                                 std::vector<float>* out) {
-    if (batch.load_weights == nullptr) return model_->forward(batch, kv, pool, out);
+    if (batch.release_memory.any()) {
+        out->clear();
+        // scheduler_update_weights_mixin.py release_memory_occupation: the scheduler dropped
+        // every request's KV first.
+        if (batch.release_memory.weights && model_ != nullptr) {
+            model_.reset();
+            staged_.reset();
+            TSR_LOG(INFO, "weights released: {:.1f} MB", static_cast<double>(facts_.weight_bytes) / 1e6);
+        }
+        if (batch.release_memory.kv_cache) kvcache::release_pages(kv);
+        return Status::Ok();
+    }
+    if (batch.load_weights == nullptr) {
+        if (model_ == nullptr)
+            return Status::Internal(
+                "the weights were released by /release_memory_occupation: /resume_memory_occupation loads them again");
+        return model_->forward(batch, kv, pool, out);
+    }
     out->clear();
     const WeightsSource& source = *batch.load_weights;
     if (source.phase == WeightsPhase::kDiscard) {
@@ -70,7 +100,7 @@ Status ReloadableModel::forward(const BatchInput& batch, const kvcache::KvView& 
     }
     if (source.phase == WeightsPhase::kCommit) {
         if (staged_ == nullptr) return Status::Internal("a weight update committed with nothing loaded");
-        model_ = std::move(staged_);
+        serve(std::move(staged_));
         options_ = std::move(staged_options_);
         return Status::Ok();
     }
@@ -97,7 +127,8 @@ Status ReloadableModel::load(const WeightsSource& source) {
         why = "load_format " + options.load_format + " cannot update weights: use auto or safetensors";
     } else {
         fresh = load_model(options);
-        why = fresh.ok() ? weights_mismatch(*model_, **fresh) : fresh.status().message();
+        // *this answers from what the served model is, also while its weights are released.
+        why = fresh.ok() ? weights_mismatch(*this, **fresh) : fresh.status().message();
     }
     // Every rank of the group has its share, or none keeps one.
     if (options_.tp_group != nullptr) {

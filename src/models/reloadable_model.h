@@ -6,12 +6,16 @@
 // same model (architecture, sizes, KV layout, weight types) and agrees with the rest of the TP
 // group that every rank has its share; kCommit then swaps the loaded weights in, kDiscard
 // drops them. The leader commits only when every pipeline stage loaded, so any failure keeps
-// the weights every rank had. Called by the executor thread only, as Model::forward.
+// the weights every rank had. /release_memory_occupation's step drops the weights (and gives
+// the KV pool's pages back); the model then answers what it is from what it was, and a kLoad
+// and kCommit of the served folder bring the weights back. Called by the executor thread only,
+// as Model::forward.
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "loader/model_config.h"
 #include "models/model.h"
 
 namespace tessera::models {
@@ -20,16 +24,21 @@ class ReloadableModel final : public Model {
  public:
     ReloadableModel(std::unique_ptr<Model> model, LoadOptions options);
 
-    const loader::ModelConfig& config() const override { return model_->config(); }
-    kvcache::KvCacheShape kv_cache_shape() const override { return model_->kv_cache_shape(); }
-    StageInfo stage() const override { return model_->stage(); }
-    DType compute_dtype() const override { return model_->compute_dtype(); }
-    DType linear_weight_dtype() const override { return model_->linear_weight_dtype(); }
-    std::size_t weight_bytes() const override { return model_->weight_bytes(); }
-    std::size_t weight_bytes_per_token() const override { return model_->weight_bytes_per_token(); }
-    double linear_flops_per_token() const override { return model_->linear_flops_per_token(); }
-    double attention_flops_at(std::int64_t pos) const override { return model_->attention_flops_at(pos); }
-    layers::MoeTraffic moe_traffic() const override { return model_->moe_traffic(); }
+    // The served model's, also while its weights are released.
+    const loader::ModelConfig& config() const override { return facts_.config; }
+    kvcache::KvCacheShape kv_cache_shape() const override { return facts_.kv_cache_shape; }
+    StageInfo stage() const override { return facts_.stage; }
+    DType compute_dtype() const override { return facts_.compute_dtype; }
+    DType linear_weight_dtype() const override { return facts_.linear_weight_dtype; }
+    std::size_t weight_bytes() const override { return facts_.weight_bytes; }
+    std::size_t weight_bytes_per_token() const override { return facts_.weight_bytes_per_token; }
+    double linear_flops_per_token() const override { return facts_.linear_flops_per_token; }
+    double attention_flops_at(std::int64_t pos) const override {
+        return model_ ? model_->attention_flops_at(pos) : 0.0;
+    }
+    layers::MoeTraffic moe_traffic() const override { return model_ ? model_->moe_traffic() : layers::MoeTraffic{}; }
+    // /release_memory_occupation dropped the weights, and no update or resume loaded them since.
+    bool weights_released() const { return model_ == nullptr; }
 
     // A weight update's step. A failed kLoad is an error on the leader (the first stage's TP
     // rank 0) only, since a failed forward ends any other rank's loop; every rank tells
@@ -42,7 +51,23 @@ class ReloadableModel final : public Model {
     // kLoad's work: staged_ on success, else why not.
     Status load(const WeightsSource& source);
 
-    std::unique_ptr<Model> model_;
+    // Takes `model` as the served one, and what it is as facts_.
+    void serve(std::unique_ptr<Model> model);
+
+    // What the served model is: the weights may be gone, these stay.
+    struct Facts {
+        loader::ModelConfig config;
+        kvcache::KvCacheShape kv_cache_shape;
+        StageInfo stage;
+        DType compute_dtype = DType::kF32;
+        DType linear_weight_dtype = DType::kF32;
+        std::size_t weight_bytes = 0;
+        std::size_t weight_bytes_per_token = 0;
+        double linear_flops_per_token = 0.0;
+    };
+
+    std::unique_ptr<Model> model_;  // null while released
+    Facts facts_;
     LoadOptions options_;  // the launch's, with the folder the weights came from
     std::unique_ptr<Model> staged_;  // loaded, not yet committed
     LoadOptions staged_options_;

@@ -136,6 +136,37 @@ TEST_F(ReloadableModelTest, LoadedWeightsServeOnlyAfterTheCommit) {
         << "a second commit has nothing to commit";
 }
 
+// /release_memory_occupation's step drops the weights and empties the KV pages; the model still
+// says what it is, refuses to compute, and the served folder's kLoad and kCommit bring the same
+// logits back; another model is still refused.
+TEST_F(ReloadableModelTest, ReleasedWeightsComeBackFromTheServedFolder) {
+    ReloadableModel served(load("step0"), options("step0"));
+    const std::vector<float> before = logits(served);
+    const std::size_t weight_bytes = served.weight_bytes();
+    kvcache::KvCache cache(served.kv_cache_shape(), (std::int64_t{1} << 21) / served.kv_cache_shape().row_bytes() + 64);
+    const kvcache::KvView kv = cache.view();
+    ASSERT_GE(kv.layer_bytes, std::size_t{1} << 21) << "a buffer of whole pages";
+    static_cast<float*>(kv.k[0])[1000] = 1.5f;
+    BatchInput release;
+    release.release_memory = {.weights = true, .kv_cache = true};
+    std::vector<float> out{1.0f};
+    ASSERT_TRUE(served.forward(release, kv, nullptr, &out).ok());
+    EXPECT_TRUE(out.empty());
+    EXPECT_TRUE(served.weights_released());
+    EXPECT_EQ(static_cast<float*>(kv.k[0])[1000], 0.0f) << "the KV pages were given back";
+    EXPECT_EQ(served.weight_bytes(), weight_bytes);
+    EXPECT_EQ(served.config().num_hidden_layers, testing::kLayers);
+    const std::vector<std::int32_t> tokens = {3, 17};
+    BatchInput batch{tokens, {{2, 0, nullptr, LogitsMode::kLast}}};
+    EXPECT_EQ(served.forward(batch, kv, nullptr, &out).code(), StatusCode::kInternal);
+
+    EXPECT_NE(update(served, (root_ / "deeper").string()).message().find("another model"), std::string::npos);
+    EXPECT_TRUE(served.weights_released());
+    ASSERT_TRUE(update(served, (root_ / "step0").string()).ok());
+    EXPECT_FALSE(served.weights_released());
+    EXPECT_EQ(logits(served), before);
+}
+
 TEST_F(ReloadableModelTest, MismatchNamesTheFirstFieldThatDiffers) {
     EXPECT_EQ(weights_mismatch(*load("step0"), *load("step1")), "");
     EXPECT_EQ(weights_mismatch(*load("step0"), *load("deeper")),

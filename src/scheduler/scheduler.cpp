@@ -321,6 +321,22 @@ Status Scheduler::run_weight_update(const models::WeightsSource& source) {
     return verdict.ok() ? applied : verdict;
 }
 
+Status Scheduler::run_memory_release(const models::MemoryRelease& release, bool drop_cache) {
+    while (!in_flight_.empty()) collect_oldest();
+    if (!idle())
+        return Status::InvalidArgument(fmt::format(
+            "release_memory_occupation should be called only when server is idle: {} request(s) waiting, {} running; "
+            "let them finish, or end them with /abort_request or /pause_generation (mode abort)",
+            waiting_.size(), running_.size() + last_prefill_.size() + prefilling_.size()));
+    if ((drop_cache || release.kv_cache) && !drop_prefix_cache())
+        return Status::Internal("the prefix cache could not be dropped");
+    if (release.kv_cache) allocator_->forget_touched();
+    if (!release.any()) return Status::Ok();
+    executor::ForwardBatch batch;
+    batch.release_memory = release;
+    return run_control_step(batch).status();
+}
+
 bool Scheduler::nothing_running() const {
     return running_.empty() && last_prefill_.empty() && prefilling_.empty() && chunked_req_ == nullptr &&
            in_flight_.empty();

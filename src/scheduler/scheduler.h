@@ -212,6 +212,11 @@ class Scheduler {
     // requests match again when admitted). False, and nothing dropped, while a request runs
     // on part of it (paused in place).
     bool drop_cache_after_weight_update();
+    // /release_memory_occupation (scheduler_update_weights_mixin.py release_memory_occupation):
+    // refused unless idle(); drops the prefix cache when asked (the KV cache's release always
+    // does). Then a step carries `release` to every rank. The weights come back through
+    // run_weight_update of the served folder; the KV pool's pages as steps write them.
+    Status run_memory_release(const models::MemoryRelease& release, bool drop_cache);
 
     SchedulerStats stats() const;
     const SchedulerConfig& config() const { return config_; }

@@ -71,6 +71,7 @@ class FakeRunner final : public executor::BatchRunner {
     bool embedding = false;               // an embedding model: results carry the "token" as a row
     std::vector<std::vector<std::string>> batches;  // rids of every batch, in order
     std::vector<std::string> weight_loads;          // the weight updates' steps: "load /path", "commit /path"
+    std::vector<models::MemoryRelease> releases;    // the memory releases' steps
     std::int64_t n_partial_chunks = 0;    // sequences run without need_token
 
     // ---- queued (pipeline) mode -------------------------------------------------------
@@ -175,6 +176,12 @@ class FakeRunner final : public executor::BatchRunner {
 
     StatusOr<std::vector<SampledToken>> run(const ForwardBatch& batch) override {
         if (before_run) before_run();
+        if (batch.release_memory.any()) {
+            EXPECT_TRUE(batch.seqs.empty()) << "a memory release is a step of its own";
+            EXPECT_TRUE(pending_.empty()) << "a memory release while steps are in flight";
+            releases.push_back(batch.release_memory);
+            return std::vector<SampledToken>{};
+        }
         if (batch.load_weights) {
             EXPECT_TRUE(batch.seqs.empty()) << "a weight update is a step of its own";
             EXPECT_TRUE(pending_.empty()) << "a weight update while steps are in flight";
@@ -1973,6 +1980,47 @@ TEST(SchedulerWeightUpdateTest, TheCacheStaysWhileAPausedRequestRunsOnIt) {
     h.run();
     EXPECT_EQ(h.results_["r"].tokens.size(), 20u);
     EXPECT_TRUE(h.sched_.check_invariants().ok());
+}
+
+// ---- /release_memory_occupation -------------------------------------------------------------
+
+// Refused while any request waits or runs (SGLang asserts an idle server); then the prefix
+// cache goes with the KV cache, the touched pages are forgotten, and one step tells the ranks.
+// Without a release (no --enable-memory-saver) no step runs, and the cache still goes when
+// asked.
+TEST(SchedulerMemoryReleaseTest, RefusedUntilIdleThenTheCacheGoesAndOneStepTellsTheRanks) {
+    for (const bool overlap : {false, true}) {
+        Harness h(overlap ? overlapped(1) : roomy(1), /*queued=*/overlap);
+        const Req r = make_req("r", prompt(3, 40), 6);
+        h.add(r);
+        h.sched_.step();
+        const Status busy = h.sched_.run_memory_release({.weights = true, .kv_cache = true}, false);
+        EXPECT_EQ(busy.code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(busy.message().find("should be called only when server is idle"), std::string::npos)
+            << busy.message();
+        EXPECT_TRUE(h.runner_.releases.empty());
+        h.run();
+        EXPECT_EQ(h.results_["r"].tokens, expected(r)) << "the refused release changed nothing";
+        ASSERT_GT(h.sched_.stats().evictable_tokens, 0) << "the finished prompt is cached";
+
+        ASSERT_TRUE(h.sched_.run_memory_release({}, /*drop_cache=*/false).ok());
+        EXPECT_GT(h.sched_.stats().evictable_tokens, 0) << "nothing asked, nothing dropped";
+        ASSERT_TRUE(h.sched_.run_memory_release({}, /*drop_cache=*/true).ok());
+        EXPECT_EQ(h.sched_.stats().evictable_tokens, 0);
+        EXPECT_TRUE(h.runner_.releases.empty()) << "no step without a release";
+
+        h.add(make_req("again", prompt(3, 40), 6));
+        h.run();
+        ASSERT_TRUE(h.sched_.run_memory_release({.weights = true, .kv_cache = true}, false).ok());
+        ASSERT_EQ(h.runner_.releases.size(), 1u);
+        EXPECT_TRUE(h.runner_.releases[0].weights && h.runner_.releases[0].kv_cache);
+        EXPECT_EQ(h.sched_.stats().evictable_tokens, 0) << "the KV cache's release drops the prefix cache";
+        EXPECT_EQ(h.sched_.stats().touched_tokens, 0) << "its pages were given back";
+        EXPECT_TRUE(h.sched_.check_invariants().ok());
+        h.add(make_req("after", prompt(3, 40), 6));
+        h.run();
+        EXPECT_EQ(h.results_["after"].tokens, expected(make_req("after", prompt(3, 40), 6)));
+    }
 }
 
 // ---- the prefill delayer (SGLang's prefill_delayer.py) through the scheduler -----------------

@@ -207,6 +207,20 @@ class Backend {
     virtual void update_weights_from_disk(const WeightUpdate&, std::function<void(Status)> done) {
         done(Status::Unimplemented("this server cannot update its weights"));
     }
+    // /release_memory_occupation and /resume_memory_occupation (SGLang's, for RL: a trainer on
+    // the same machine takes the memory between rollouts). The regions SGLang's tags name;
+    // `done` is called once, on a backend thread (a resume loads the weights again).
+    struct MemoryRegions {
+        bool weights = false;
+        bool kv_cache = false;
+        bool cuda_graph = false;  // nothing on CPU
+    };
+    virtual void release_memory_occupation(const MemoryRegions&, std::function<void(Status)> done) {
+        done(Status::Unimplemented("this server cannot release its memory"));
+    }
+    virtual void resume_memory_occupation(const MemoryRegions&, std::function<void(Status)> done) {
+        done(Status::Unimplemented("this server cannot release its memory"));
+    }
 
     virtual std::string served_model_name() const = 0;
     virtual std::int64_t max_model_len() const = 0;

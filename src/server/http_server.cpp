@@ -262,7 +262,8 @@ class Session : public std::enable_shared_from_this<Session> {
         const auto record_action = expert_record_action(path);
         // SGLang's @auth_level(ADMIN_OPTIONAL) routes: the admin key when there is one.
         const bool admin = path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
-                           path == "/continue_generation" || path == "/update_weights_from_disk" || record_action;
+                           path == "/continue_generation" || path == "/update_weights_from_disk" ||
+                           path == "/release_memory_occupation" || path == "/resume_memory_occupation" || record_action;
         const RouteKind kind = path == "/health" ? RouteKind::kOpen : admin ? RouteKind::kAdmin : RouteKind::kApi;
         const auto header = [&](http::field f) { return std::string_view(req[f].data(), req[f].size()); };
         if (auto denied = check_access(state_->access, kind, header(http::field::host),
@@ -411,6 +412,26 @@ class Session : public std::enable_shared_from_this<Session> {
                     self.respond(ok ? 200 : 400, kJson, body);
                 });
             });
+        } else if (path == "/release_memory_occupation" || path == "/resume_memory_occupation") {
+            // http_server.py release_memory_occupation / resume_memory_occupation: 200 with a null
+            // body, or the error. POST only: it changes state, never a GET a page can trigger.
+            if (!allow(post, "POST") || !json_body()) return;
+            std::variant<Backend::MemoryRegions, ApiError> parsed = parse_memory_occupation(parser_->get().body());
+            if (auto* error = std::get_if<ApiError>(&parsed)) return respond_error(*error);
+            hold_ = shared_from_this();
+            auto answer = [state = state_, weak = weak_from_this()](Status st) {
+                post_to(state, weak, [st = std::move(st)](Session& self) {
+                    self.hold_.reset();
+                    if (st.ok()) return self.respond(200, kJson, "null");
+                    self.respond_error(ApiError::from_status(st));
+                });
+            };
+            const Backend::MemoryRegions& regions = std::get<Backend::MemoryRegions>(parsed);
+            if (path == "/release_memory_occupation") {
+                backend.release_memory_occupation(regions, std::move(answer));
+            } else {
+                backend.resume_memory_occupation(regions, std::move(answer));
+            }
         } else if (path == "/flush_cache") {
             if (!allow(post, "POST")) return;  // it changes state: never a GET a page can trigger
             Status st = backend.flush_cache();

@@ -314,6 +314,40 @@ TEST_F(HttpServerTest, UpdateWeightsFromDisk) {
     EXPECT_EQ(backend_.updates().size(), 2u);
 }
 
+// http_server.py release_memory_occupation / resume_memory_occupation: the tags name the
+// regions (none: all), the answer is a null body, an error is 400 with its message.
+TEST_F(HttpServerTest, MemoryOccupation) {
+    for (const auto& [body, regions] : std::vector<std::pair<std::string, std::string>>{
+             {"", " weights kv_cache cuda_graph"},
+             {"{}", " weights kv_cache cuda_graph"},
+             {R"({"tags": null})", " weights kv_cache cuda_graph"},
+             {R"({"tags": []})", " weights kv_cache cuda_graph"},
+             {R"({"tags": ["kv_cache"]})", " kv_cache"},
+             {R"({"tags": ["weights", "cuda_graph"]})", " weights cuda_graph"}}) {
+        for (const std::string what : {"release", "resume"}) {
+            HttpResponse r = call("POST", "/" + what + "_memory_occupation", body);
+            EXPECT_EQ(r.status, 200) << body << r.body;
+            EXPECT_EQ(r.body, "null");
+            EXPECT_EQ(backend_.memory_calls().back(), what + regions) << body;
+        }
+    }
+    const std::size_t calls = backend_.memory_calls().size();
+    for (const char* body : {R"({"tags": ["weights", "gpu"]})", R"({"tags": 3})", "[1]"}) {
+        HttpResponse bad = call("POST", "/release_memory_occupation", body);
+        EXPECT_EQ(bad.status, 400) << body;
+        EXPECT_EQ(bad.json()["error"]["type"], "invalid_request_error") << bad.body;
+    }
+    EXPECT_NE(call("POST", "/resume_memory_occupation", R"({"tags": ["gpu"]})").body.find("'weights', 'kv_cache'"),
+              std::string::npos);
+    EXPECT_EQ(call("GET", "/release_memory_occupation").status, 405);
+    EXPECT_EQ(backend_.memory_calls().size(), calls);
+    backend_.memory_answer =
+        Status::InvalidArgument("release_memory_occupation should be called only when server is idle");
+    HttpResponse busy = call("POST", "/release_memory_occupation", "{}");
+    EXPECT_EQ(busy.status, 400);
+    EXPECT_EQ(busy.json()["error"]["message"], "release_memory_occupation should be called only when server is idle");
+}
+
 // GET /v1/models/NAME: the served model's card, another name OpenAI's 404.
 TEST_F(HttpServerTest, RetrieveModel) {
     HttpResponse r = call("GET", "/v1/models/tiny");
@@ -459,7 +493,8 @@ TEST_F(HttpServerTest, AccessControl) {
     EXPECT_EQ(as("POST", "/abort_request", local + json + user, R"({"abort_all": true})").status, 401);
     EXPECT_EQ(as("POST", "/abort_request", local + json + "Authorization: Bearer sk-admin\r\n", "{}").status, 200);
     EXPECT_EQ(as("POST", "/update_weights_from_disk", local + json + user, R"({"model_path": "m"})").status, 401);
-    for (const char* path : {"/pause_generation", "/continue_generation"}) {
+    for (const char* path :
+         {"/pause_generation", "/continue_generation", "/release_memory_occupation", "/resume_memory_occupation"}) {
         EXPECT_EQ(as("POST", path, local + json + user, "{}").status, 401) << path;
         EXPECT_EQ(as("POST", path, local + json + "Authorization: Bearer sk-admin\r\n", "{}").status, 200) << path;
     }

@@ -139,6 +139,19 @@ class FakeBackend : public Backend {
         std::lock_guard lock(mu_);
         return updates_;
     }
+    // /release_memory_occupation and /resume_memory_occupation: recorded ("release" or "resume"
+    // with the regions), answered at once with memory_answer.
+    void release_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) override {
+        memory_call("release", regions, std::move(done));
+    }
+    void resume_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) override {
+        memory_call("resume", regions, std::move(done));
+    }
+    std::vector<std::string> memory_calls() const {
+        std::lock_guard lock(mu_);
+        return memory_calls_;
+    }
+    Status memory_answer = Status::Ok();
     void abort_prefixed(const std::string& prefix) override {
         std::lock_guard lock(mu_);
         for (Stream& s : streams_) {
@@ -291,6 +304,15 @@ class FakeBackend : public Backend {
     mutable std::mutex mu_;
     std::vector<std::string> pauses_;  // GUARDED_BY(mu_)
     std::vector<WeightUpdate> updates_;               // GUARDED_BY(mu_)
+    std::vector<std::string> memory_calls_;           // GUARDED_BY(mu_)
+    void memory_call(const char* what, const MemoryRegions& r, std::function<void(Status)> done) {
+        {
+            std::lock_guard lock(mu_);
+            memory_calls_.push_back(std::string(what) + (r.weights ? " weights" : "") +
+                                    (r.kv_cache ? " kv_cache" : "") + (r.cuda_graph ? " cuda_graph" : ""));
+        }
+        done(memory_answer);
+    }
     std::function<void(Status)> update_done_;         // GUARDED_BY(mu_)
     std::condition_variable cv_;
     std::condition_variable drain_cv_;

@@ -1212,6 +1212,23 @@ std::variant<WeightUpdateInput, ApiError> parse_update_weights_from_disk(std::st
     });
 }
 
+std::variant<Backend::MemoryRegions, ApiError> parse_memory_occupation(std::string_view body) {
+    const bool blank = std::all_of(body.begin(), body.end(), [](unsigned char c) { return std::isspace(c); });
+    return read_body<Backend::MemoryRegions>(blank ? std::string_view("{}") : body, [](FieldReader& r) {
+        const std::optional<std::vector<std::string>> tags = r.strings("tags", 8);
+        if (!tags || tags->empty())
+            return Backend::MemoryRegions{.weights = true, .kv_cache = true, .cuda_graph = true};
+        Backend::MemoryRegions regions;
+        for (const std::string& tag : *tags) {
+            if (tag == "weights") regions.weights = true;
+            else if (tag == "kv_cache") regions.kv_cache = true;
+            else if (tag == "cuda_graph") regions.cuda_graph = true;
+            else r.fail("tags", "holds '" + tag + "': give 'weights', 'kv_cache' or 'cuda_graph' (null: all)");
+        }
+        return regions;
+    });
+}
+
 std::variant<TokenizeInput, ApiError> parse_tokenize_request(std::string_view body) {
     return read_body<TokenizeInput>(body, [](FieldReader& r) {
         TokenizeInput in;

@@ -194,6 +194,11 @@ struct WeightUpdateInput {
 };
 std::variant<WeightUpdateInput, ApiError> parse_update_weights_from_disk(std::string_view body);
 
+// /release_memory_occupation's and /resume_memory_occupation's body (io_struct.py
+// ReleaseMemoryOccupationReqInput): tags, a list of "weights", "kv_cache" and "cuda_graph"
+// (null, missing or empty: all of them, constants.py GPU_MEMORY_ALL_TYPES). An empty body is {}.
+std::variant<Backend::MemoryRegions, ApiError> parse_memory_occupation(std::string_view body);
+
 // /v1/tokenize's body (protocol.py TokenizeRequest): prompt, a string or a list of them (one
 // answer each), and add_special_tokens (true); "model" is read past.
 struct TokenizeInput {

@@ -95,6 +95,7 @@ struct ServerArgs {
     int num_continuous_decode_steps = 1;
     int scheduler_recv_interval = 1;
     bool enable_mixed_chunk = false;
+    bool enable_memory_saver = false;  // /release_memory_occupation gives memory back
     bool enable_deterministic_inference = false;  // batch-invariant kernels, seeded sampling
     std::string attention_backend;  // SGLang's GPU kernels: no effect here ("" = not given)
     std::string sampling_backend;   // likewise; resolve() sets "pytorch" under deterministic inference

@@ -351,6 +351,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
           kNotYet);
     value(app, t, "--scheduler-recv-interval", a.scheduler_recv_interval,
           "decode steps between reads of new requests (a prefill step always reads after it)", kServe);
+    flag(app, t, "--enable-memory-saver", a.enable_memory_saver,
+         "/release_memory_occupation gives the weights and the KV pool's pages back to the system, "
+         "/resume_memory_occupation reads the weights again (without it a release only flushes the cache)",
+         kServe);
     flag(app, t, "--enable-mixed-chunk", a.enable_mixed_chunk,
          "run the running requests' decode tokens in the same forward as a prefill chunk (needs chunked prefill)",
          kYes);
