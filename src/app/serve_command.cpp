@@ -161,13 +161,14 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
         ec.expert_record_unavailable =
             "expert distribution recording needs --expert-distribution-recorder-mode (stat, per_pass or per_token) "
             "at launch";
-    // The weight update's and memory release's control steps go through the TP broadcast and
-    // down the pipeline; the DP-attention groups' lockstep does not carry them yet.
-    if (args.enable_dp_attention && args.dp_size > 1)
+    // The weight update's and memory release's control steps go through the TP broadcast, down
+    // the pipeline, and through the DP-attention groups' lockstep, but not both of the last two.
+    if (args.enable_dp_attention && args.dp_size > 1 && args.pp_size > 1)
         ec.weight_update_unavailable =
-            "/update_weights_from_disk and /release_memory_occupation with --enable-dp-attention are not implemented "
-            "yet (the DP-attention groups do not carry them in their lockstep); they work with --tp-size, --pp-size, "
-            "--ep-size and --dp-size replicas";
+            "/update_weights_from_disk and /release_memory_occupation with --enable-dp-attention and --pp-size > 1 "
+            "are not implemented yet (the DP-attention groups' hand-off between stages does not carry them); they "
+            "work with --enable-dp-attention on one stage, and with --tp-size, --pp-size, --ep-size and --dp-size "
+            "replicas";
     ec.memory_saver = args.enable_memory_saver;
     ec.startup_info_json = nlohmann::json{{"tp_size", args.tp_size},
                                           {"pp_size", args.pp_size},

@@ -17,10 +17,53 @@ namespace tessera::executor {
 namespace {
 
 // Fields of one rank's row in the exchange.
-enum Field { kRound, kTokens, kLogitRows, kExtend, kStopping, kRecord, kFields };
+enum Field { kRound, kTokens, kLogitRows, kExtend, kStopping, kRecord, kControl, kFields };
 
 // While every group is stopping but some still drain, rounds with no work are spaced out.
 constexpr auto kStopTick = std::chrono::milliseconds(2);
+// A group waiting with a control step gives up when the other groups stay idle this long
+// without presenting it (their engines refused it, and their answers say why).
+constexpr auto kControlPatience = std::chrono::seconds(3);
+
+bool is_control(const ForwardBatch& batch) { return batch.load_weights.has_value() || batch.release_memory.any(); }
+
+// What identifies a control step across groups: FNV-1a of its encoding, never 0.
+std::int64_t control_fingerprint(const ForwardBatch& batch) {
+    if (!is_control(batch)) return 0;
+    ForwardBatch control;
+    control.load_weights = batch.load_weights;
+    control.release_memory = batch.release_memory;
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::uint8_t b : encode_step(control)) h = (h ^ b) * 1099511628211ull;
+    return static_cast<std::int64_t>(h >> 1) | 1;
+}
+
+// `batch` without its control step: what a group that presented one runs in a round the
+// others did not agree to.
+ForwardBatch without_control(const ForwardBatch& batch) {
+    ForwardBatch step = batch;
+    step.load_weights.reset();
+    step.release_memory = {};
+    return step;
+}
+
+// The agreed control step on this rank. A weight load every rank must have made: the TP
+// group's agreement (models/reloadable_model.h) is an error on TP rank 0 only, so every other
+// group's leader learns it here.
+StatusOr<std::vector<SampledToken>> apply_control(models::Model& model, const kvcache::KvView& kv, ThreadPool* pool,
+                                                  const ForwardBatch& batch) {
+    std::vector<std::int32_t> tokens;
+    TSR_ASSIGN_OR_RETURN(models::BatchInput input, batch_input(batch, &tokens));
+    bool loaded = true;
+    input.weights_loaded = &loaded;
+    std::vector<float> out;
+    TSR_RETURN_IF_ERROR(model.forward(input, kv, pool, &out));
+    if (batch.load_weights && batch.load_weights->phase == models::WeightsPhase::kLoad && !loaded)
+        return Status::InvalidArgument(
+            "Failed to update weights: a rank could not load its share of the weights (attn_dp group 0's log says "
+            "why).\nRolling back to original weights.");
+    return std::vector<SampledToken>{};
+}
 
 DpAttentionSync::GroupStep group_step(const ForwardBatch& batch, bool stopping) {
     DpAttentionSync::GroupStep g;
@@ -32,6 +75,7 @@ DpAttentionSync::GroupStep group_step(const ForwardBatch& batch, bool stopping) 
     }
     g.stopping = stopping;
     g.record = batch.expert_record;
+    g.control = control_fingerprint(batch);
     return g;
 }
 
@@ -92,6 +136,7 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
     me[kExtend] = mine.extend;
     me[kStopping] = mine.stopping;
     me[kRecord] = static_cast<std::int64_t>(mine.record);
+    me[kControl] = mine.control;
     StatusOr<std::vector<std::int64_t>> rows = tp.all_gather_rows(me);
     if (!rows.ok()) {
         const Status& s = rows.status();
@@ -104,6 +149,8 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
     a.step.num_tokens.resize(static_cast<std::size_t>(dpa_.dp_size));
     a.step.num_logit_rows.resize(static_cast<std::size_t>(dpa_.dp_size));
     a.all_stopping = true;
+    a.control = true;
+    std::int64_t control = 0;
     for (int g = 0; g < dpa_.dp_size; ++g) {
         const std::int64_t* lead = rows->data() + g * dpa_.tp_size * kFields;
         for (int t = 0; t < dpa_.tp_size; ++t) {
@@ -129,6 +176,9 @@ StatusOr<DpAttentionSync::Agreed> DpAttentionSync::exchange(const GroupStep& min
         if (a.record == eplb::ExpertRecordCommand::kNone) a.record = static_cast<eplb::ExpertRecordCommand>(lead[kRecord]);
         a.all_stopping = a.all_stopping && lead[kStopping] != 0;
         a.any_stopping = a.any_stopping || lead[kStopping] != 0;
+        a.control = a.control && lead[kControl] != 0 && (control == 0 || lead[kControl] == control);
+        if (lead[kControl] != 0 && control != 0 && lead[kControl] != control) a.controls_differ = true;
+        if (lead[kControl] != 0) control = lead[kControl];
     }
     ++round_;
     return a;
@@ -209,7 +259,45 @@ Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, RoundKind kind,
 
 Status DpAttentionLeaderRunner::launch(const ForwardBatch& batch) {
     if (stopped_) return Status::Internal("the DP-attention groups were already stopped");
+    if (is_control(batch)) {
+        StatusOr<std::vector<SampledToken>> result = control_rounds(batch);
+        if (!result.ok()) return note_failure(result.status());
+        in_flight_.push_back({false, 0, std::move(result)});
+        return Status::Ok();
+    }
     return note_failure(round(batch, RoundKind::kStep, nullptr));
+}
+
+StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::control_rounds(const ForwardBatch& batch) {
+    if (stages_)
+        return Status::Unimplemented("a weight update or memory release with --enable-dp-attention and --pp-size > 1");
+    std::vector<std::uint8_t> bytes = encode_step(batch, 0);
+    const ForwardBatch none = without_control(batch);
+    auto others_idle_since = std::chrono::steady_clock::now();
+    for (bool first = true;; first = false) {
+        if (!first) TSR_RETURN_IF_ERROR(before_round());
+        if (dpa_.attn_tp_group != nullptr) TSR_RETURN_IF_ERROR(broadcast_step(*dpa_.attn_tp_group, bytes));
+        TSR_ASSIGN_OR_RETURN(DpAttentionSync::Agreed agreed, sync_.exchange(group_step(batch, false)));
+        if (agreed.any_stopping) peers_stopping_.store(true, std::memory_order_relaxed);
+        if (agreed.control) return apply_control(model_, kv_, pool_, batch);
+        // The others' round: this group joins it with no tokens.
+        if (agreed.runs()) {
+            ForwardBatch recorded;
+            TSR_RETURN_IF_ERROR(local_.run(with_record(none, agreed, recorded), &agreed.step).status());
+        }
+        if (agreed.controls_differ)
+            return Status::InvalidArgument(
+                "another attn_dp group runs a different weight update or memory release at the same time: send them "
+                "one at a time");
+        if (agreed.any_stopping) return Status::Internal("the attn_dp groups are stopping");
+        const auto now = std::chrono::steady_clock::now();
+        if (agreed.any_tokens) others_idle_since = now;
+        if (now - others_idle_since > kControlPatience)
+            return Status::InvalidArgument(
+                "the other attn_dp groups did not take part in the weight update or memory release (their answers "
+                "say why)");
+        if (!agreed.any_tokens) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
 }
 
 StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::collect() {
@@ -297,15 +385,18 @@ Status follow_dp_attention_leader(models::Model& model, const kvcache::KvView& k
         TSR_ASSIGN_OR_RETURN(ForwardBatch batch, decode_step(bytes, &flags));
         TSR_ASSIGN_OR_RETURN(DpAttentionSync::Agreed agreed,
                              sync.exchange(group_step(batch, (flags & kStepGroupStopping) != 0)));
+        // The group's control step runs only in the round every group presents it.
+        const bool strip = !agreed.control && is_control(batch);
+        const ForwardBatch stripped = strip ? without_control(batch) : ForwardBatch{};
         ForwardBatch recorded;
-        const ForwardBatch& step = with_record(batch, agreed, recorded);
+        const ForwardBatch& step = with_record(strip ? stripped : batch, agreed, recorded);
         if (!next) {
             if (agreed.runs()) TSR_RETURN_IF_ERROR(local.run(step, &agreed.step).status());
         } else if (agreed.runs()) {
             std::vector<float> hidden;
             std::vector<std::int32_t> routing;
             TSR_RETURN_IF_ERROR(forward_first_stage(model, kv, pool, step, agreed, tokens, &hidden, &routing));
-            if (step.expert_record != batch.expert_record) bytes = encode_step(step, flags);
+            if (&step != &batch) bytes = encode_step(step, flags);
             // A profile step (kStepLocalOnly) times stage 0 alone: nothing is handed on.
             if ((flags & kStepLocalOnly) == 0)
                 TSR_RETURN_IF_ERROR(

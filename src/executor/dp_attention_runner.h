@@ -10,8 +10,11 @@
 // keeps joining rounds until every group is stopping. Under PP the agreement happens on stage
 // 0; every rank hands its group's step, with all groups' counts, to its counterpart on the
 // next stage (pp_runner.h), and the last stage's attention-TP rank 0 sends its group's
-// tokens back to the group's leader. Each object is owned by its rank's main (or scheduler)
-// thread.
+// tokens back to the group's leader. A control step (a weight update's phase, a memory
+// release) runs in the round in which every group presents the same one: each group's engine
+// presents it once its own requests allow, and a group that presents it early joins the other
+// groups' rounds with no tokens until then. Each object is owned by its rank's main (or
+// scheduler) thread.
 
 #include <atomic>
 #include <cstdint>
@@ -47,6 +50,7 @@ class DpAttentionSync {
         bool extend = false;
         bool stopping = false;
         eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;
+        std::int64_t control = 0;  // a control step's fingerprint (control_fingerprint); 0: none
     };
     struct Agreed {
         layers::DpAttentionStep step;
@@ -56,8 +60,12 @@ class DpAttentionSync {
         eplb::ExpertRecordCommand record = eplb::ExpertRecordCommand::kNone;
         bool all_stopping = false;
         bool any_stopping = false;
+        // Every group presented the same control step: every rank applies its own group's.
+        bool control = false;
+        // Some group presented a control step, and another group a different one.
+        bool controls_differ = false;
         // The round runs through the model (and, under PP, down the stages).
-        bool runs() const { return any_tokens || record != eplb::ExpertRecordCommand::kNone; }
+        bool runs() const { return any_tokens || control || record != eplb::ExpertRecordCommand::kNone; }
     };
     // Every rank of the TP group, once per round, with its group's step (the same on every
     // attention-TP rank of the group).
@@ -119,6 +127,9 @@ class DpAttentionLeaderRunner final : public BatchRunner {
         kLocal,     // stage 0 only, handed on to no one (the dynamic-chunking profile)
     };
     Status round(const ForwardBatch& batch, RoundKind kind, bool* others_busy);
+    // A control step: rounds until every group presents the same one, then applied on every
+    // rank; its result (a failed weight load is an error on every group's leader).
+    StatusOr<std::vector<SampledToken>> control_rounds(const ForwardBatch& batch);
     // Receives the tokens of the oldest round still waiting for them (PP).
     Status receive_oldest();
     std::size_t waiting_rounds() const;

@@ -790,8 +790,9 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         const bool weight_update = path == "/update_weights_from_disk";
         std::vector<nlohmann::json> updates;
         std::optional<std::string> answer;
-        std::optional<net::HttpResponse> refusal;  // a worker's 4xx answer: the request's fault, not the worker's
-        for (const auto& url : urls) {
+        // Workers' 4xx answers: the request's fault, not the workers'.
+        std::vector<net::HttpResponse> refusals;
+        const auto send = [&](const std::string& url) {
             auto e = net::parse_http_url(url);
             net::HttpRequest r;
             r.method = "POST";
@@ -806,12 +807,27 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
                 r.body = req.body;
                 r.headers.emplace_back("Content-Type", "application/json");
             }
-            auto got = e.ok() ? net::http_fetch(*e, r) : StatusOr<net::HttpResponse>(e.status());
+            return e.ok() ? net::http_fetch(*e, r) : StatusOr<net::HttpResponse>(e.status());
+        };
+        std::vector<std::optional<StatusOr<net::HttpResponse>>> answers(urls.size());
+        if (weight_update || memory_route) {
+            // All at once: under DP attention the groups run them in the same round, each
+            // once its own engine takes it.
+            std::vector<std::thread> senders;
+            for (std::size_t i = 0; i < urls.size(); ++i)
+                senders.emplace_back([&, i] { answers[i] = send(urls[i]); });
+            for (std::thread& t : senders) t.join();
+        } else {
+            for (std::size_t i = 0; i < urls.size(); ++i) answers[i] = send(urls[i]);
+        }
+        for (std::size_t i = 0; i < urls.size(); ++i) {
+            const std::string& url = urls[i];
+            StatusOr<net::HttpResponse>& got = *answers[i];
             if (weight_update) {
                 updates.push_back(weight_update_answer(url, got));
                 continue;
             }
-            if (got.ok() && got->status >= 400 && got->status < 500 && !refusal) refusal = *got;
+            if (got.ok() && got->status >= 400 && got->status < 500) refusals.push_back(*got);
             if (!got.ok() || got->status != 200)
                 failed += (failed.empty() ? "" : "; ") + url + ": " +
                           (got.ok() ? "HTTP " + std::to_string(got->status) + " " + got->body : got.status().message());
@@ -821,9 +837,17 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         if (weight_update) {
             const nlohmann::json combined = combine_weight_updates(updates);
             client.respond(combined["success"].get<bool>() ? 200 : 400, kJson, combined.dump());
-        } else if (worker_answer && refusal) {
-            // Every worker refuses the same request alike: its answer is the one a server gives.
-            client.respond(refusal->status, kJson, refusal->body);
+        } else if (worker_answer && !refusals.empty()) {
+            // Refused: one server's answer, the workers' different reasons joined by " | ".
+            std::string message;
+            for (const net::HttpResponse& r : refusals) {
+                const nlohmann::json body = nlohmann::json::parse(r.body, nullptr, false);
+                const std::string why = body.is_object() && body.contains("error") && body["error"].is_object()
+                                            ? body["error"].value("message", r.body)
+                                            : r.body;
+                if (message.find(why) == std::string::npos) message += (message.empty() ? "" : " | ") + why;
+            }
+            client.respond_error(refusals.front().status, message, "invalid_request_error");
         } else if (!failed.empty())
             client.respond_error(503, "POST " + path + " failed on: " + failed, "service_unavailable");
         else if (worker_answer && answer)

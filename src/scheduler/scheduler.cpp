@@ -330,11 +330,12 @@ Status Scheduler::run_memory_release(const models::MemoryRelease& release, bool 
             waiting_.size(), running_.size() + last_prefill_.size() + prefilling_.size()));
     if ((drop_cache || release.kv_cache) && !drop_prefix_cache())
         return Status::Internal("the prefix cache could not be dropped");
-    if (release.kv_cache) allocator_->forget_touched();
     if (!release.any()) return Status::Ok();
     executor::ForwardBatch batch;
     batch.release_memory = release;
-    return run_control_step(batch).status();
+    TSR_RETURN_IF_ERROR(run_control_step(batch).status());
+    if (release.kv_cache) allocator_->forget_touched();
+    return Status::Ok();
 }
 
 bool Scheduler::nothing_running() const {

@@ -173,7 +173,8 @@ def no_saver(tessera, workdir, model):
 
 def layouts(tessera, workdir, model):
     for name, flags, ranks in (("tp2", ["--tp-size", "2"], 2), ("pp2", ["--pp-size", "2"], 2),
-                               ("dp2", ["--dp-size", "2"], 2)):
+                               ("dp2", ["--dp-size", "2"], 2),
+                               ("dpa", ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"], 2)):
         server = Server(tessera, model, ["--enable-memory-saver", *flags], os.path.join(workdir, f"{name}.log"))
         try:
             if not check(f"{name}: server ready", server.ready()):
@@ -204,14 +205,26 @@ def layouts(tessera, workdir, model):
         finally:
             server.close()
 
+    # DP-attention: the groups release together; a group that is busy refuses, and the other
+    # gives up waiting for it with a message.
     server = Server(tessera, model, ["--enable-memory-saver", "--tp-size", "2", "--dp-size", "2",
-                                     "--enable-dp-attention"], os.path.join(workdir, "dpa.log"))
+                                     "--enable-dp-attention"], os.path.join(workdir, "dpa_busy.log"))
     try:
-        if check("dpa: server ready", server.ready()):
-            status, text = memory(server.port, "release")
-            check("dpa: refused with a message naming --enable-dp-attention",
-                  status == 400 and "--enable-dp-attention" in text, f"{status} {text}")
-            check("dpa: still serving", isinstance(greedy(server.port), list))
+        if check("dpa busy: server ready", server.ready()):
+            port = server.port
+            before = greedy(port)
+            long_req = StreamingRequest(port, PROMPT, 300)
+            long_req.start()
+            deadline = time.time() + 60
+            while time.time() < deadline and len(long_req.ids) < 3:
+                time.sleep(0.01)
+            status, text = memory(port, "release")
+            check("dpa busy: refused while a group runs a request (400)",
+                  status == 400 and "should be called only when server is idle" in text, f"{status} {text}")
+            long_req.join(120)
+            check("dpa busy: the request finishes", long_req.finish_reason == "length", long_req.finish_reason)
+            check("dpa busy: both groups still serve, with the tokens of before",
+                  all(greedy(port) == before for _ in range(4)))
     finally:
         server.close()
 

@@ -20,7 +20,7 @@ client drives it over HTTP:
              --dp-size 2: every replica updates and the front combines the answers; TP2 x EP2
              on a tiny Qwen3-MoE with EPLB: the new experts' tokens; PP2: one rank's tokens,
              and a folder only the second stage cannot load is refused on both stages;
-             DP-attention is refused with a message.
+             DP-attention: both groups update in the same round, after a running request.
 
 Usage: weight_update_serve_test.py --tessera PATH --workdir DIR [--layouts]
 Exit 0 pass, 1 fail.
@@ -283,15 +283,30 @@ def layouts(tessera, workdir, old, new, ref_new):
     finally:
         server.close()
 
+    # DP attention: the groups load in the same round, once each group's running requests
+    # finished; a folder one rank cannot load is refused by both groups.
     server = Server(tessera, old, ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"],
                     os.path.join(workdir, "update_dpa.log"))
     try:
         if check("dpa: server ready", server.ready()):
-            status, answer = update(server.port, {"model_path": new})
-            check("dpa: refused with a message naming --enable-dp-attention",
+            before = greedy(server.port, PROMPT)
+            long_req = StreamingRequest(server.port, OTHER, 300)
+            long_req.start()
+            wait_for(lambda: len(long_req.ids) >= 3)
+            status, answer = update(server.port, {"model_path": new, "weight_version": "w2"})
+            want = "Succeeded to update model weights. Weight version updated to w2."
+            check("dpa: both groups succeed, the answers combined", status == 200 and answer == {
+                "success": True, "message": want + " | " + want, "num_paused_requests": [0, 0]}, f"{status} {answer}")
+            long_req.join(120)
+            check("dpa: the running request finished first", long_req.finish_reason == "length",
+                  long_req.finish_reason)
+            outs = [greedy(server.port, PROMPT) for _ in range(4)]
+            check("dpa: every group serves one rank's tokens of the new weights",
+                  all(o == ref_new["prompt"] for o in outs) and before != ref_new["prompt"], f"{outs} {before}")
+            status, answer = update(server.port, {"model_path": workdir})
+            check("dpa: a folder without weights is refused by both groups, the weights kept",
                   status == 400 and answer.get("success") is False and
-                  "--enable-dp-attention" in answer.get("message", ""), f"{status} {answer}")
-            check("dpa: still serving the old weights", isinstance(greedy(server.port, PROMPT), list))
+                  all(greedy(server.port, PROMPT) == ref_new["prompt"] for _ in range(2)), f"{status} {answer}")
     finally:
         server.close()
 
