@@ -356,6 +356,30 @@ TEST(GatewayTest, AdminRoutesReachEveryWorker) {
     EXPECT_EQ(post(g.port(), "/start_expert_distribution_record", "").status, 503) << "fanned out, so the dead worker shows";
 }
 
+// The memory occupation routes reach every worker and answer as one server does; when the
+// workers refuse, their different reasons are joined (under DP attention one group may be
+// busy while the other gives up waiting for it).
+TEST(GatewayTest, MemoryRoutesReachEveryWorkerAndRefusalsAreJoined) {
+    Worker a, b;
+    Gateway g(fast_options({a.url(), b.url()}));
+    ASSERT_TRUE(g.start().ok());
+    ASSERT_TRUE(wait_healthy(g, 2));
+    auto released = post(g.port(), "/release_memory_occupation", R"({"tags": ["weights"]})");
+    EXPECT_EQ(released.status, 200) << released.body;
+    EXPECT_EQ(released.body, "null");
+    EXPECT_EQ(a.backend.memory_calls(), (std::vector<std::string>{"release weights"}));
+    EXPECT_EQ(b.backend.memory_calls(), (std::vector<std::string>{"release weights"}));
+    a.backend.memory_answer = Status::InvalidArgument("group 0 is busy");
+    b.backend.memory_answer = Status::InvalidArgument("group 1 gave up");
+    auto refused = post(g.port(), "/resume_memory_occupation", "{}");
+    EXPECT_EQ(refused.status, 400) << refused.body;
+    EXPECT_NE(refused.body.find("group 0 is busy | group 1 gave up"), std::string::npos) << refused.body;
+    b.backend.memory_answer = Status::InvalidArgument("group 0 is busy");
+    refused = post(g.port(), "/resume_memory_occupation", "{}");
+    EXPECT_NE(refused.body.find(R"("message":"group 0 is busy")"), std::string::npos) << "one reason once: "
+                                                                                        << refused.body;
+}
+
 // /abort_request goes to every worker with its body: a request id may be on any of them. Also
 // for DP-attention groups, whose recorder commands go to the first worker only.
 TEST(GatewayTest, AbortRequestReachesEveryWorker) {

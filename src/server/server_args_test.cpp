@@ -141,6 +141,24 @@ TEST(FlagTableTest, GpuFlagsAreAcceptedAndNamedAsIgnored) {
     EXPECT_FALSE(parse({"--cuda-graph-max-bs", "many"}).status.ok());
 }
 
+// The memory saver is tessera's to implement; the CPU backups it takes on a GPU are named as
+// having no effect (a resume reads the served folder again).
+TEST(FlagTableTest, MemorySaverIsImplementedAndItsBackupsIgnored) {
+    ServerArgs args;
+    CLI::App app("test");
+    FlagTable table(app, args, FlagTable::Mode::kServe);
+    std::vector<std::string> argv = {"--model-path", "/m", "--enable-memory-saver", "--enable-weights-cpu-backup",
+                                     "--enable-draft-weights-cpu-backup"};
+    ASSERT_TRUE(table.parse(argv).ok());
+    ASSERT_TRUE(table.resolve().ok());
+    EXPECT_TRUE(args.enable_memory_saver);
+    const std::vector<std::string> ignored = table.ignored_flags();
+    ASSERT_EQ(ignored.size(), 2u);
+    EXPECT_NE(ignored[0].find("reads the served folder again on /resume_memory_occupation"), std::string::npos)
+        << ignored[0];
+    EXPECT_FALSE(parse({}).args.enable_memory_saver);
+}
+
 // server_args.py _handle_deterministic_inference: the sampling backend rewritten, the attention
 // backends SGLang refuses refused with its message, flashinfer's radix cache turned off.
 TEST(FlagTableTest, DeterministicInferenceAsSglangResolvesIt) {
