@@ -383,29 +383,25 @@ Status Engine::continue_generation() {
     return control({.kind = Command::Kind::kContinue}, std::chrono::seconds(60), "continue_generation");
 }
 
-void Engine::update_weights_from_disk(const WeightUpdate& update, std::function<void(Status)> done) {
+void Engine::push_weights_command(Command command) {
     if (!config_.weight_update_unavailable.empty())
-        return done(Status::InvalidArgument(config_.weight_update_unavailable));
+        return command.done(Status::InvalidArgument(config_.weight_update_unavailable));
     if (!running_.load() || stop_requested_.load())
-        return done(Status(StatusCode::kUnavailable, "the server is stopping"));
+        return command.done(Status(StatusCode::kUnavailable, "the server is stopping"));
+    push(std::move(command));
+}
+
+void Engine::update_weights_from_disk(const WeightUpdate& update, std::function<void(Status)> done) {
     // It waits for the running requests, as SGLang's model_update_lock, with no time limit.
-    push({.kind = Command::Kind::kUpdateWeights, .update = update, .done = std::move(done)});
+    push_weights_command({.kind = Command::Kind::kUpdateWeights, .update = update, .done = std::move(done)});
 }
 
 void Engine::release_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) {
-    if (!config_.weight_update_unavailable.empty())
-        return done(Status::InvalidArgument(config_.weight_update_unavailable));
-    if (!running_.load() || stop_requested_.load())
-        return done(Status(StatusCode::kUnavailable, "the server is stopping"));
-    push({.kind = Command::Kind::kReleaseMemory, .regions = regions, .done = std::move(done)});
+    push_weights_command({.kind = Command::Kind::kReleaseMemory, .regions = regions, .done = std::move(done)});
 }
 
 void Engine::resume_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) {
-    if (!config_.weight_update_unavailable.empty())
-        return done(Status::InvalidArgument(config_.weight_update_unavailable));
-    if (!running_.load() || stop_requested_.load())
-        return done(Status(StatusCode::kUnavailable, "the server is stopping"));
-    push({.kind = Command::Kind::kResumeMemory, .regions = regions, .done = std::move(done)});
+    push_weights_command({.kind = Command::Kind::kResumeMemory, .regions = regions, .done = std::move(done)});
 }
 
 Status Engine::release_memory(const MemoryRegions& regions) {

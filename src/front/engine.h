@@ -208,6 +208,9 @@ class Engine final : public server::Backend {
     // The oldest pending /update_weights_from_disk, once nothing runs or generation is paused:
     // loads, drops the cache, answers, and admits again after the last. REQUIRES: scheduler thread.
     void update_weights();
+    // Queues a weight update or memory command, or answers it at once when this launch cannot
+    // run it or the server is stopping.
+    void push_weights_command(Command command);
     // update_weights while one is pending and nothing runs (or generation is paused).
     void run_ready_weight_updates();
     // /release_memory_occupation and /resume_memory_occupation. REQUIRES: scheduler thread.

@@ -92,15 +92,35 @@ def post_json(port, path, body):
         return status, text
 
 
-def script_args(doc):
-    """The e2e scripts' command line, --tessera BINARY --workdir DIR: the binary's absolute path
-    and the work folder (created)."""
+def script_options(doc, switches=None):
+    """The e2e scripts' command line, --tessera BINARY --workdir DIR and the script's own
+    switches ({"--layouts": help}): the parsed options, tessera made absolute, the work folder
+    created."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--tessera", required=True)
     ap.add_argument("--workdir", required=True)
+    for name, help_text in (switches or {}).items():
+        ap.add_argument(name, action="store_true", help=help_text)
     a = ap.parse_args()
+    a.tessera = os.path.abspath(a.tessera)
     os.makedirs(a.workdir, exist_ok=True)
-    return os.path.abspath(a.tessera), a.workdir
+    return a
+
+
+def script_args(doc):
+    """script_options without switches: the binary's absolute path and the work folder."""
+    a = script_options(doc)
+    return a.tessera, a.workdir
+
+
+def streaming_started(port, prompt, max_new_tokens, tokens=3, timeout=60.0):
+    """A StreamingRequest, returned once it streamed `tokens` tokens (or after `timeout`)."""
+    req = StreamingRequest(port, prompt, max_new_tokens)
+    req.start()
+    deadline = time.time() + timeout
+    while time.time() < deadline and len(req.ids) < tokens and req.is_alive():
+        time.sleep(0.01)
+    return req
 
 
 def free_port():

@@ -22,7 +22,6 @@ Usage: memory_occupation_serve_test.py --tessera PATH --workdir DIR [--layouts]
 Exit 0 pass, 1 fail.
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -30,7 +29,7 @@ import sys
 import threading
 import time
 
-from e2e_support import Checks, Server, StreamingRequest, call
+from e2e_support import Checks, Server, call, script_options, streaming_started
 
 check = Checks()
 PROMPT = [3, 14, 15, 92, 65, 35]
@@ -126,11 +125,7 @@ def saver(tessera, workdir, model):
               f"{status} {text}")
         check("update: the same tokens", greedy(port) == before)
 
-        long_req = StreamingRequest(port, PROMPT, 400)
-        long_req.start()
-        deadline = time.time() + 60
-        while time.time() < deadline and len(long_req.ids) < 3:
-            time.sleep(0.01)
+        long_req = streaming_started(port, PROMPT, 400)
         status, text = memory(port, "release")
         check("busy: a release while a request runs is refused (400, SGLang's message)",
               status == 400 and "should be called only when server is idle" in text, f"{status} {text}")
@@ -213,11 +208,7 @@ def layouts(tessera, workdir, model):
         if check("dpa busy: server ready", server.ready()):
             port = server.port
             before = greedy(port)
-            long_req = StreamingRequest(port, PROMPT, 300)
-            long_req.start()
-            deadline = time.time() + 60
-            while time.time() < deadline and len(long_req.ids) < 3:
-                time.sleep(0.01)
+            long_req = streaming_started(port, PROMPT, 300)
             status, text = memory(port, "release")
             check("dpa busy: refused while a group runs a request (400)",
                   status == 400 and "should be called only when server is idle" in text, f"{status} {text}")
@@ -230,13 +221,7 @@ def layouts(tessera, workdir, model):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tessera", required=True)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--layouts", action="store_true", help="TP2, PP2, --dp-size 2 and DP-attention")
-    args = parser.parse_args()
-    args.tessera = os.path.abspath(args.tessera)
-    os.makedirs(args.workdir, exist_ok=True)
+    args = script_options(__doc__, {"--layouts": "TP2, PP2, --dp-size 2 and DP-attention"})
     tiny = make_model(args.tessera, os.path.join(args.workdir, "tiny"),
                       ["--preset", "tiny", "--tokenizer", "qwen3", "--dtype", "f32"])
     if args.layouts:

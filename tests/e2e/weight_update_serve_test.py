@@ -26,7 +26,6 @@ Usage: weight_update_serve_test.py --tessera PATH --workdir DIR [--layouts]
 Exit 0 pass, 1 fail.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -36,7 +35,7 @@ import sys
 import threading
 import time
 
-from e2e_support import Checks, Server, StreamingRequest, call
+from e2e_support import Checks, Server, StreamingRequest, call, script_options, streaming_started
 
 check = Checks()
 PROMPT = [3, 14, 15, 92, 65, 35]
@@ -290,9 +289,7 @@ def layouts(tessera, workdir, old, new, ref_new):
     try:
         if check("dpa: server ready", server.ready()):
             before = greedy(server.port, PROMPT)
-            long_req = StreamingRequest(server.port, OTHER, 300)
-            long_req.start()
-            wait_for(lambda: len(long_req.ids) >= 3)
+            long_req = streaming_started(server.port, OTHER, 300)
             status, answer = update(server.port, {"model_path": new, "weight_version": "w2"})
             want = "Succeeded to update model weights. Weight version updated to w2."
             check("dpa: both groups succeed, the answers combined", status == 200 and answer == {
@@ -312,13 +309,7 @@ def layouts(tessera, workdir, old, new, ref_new):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tessera", required=True)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--layouts", action="store_true", help="TP2, --dp-size 2 and PP2 instead of one rank")
-    args = parser.parse_args()
-    args.tessera = os.path.abspath(args.tessera)
-    os.makedirs(args.workdir, exist_ok=True)
+    args = script_options(__doc__, {"--layouts": "TP2, --dp-size 2, PP2 and DP-attention instead of one rank"})
     old = make_model(args.tessera, os.path.join(args.workdir, "old"), 5)
     new = make_model(args.tessera, os.path.join(args.workdir, "new"), 6)
     ref_new = reference_tokens(args.tessera, new, args.workdir, "new")
