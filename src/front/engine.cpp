@@ -409,7 +409,7 @@ Status Engine::release_memory(const MemoryRegions& regions) {
                                         .kv_cache = regions.kv_cache && config_.memory_saver};
     // Without the saver SGLang's adapter releases nothing; its release still asserts an idle
     // server and flushes the cache for the KV tag.
-    TSR_RETURN_IF_ERROR(scheduler_.run_memory_release(release, /*drop_prefix_cache=*/regions.kv_cache));
+    TSR_RETURN_IF_ERROR(scheduler_.run_memory_release(release, /*drop_cache=*/regions.kv_cache));
     if (!config_.memory_saver) {
         TSR_LOG(INFO, "release_memory_occupation: {}nothing released: start with --enable-memory-saver to give "
                       "memory back",
@@ -439,9 +439,15 @@ Status Engine::resume_memory(const MemoryRegions& regions) {
         // The served folder's weights again (SGLang restores its CPU backup, or leaves the
         // memory for an update to fill).
         Status s = scheduler_.run_weight_update({.model_path = path});
-        if (!s.ok())
-            return Status(s.code(), "resume_memory_occupation could not load the weights of " + path + " again: " +
-                                        s.message());
+        if (!s.ok()) {
+            // The update's message without its "Failed to update weights" frame: nothing rolls back.
+            std::string why = s.message();
+            for (const std::string_view frame : {"Failed to update weights: ", ".\nRolling back to original weights."}) {
+                if (const auto at = why.find(frame); at != std::string::npos) why.erase(at, frame.size());
+            }
+            return Status(s.code(), "resume_memory_occupation could not load the weights of " + path + " again: " + why +
+                                        "; they stay released");
+        }
         released_.weights = false;
         TSR_LOG(INFO, "resume_memory_occupation: the weights of {} loaded again", path);
     }

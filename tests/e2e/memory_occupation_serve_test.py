@@ -3,20 +3,23 @@
 same machine takes the memory between rollouts), as a client drives them over HTTP:
 
   release    with --enable-memory-saver (a 2-layer `small` Qwen3, bf16): 200 with a null body;
-             the server's resident memory falls by at least 0.9 of its weight file; a request
+             the server's resident memory falls by at least 0.9 of the weights it holds; a request
              sent meanwhile waits; a second release is refused while that request waits.
   resume     tags ["weights"]: the weights are read again from the served folder, the request
              still waits for the KV cache; tags ["kv_cache"]: it runs, with the greedy tokens
              the server gave before the release.
   update     /update_weights_from_disk while the weights are released brings them back.
+  gone       the served folder moved away at resume: 400 naming it, the weights stay released;
+             back in place, the resume loads them.
   busy       a release while a request runs: 400 with SGLang's "should be called only when
              server is idle"; the request finishes.
   no saver   without --enable-memory-saver (as SGLang's no-op adapter): 200, the prefix cache
              flushed, nothing released, requests served at once.
   errors     an unknown tag: 400 naming the valid ones; GET: 405.
-  layouts    (parallel label) TP2, PP2 and --dp-size 2 with the saver: release, a request
-             waits, resume, one rank's tokens; every rank logs its release; DP-attention is
-             refused with a message.
+  layouts    (parallel label) TP2, PP2, --dp-size 2 and DP-attention (TP2 x DP2) with the
+             saver: release, every rank process's resident memory falls, a request waits,
+             resume, one rank's tokens. Under DP-attention a release while one group runs a
+             request is refused, and both groups serve on.
 
 Usage: memory_occupation_serve_test.py --tessera PATH --workdir DIR [--layouts]
 Exit 0 pass, 1 fail.
@@ -140,6 +143,19 @@ def saver(tessera, workdir, model):
         check("update: /update_weights_from_disk loads them back", status == 200 and '"success":true' in text,
               f"{status} {text}")
         check("update: the same tokens", greedy(port) == before)
+
+        # The served folder gone at resume: refused, the weights stay released until it is back.
+        status, text = memory(port, "release", ["weights"])
+        os.rename(model, model + ".moved")
+        try:
+            status, text = memory(port, "resume", ["weights"])
+        finally:
+            os.rename(model + ".moved", model)
+        check("folder gone: the resume is refused naming the folder",
+              status == 400 and "could not load the weights of " + model + " again" in text and
+              "they stay released" in text and "Rolling back" not in text, f"{status} {text}")
+        status, text = memory(port, "resume", ["weights"])
+        check("folder back: the resume loads them", status == 200 and greedy(port) == before, f"{status} {text}")
 
         release_while_busy("busy", port, 400)
 
