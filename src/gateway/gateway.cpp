@@ -51,7 +51,7 @@ std::string error_json(int status, const std::string& message, const std::string
 // The routes a request is proxied on to one worker: generation, and an embedding server's.
 bool is_generation_route(const std::string& path) {
     return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/generate" ||
-           path == "/v1/embeddings" || path == "/encode";
+           path == "/v1/embeddings" || path == "/encode" || path == "/invocations";
 }
 
 // The expert distribution recorder's routes: under DP attention only the first worker takes
@@ -69,7 +69,7 @@ bool is_expert_record_route(const std::string& path) {
 bool is_broadcast_route(const std::string& path) {
     return path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
            path == "/update_weights_from_disk" || path == "/release_memory_occupation" ||
-           path == "/resume_memory_occupation" ||
+           path == "/resume_memory_occupation" || path == "/update_weight_version" ||
            path == "/continue_generation" || path == "/start_expert_distribution_record" ||
            path == "/stop_expert_distribution_record" || path == "/dump_expert_distribution_record";
 }
@@ -672,9 +672,10 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
     const std::string& method = req.head.method;
     const bool admin = path == "/add_worker" || path == "/remove_worker" || is_broadcast_route(path) ||
                        (path == "/workers" && method != "GET");
-    const server::RouteKind kind = path == "/health" || path == "/liveness" ? server::RouteKind::kOpen
-                                   : admin                                 ? server::RouteKind::kAdmin
-                                                                           : server::RouteKind::kApi;
+    const bool open = path == "/health" || path == "/liveness" || path == "/ping";
+    const server::RouteKind kind = open    ? server::RouteKind::kOpen
+                                   : admin ? server::RouteKind::kAdmin
+                                           : server::RouteKind::kApi;
     server::AccessPolicy policy{s.options.api_key, s.options.admin_api_key, s.options.host, s.options.allowed_hosts};
     if (auto denied = server::check_access(policy, kind, req.head.header("host"), req.head.header("authorization"))) {
         client.respond(denied->http_status, kJson, denied->to_json());
@@ -698,7 +699,7 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
             return;
         }
         proxy(s, client, req, /*by_policy=*/true);
-    } else if (path == "/health" || path == "/liveness" || path == "/readiness") {
+    } else if (path == "/health" || path == "/liveness" || path == "/readiness" || path == "/ping") {
         const std::size_t healthy = s.registry.healthy_count();
         if (path == "/liveness" || healthy > 0) {
             client.respond(200, kJson, nlohmann::json{{"status", "ok"}, {"healthy_workers", healthy}}.dump());
@@ -785,7 +786,8 @@ void handle(Shared& s, Client& client, const ReadRequest& req) {
         // /pause_generation, /continue_generation and the memory occupation routes answer as
         // one server does (SGLang's JSON).
         const bool memory_route = path == "/release_memory_occupation" || path == "/resume_memory_occupation";
-        const bool worker_answer = path == "/pause_generation" || path == "/continue_generation" || memory_route;
+        const bool worker_answer = path == "/pause_generation" || path == "/continue_generation" || memory_route ||
+                                   path == "/update_weight_version";
         // A weight update waits for each worker's running requests; its answers are combined.
         const bool weight_update = path == "/update_weights_from_disk";
         std::vector<nlohmann::json> updates;

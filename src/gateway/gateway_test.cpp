@@ -356,10 +356,10 @@ TEST(GatewayTest, AdminRoutesReachEveryWorker) {
     EXPECT_EQ(post(g.port(), "/start_expert_distribution_record", "").status, 503) << "fanned out, so the dead worker shows";
 }
 
-// The memory occupation routes reach every worker and answer as one server does; when the
-// workers refuse, their different reasons are joined (under DP attention one group may be
-// busy while the other gives up waiting for it).
-TEST(GatewayTest, MemoryRoutesReachEveryWorkerAndRefusalsAreJoined) {
+// The memory occupation and weight version routes reach every worker and answer as one server
+// does; when the workers refuse, their different reasons are joined (under DP attention one
+// group may be busy while the other gives up waiting for it).
+TEST(GatewayTest, RlRoutesReachEveryWorkerAndRefusalsAreJoined) {
     Worker a, b;
     Gateway g(fast_options({a.url(), b.url()}));
     ASSERT_TRUE(g.start().ok());
@@ -378,6 +378,12 @@ TEST(GatewayTest, MemoryRoutesReachEveryWorkerAndRefusalsAreJoined) {
     refused = post(g.port(), "/resume_memory_occupation", "{}");
     EXPECT_NE(refused.body.find(R"("message":"group 0 is busy")"), std::string::npos) << "one reason once: "
                                                                                         << refused.body;
+    // The weight version every worker reports; SageMaker's /ping answered by the front.
+    auto version = post(g.port(), "/update_weight_version", R"({"new_version": "step-3"})");
+    EXPECT_EQ(version.status, 200) << version.body;
+    for (const Worker* w : {&a, &b})
+        EXPECT_NE(get(w->server.port(), "/model_info").body.find(R"("weight_version":"step-3")"), std::string::npos);
+    EXPECT_EQ(get(g.port(), "/ping").status, 200);
 }
 
 // /abort_request goes to every worker with its body: a request id may be on any of them. Also

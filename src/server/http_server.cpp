@@ -263,8 +263,11 @@ class Session : public std::enable_shared_from_this<Session> {
         // SGLang's @auth_level(ADMIN_OPTIONAL) routes: the admin key when there is one.
         const bool admin = path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
                            path == "/continue_generation" || path == "/update_weights_from_disk" ||
-                           path == "/release_memory_occupation" || path == "/resume_memory_occupation" || record_action;
-        const RouteKind kind = path == "/health" ? RouteKind::kOpen : admin ? RouteKind::kAdmin : RouteKind::kApi;
+                           path == "/release_memory_occupation" || path == "/resume_memory_occupation" ||
+                           path == "/update_weight_version" || record_action;
+        // /ping: SageMaker's health check.
+        const bool open = path == "/health" || path == "/ping";
+        const RouteKind kind = open ? RouteKind::kOpen : admin ? RouteKind::kAdmin : RouteKind::kApi;
         const auto header = [&](http::field f) { return std::string_view(req[f].data(), req[f].size()); };
         if (auto denied = check_access(state_->access, kind, header(http::field::host),
                                        header(http::field::authorization))) {
@@ -276,7 +279,8 @@ class Session : public std::enable_shared_from_this<Session> {
             if (bad) respond_error(*bad);
             return !bad;
         };
-        if (path == "/v1/chat/completions") {
+        if (path == "/v1/chat/completions" || path == "/invocations") {
+            // /invocations: SageMaker's name for chat completions (http_server.py sagemaker_chat_completions).
             if (allow(post, "POST") && json_body()) start_generation(ApiKind::kChatCompletion);
         } else if (path == "/v1/completions") {
             if (allow(post, "POST") && json_body()) start_generation(ApiKind::kCompletion);
@@ -286,7 +290,7 @@ class Session : public std::enable_shared_from_this<Session> {
             if (allow(post, "POST") && json_body()) start_generation(ApiKind::kEmbedding);
         } else if (path == "/encode") {
             if (allow(post || m == http::verb::put, "POST, PUT") && json_body()) start_generation(ApiKind::kEncode);
-        } else if (path == "/health") {
+        } else if (path == "/health" || path == "/ping") {
             if (!allow(get, "GET")) return;
             const bool up = backend.ready() && !state_->stopping.load();
             respond(up ? 200 : 503, kText, "");
@@ -432,6 +436,28 @@ class Session : public std::enable_shared_from_this<Session> {
             } else {
                 backend.resume_memory_occupation(regions, std::move(answer));
             }
+        } else if (path == "/update_weight_version") {
+            // http_server.py update_weight_version: no weights change, only what /model_info and
+            // /weight_version report; every request is ended first unless told otherwise.
+            if (!allow(post, "POST") || !json_body()) return;
+            std::variant<WeightVersionInput, ApiError> parsed = parse_update_weight_version(parser_->get().body());
+            if (auto* error = std::get_if<ApiError>(&parsed)) return respond_error(*error);
+            const WeightVersionInput& in = std::get<WeightVersionInput>(parsed);
+            if (in.abort_all_requests) backend.abort_prefixed("");
+            state_->set_weight_version(in.new_version);
+            respond(200, kJson,
+                    nlohmann::ordered_json{{"success", true},
+                                           {"message", "Weight version updated to " + in.new_version},
+                                           {"new_version", in.new_version}}
+                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        } else if (path == "/separate_reasoning" || path == "/parse_function_call") {
+            if (!allow(post, "POST") || !json_body()) return;
+            const std::string_view body = parser_->get().body();
+            std::variant<std::string, ApiError> answer =
+                path == "/separate_reasoning" ? separate_reasoning_answer(body)
+                                              : parse_function_call_answer(body, state_->protocol.tool_calls);
+            if (auto* error = std::get_if<ApiError>(&answer)) return respond_error(*error);
+            respond(200, kJson, std::get<std::string>(answer));
         } else if (path == "/flush_cache") {
             if (!allow(post, "POST")) return;  // it changes state: never a GET a page can trigger
             Status st = backend.flush_cache();

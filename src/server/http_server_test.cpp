@@ -348,6 +348,32 @@ TEST_F(HttpServerTest, MemoryOccupation) {
     EXPECT_EQ(busy.json()["error"]["message"], "release_memory_occupation should be called only when server is idle");
 }
 
+// http_server.py update_weight_version: what /model_info reports changes, every request ends
+// first unless told otherwise; SageMaker's /invocations is chat completions; the text-parsing
+// routes answer without the model.
+TEST_F(HttpServerTest, WeightVersionSageMakerAndParsingRoutes) {
+    HttpResponse r =
+        call("POST", "/update_weight_version", R"({"new_version": "step-9", "abort_all_requests": false})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body, R"({"success":true,"message":"Weight version updated to step-9","new_version":"step-9"})");
+    EXPECT_EQ(call("GET", "/model_info").json()["weight_version"], "step-9");
+    EXPECT_EQ(call("POST", "/update_weight_version", "{}").status, 400);
+    EXPECT_EQ(call("GET", "/update_weight_version").status, 405);
+
+    HttpResponse chat = call("POST", "/invocations", kChat + "}");
+    ASSERT_EQ(chat.status, 200) << chat.body;
+    EXPECT_EQ(chat.json()["object"], "chat.completion");
+
+    HttpResponse split =
+        call("POST", "/separate_reasoning", R"({"text": "a</think>b", "reasoning_parser": "deepseek-r1"})");
+    ASSERT_EQ(split.status, 200) << split.body;
+    EXPECT_EQ(split.json()["reasoning_text"], "a");
+    HttpResponse calls = call("POST", "/parse_function_call", R"({"text": "hi", "tool_call_parser": "qwen25"})");
+    ASSERT_EQ(calls.status, 200) << calls.body;
+    EXPECT_EQ(calls.json()["normal_text"], "hi");
+    EXPECT_EQ(call("POST", "/parse_function_call", R"({"text": "hi"})").status, 400) << "no parser at launch";
+}
+
 // GET /v1/models/NAME: the served model's card, another name OpenAI's 404.
 TEST_F(HttpServerTest, RetrieveModel) {
     HttpResponse r = call("GET", "/v1/models/tiny");
@@ -475,8 +501,9 @@ TEST_F(HttpServerTest, AccessControl) {
     const std::string json = "Content-Type: application/json\r\n";
     const std::string local = "Host: tessera.internal:8000\r\n";
     const std::string user = "Authorization: Bearer sk-user\r\n";
-    // /health needs no key; everything else does.
+    // /health (and SageMaker's /ping) need no key; everything else does.
     EXPECT_EQ(as("GET", "/health", local).status, 200);
+    EXPECT_EQ(as("GET", "/ping", local).status, 200);
     for (const char* path : {"/v1/models", "/get_server_info", "/metrics"}) {
         HttpResponse r = as("GET", path, local);
         EXPECT_EQ(r.status, 401) << path;
@@ -493,6 +520,7 @@ TEST_F(HttpServerTest, AccessControl) {
     EXPECT_EQ(as("POST", "/abort_request", local + json + user, R"({"abort_all": true})").status, 401);
     EXPECT_EQ(as("POST", "/abort_request", local + json + "Authorization: Bearer sk-admin\r\n", "{}").status, 200);
     EXPECT_EQ(as("POST", "/update_weights_from_disk", local + json + user, R"({"model_path": "m"})").status, 401);
+    EXPECT_EQ(as("POST", "/update_weight_version", local + json + user, R"({"new_version": "v"})").status, 401);
     for (const char* path :
          {"/pause_generation", "/continue_generation", "/release_memory_occupation", "/resume_memory_occupation"}) {
         EXPECT_EQ(as("POST", path, local + json + user, "{}").status, 401) << path;

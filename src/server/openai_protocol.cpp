@@ -1212,6 +1212,93 @@ std::variant<WeightUpdateInput, ApiError> parse_update_weights_from_disk(std::st
     });
 }
 
+std::variant<WeightVersionInput, ApiError> parse_update_weight_version(std::string_view body) {
+    return read_body<WeightVersionInput>(body, [](FieldReader& r) {
+        WeightVersionInput in;
+        const std::optional<std::string> version = r.string("new_version");
+        if (!version && r.ok()) r.fail("new_version", "is required: the weight version to report");
+        in.new_version = version.value_or("");
+        if (auto v = r.boolean("abort_all_requests")) in.abort_all_requests = *v;
+        return in;
+    });
+}
+
+std::variant<std::string, ApiError> separate_reasoning_answer(std::string_view body) {
+    std::optional<ReasoningFormat> format;
+    std::variant<Json, ApiError> answer = read_body<Json>(body, [&](FieldReader& r) {
+        const std::optional<std::string> text = r.string("text");
+        if (!text && r.ok()) r.fail("text", "is required: the text to separate");
+        const std::optional<std::string> name = r.string("reasoning_parser");
+        if (!name && r.ok()) r.fail("reasoning_parser", "is required, e.g. \"deepseek-r1\" or \"qwen3\"");
+        const bool blocks = r.boolean("return_blocks").value_or(false);
+        if (!r.ok()) return Json();
+        StatusOr<ReasoningFormat> found = reasoning_format(*name);
+        if (!found.ok()) {
+            r.fail("reasoning_parser", found.status().message());
+            return Json();
+        }
+        // reasoning_parser.py ReasoningParser: the detector's own force_reasoning, streamed.
+        const ReasoningParts parts = ReasoningDetector(*found, found->always_reasoning, true).parse_all(*text);
+        Json out = {{"reasoning_text", parts.reasoning}, {"text", parts.normal}};
+        if (blocks) {
+            Json all = Json::array();
+            if (!parts.reasoning.empty()) all.push_back({{"type", "reasoning"}, {"text", parts.reasoning}});
+            if (!parts.normal.empty()) all.push_back({{"type", "text"}, {"text", parts.normal}});
+            out["reasoning_blocks"] = parts.reasoning.empty() ? Json::array() : Json::array({parts.reasoning});
+            out["text_blocks"] = parts.normal.empty() ? Json::array() : Json::array({parts.normal});
+            out["blocks"] = std::move(all);
+        }
+        return out;
+    });
+    if (auto* error = std::get_if<ApiError>(&answer)) return std::move(*error);
+    return std::get<Json>(answer).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::variant<std::string, ApiError> parse_function_call_answer(std::string_view body,
+                                                                const std::optional<ToolCallFormat>& launch_format) {
+    std::variant<Json, ApiError> answer = read_body<Json>(body, [&](FieldReader& r) {
+        const std::optional<std::string> text = r.string("text");
+        if (!text && r.ok()) r.fail("text", "is required: the text to parse");
+        std::optional<ToolCallFormat> format = launch_format;
+        if (const std::optional<std::string> name = r.string("tool_call_parser")) {
+            StatusOr<ToolCallFormat> found = tool_call_format(*name);
+            if (found.ok()) format = *found;
+            else r.fail("tool_call_parser", found.status().message());
+        } else if (!format && r.ok()) {
+            r.fail("tool_call_parser", "is required: this server was started without --tool-call-parser");
+        }
+        std::vector<std::string> names;
+        if (const Json* tools = r.get("tools"); tools && !tools->is_array()) {
+            r.wrong_type<Json>("tools", "a list of tools", *tools);
+        } else if (tools) {
+            for (std::size_t i = 0; i < tools->size(); ++i) {
+                const Json& t = (*tools)[i];
+                if (!t.is_object() || !t.contains("function") || !t["function"].is_object() ||
+                    !t["function"].contains("name") || !t["function"]["name"].is_string()) {
+                    r.fail("tools[" + std::to_string(i) + "]", "must be {\"type\": \"function\", \"function\": "
+                                                               "{\"name\": …}}");
+                    break;
+                }
+                names.push_back(t["function"]["name"].get<std::string>());
+            }
+        }
+        if (!r.ok()) return Json();
+        // function_call_parser.py parse_non_stream: no tools, or no call, leaves the text whole.
+        const ToolCallParts parts = names.empty() ? ToolCallParts{.normal = *text}
+                                                  : ToolCallDetector(*format, names).parse_all(*text);
+        Json calls = Json::array();
+        for (const ParsedToolCall& call : parts.calls) {
+            const auto at = std::find(names.begin(), names.end(), call.name);
+            calls.push_back({{"tool_index", at == names.end() ? -1 : static_cast<int>(at - names.begin())},
+                             {"name", call.name},
+                             {"parameters", call.arguments}});
+        }
+        return Json{{"normal_text", calls.empty() ? *text : parts.normal}, {"calls", std::move(calls)}};
+    });
+    if (auto* error = std::get_if<ApiError>(&answer)) return std::move(*error);
+    return std::get<Json>(answer).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 std::variant<Backend::MemoryRegions, ApiError> parse_memory_occupation(std::string_view body) {
     const bool blank = std::all_of(body.begin(), body.end(), [](unsigned char c) { return std::isspace(c); });
     return read_body<Backend::MemoryRegions>(blank ? std::string_view("{}") : body, [](FieldReader& r) {

@@ -199,6 +199,26 @@ std::variant<WeightUpdateInput, ApiError> parse_update_weights_from_disk(std::st
 // (null, missing or empty: all of them, constants.py GPU_MEMORY_ALL_TYPES). An empty body is {}.
 std::variant<Backend::MemoryRegions, ApiError> parse_memory_occupation(std::string_view body);
 
+// /update_weight_version's body (io_struct.py UpdateWeightVersionReqInput): new_version
+// (required) and abort_all_requests (true).
+struct WeightVersionInput {
+    std::string new_version;
+    bool abort_all_requests = true;
+};
+std::variant<WeightVersionInput, ApiError> parse_update_weight_version(std::string_view body);
+
+// SGLang's text-parsing routes (http_server.py separate_reasoning_request and
+// parse_function_call_request): the parsers run on a text the client sends, no model; the
+// answer body, or why not.
+// /separate_reasoning: {text, reasoning_parser, return_blocks (false)} → {reasoning_text,
+// text} (with return_blocks also reasoning_blocks, text_blocks and blocks).
+std::variant<std::string, ApiError> separate_reasoning_answer(std::string_view body);
+// /parse_function_call: {text, tools, tool_call_parser (the launch's --tool-call-parser when
+// null)} → {normal_text, calls: [{tool_index, name, parameters}]}, tool_index the tool's place
+// in `tools`. Without tools the text is all normal_text.
+std::variant<std::string, ApiError> parse_function_call_answer(std::string_view body,
+                                                                const std::optional<ToolCallFormat>& launch_format);
+
 // /v1/tokenize's body (protocol.py TokenizeRequest): prompt, a string or a list of them (one
 // answer each), and add_special_tokens (true); "model" is read past.
 struct TokenizeInput {

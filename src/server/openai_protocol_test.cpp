@@ -1428,3 +1428,99 @@ TEST(ResponseBuilderTest, ErrorEvent) {
 
 }  // namespace
 }  // namespace tessera::server
+
+namespace tessera::server {
+namespace {
+
+// http_server.py update_weight_version: new_version required, abort_all_requests true unless
+// told otherwise.
+TEST(OpenAiProtocolTest, UpdateWeightVersionBody) {
+    auto in = parse_update_weight_version(R"({"new_version": "step-7"})");
+    ASSERT_TRUE(std::holds_alternative<WeightVersionInput>(in));
+    EXPECT_EQ(std::get<WeightVersionInput>(in).new_version, "step-7");
+    EXPECT_TRUE(std::get<WeightVersionInput>(in).abort_all_requests);
+    in = parse_update_weight_version(R"({"new_version": "v", "abort_all_requests": false})");
+    EXPECT_FALSE(std::get<WeightVersionInput>(in).abort_all_requests);
+    for (const char* bad : {"{}", R"({"new_version": 3})", R"({"new_version": "v", "abort_all_requests": 1})"}) {
+        auto refused = parse_update_weight_version(bad);
+        ASSERT_TRUE(std::holds_alternative<ApiError>(refused)) << bad;
+        EXPECT_EQ(std::get<ApiError>(refused).http_status, 400);
+    }
+}
+
+// http_server.py separate_reasoning_request: the named parser's split of a text, with its
+// own force_reasoning (DeepSeek-R1's output starts inside the reasoning, Qwen3's does not).
+TEST(OpenAiProtocolTest, SeparateReasoning) {
+    const auto answer = [](const std::string& body) {
+        auto a = separate_reasoning_answer(body);
+        EXPECT_TRUE(std::holds_alternative<std::string>(a)) << body;
+        return std::holds_alternative<std::string>(a) ? nlohmann::json::parse(std::get<std::string>(a))
+                                                       : nlohmann::json();
+    };
+    nlohmann::json r1 = answer(R"({"text": "weigh it</think>42", "reasoning_parser": "deepseek-r1"})");
+    EXPECT_EQ(r1["reasoning_text"], "weigh it");
+    EXPECT_EQ(r1["text"], "42");
+    EXPECT_FALSE(r1.contains("blocks"));
+    nlohmann::json qwen = answer(R"({"text": "no thinking here", "reasoning_parser": "qwen3"})");
+    EXPECT_EQ(qwen["reasoning_text"], "");
+    EXPECT_EQ(qwen["text"], "no thinking here");
+    nlohmann::json blocks =
+        answer(R"({"text": "<think>a</think>b", "reasoning_parser": "qwen3", "return_blocks": true})");
+    EXPECT_EQ(blocks["reasoning_blocks"], nlohmann::json::array({"a"}));
+    EXPECT_EQ(blocks["text_blocks"], nlohmann::json::array({"b"}));
+    EXPECT_EQ(blocks["blocks"][0]["type"], "reasoning");
+    EXPECT_EQ(blocks["blocks"][1]["text"], "b");
+    for (const char* bad : {R"({"text": "x"})", R"({"reasoning_parser": "qwen3"})",
+                            R"({"text": "x", "reasoning_parser": "nope"})"}) {
+        auto refused = separate_reasoning_answer(bad);
+        ASSERT_TRUE(std::holds_alternative<ApiError>(refused)) << bad;
+        EXPECT_EQ(std::get<ApiError>(refused).http_status, 400);
+    }
+    EXPECT_NE(std::get<ApiError>(separate_reasoning_answer(R"({"text": "x", "reasoning_parser": "nope"})"))
+                  .message.find("deepseek-r1"),
+              std::string::npos)
+        << "lists the parsers";
+}
+
+// http_server.py parse_function_call_request: the calls of the offered tools, each with its
+// tool's place in the list; the launch's --tool-call-parser when the body names none.
+TEST(OpenAiProtocolTest, ParseFunctionCall) {
+    const std::string tools = R"([{"type": "function", "function": {"name": "add"}},
+                                  {"type": "function", "function": {"name": "get_weather"}}])";
+    const std::string text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                             "\"Paris\"}}\n</tool_call>";
+    const nlohmann::json body = {{"text", text}, {"tools", nlohmann::json::parse(tools)},
+                                 {"tool_call_parser", "qwen25"}};
+    auto a = parse_function_call_answer(body.dump(), std::nullopt);
+    ASSERT_TRUE(std::holds_alternative<std::string>(a)) << std::get<ApiError>(a).message;
+    const nlohmann::json parsed = nlohmann::json::parse(std::get<std::string>(a));
+    EXPECT_EQ(parsed["normal_text"], "Let me check.");
+    ASSERT_EQ(parsed["calls"].size(), 1u);
+    EXPECT_EQ(parsed["calls"][0]["tool_index"], 1);
+    EXPECT_EQ(parsed["calls"][0]["name"], "get_weather");
+    EXPECT_EQ(nlohmann::json::parse(parsed["calls"][0]["parameters"].get<std::string>()),
+              nlohmann::json({{"city", "Paris"}}));
+
+    nlohmann::json no_tools = body;
+    no_tools.erase("tools");
+    EXPECT_EQ(nlohmann::json::parse(std::get<std::string>(parse_function_call_answer(no_tools.dump(), std::nullopt))),
+              nlohmann::json({{"normal_text", text}, {"calls", nlohmann::json::array()}}))
+        << "no tools: the text is all normal_text";
+
+    nlohmann::json launch = body;
+    launch.erase("tool_call_parser");
+    EXPECT_TRUE(std::holds_alternative<std::string>(parse_function_call_answer(launch.dump(),
+                                                                               tool_call_format("qwen25").value())));
+    auto unnamed = parse_function_call_answer(launch.dump(), std::nullopt);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(unnamed));
+    EXPECT_NE(std::get<ApiError>(unnamed).message.find("--tool-call-parser"), std::string::npos);
+    nlohmann::json unknown = body;
+    unknown["tool_call_parser"] = "nope";
+    EXPECT_TRUE(std::holds_alternative<ApiError>(parse_function_call_answer(unknown.dump(), std::nullopt)));
+    nlohmann::json bad_tools = body;
+    bad_tools["tools"] = nlohmann::json::array({1});
+    EXPECT_TRUE(std::holds_alternative<ApiError>(parse_function_call_answer(bad_tools.dump(), std::nullopt)));
+}
+
+}  // namespace
+}  // namespace tessera::server
