@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     options.served_model_name = "fuzz";
     options.max_model_len = 4096;
     for (auto kind : {tessera::server::ApiKind::kChatCompletion, tessera::server::ApiKind::kCompletion,
-                      tessera::server::ApiKind::kGenerate}) {
+                      tessera::server::ApiKind::kGenerate, tessera::server::ApiKind::kScore}) {
         (void)tessera::server::parse_request(kind, body, options, "fuzz-id");
     }
     // SGLang's session routes, /abort_request, /pause_generation and the tokenizer routes.

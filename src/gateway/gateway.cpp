@@ -51,7 +51,7 @@ std::string error_json(int status, const std::string& message, const std::string
 // The routes a request is proxied on to one worker: generation, and an embedding server's.
 bool is_generation_route(const std::string& path) {
     return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/generate" ||
-           path == "/v1/embeddings" || path == "/encode" || path == "/invocations";
+           path == "/v1/embeddings" || path == "/encode" || path == "/invocations" || path == "/v1/score";
 }
 
 // The expert distribution recorder's routes: under DP attention only the first worker takes

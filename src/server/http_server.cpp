@@ -286,6 +286,8 @@ class Session : public std::enable_shared_from_this<Session> {
             if (allow(post, "POST") && json_body()) start_generation(ApiKind::kCompletion);
         } else if (path == "/generate") {
             if (allow(post || m == http::verb::put, "POST, PUT") && json_body()) start_generation(ApiKind::kGenerate);
+        } else if (path == "/v1/score") {
+            if (allow(post, "POST") && json_body()) start_generation(ApiKind::kScore);
         } else if (path == "/v1/embeddings") {
             if (allow(post, "POST") && json_body()) start_generation(ApiKind::kEmbedding);
         } else if (path == "/encode") {
@@ -550,6 +552,10 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         ParsedRequest& request = parsed.request;
         const int n = static_cast<int>(request.requests.size());
+        if (n == 0) {  // /v1/score with no items: SGLang answers empty scores
+            state_->n_pending.fetch_sub(1);
+            return respond(200, kJson, ResponseBuilder(request).body());
+        }
         auto ticket = std::make_shared<PendingTicket>(state_, n);
         auto gen = std::make_unique<ActiveGeneration>();
         gen->seq = ++gen_seq_;

@@ -1,6 +1,7 @@
 #include "server/openai_protocol.h"
 
 #include "server/embedding_protocol.h"
+#include "server/score_protocol.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -1406,6 +1407,10 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
         outcome.error = parse_embedding_request(kind, root, options, out);
         return outcome;
     }
+    if (kind == ApiKind::kScore) {
+        outcome.error = parse_score_request(root, options, out);
+        return outcome;
+    }
     if (options.skip_tokenizer_init && kind != ApiKind::kGenerate) {
         outcome.error = invalid("", "this server runs without a tokenizer (--skip-tokenizer-init): send input_ids to "
                                     "POST /generate, which answers with output_ids");
@@ -1431,7 +1436,8 @@ ParseOutcome parse_request(ApiKind kind, std::string_view body, const ProtocolOp
             break;
         case ApiKind::kEmbedding:
         case ApiKind::kEncode:
-            break;  // parse_embedding_request, above
+        case ApiKind::kScore:
+            break;  // parse_embedding_request and parse_score_request, above
     }
     if (batch.empty()) batch.push_back(base);
     // io_struct.py _normalize_rid: one rid per input (the samples of n are named after it).

@@ -24,7 +24,7 @@
 namespace tessera::server {
 
 // kEmbedding: POST /v1/embeddings (OpenAI); kEncode: SGLang's native POST /encode.
-enum class ApiKind { kChatCompletion, kCompletion, kGenerate, kEmbedding, kEncode };
+enum class ApiKind { kChatCompletion, kCompletion, kGenerate, kEmbedding, kEncode, kScore };
 
 // Deepest nesting of arrays / objects a request body may have (tool schemas nest a few
 // levels; 10^5 levels would overflow the stack of any recursive walk of the value).
@@ -146,6 +146,8 @@ struct ParsedRequest {
     bool base64 = false;
     // /encode or /generate was given a list of inputs: it answers a list, even of one.
     bool batched_input = false;
+    // /v1/score: each item's label probabilities normalised over the labels.
+    bool apply_softmax = false;
     std::vector<GenerationRequest> requests;
 };
 
@@ -289,6 +291,7 @@ class ResponseBuilder {
 
     std::string stream_chunk(std::size_t index, const GenerationEvent& event);
     std::string embedding_body() const;  // kEmbedding and kEncode (embedding_protocol.cpp)
+    std::string score_body() const;      // kScore (score_protocol.cpp)
     std::string stream_end() const;
     std::string usage_json_dump() const;
 
@@ -306,6 +309,7 @@ class ResponseBuilder {
     std::optional<std::int64_t> dimensions_;
     bool base64_;
     bool batched_input_;
+    bool apply_softmax_;
     std::optional<ReasoningFormat> reasoning_;
     bool force_reasoning_;
     std::optional<ToolCallFormat> tool_calls_;

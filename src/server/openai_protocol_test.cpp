@@ -1524,3 +1524,81 @@ TEST(OpenAiProtocolTest, ParseFunctionCall) {
 
 }  // namespace
 }  // namespace tessera::server
+
+namespace tessera::server {
+namespace {
+
+ParseOutcome score(const std::string& body) { return parse_request(ApiKind::kScore, body, options(), "score-1"); }
+
+// serving_score.py / score_request: one request per item (query + item, or item + query),
+// each reading the labels' log-probabilities at its prompt's end with no token generated.
+TEST(OpenAiProtocolTest, ScoreRequestIsOnePrefillPerItem) {
+    ParseOutcome text = score(R"({"query": "Is it ", "items": ["red?", "blue?"], "label_token_ids": [9, 4],
+                                 "item_first": false})");
+    ASSERT_TRUE(text.ok()) << text.error->message;
+    ASSERT_EQ(text.request.requests.size(), 2u);
+    EXPECT_EQ(text.request.requests[1].input.text, "Is it blue?");
+    const GenerationParams& p = text.request.requests[0].params;
+    EXPECT_EQ(p.max_new_tokens, 0);
+    EXPECT_TRUE(p.logprobs);
+    EXPECT_EQ(p.logprob_start_len, -1);
+    EXPECT_EQ(p.token_ids_logprob, (std::vector<std::int32_t>{9, 4}));
+    EXPECT_EQ(score(R"({"query": "q", "items": "i", "label_token_ids": [1], "item_first": true})")
+                  .request.requests[0].input.text,
+              "iq");
+    ParseOutcome ids =
+        score(R"({"query": [1, 2], "items": [[3], [4, 5]], "label_token_ids": [7], "item_first": true})");
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(ids.request.requests[1].input.input_ids, (std::vector<std::int32_t>{4, 5, 1, 2}));
+    EXPECT_TRUE(score(R"({"query": "q", "items": [], "label_token_ids": [1]})").request.requests.empty());
+
+    for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
+             {R"({"query": "q", "items": ["i"]})", "label_token_ids is required for generation (CausalLM) models."},
+             {R"({"query": "q", "label_token_ids": [1]})", "items must be provided"},
+             {R"({"query": "q", "items": [[1]], "label_token_ids": [1]})",
+              "Invalid combination of query/items types for score_request."},
+             {R"({"query": [1], "items": ["x"], "label_token_ids": [1]})",
+              "Invalid combination of query/items types for score_request."},
+             {R"({"query": "q", "items": ["i"], "label_token_ids": [1], "return_pooled_hidden_states": true})",
+              "return_pooled_hidden_states is not supported for CausalLM models"},
+             {R"({"query": "q", "items": ["i"], "label_token_ids": [1], "query_embed_overrides": [[0.5]]})",
+              "not supported"},
+             {R"({"query": "q", "items": ["i"], "label_token_ids": [-1]})", "non-empty list of token ids"}}) {
+        ParseOutcome refused = score(body);
+        ASSERT_FALSE(refused.ok()) << body;
+        EXPECT_EQ(refused.error->http_status, 400);
+        EXPECT_NE(refused.error->message.find(message), std::string::npos) << refused.error->message;
+    }
+}
+
+// _convert_logprobs_to_scores: each label's probability, or a softmax over the labels.
+TEST(ResponseBuilderTest, ScoresAreLabelProbabilities) {
+    for (const bool softmax : {false, true}) {
+        ParseOutcome o = score(std::string(R"({"query": "q", "items": ["a", "b"], "label_token_ids": [9, 4],
+                                               "apply_softmax": )") + (softmax ? "true}" : "false}"));
+        ASSERT_TRUE(o.ok());
+        ResponseBuilder b(o.request);
+        for (std::size_t i = 0; i < 2; ++i) {
+            GenerationEvent e;
+            e.finish_reason = "length";
+            e.usage.prompt_tokens = 3;
+            e.unsampled_logprobs = TokenLogprob{.chosen = {{"x", std::log(0.5f)}, {"y", i == 0 ? std::log(0.25f)
+                                                                                              : -INFINITY}},
+                                                .chosen_ids = {9, 4}};
+            b.add_event(i, e);
+        }
+        const Json j = Json::parse(b.body());
+        EXPECT_EQ(j["object"], "scoring");
+        EXPECT_EQ(j["model"], "tiny");
+        EXPECT_EQ(j["usage"]["prompt_tokens"], 6);
+        EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+        const std::vector<double> first = j["scores"][0], second = j["scores"][1];
+        EXPECT_NEAR(first[0], softmax ? 2.0 / 3 : 0.5, 1e-6);
+        EXPECT_NEAR(first[1], softmax ? 1.0 / 3 : 0.25, 1e-6);
+        EXPECT_NEAR(second[0], softmax ? 1.0 : 0.5, 1e-6);
+        EXPECT_EQ(second[1], 0.0) << "a label outside the distribution scores 0";
+    }
+}
+
+}  // namespace
+}  // namespace tessera::server

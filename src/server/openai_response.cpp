@@ -209,6 +209,7 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request)
       dimensions_(request.dimensions),
       base64_(request.base64),
       batched_input_(request.batched_input),
+      apply_softmax_(request.apply_softmax),
       reasoning_(request.reasoning),
       force_reasoning_(request.force_reasoning),
       tool_calls_(request.tool_calls),
@@ -448,6 +449,7 @@ std::string ResponseBuilder::stream_end() const {
 
 std::string ResponseBuilder::body() const {
     if (kind_ == ApiKind::kEmbedding || kind_ == ApiKind::kEncode) return embedding_body();
+    if (kind_ == ApiKind::kScore) return score_body();
     if (kind_ == ApiKind::kGenerate) {
         Json items = Json::array();
         for (std::size_t i = 0; i < choices_.size(); ++i) {

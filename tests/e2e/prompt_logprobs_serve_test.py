@@ -11,7 +11,9 @@ top_logprobs_num the best ones of each row, and with token_ids_logprob those tok
 prompt and output row. The same request served again from a warm prefix
 cache answers the same; max_new_tokens 0 answers the prompt's log-probabilities and no output;
 a logprob_start_len past the prompt is a 400 with SGLang's message. /v1/completions with echo
-and logprobs (lm-eval-harness's loglikelihood request) puts the prompt's tokens first.
+and logprobs (lm-eval-harness's loglikelihood request) puts the prompt's tokens first. /v1/score
+answers each item's label probabilities after query + item (token ids, and text), and with
+apply_softmax their softmax over the labels.
 Exit 0 when every check passes.
 """
 
@@ -199,6 +201,26 @@ def check_first_server(check, server, log_softmax):
     check("a batch with return_logprob and logprob_start_len per input",
           worst_input_error(first.get("input_token_logprobs", []), 0, log_softmax) < TOLERANCE and
           "input_token_logprobs" not in batch[1]["meta_info"], (status, batch))
+    # /v1/score: the labels' probabilities after query + item, one prefill per item.
+    query, items = PROMPT[:-3], [PROMPT[-3:], PROMPT[-3:-1]]
+    rows = [len(PROMPT) - 1, len(PROMPT) - 2]
+    for softmax in (False, True):
+        status, body = server.post("/v1/score", {"query": query, "items": items, "label_token_ids": CHOSEN,
+                                                 "apply_softmax": softmax})
+        want = [np.exp(log_softmax[row, CHOSEN]) for row in rows]
+        want = [w / w.sum() for w in want] if softmax else want
+        got = body.get("scores", []) if status == 200 else []
+        error = max((abs(np.log(g) - np.log(w)).max() for g, w in zip(np.array(got), want)), default=float("inf")) \
+            if len(got) == 2 else float("inf")
+        check(f"/v1/score (apply_softmax {softmax}): each item's label probabilities as the reference",
+              error < TOLERANCE and body.get("object") == "scoring" and
+              body.get("usage", {}).get("prompt_tokens") == 2 * len(PROMPT) - 1, (status, body, error))
+    status, body = server.post("/v1/score", {"query": TEXT[:20], "items": [TEXT[20:]], "label_token_ids": CHOSEN})
+    status2, same = generate(server, -1, max_new_tokens=0, token_ids_logprob=CHOSEN)
+    chosen = same.get("meta_info", {}).get("output_token_ids_logprobs", [[]])[0] if status2 == 200 else []
+    check("/v1/score with text: the joined text's distribution, as /generate answers it",
+          status == 200 and len(chosen) == 2 and
+          max(abs(np.log(s) - c[0]) for s, c in zip(body["scores"][0], chosen)) < TOLERANCE, (status, body, chosen))
     status, plain = server.post("/v1/completions", {**request, "logprobs": None})
     check("/v1/completions echo: the text starts with the prompt's text",
           status == 200 and plain["choices"][0]["text"].startswith("".join(lps.get("tokens", [])[:-1])) and
