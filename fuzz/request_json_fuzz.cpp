@@ -27,6 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)tessera::server::parse_update_weights_from_disk(body);
     (void)tessera::server::parse_memory_occupation(body);
     (void)tessera::server::parse_update_weight_version(body);
+    (void)tessera::server::parse_configure_logging(body);
     (void)tessera::server::separate_reasoning_answer(body);
     (void)tessera::server::parse_function_call_answer(body, tessera::server::tool_call_format("qwen25").value());
     (void)tessera::server::parse_tokenize_request(body);

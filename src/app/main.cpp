@@ -16,11 +16,7 @@
 namespace {
 
 void set_log_level(const std::string& level) {
-    using tessera::logging::Level;
-    if (level == "debug") tessera::logging::set_min_level(Level::kDebug);
-    if (level == "info") tessera::logging::set_min_level(Level::kInfo);
-    if (level == "warn" || level == "warning") tessera::logging::set_min_level(Level::kWarn);
-    if (level == "error") tessera::logging::set_min_level(Level::kError);
+    if (const auto named = tessera::logging::level_named(level)) tessera::logging::set_min_level(*named);
 }
 
 // One line for every flag that was accepted but changes nothing here (the launcher's ranks

@@ -132,7 +132,8 @@ int run_serve(const server::ServerArgs& args, std::optional<int> internal_rank, 
     ec.default_priority_value = args.default_priority_value;
     ec.abort_on_priority_when_disabled = args.abort_on_priority_when_disabled;
     ec.allow_auto_truncate = args.allow_auto_truncate;
-    ec.request_log = {.level = args.log_requests ? args.log_requests_level : -1,
+    ec.request_log = {.enabled = args.log_requests,
+                      .level = args.log_requests_level,
                       .json = args.log_requests_format == "json",
                       .targets = args.log_requests_target,
                       .rank = rank.runtime.coords.global_rank};

@@ -39,6 +39,14 @@ spdlog::level::level_enum to_spdlog(Level level) {
 
 void set_min_level(Level level) { g_min_level.store(static_cast<int>(level)); }
 
+std::optional<Level> level_named(std::string_view name) {
+    if (name == "debug") return Level::kDebug;
+    if (name == "info") return Level::kInfo;
+    if (name == "warn" || name == "warning") return Level::kWarn;
+    if (name == "error" || name == "critical") return Level::kError;
+    return std::nullopt;
+}
+
 void set_prefix(std::string prefix) {
     std::lock_guard<std::mutex> lock(g_mu);
     g_prefix = std::move(prefix);

@@ -3,6 +3,7 @@
 // Lines go to stderr as "[time LEVEL component] message"; the format string is checked
 // at compile time by fmt. Thread-safe.
 
+#include <optional>
 #include <string_view>
 
 #include <fmt/core.h>
@@ -11,8 +12,12 @@ namespace tessera::logging {
 
 enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
-// Process-wide settings, set once at start-up by the binary's main().
+// Process-wide settings, set at start-up by the binary's main() (the level also by
+// /configure_logging while serving).
 void set_min_level(Level level);
+// --log-level's names, as Python's logging takes them: debug, info, warn or warning, error,
+// critical (logged as error); nullopt for another.
+std::optional<Level> level_named(std::string_view name);
 void set_prefix(std::string prefix);  // e.g. "tp0" — shown in every line
 bool enabled(Level level);
 void write(Level level, std::string_view component, std::string_view message);

@@ -459,6 +459,17 @@ Status Engine::resume_memory(const MemoryRegions& regions) {
     return Status::Ok();
 }
 
+Status Engine::configure_logging(const LoggingChange& change) {
+    request_log_.configure(change.log_requests, change.log_requests_level, change.log_requests_json);
+    // This process's level; the other ranks' processes keep theirs.
+    if (change.log_level) logging::set_min_level(*change.log_level);
+    TSR_LOG(INFO, "configure_logging: request logging {} (level {}, {}){}", request_log_.on() ? "on" : "off",
+            change.log_requests_level ? std::to_string(*change.log_requests_level) : std::string("unchanged"),
+            change.log_requests_json ? (*change.log_requests_json ? "json" : "text") : "format unchanged",
+            change.log_level ? "; log level changed" : "");
+    return Status::Ok();
+}
+
 void Engine::hold_admission_while_needed() {
     scheduler_.hold_admission(!pending_updates_.empty() || released_.weights || released_.kv_cache);
 }

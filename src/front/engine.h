@@ -129,6 +129,7 @@ class Engine final : public server::Backend {
     void update_weights_from_disk(const WeightUpdate& update, std::function<void(Status)> done) override;
     void release_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) override;
     void resume_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) override;
+    Status configure_logging(const LoggingChange& change) override;
     StatusOr<std::string> open_session(const server::OpenSessionParams& params) override;
     void close_session(const std::string& session_id) override;
     void drain() override;
@@ -220,7 +221,7 @@ class Engine final : public server::Backend {
     void hold_admission_while_needed();
 
     const EngineConfig config_;
-    const RequestLog request_log_;
+    RequestLog request_log_;  // its settings change through configure_logging (thread-safe)
     std::unique_ptr<RequestMetricsFile> metrics_file_;  // --export-metrics-to-file
     std::unique_ptr<CrashDump> crash_dump_;             // --crash-dump-folder
     const tokenizer::Tokenizer* tokenizer_;

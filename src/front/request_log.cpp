@@ -143,20 +143,28 @@ class RequestLog::Targets {
     std::vector<File> files_;
 };
 
-RequestLog::RequestLog(RequestLogOptions options) : options_(std::move(options)) {
-    if (on() && options_.json && !options_.targets.empty()) targets_ = std::make_unique<Targets>(options_);
+RequestLog::RequestLog(RequestLogOptions options)
+    : options_(std::move(options)), enabled_(options_.enabled), level_(options_.level), json_(options_.json) {
+    if (!options_.targets.empty()) targets_ = std::make_unique<Targets>(options_);
+}
+
+void RequestLog::configure(std::optional<bool> enabled, std::optional<int> level, std::optional<bool> json) {
+    if (level) level_.store(*level, std::memory_order_relaxed);
+    if (json) json_.store(*json, std::memory_order_relaxed);
+    if (enabled) enabled_.store(*enabled, std::memory_order_relaxed);
 }
 
 RequestLog::~RequestLog() = default;
 
 void RequestLog::write(const std::string& line) const {
-    if (targets_) return targets_->write(line);
+    if (targets_ && json_.load(std::memory_order_relaxed)) return targets_->write(line);
     TSR_LOG_C(INFO, "request", "{}", line);
 }
 
 std::size_t RequestLog::output_chars() const {
-    if (options_.level < 2) return 0;
-    return options_.level == 2 ? kPartialChars : std::string::npos;
+    const int level = level_.load(std::memory_order_relaxed);
+    if (level < 2) return 0;
+    return level == 2 ? kPartialChars : std::string::npos;
 }
 
 void RequestLog::received(std::string_view rid, const server::GenerationInput& in, const server::GenerationParams& p,
@@ -165,20 +173,21 @@ void RequestLog::received(std::string_view rid, const server::GenerationInput& i
     Json line = Json::object();
     line["rid"] = rid;
     line["prompt_tokens"] = prompt_tokens;
-    if (options_.level >= 1) {
+    const int level = level_.load(std::memory_order_relaxed);
+    if (level >= 1) {
         line["sampling_params"] = Json{{"max_new_tokens", p.max_new_tokens}, {"temperature", p.temperature},
                                        {"top_p", p.top_p}, {"top_k", p.top_k}, {"min_p", p.min_p},
                                        {"frequency_penalty", p.frequency_penalty},
                                        {"presence_penalty", p.presence_penalty}, {"ignore_eos", p.ignore_eos},
                                        {"stop", p.stop}};
     }
-    if (options_.level >= 2) {
+    if (level >= 2) {
         const std::size_t chars = output_chars();
         if (in.text) line["text"] = cut(*in.text, chars);
         if (in.chat_json) line["chat"] = cut(*in.chat_json, chars);
         if (in.input_ids) line["input_ids"] = cut(dump(Json(*in.input_ids)), chars);
     }
-    write(render("Receive", std::move(line), options_.json));
+    write(render("Receive", std::move(line), json_.load(std::memory_order_relaxed)));
 }
 
 void RequestLog::finished(std::string_view rid, std::string_view finish_reason, const server::Usage& usage,
@@ -189,8 +198,8 @@ void RequestLog::finished(std::string_view rid, std::string_view finish_reason, 
                      {"prompt_tokens", usage.prompt_tokens},
                      {"completion_tokens", usage.completion_tokens},
                      {"cached_tokens", usage.cached_tokens}};
-    if (options_.level >= 2) line["out"] = cut(output, output_chars());
-    write(render("Finish", std::move(line), options_.json));
+    if (level_.load(std::memory_order_relaxed) >= 2) line["out"] = cut(output, output_chars());
+    write(render("Finish", std::move(line), json_.load(std::memory_order_relaxed)));
 }
 
 }  // namespace tessera::front

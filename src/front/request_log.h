@@ -8,11 +8,13 @@
 // (SGLang's request_logger.py). Used by the engine from the HTTP threads (received) and the
 // scheduler thread (finished); both are thread-safe.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,7 +26,8 @@
 namespace tessera::front {
 
 struct RequestLogOptions {
-    int level = -1;  // -1: off
+    bool enabled = false;  // --log-requests
+    int level = 2;         // --log-requests-level
     bool json = false;
     // "stdout", or a directory: json lines go to <directory>/<host>_<rank>.log, a new file each
     // hour (the previous one renamed "<name>.YYYY-MM-DD_HH" after the hour it began in, as
@@ -47,9 +50,12 @@ class RequestLog {
     explicit RequestLog(RequestLogOptions options);
     ~RequestLog();
 
-    bool on() const { return options_.level >= 0; }
+    bool on() const { return enabled_.load(std::memory_order_relaxed); }
     // How many characters of a request's output the finish line shows (0: none).
     std::size_t output_chars() const;
+    // /configure_logging (SGLang's RequestLogger.configure): unset fields stay. Json lines go to
+    // the launch's --log-requests-target, if it gave any, else to the log.
+    void configure(std::optional<bool> enabled, std::optional<int> level, std::optional<bool> json);
 
     // `params` as the request will run (max_new_tokens resolved).
     void received(std::string_view rid, const server::GenerationInput& input, const server::GenerationParams& params,
@@ -62,6 +68,9 @@ class RequestLog {
     void write(const std::string& line) const;  // to the targets when json lines have some
 
     RequestLogOptions options_;
+    std::atomic<bool> enabled_;
+    std::atomic<int> level_;
+    std::atomic<bool> json_;
     std::unique_ptr<Targets> targets_;  // null without --log-requests-target
 };
 

@@ -44,7 +44,8 @@ class RequestLogTargetTest : public ::testing::Test {
 // is renamed after the hour it began in and a new one takes the next lines.
 TEST_F(RequestLogTargetTest, JsonLinesGoToStdoutAndHourlyFiles) {
     auto now = std::chrono::system_clock::from_time_t(1'800'000'000);
-    RequestLogOptions options{.level = 0, .json = true, .targets = {"stdout", (dir_ / "logs").string()}, .rank = 3};
+    RequestLogOptions options{
+        .enabled = true, .level = 0, .json = true, .targets = {"stdout", (dir_ / "logs").string()}, .rank = 3};
     options.clock = [&now] { return now; };
     ASSERT_TRUE(check_request_log_targets(options).ok());
     const RequestLog log(options);
@@ -85,11 +86,39 @@ TEST_F(RequestLogTargetTest, UnwritableTargetIsRefusedNamingIt) {
     fs::create_directories(dir_);
     std::ofstream(dir_ / "plain_file") << "x";
     const std::string target = (dir_ / "plain_file" / "logs").string();
-    const Status s = check_request_log_targets({.level = 0, .json = true, .targets = {target}});
+    const Status s = check_request_log_targets({.enabled = true, .level = 0, .json = true, .targets = {target}});
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find("--log-requests-target " + target + ": cannot write"), std::string::npos)
         << s.message();
-    EXPECT_TRUE(check_request_log_targets({.level = 0, .json = true, .targets = {"stdout"}}).ok());
+    EXPECT_TRUE(check_request_log_targets({.enabled = true, .level = 0, .json = true, .targets = {"stdout"}}).ok());
+}
+
+// /configure_logging: request logging turned on, its level and format changed, and off again,
+// while the log object serves; json lines then go to the launch's targets.
+TEST_F(RequestLogTargetTest, ConfigureChangesLoggingWhileServing) {
+    RequestLog log({.enabled = false, .level = 2, .json = false, .targets = {"stdout"}});
+    server::GenerationInput input;
+    input.text = "hello there";
+    const auto received = [&] {
+        testing::internal::CaptureStdout();
+        log.received("r1", input, server::GenerationParams{}, 5);
+        return testing::internal::GetCapturedStdout();
+    };
+    EXPECT_FALSE(log.on());
+    EXPECT_EQ(received(), "") << "off";
+    log.configure(true, 1, true);
+    EXPECT_TRUE(log.on());
+    const std::string line = received();
+    ASSERT_FALSE(line.empty()) << "on, json to the launch's stdout target";
+    const nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_TRUE(j.contains("sampling_params")) << "level 1";
+    EXPECT_FALSE(j.contains("text")) << "level 1 leaves the input out";
+    EXPECT_EQ(log.output_chars(), 0u);
+    log.configure(std::nullopt, 3, std::nullopt);
+    EXPECT_EQ(log.output_chars(), std::string::npos) << "level 3: all of it";
+    EXPECT_TRUE(nlohmann::json::parse(received()).contains("text"));
+    log.configure(false, std::nullopt, std::nullopt);
+    EXPECT_EQ(received(), "");
 }
 
 }  // namespace

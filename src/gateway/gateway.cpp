@@ -69,7 +69,7 @@ bool is_expert_record_route(const std::string& path) {
 bool is_broadcast_route(const std::string& path) {
     return path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
            path == "/update_weights_from_disk" || path == "/release_memory_occupation" ||
-           path == "/resume_memory_occupation" || path == "/update_weight_version" ||
+           path == "/resume_memory_occupation" || path == "/update_weight_version" || path == "/configure_logging" ||
            path == "/continue_generation" || path == "/start_expert_distribution_record" ||
            path == "/stop_expert_distribution_record" || path == "/dump_expert_distribution_record";
 }

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "base/logging.h"
 #include "base/status.h"
 
 namespace tessera::server {
@@ -220,6 +221,18 @@ class Backend {
     }
     virtual void resume_memory_occupation(const MemoryRegions&, std::function<void(Status)> done) {
         done(Status::Unimplemented("this server cannot release its memory"));
+    }
+
+    // /configure_logging (SGLang's): request logging and the log level changed while serving;
+    // an unset field stays as it is.
+    struct LoggingChange {
+        std::optional<bool> log_requests;
+        std::optional<int> log_requests_level;          // 0-3
+        std::optional<bool> log_requests_json;          // log_requests_format "json" (else "text")
+        std::optional<logging::Level> log_level;
+    };
+    virtual Status configure_logging(const LoggingChange&) {
+        return Status::Unimplemented("this server cannot change its logging");
     }
 
     virtual std::string served_model_name() const = 0;

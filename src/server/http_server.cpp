@@ -264,7 +264,7 @@ class Session : public std::enable_shared_from_this<Session> {
         const bool admin = path == "/flush_cache" || path == "/abort_request" || path == "/pause_generation" ||
                            path == "/continue_generation" || path == "/update_weights_from_disk" ||
                            path == "/release_memory_occupation" || path == "/resume_memory_occupation" ||
-                           path == "/update_weight_version" || record_action;
+                           path == "/update_weight_version" || path == "/configure_logging" || record_action;
         // /ping: SageMaker's health check.
         const bool open = path == "/health" || path == "/ping";
         const RouteKind kind = open ? RouteKind::kOpen : admin ? RouteKind::kAdmin : RouteKind::kApi;
@@ -438,6 +438,14 @@ class Session : public std::enable_shared_from_this<Session> {
             } else {
                 backend.resume_memory_occupation(regions, std::move(answer));
             }
+        } else if (path == "/configure_logging") {
+            // http_server.py configure_logging: 200 with no body.
+            if (!allow(post, "POST") || !json_body()) return;
+            std::variant<Backend::LoggingChange, ApiError> parsed = parse_configure_logging(parser_->get().body());
+            if (auto* error = std::get_if<ApiError>(&parsed)) return respond_error(*error);
+            Status st = backend.configure_logging(std::get<Backend::LoggingChange>(parsed));
+            if (!st.ok()) return respond_error(ApiError::from_status(st));
+            respond(200, kText, "");
         } else if (path == "/update_weight_version") {
             // http_server.py update_weight_version: no weights change, only what /model_info and
             // /weight_version report; every request is ended first unless told otherwise.

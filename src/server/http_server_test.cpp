@@ -372,6 +372,26 @@ TEST_F(HttpServerTest, WeightVersionSageMakerAndParsingRoutes) {
     ASSERT_EQ(calls.status, 200) << calls.body;
     EXPECT_EQ(calls.json()["normal_text"], "hi");
     EXPECT_EQ(call("POST", "/parse_function_call", R"({"text": "hi"})").status, 400) << "no parser at launch";
+
+    // http_server.py configure_logging: 200 with no body; unset fields stay unset.
+    HttpResponse configured = call("POST", "/configure_logging",
+                                   R"({"log_requests": true, "log_requests_level": 3, "log_requests_format": "json",
+                                       "log_level": "WARNING"})");
+    ASSERT_EQ(configured.status, 200) << configured.body;
+    EXPECT_EQ(configured.body, "");
+    const Backend::LoggingChange change = backend_.logging_changes().back();
+    EXPECT_EQ(change.log_requests, true);
+    EXPECT_EQ(change.log_requests_level, 3);
+    EXPECT_EQ(change.log_requests_json, true);
+    EXPECT_EQ(change.log_level, logging::Level::kWarn);
+    ASSERT_EQ(call("POST", "/configure_logging", R"({"log_requests": false})").status, 200);
+    EXPECT_FALSE(backend_.logging_changes().back().log_requests_level.has_value());
+    for (const char* bad : {R"({"log_requests_level": 4})", R"({"log_requests_format": "xml"})",
+                            R"({"log_level": "loud"})", R"({"crash_dump_folder": "/tmp/x"})",
+                            R"({"dump_requests_folder": "/tmp/x"})"}) {
+        EXPECT_EQ(call("POST", "/configure_logging", bad).status, 400) << bad;
+    }
+    EXPECT_EQ(backend_.logging_changes().size(), 2u);
 }
 
 // GET /v1/models/NAME: the served model's card, another name OpenAI's 404.
@@ -521,6 +541,7 @@ TEST_F(HttpServerTest, AccessControl) {
     EXPECT_EQ(as("POST", "/abort_request", local + json + "Authorization: Bearer sk-admin\r\n", "{}").status, 200);
     EXPECT_EQ(as("POST", "/update_weights_from_disk", local + json + user, R"({"model_path": "m"})").status, 401);
     EXPECT_EQ(as("POST", "/update_weight_version", local + json + user, R"({"new_version": "v"})").status, 401);
+    EXPECT_EQ(as("POST", "/configure_logging", local + json + user, "{}").status, 401);
     for (const char* path :
          {"/pause_generation", "/continue_generation", "/release_memory_occupation", "/resume_memory_occupation"}) {
         EXPECT_EQ(as("POST", path, local + json + user, "{}").status, 401) << path;

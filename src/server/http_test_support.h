@@ -147,6 +147,15 @@ class FakeBackend : public Backend {
     void resume_memory_occupation(const MemoryRegions& regions, std::function<void(Status)> done) override {
         memory_call("resume", regions, std::move(done));
     }
+    Status configure_logging(const LoggingChange& change) override {
+        std::lock_guard lock(mu_);
+        logging_changes_.push_back(change);
+        return Status::Ok();
+    }
+    std::vector<LoggingChange> logging_changes() const {
+        std::lock_guard lock(mu_);
+        return logging_changes_;
+    }
     std::vector<std::string> memory_calls() const {
         std::lock_guard lock(mu_);
         return memory_calls_;
@@ -305,6 +314,7 @@ class FakeBackend : public Backend {
     std::vector<std::string> pauses_;  // GUARDED_BY(mu_)
     std::vector<WeightUpdate> updates_;               // GUARDED_BY(mu_)
     std::vector<std::string> memory_calls_;           // GUARDED_BY(mu_)
+    std::vector<LoggingChange> logging_changes_;      // GUARDED_BY(mu_)
     void memory_call(const char* what, const MemoryRegions& r, std::function<void(Status)> done) {
         {
             std::lock_guard lock(mu_);

@@ -15,6 +15,8 @@
 #include <limits>
 #include <random>
 
+#include "base/text.h"
+
 namespace tessera::server {
 namespace {
 
@@ -1221,6 +1223,29 @@ std::variant<WeightVersionInput, ApiError> parse_update_weight_version(std::stri
         in.new_version = version.value_or("");
         if (auto v = r.boolean("abort_all_requests")) in.abort_all_requests = *v;
         return in;
+    });
+}
+
+std::variant<Backend::LoggingChange, ApiError> parse_configure_logging(std::string_view body) {
+    return read_body<Backend::LoggingChange>(body, [](FieldReader& r) {
+        Backend::LoggingChange change;
+        change.log_requests = r.boolean("log_requests");
+        change.log_requests_level = r.integer("log_requests_level", 0, 3);
+        if (const std::optional<std::string> format = r.string("log_requests_format")) {
+            if (*format == "text" || *format == "json") change.log_requests_json = *format == "json";
+            else r.fail("log_requests_format", "is '" + *format + "': give 'text' or 'json'");
+        }
+        if (const std::optional<std::string> level = r.string("log_level")) {
+            change.log_level = logging::level_named(ascii_lower(*level));
+            if (!change.log_level) r.fail("log_level", "is '" + *level + "': give debug, info, warning or error");
+        }
+        if (r.has("crash_dump_folder"))
+            r.fail("crash_dump_folder", "cannot change while serving: give --crash-dump-folder at launch");
+        for (const char* dump :
+             {"dump_requests_folder", "dump_requests_threshold", "dump_requests_exclude_meta_keys"}) {
+            if (r.has(dump)) r.fail(dump, "is not supported: tessera does not dump requests to a folder");
+        }
+        return change;
     });
 }
 

@@ -209,6 +209,12 @@ struct WeightVersionInput {
 };
 std::variant<WeightVersionInput, ApiError> parse_update_weight_version(std::string_view body);
 
+// /configure_logging's body (io_struct.py ConfigureLoggingReq): log_requests,
+// log_requests_level (0-3), log_requests_format (text or json) and log_level; null or missing
+// fields stay as they are. crash_dump_folder (launch only) and SGLang's request dumps
+// (dump_requests_folder, dump_requests_threshold, dump_requests_exclude_meta_keys) are refused.
+std::variant<Backend::LoggingChange, ApiError> parse_configure_logging(std::string_view body);
+
 // SGLang's text-parsing routes (http_server.py separate_reasoning_request and
 // parse_function_call_request): the parsers run on a text the client sends, no model; the
 // answer body, or why not.

@@ -729,6 +729,25 @@ def check_request_log(tessera, model, workdir):
                     and "sampling_params" not in events[0])
         check(f"--log-requests level {level} ({fmt})", good, "\n".join(lines))
 
+    # /configure_logging: request logging turned on while serving, then off again.
+    started = start_side_server(tessera, model, workdir, "log_configured", [])
+    if started is None:
+        return
+    server, port, log_path = started
+    try:
+        generate = {"text": "hello tiles", "sampling_params": {"max_new_tokens": 2, "temperature": 0}}
+        post(port, "/generate", {**generate, "rid": "before"})
+        on = post(port, "/configure_logging", {"log_requests": True, "log_requests_level": 2})
+        post(port, "/generate", {**generate, "rid": "while-on"})
+        off = post(port, "/configure_logging", {"log_requests": False})
+        post(port, "/generate", {**generate, "rid": "after"})
+    finally:
+        stop_server(server)
+    lines = [line.split("[request] ", 1)[1] for line in open(log_path) if "[request] " in line]
+    check("/configure_logging turns request logging on and off while serving",
+          on[0] == 200 and off[0] == 200 and len(lines) == 2 and all("rid=while-on" in line for line in lines),
+          "\n".join(lines))
+
 
 def check_request_metrics_export(tessera, model, workdir):
     """--export-metrics-to-file: a JSON line per finished request in
