@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -353,14 +354,248 @@ TEST(StructuralTagTest, TriggersOpenTheirStructures) {
                   .find("the begin \"<g>\" starts with none of the triggers"), std::string::npos);
     EXPECT_NE(error(R"({"triggers": [""], "structures": [{"begin": "<g>", "schema": {}, "end": ""}]})")
                   .find("non-empty strings"), std::string::npos);
-    EXPECT_NE(error(R"({"triggers": ["<"], "structures": [{"begin": "<g>", "end": ""}]})").find(".schema"),
+    EXPECT_NE(error(R"({"triggers": ["<"], "structures": [{"begin": "<g>", "schema": 3, "end": ""}]})").find(".schema"),
               std::string::npos);
     EXPECT_NE(error(R"({"triggers": ["<"], "structures": [{"begin": "<g>", "schema": {"not": {}}, "end": ""}]})")
-                  .find("structural_tag schema:"), std::string::npos);
+                  .find("json_schema:"), std::string::npos);
     EXPECT_NE(error("[1]").find("a JSON object"), std::string::npos);
     const std::string long_trigger = std::string(5000, 'a');
     EXPECT_NE(error(R"({"triggers": [")" + long_trigger + R"("], "structures": [{"begin": ")" + long_trigger +
                     R"(", "schema": {}, "end": ""}]})").find("at most 4096 are taken"), std::string::npos);
+}
+
+namespace {
+
+// The text a structural tag accepts whole, and the prefixes it can still complete.
+struct TagLanguage {
+    std::optional<LazyDfa> dfa;
+    std::string error;
+
+    explicit TagLanguage(std::string_view spec) {
+        auto nfa = structural_tag_nfa(spec, JsonWhitespace{JsonWhitespace::Mode::kCompact, ""});
+        if (nfa.ok()) {
+            dfa.emplace(std::move(nfa.value()));
+        } else {
+            error = nfa.status().message();
+        }
+    }
+    bool matches(std::string_view text) {
+        EXPECT_TRUE(dfa) << error;
+        if (!dfa) return false;
+        const std::int32_t end = dfa->walk(dfa->start(), text);
+        return end != LazyDfa::kDead && dfa->accepting(end);
+    }
+    bool prefix(std::string_view text) {
+        EXPECT_TRUE(dfa) << error;
+        return dfa && dfa->walk(dfa->start(), text) != LazyDfa::kDead;
+    }
+};
+
+std::string tag_spec(std::string_view format) {
+    return R"({"type": "structural_tag", "format": )" + std::string(format) + "}";
+}
+
+// xgrammar's converter test's tags: "A1" L1 "A" and "A2" L2 "A", both opened by the trigger "A".
+std::string a_tags() {
+    return R"([{"begin": "A1", "content": {"type": "const_string", "value": "L1"}, "end": "A"},
+               {"begin": "A2", "content": {"type": "const_string", "value": "L2"}, "end": "A"}])";
+}
+
+std::string triggered_a(bool at_least_one, bool stop_after_first) {
+    return tag_spec(R"({"type": "triggered_tags", "triggers": ["A"], "tags": )" + a_tags() +
+                    R"(, "at_least_one": )" + (at_least_one ? "true" : "false") + R"(, "stop_after_first": )" +
+                    (stop_after_first ? "true" : "false") + "}");
+}
+
+}  // namespace
+
+// xgrammar's structural tag (structural_tag.cc): leaves and combinations.
+TEST(StructuralTagFormatTest, StringsSchemasAndCombinations) {
+    TagLanguage seq(tag_spec(R"({"type": "sequence", "elements": [
+        {"type": "const_string", "value": "A"},
+        {"type": "or", "elements": [{"type": "const_string", "value": "1"}, {"type": "regex", "pattern": "[0-9]{2}"},
+                                    {"type": "grammar", "grammar": "root ::= \"x\" [a-c]+"}]},
+        {"type": "json_schema", "json_schema": {"type": "object", "properties": {"n": {"type": "integer"}},
+                                                "required": ["n"]}}]})"));
+    EXPECT_TRUE(seq.matches(R"(A1{"n": 3})"));
+    EXPECT_TRUE(seq.matches(R"(A42{"n": -7})"));
+    EXPECT_TRUE(seq.matches(R"(Axcab{"n": 0})"));
+    EXPECT_FALSE(seq.prefix("B"));
+    EXPECT_FALSE(seq.prefix("A123"));
+    EXPECT_FALSE(seq.prefix(R"(A1{"m")")) << "undeclared properties are refused (xgrammar's strict mode)";
+    EXPECT_FALSE(seq.matches("A1"));
+
+    TagLanguage repeat(tag_spec(R"({"type": "repeat", "min": 2, "max": 3, "content": {"value": "ab"}})"));
+    EXPECT_FALSE(repeat.matches("ab"));
+    EXPECT_TRUE(repeat.matches("abab"));
+    EXPECT_TRUE(repeat.matches("ababab"));
+    EXPECT_FALSE(repeat.prefix("abababab"));
+    TagLanguage loops(tag_spec(R"({"type": "sequence", "elements": [
+        {"type": "plus", "content": {"type": "const_string", "value": "p"}},
+        {"type": "star", "content": {"type": "const_string", "value": "s"}},
+        {"type": "optional", "content": {"type": "const_string", "value": "o"}},
+        {"type": "repeat", "min": 1, "max": -1, "content": {"type": "const_string", "value": "r"}}]})"));
+    EXPECT_TRUE(loops.matches("pr"));
+    EXPECT_TRUE(loops.matches("pppssorrr"));
+    EXPECT_FALSE(loops.matches("sr"));
+    EXPECT_FALSE(loops.matches("poor"));
+    EXPECT_FALSE(loops.matches("pso"));
+
+    // No "type": the shape its keys fit (a tag, a const_string); a null schema takes any JSON.
+    TagLanguage untyped(tag_spec(R"({"begin": "<", "content": {"json_schema": null}, "end": ">"})"));
+    EXPECT_TRUE(untyped.matches(R"(<{"any": [1, "x"]}>)"));
+    EXPECT_TRUE(untyped.matches("<7>"));
+    EXPECT_FALSE(untyped.prefix("<7x"));
+}
+
+// A tag's content stops at the tag's end: any_text and free text may not write it (xgrammar's
+// automatic end detection), through the sequences and ors between them.
+TEST(StructuralTagFormatTest, TagsCloseAtTheirEnd) {
+    TagLanguage text(tag_spec(R"({"type": "tag", "begin": "BEG", "content": {"type": "any_text"}, "end": "END"})"));
+    EXPECT_TRUE(text.matches("BEGHello!END"));
+    EXPECT_TRUE(text.matches("BEGENENNDENEND"));
+    EXPECT_FALSE(text.prefix("BEGENENDEN"));
+    EXPECT_FALSE(text.prefix("BEGBEGENDEND"));
+    EXPECT_FALSE(text.matches("BEGHello"));
+
+    TagLanguage nested(tag_spec(R"({"type": "tag", "begin": "<s>", "end": ["</s>", "</S>"], "content":
+        {"type": "sequence", "elements": [{"type": "const_string", "value": "[T]"},
+                                          {"type": "any_text", "excludes": ["bad"]}]}})"));
+    EXPECT_TRUE(nested.matches("<s>[T]abc</s>"));
+    EXPECT_TRUE(nested.matches("<s>[T]abc</S>"));
+    EXPECT_FALSE(nested.prefix("<s>[T]a</s>b"));
+    EXPECT_FALSE(nested.prefix("<s>[T]a bad"));
+    EXPECT_FALSE(nested.prefix("<s>abc"));
+
+    TagLanguage optional_end(
+        tag_spec(R"({"type": "tag", "begin": "BEG", "content": {"value": "X"}, "end": ["", "END"]})"));
+    EXPECT_TRUE(optional_end.matches("BEGX"));
+    EXPECT_TRUE(optional_end.matches("BEGXEND"));
+
+    TagLanguage thinking(tag_spec(R"({"type": "tag", "begin": "<r>", "end": "</r>", "content":
+        {"type": "triggered_tags", "triggers": ["<f"], "tags": [{"begin": "<f>", "content": {"value": "1"},
+                                                                  "end": "</f>"}]}})"));
+    EXPECT_TRUE(thinking.matches("<r>hello <f>1</f> bye</r>"));
+    EXPECT_FALSE(thinking.prefix("<r>hello</r>more"));
+    EXPECT_FALSE(thinking.prefix("<r><f>2"));
+}
+
+// triggered_tags, with xgrammar's converter test's cases for at_least_one and stop_after_first.
+TEST(StructuralTagFormatTest, TriggeredTagsFlags) {
+    TagLanguage any(triggered_a(false, false));
+    EXPECT_TRUE(any.matches(""));
+    EXPECT_TRUE(any.matches("text"));
+    EXPECT_TRUE(any.matches("A1L1A"));
+    EXPECT_TRUE(any.matches("xA1L1AyA2L2Az"));
+    EXPECT_FALSE(any.prefix("AA"));
+    EXPECT_FALSE(any.prefix("A1L2A"));
+
+    TagLanguage at_least_one(triggered_a(true, false));
+    EXPECT_FALSE(at_least_one.matches(""));
+    EXPECT_FALSE(at_least_one.prefix("text"));
+    EXPECT_TRUE(at_least_one.matches("A1L1Atext"));
+    EXPECT_TRUE(at_least_one.matches("A1L1AtextA2L2A"));
+
+    TagLanguage first_only(triggered_a(false, true));
+    EXPECT_TRUE(first_only.matches("text"));
+    EXPECT_TRUE(first_only.matches("xA1L1A"));
+    EXPECT_FALSE(first_only.prefix("A1L1Atext"));
+
+    TagLanguage exactly_one(triggered_a(true, true));
+    EXPECT_TRUE(exactly_one.matches("A1L1A"));
+    EXPECT_TRUE(exactly_one.matches("A2L2A"));
+    EXPECT_FALSE(exactly_one.prefix("xA1L1A"));
+    EXPECT_FALSE(exactly_one.prefix("A1L1AA2L2A"));
+
+    TagLanguage excludes(tag_spec(R"({"type": "triggered_tags", "triggers": ["A"], "excludes": ["STOP"],
+                                      "tags": )" + a_tags() + "}"));
+    EXPECT_TRUE(excludes.matches("xA1L1AST"));
+    EXPECT_FALSE(excludes.prefix("xA1L1ASTOP"));
+
+    // The legacy shape with SGLang's at_least_one.
+    TagLanguage legacy(R"({"type": "structural_tag", "triggers": ["<f="], "at_least_one": true,
+        "structures": [{"begin": "<f=t>", "schema": {"type": "integer"}, "end": "</f>"}]})");
+    EXPECT_FALSE(legacy.prefix("text"));
+    EXPECT_TRUE(legacy.matches("<f=t>12</f> done"));
+}
+
+TEST(StructuralTagFormatTest, TagsWithSeparatorAndDispatch) {
+    const auto separated = [](bool at_least_one, bool stop_after_first) {
+        return tag_spec(R"({"type": "tags_with_separator", "separator": "AA", "tags": )" + a_tags() +
+                        R"(, "at_least_one": )" + (at_least_one ? "true" : "false") + R"(, "stop_after_first": )" +
+                        (stop_after_first ? "true" : "false") + "}");
+    };
+    TagLanguage list(separated(false, false));
+    EXPECT_TRUE(list.matches(""));
+    EXPECT_TRUE(list.matches("A1L1AAAA2L2A"));
+    EXPECT_FALSE(list.prefix("A1L1AA2L2A"));
+    EXPECT_FALSE(list.prefix("x"));
+    TagLanguage non_empty(separated(true, false));
+    EXPECT_FALSE(non_empty.matches(""));
+    EXPECT_TRUE(non_empty.matches("A2L2A"));
+    TagLanguage one(separated(false, true));
+    EXPECT_TRUE(one.matches(""));
+    EXPECT_TRUE(one.matches("A1L1A"));
+    EXPECT_FALSE(one.prefix("A1L1AAAA2L2A"));
+
+    TagLanguage dispatch(tag_spec(R"({"type": "dispatch", "excludes": ["STOP"],
+        "rules": [["<a>", {"type": "const_string", "value": "1</a>"}]]})"));
+    EXPECT_TRUE(dispatch.matches("x<a>1</a>y<a>1</a>"));
+    EXPECT_FALSE(dispatch.prefix("<a>2"));
+    EXPECT_FALSE(dispatch.prefix("xSTOP"));
+    // A tag no text can finish is never begun: the automaton has no dead ends to write into.
+    TagLanguage impossible(tag_spec(R"({"type": "triggered_tags", "triggers": ["<"], "tags": [
+        {"begin": "<a>", "content": {"type": "regex", "pattern": "[^\\s\\S]"}, "end": "</a>"},
+        {"begin": "<b>", "content": {"type": "const_string", "value": "1"}, "end": "</b>"}]})"));
+    EXPECT_FALSE(impossible.prefix("x<a"));
+    EXPECT_TRUE(impossible.matches("x<b>1</b>"));
+
+    TagLanguage once(tag_spec(R"({"type": "dispatch", "loop": false,
+        "rules": [["<a>", {"type": "const_string", "value": "1</a>"}]]})"));
+    EXPECT_TRUE(once.matches("x<a>1</a>"));
+    EXPECT_FALSE(once.prefix("x<a>1</a>y"));
+}
+
+TEST(StructuralTagFormatTest, RefusesWhatItCannotConstrain) {
+    const auto error = [](std::string_view format) {
+        auto r = structural_tag_nfa(tag_spec(format));
+        return r.ok() ? std::string() : r.status().message();
+    };
+    const auto refused_with = [&](std::string_view format, std::string_view message) {
+        const std::string got = error(format);
+        EXPECT_NE(got.find(message), std::string::npos) << format << " gave: " << got;
+    };
+    refused_with(R"({"type": "tag", "begin": "<", "content": {"type": "any_text"}, "end": ""})",
+                 "When the content is unlimited, at least one end string must be non-empty");
+    refused_with(R"({"type": "tag", "begin": "<", "content": {"value": "x"}, "end": []})",
+                 "end array cannot be empty");
+    refused_with(R"({"type": "triggered_tags", "triggers": ["A", "A1"], "tags": )" + a_tags() + "}",
+                 "One tag matches multiple triggers");
+    refused_with(R"({"type": "triggered_tags", "triggers": ["B"], "tags": )" + a_tags() + "}",
+                 "the begin \"A1\" starts with none of the triggers");
+    refused_with(R"({"type": "triggered_tags", "triggers": [], "tags": )" + a_tags() + "}",
+                 "triggers must be non-empty");
+    refused_with(R"({"type": "repeat", "min": 3, "max": 2, "content": {"value": "x"}})", "Repeat min must be <= max");
+    refused_with(R"({"type": "sequence", "elements": []})", "Sequence format must have at least one element");
+    refused_with(R"({"type": "frobnicate"})", "Format type not recognized: frobnicate");
+    refused_with(R"({"nothing": 1})", "Invalid format");
+    refused_with(R"({"type": "token", "token": 5})", "token-level format \"token\" is not supported");
+    refused_with(R"({"type": "json_schema", "json_schema": {}, "style": "qwen_xml"})", "style \"qwen_xml\"");
+    refused_with(R"({"type": "any_text", "max_chars": 10})", "any_text max_chars is not supported");
+    refused_with(R"J({"type": "regex", "pattern": "(?=x)"})J", "regex:");
+    refused_with(R"({"type": "triggered_tags", "triggers": ["A"], "at_least_one": 1, "tags": )" + a_tags() + "}",
+                 "at_least_one must be a boolean");
+    std::string deep = R"({"type": "const_string", "value": "x"})";
+    for (int i = 0; i < kMaxFormatDepth + 1; ++i) deep = R"({"type": "optional", "content": )" + deep + "}";
+    refused_with(deep, "nest more than 64 deep");
+    refused_with(R"({"type": "repeat", "min": 10000, "max": 10000, "content": {"type": "json_schema",
+                     "json_schema": {"type": "object", "properties": {"a": {"type": "string"}}}}})",
+                 "automaton states");
+    EXPECT_NE(structural_tag_nfa(R"({"type": "structural_tag"})").status().message().find("must have a format"),
+              std::string::npos);
+    EXPECT_NE(structural_tag_nfa(R"({"type": "other", "format": {"value": "x"}})").status().message().find(
+                  "type must be a string \"structural_tag\""),
+              std::string::npos);
 }
 
 TEST(EbnfTest, RefusesWhatItCannotRead) {

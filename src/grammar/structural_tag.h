@@ -1,11 +1,16 @@
 #pragma once
-// grammar/structural_tag.h — SGLang's `structural_tag` constraint (the response_format
-// {"type": "structural_tag", "structures": [{"begin", "schema", "end"}], "triggers": [...]},
-// compiled by xgrammar's compile_structural_tag): the output is free text until it writes one of
-// the triggers; from there it must finish the `begin` of a structure that starts with that
-// trigger, then an instance of the structure's JSON schema, then its `end`, and is free again.
-// Built directly as a byte NFA: the free text is an Aho-Corasick automaton over the triggers,
-// whose completed triggers lead into the structures. Pure; thread-safe.
+// grammar/structural_tag.h — SGLang's `structural_tag` constraint, in both of the shapes SGLang
+// hands to xgrammar (xgrammar_backend.py dispatch_structural_tag):
+// - xgrammar's structural tag, {"type": "structural_tag", "format": {...}}: a tree of formats
+//   (const_string, json_schema, grammar, regex, any_text, sequence, or, optional, star, plus,
+//   repeat, tag, triggered_tags, tags_with_separator, dispatch), as xgrammar's
+//   structural_tag.cc reads and converts them;
+// - the legacy {"structures": [{"begin", "schema", "end"}], "triggers": [...], "at_least_one"},
+//   which is triggered_tags over tags whose content is the schema (StructuralTag
+//   .from_legacy_structural_tag): free text until a trigger, then the rest of a begin that starts
+//   with it, an instance of the schema, the end, and free text again.
+// Compiled straight to a byte NFA. Token-level formats and the XML styles of json_schema are
+// refused by name. Pure; thread-safe.
 
 #include <string_view>
 
@@ -15,9 +20,14 @@
 
 namespace tessera::grammar {
 
-// `spec`: the JSON object above (other keys, such as "type", are ignored). InvalidArgument for
-// a malformed one, an empty trigger, a structure whose begin starts with no trigger, or a
-// schema json_schema_to_regex refuses.
+// Formats nest at most this deep.
+inline constexpr int kMaxFormatDepth = 64;
+// A repeat's min and finite max are at most this.
+inline constexpr std::int64_t kMaxFormatRepeat = 10000;
+
+// `spec`: the JSON text of either shape. InvalidArgument, with xgrammar's message where it has
+// one, for a malformed spec, an unsupported format, or a schema, regex or grammar refused by
+// its own compiler.
 StatusOr<ByteNfa> structural_tag_nfa(std::string_view spec, const JsonWhitespace& whitespace = {});
 
 }  // namespace tessera::grammar

@@ -283,7 +283,7 @@ void read_response_format(FieldReader& r, GenerationParams& p) {
     if (rf == nullptr || rf->is_null()) return;
     const char* expected = "must be {\"type\": \"text\"}, {\"type\": \"json_object\"}, {\"type\": \"json_schema\", "
                            "\"json_schema\": {\"name\": ..., \"schema\": {...}}} or {\"type\": \"structural_tag\", "
-                           "\"structures\": [...], \"triggers\": [...]}";
+                           "\"format\": {...}} (or the legacy \"structures\": [...], \"triggers\": [...])";
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
         return r.fail("response_format", expected);
     const std::string type = (*rf)["type"].get<std::string>();
@@ -301,10 +301,15 @@ void read_response_format(FieldReader& r, GenerationParams& p) {
     }
     // serving_chat.py _build_sampling_params: the whole response_format becomes the
     // structural_tag sampling parameter.
+    // The legacy shape, or xgrammar's {"type": "structural_tag", "format": {...}}.
     if (type == "structural_tag") {
+        if (rf->contains("format") && !(*rf)["format"].is_object())
+            return r.fail("response_format.format", "must be an object: xgrammar's structural tag format");
         for (const char* key : {"structures", "triggers"})
-            if (!rf->contains(key) || !(*rf)[key].is_array())
-                return r.fail(std::string("response_format.") + key, "is required with type structural_tag: a list");
+            if (!rf->contains("format") && (!rf->contains(key) || !(*rf)[key].is_array()))
+                return r.fail(std::string("response_format.") + key,
+                              "is required with type structural_tag: a list (or give \"format\": {...}, "
+                              "xgrammar's structural tag)");
         if (!p.constraint) p.constraint = OutputConstraint{OutputConstraint::Kind::kStructuralTag, dump(*rf)};
         return;
     }

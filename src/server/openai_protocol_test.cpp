@@ -495,6 +495,14 @@ TEST(OpenAiProtocolTest, ConstraintsReachTheParams) {
     ASSERT_TRUE(c);
     EXPECT_EQ(c->kind, Kind::kStructuralTag);
     EXPECT_EQ(c->text, R"({"type":"structural_tag","structures":[],"triggers":["<f"]})");
+    // xgrammar's structural tag, as SGLang's docs send it.
+    c = constraint_of(chat("{" + m + R"(, "response_format": {"type": "structural_tag",
+        "format": {"type": "const_string", "value": "ok"}}})"));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->kind, Kind::kStructuralTag);
+    EXPECT_EQ(c->text, R"({"type":"structural_tag","format":{"type":"const_string","value":"ok"}})");
+    expect_error(chat("{" + m + R"(, "response_format": {"type": "structural_tag", "format": [1]}})"),
+                 "response_format.format");
     c = constraint_of(chat("{" + m + R"(, "regex": "x", "response_format": {"type": "structural_tag",
         "structures": [], "triggers": []}})"));
     ASSERT_TRUE(c);

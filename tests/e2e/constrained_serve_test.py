@@ -107,6 +107,14 @@ def check_ebnf(check, server, name):
 # a space, so sampled text hits the trigger again and again).
 STRUCTURAL_TAG = {"type": "structural_tag", "triggers": [" "],
                   "structures": [{"begin": " ", "schema": {"enum": ["S", "M"]}, "end": "."}]}
+# The same in xgrammar's structural-tag format (SGLang's docs send this one), and with
+# at_least_one and stop_after_first: exactly one structure, after which the grammar ends.
+SPACE_TAG = {"type": "tag", "begin": " ", "content": {"type": "json_schema", "json_schema": {"enum": ["S", "M"]}},
+             "end": "."}
+TRIGGERED_TAGS = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": [" "],
+                                                       "tags": [SPACE_TAG]}}
+ONE_TAG = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": [" "], "tags": [SPACE_TAG],
+                                                "at_least_one": True, "stop_after_first": True}}
 
 
 def fits_structural_tag(text):
@@ -144,6 +152,16 @@ def check_structural_tag(check, server, name):
         "logit_bias": bias, "ignore_eos": True, "response_format": STRUCTURAL_TAG})
     text = chat["choices"][0]["message"]["content"] if status == 200 else ""
     check(f"{name}: response_format structural_tag", status == 200 and fits_structural_tag(text) >= 2, chat)
+    status, body = generate(server, {"structural_tag": TRIGGERED_TAGS, "ignore_eos": True, "logit_bias": bias},
+                            max_new_tokens=24)
+    found = fits_structural_tag(body.get("text", "")) if status == 200 else -1
+    check(f"{name}: xgrammar's structural_tag format: triggered_tags", found >= 2, body)
+    status, chat = server.post("/v1/chat/completions", {
+        "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 24, "temperature": 0,
+        "response_format": ONE_TAG})
+    text = chat["choices"][0]["message"]["content"] if status == 200 else ""
+    check(f"{name}: at_least_one + stop_after_first: one structure, then the grammar ends the answer",
+          status == 200 and text in (' "S".', ' "M".') and chat["choices"][0]["finish_reason"] == "stop", chat)
     status, free = generate(server, {"ignore_eos": True, "logit_bias": bias}, max_new_tokens=24)
     check(f"{name}: without the tag the biased token repeats (the tag is what shaped the answers)",
           status == 200 and fits_structural_tag(free.get("text", "")) < 0, free)
