@@ -59,6 +59,22 @@ TEST(RegexTest, LiteralsClassesAndQuantifiers) {
     EXPECT_TRUE(full_match("(a*)*b", "aaab"));
 }
 
+// A branch no text can finish is not begun: the output never writes itself into a dead end,
+// where no token would be allowed.
+TEST(RegexTest, NoMoveLeadsWhereNoMatchCanFollow) {
+    auto nfa = compile_regex("abc[^\\s\\S]|ac");
+    ASSERT_TRUE(nfa.ok());
+    LazyDfa dfa(std::move(nfa.value()));
+    EXPECT_EQ(dfa.walk(dfa.start(), "ab"), LazyDfa::kDead);
+    EXPECT_NE(dfa.walk(dfa.start(), "a"), LazyDfa::kDead);
+    EXPECT_TRUE(dfa.accepting(dfa.walk(dfa.start(), "ac")));
+    auto nothing = compile_regex("[^\\s\\S]");
+    ASSERT_TRUE(nothing.ok());
+    LazyDfa none(std::move(nothing.value()));
+    EXPECT_EQ(none.walk(none.start(), "a"), LazyDfa::kDead);
+    EXPECT_FALSE(none.accepting(none.start()));
+}
+
 TEST(RegexTest, MatchesUtf8ByCodePoint) {
     EXPECT_TRUE(full_match(".", "é"));
     EXPECT_TRUE(full_match(".", "中"));

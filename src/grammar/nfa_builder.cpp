@@ -76,6 +76,8 @@ Fragment NfaBuilder::star(Fragment f) {
     return {hub, end};
 }
 
+bool NfaBuilder::full() const { return nfa_.states.size() >= kMaxNfaStates; }
+
 Status NfaBuilder::check_size() const {
     if (nfa_.states.size() > kMaxNfaStates)
         return Status::InvalidArgument("the constraint compiles to more than " + std::to_string(kMaxNfaStates) +

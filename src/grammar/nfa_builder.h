@@ -38,9 +38,12 @@ class NfaBuilder {
     // Zero or more of `f` (`f` is used once; for one or more, sequence a copy before it).
     Fragment star(Fragment f);
 
-    // InvalidArgument once the automaton holds more than kMaxNfaStates states: every request's
-    // constraint is bounded, however it nests.
+    // Whether the automaton holds kMaxNfaStates states (a builder that expands pieces stops
+    // there), and InvalidArgument past it: every request's constraint is bounded, however it nests.
+    bool full() const;
     Status check_size() const;
+    // The automaton, from state 0 through `root`, without the moves into states from which its
+    // accept state cannot be reached.
     ByteNfa finish(Fragment root) &&;
 
  private:

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include "grammar/nfa_builder.h"
+
 namespace tessera::grammar {
 namespace {
 
@@ -388,60 +390,36 @@ class Parser {
     int depth_ = 0;
 };
 
-// Thompson fragments: `start` and `end` states; `end` has no edges yet.
-struct Fragment {
-    std::int32_t start;
-    std::int32_t end;
-};
-
-class NfaBuilder {
+// A syntax tree as Thompson fragments. Past kMaxNfaStates no further piece is expanded (a
+// bounded repeat such as {0,100000} would otherwise allocate without end) and the build fails.
+class RegexTranslator {
  public:
     StatusOr<ByteNfa> build(const RegexNode& root) {
-        const std::int32_t start = add_state();  // state 0
         const Fragment f = fragment(root);
-        if (too_large_) {
+        if (nfa_.full()) {
             return Status::InvalidArgument(
                 fmt::format("the pattern is too large for constrained decoding (over {} automaton states; "
                             "bounded repeats such as {{0,100000}} expand)",
                             kMaxNfaStates));
         }
-        nfa_.states[static_cast<std::size_t>(start)].epsilon.push_back(f.start);
-        nfa_.accept = f.end;
-        return std::move(nfa_);
+        return std::move(nfa_).finish(f);
     }
 
  private:
-    std::int32_t add_state() {
-        if (nfa_.states.size() >= kMaxNfaStates) {
-            too_large_ = true;
-            return 0;
-        }
-        nfa_.states.emplace_back();
-        return static_cast<std::int32_t>(nfa_.states.size() - 1);
-    }
-    void epsilon(std::int32_t from, std::int32_t to) {
-        if (!too_large_) nfa_.states[static_cast<std::size_t>(from)].epsilon.push_back(to);
-    }
-    void edge(std::int32_t from, std::uint8_t lo, std::uint8_t hi, std::int32_t to) {
-        if (!too_large_) nfa_.states[static_cast<std::size_t>(from)].edges.push_back({lo, hi, to});
-    }
-
     Fragment fragment(const RegexNode& node) {
-        if (too_large_) return {0, 0};
+        if (nfa_.full()) return {0, 0};
         switch (node.kind) {
-            case RegexNode::Kind::kEmpty: {
-                const std::int32_t s = add_state();
-                return {s, s};
-            }
+            case RegexNode::Kind::kEmpty:
+                return nfa_.empty();
             case RegexNode::Kind::kClass: {
-                const std::int32_t s = add_state();
-                const std::int32_t e = add_state();
+                const std::int32_t s = nfa_.add_state();
+                const std::int32_t e = nfa_.add_state();
                 for (const CodeRange r : node.ranges) {
                     for (const auto& seq : utf8_sequences(r.lo, r.hi)) {
                         std::int32_t at = s;
                         for (std::size_t k = 0; k < seq.size(); ++k) {
-                            const std::int32_t to = k + 1 == seq.size() ? e : add_state();
-                            edge(at, seq[k].first, seq[k].second, to);
+                            const std::int32_t to = k + 1 == seq.size() ? e : nfa_.add_state();
+                            nfa_.edge(at, seq[k].first, seq[k].second, to);
                             at = to;
                         }
                     }
@@ -449,60 +427,41 @@ class NfaBuilder {
                 return {s, e};
             }
             case RegexNode::Kind::kConcat: {
-                if (node.children.empty()) return fragment(RegexNode{});
+                if (node.children.empty()) return nfa_.empty();
                 Fragment whole = fragment(*node.children.front());
-                for (std::size_t k = 1; k < node.children.size(); ++k) {
-                    const Fragment next = fragment(*node.children[k]);
-                    epsilon(whole.end, next.start);
-                    whole.end = next.end;
-                }
+                for (std::size_t k = 1; k < node.children.size() && !nfa_.full(); ++k)
+                    whole = nfa_.sequence(whole, fragment(*node.children[k]));
                 return whole;
             }
             case RegexNode::Kind::kAlternate: {
-                const std::int32_t s = add_state();
-                const std::int32_t e = add_state();
-                for (const auto& child : node.children) {
-                    const Fragment f = fragment(*child);
-                    epsilon(s, f.start);
-                    epsilon(f.end, e);
+                const std::int32_t s = nfa_.add_state();
+                const std::int32_t e = nfa_.add_state();
+                for (std::size_t k = 0; k < node.children.size() && !nfa_.full(); ++k) {
+                    const Fragment f = fragment(*node.children[k]);
+                    nfa_.epsilon(s, f.start);
+                    nfa_.epsilon(f.end, e);
                 }
                 return {s, e};
             }
             case RegexNode::Kind::kRepeat: {
                 const RegexNode& child = *node.children.front();
-                const std::int32_t s = add_state();
-                std::int32_t at = s;
-                for (int k = 0; k < node.min && !too_large_; ++k) {
-                    const Fragment f = fragment(child);
-                    epsilon(at, f.start);
-                    at = f.end;
+                Fragment whole = nfa_.empty();
+                for (int k = 0; k < node.min && !nfa_.full(); ++k) whole = nfa_.sequence(whole, fragment(child));
+                if (node.max < 0) return nfa_.sequence(whole, nfa_.star(fragment(child)));
+                // Each optional copy may be skipped to the end: (x(x(x)?)?)? as one chain.
+                const std::int32_t e = nfa_.add_state();
+                for (int k = node.min; k < node.max && !nfa_.full(); ++k) {
+                    nfa_.epsilon(whole.end, e);
+                    whole = nfa_.sequence(whole, fragment(child));
                 }
-                if (node.max < 0) {
-                    const std::int32_t loop = add_state();
-                    const std::int32_t e = add_state();
-                    epsilon(at, loop);
-                    const Fragment f = fragment(child);
-                    epsilon(loop, f.start);
-                    epsilon(f.end, loop);
-                    epsilon(loop, e);
-                    return {s, e};
-                }
-                const std::int32_t e = add_state();
-                for (int k = node.min; k < node.max && !too_large_; ++k) {
-                    const Fragment f = fragment(child);
-                    epsilon(at, f.start);
-                    epsilon(at, e);
-                    at = f.end;
-                }
-                epsilon(at, e);
-                return {s, e};
+                nfa_.epsilon(whole.end, e);
+                return {whole.start, e};
             }
         }
         return {0, 0};
     }
 
-    ByteNfa nfa_;
-    bool too_large_ = false;
+    NfaBuilder nfa_;
 };
 
 void encode_utf8(char32_t cp, std::uint8_t* out, int len) {
@@ -584,7 +543,7 @@ std::string regex_escape(std::string_view text) {
     return out;
 }
 
-StatusOr<ByteNfa> compile_nfa(const RegexNode& root) { return NfaBuilder().build(root); }
+StatusOr<ByteNfa> compile_nfa(const RegexNode& root) { return RegexTranslator().build(root); }
 
 StatusOr<ByteNfa> compile_regex(std::string_view pattern) {
     TSR_ASSIGN_OR_RETURN(auto root, parse_regex(pattern));
