@@ -60,8 +60,7 @@ StatusOr<std::vector<SampledToken>> apply_control(models::Model& model, const kv
     TSR_RETURN_IF_ERROR(model.forward(input, kv, pool, &out));
     if (batch.load_weights && batch.load_weights->phase == models::WeightsPhase::kLoad && !loaded)
         return Status::InvalidArgument(
-            "Failed to update weights: a rank could not load its share of the weights (attn_dp group 0's log says "
-            "why).\nRolling back to original weights.");
+            "a rank could not load its share of the weights (attn_dp group 0's log says why)");
     return std::vector<SampledToken>{};
 }
 

@@ -438,15 +438,10 @@ Status Engine::resume_memory(const MemoryRegions& regions) {
         }
         // The served folder's weights again (SGLang restores its CPU backup, or leaves the
         // memory for an update to fill).
-        Status s = scheduler_.run_weight_update({.model_path = path});
+        const Status s = scheduler_.run_weight_update({.model_path = path});
         if (!s.ok()) {
-            // The update's message without its "Failed to update weights" frame: nothing rolls back.
-            std::string why = s.message();
-            for (const std::string_view frame : {"Failed to update weights: ", ".\nRolling back to original weights."}) {
-                if (const auto at = why.find(frame); at != std::string::npos) why.erase(at, frame.size());
-            }
-            return Status(s.code(), "resume_memory_occupation could not load the weights of " + path + " again: " + why +
-                                        "; they stay released");
+            return Status(s.code(), "resume_memory_occupation could not load the weights of " + path + " again: " +
+                                        s.message() + "; they stay released");
         }
         released_.weights = false;
         TSR_LOG(INFO, "resume_memory_occupation: the weights of {} loaded again", path);
@@ -479,6 +474,9 @@ void Engine::update_weights() {
     const std::function<void(Status)> done = std::move(pending_updates_.front().done);
     pending_updates_.pop_front();
     Status s = scheduler_.run_weight_update({.model_path = update.model_path, .load_format = update.load_format});
+    // model_runner.py update_weights_from_disk's message; here the old weights were never touched.
+    if (!s.ok())
+        s = Status(s.code(), "Failed to update weights: " + s.message() + ".\nRolling back to original weights.");
     if (s.ok()) {
         const bool flushed = update.flush_cache && scheduler_.drop_cache_after_weight_update();
         TSR_LOG(INFO, "update_weights_from_disk: serving the weights of {}{}", update.model_path,

@@ -137,9 +137,8 @@ Status ReloadableModel::load(const WeightsSource& source) {
         if (loaded[0] == 0 && why.empty())
             why = "another tensor parallel rank could not load its share of the weights (its log says why)";
     }
-    // model_runner.py update_weights_from_disk's message; here the old weights were never touched.
-    if (!why.empty())
-        return Status::InvalidArgument("Failed to update weights: " + why + ".\nRolling back to original weights.");
+    // The reason alone: the weight-update route frames it as SGLang's message, a resume does not.
+    if (!why.empty()) return Status::InvalidArgument(why);
     staged_ = std::move(fresh).value();
     staged_options_ = std::move(options);
     TSR_LOG(INFO, "weights of {} loaded in {:.2f} s", source.model_path,

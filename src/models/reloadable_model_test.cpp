@@ -101,9 +101,7 @@ TEST_F(ReloadableModelTest, RefusalsKeepTheServedWeights) {
     for (const Case& c : cases) {
         const Status s = update(served, c.path, c.format);
         EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.path;
-        EXPECT_EQ(s.message().rfind("Failed to update weights: ", 0), 0u) << s.message();
         EXPECT_NE(s.message().find(c.cause), std::string::npos) << s.message();
-        EXPECT_NE(s.message().find("\nRolling back to original weights."), std::string::npos) << s.message();
         EXPECT_EQ(logits(served), before) << c.path;
     }
 }

@@ -313,8 +313,7 @@ Status Scheduler::run_weight_update(const models::WeightsSource& source) {
     Status verdict = loaded.status();
     if (verdict.ok() && !loaded->empty() && loaded->back().token == 0)
         verdict = Status::InvalidArgument(
-            "Failed to update weights: a later pipeline stage could not load its share of the weights (its first "
-            "rank's log says why).\nRolling back to original weights.");
+            "a later pipeline stage could not load its share of the weights (its first rank's log says why)");
     if (!runner_.fatal_error().ok()) return verdict;  // the ranks cannot run steps together any more
     batch.load_weights->phase = verdict.ok() ? models::WeightsPhase::kCommit : models::WeightsPhase::kDiscard;
     const Status applied = run_control_step(batch).status();

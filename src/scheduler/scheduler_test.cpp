@@ -191,7 +191,7 @@ class FakeRunner final : public executor::BatchRunner {
                                                                                         : "discard ") +
                                    batch.load_weights->model_path);
             if (phase == models::WeightsPhase::kLoad && batch.load_weights->model_path == "/bad")
-                return Status::InvalidArgument("Failed to update weights: no such folder");
+                return Status::InvalidArgument("no such folder");
             return std::vector<SampledToken>{};
         }
         if (fail_next) {
@@ -1955,8 +1955,7 @@ TEST(SchedulerWeightUpdateTest, HeldAdmissionDrainsTheRunningBatchThenTheUpdateR
         ASSERT_TRUE(h.sched_.run_weight_update({.model_path = "/ckpt/step-1"}).ok());
         EXPECT_EQ(h.runner_.weight_loads, (std::vector<std::string>{"load /ckpt/step-1", "commit /ckpt/step-1"}));
         // A failed load is answered, and every rank drops what it loaded.
-        EXPECT_EQ(h.sched_.run_weight_update({.model_path = "/bad"}).message(),
-                  "Failed to update weights: no such folder");
+        EXPECT_EQ(h.sched_.run_weight_update({.model_path = "/bad"}).message(), "no such folder");
         EXPECT_EQ(h.runner_.weight_loads.back(), "discard /bad");
         EXPECT_TRUE(h.sched_.drop_cache_after_weight_update()) << "a waiting request holds no cache";
         EXPECT_EQ(h.sched_.stats().evictable_tokens, 0) << "the old weights' KV is gone";
