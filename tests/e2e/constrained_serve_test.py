@@ -279,7 +279,12 @@ def check_refusals(check, server, name):
              ({"ebnf": "root ::= item\nitem ::= \"a\" missing"}, "rule 'missing' is used but not defined"),
              ({"regex": "a", "json_schema": "{}"}, "Only one of regex, json_schema, or ebnf can be set."),
              ({"structural_tag": json.dumps({"triggers": ["<f"], "structures": [
-                 {"begin": "<g>", "schema": {}, "end": ""}]})}, "starts with none of the triggers")]
+                 {"begin": "<g>", "schema": {}, "end": ""}]})}, "starts with none of the triggers"),
+             ({"structural_tag": {"type": "structural_tag", "format": {
+                 "type": "tag", "begin": "<", "content": {"type": "any_text"}, "end": ""}}},
+              "When the content is unlimited, at least one end string must be non-empty"),
+             ({"structural_tag": {"type": "structural_tag", "format": {"type": "token", "token": 3}}},
+              "token-level format")]
     for constraint, words in cases:
         status, body = generate(server, constraint)
         message = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
