@@ -266,6 +266,19 @@ TEST(JsonSchemaTest, IntegerRangesMatchExactlyTheirIntegers) {
     EXPECT_FALSE(full_match(draft4, "3"));
 }
 
+TEST(JsonSchemaTest, RefusesTextNestedPastTheBound) {
+    std::string deep = "1";
+    for (int i = 0; i < 100000; ++i) deep = R"({"items": )" + deep + "}";
+    const auto r = json_schema_to_regex(deep);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("json_schema nests deeper than 256 levels"), std::string::npos);
+    const auto tag = structural_tag_nfa(R"({"format": )" + deep + "}");
+    ASSERT_FALSE(tag.ok());
+    EXPECT_NE(tag.status().message().find("structural_tag nests deeper than 256 levels"), std::string::npos);
+    EXPECT_NE(json_schema_to_regex("{not json").status().message().find("json_schema is not valid JSON"),
+              std::string::npos);
+}
+
 TEST(JsonSchemaTest, RefusesWhatItWouldIgnore) {
     const auto error = [](std::string_view schema) {
         auto r = json_schema_to_regex(schema);
@@ -417,10 +430,15 @@ std::string a_tags() {
                {"begin": "A2", "content": {"type": "const_string", "value": "L2"}, "end": "A"}])";
 }
 
-std::string triggered_a(bool at_least_one, bool stop_after_first) {
-    return tag_spec(R"({"type": "triggered_tags", "triggers": ["A"], "tags": )" + a_tags() +
-                    R"(, "at_least_one": )" + (at_least_one ? "true" : "false") + R"(, "stop_after_first": )" +
+// `head` (a format's opening fields) over a_tags(), with the two flags.
+std::string over_a_tags(std::string_view head, bool at_least_one, bool stop_after_first) {
+    return tag_spec(std::string(head) + R"(, "tags": )" + a_tags() + R"(, "at_least_one": )" +
+                    (at_least_one ? "true" : "false") + R"(, "stop_after_first": )" +
                     (stop_after_first ? "true" : "false") + "}");
+}
+
+std::string triggered_a(bool at_least_one, bool stop_after_first) {
+    return over_a_tags(R"({"type": "triggered_tags", "triggers": ["A"])", at_least_one, stop_after_first);
 }
 
 }  // namespace
@@ -456,6 +474,16 @@ TEST(StructuralTagFormatTest, StringsSchemasAndCombinations) {
     EXPECT_FALSE(loops.matches("sr"));
     EXPECT_FALSE(loops.matches("poor"));
     EXPECT_FALSE(loops.matches("pso"));
+
+    // A schema's properties come in its own order, not sorted.
+    TagLanguage ordered(tag_spec(R"({"type": "json_schema", "json_schema": {"type": "object",
+        "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}}, "required": ["b", "a"]}})"));
+    EXPECT_TRUE(ordered.matches(R"({"b": 1, "a": 2})"));
+    EXPECT_FALSE(ordered.prefix(R"({"a")"));
+    TagLanguage ordered_legacy(R"({"triggers": ["<"], "structures": [{"begin": "<x>", "end": "</x>", "schema":
+        {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}},
+         "required": ["b", "a"]}}]})");
+    EXPECT_TRUE(ordered_legacy.matches(R"(<x>{"b": 1, "a": 2}</x>)"));
 
     // No "type": the shape its keys fit (a tag, a const_string); a null schema takes any JSON.
     TagLanguage untyped(tag_spec(R"({"begin": "<", "content": {"json_schema": null}, "end": ">"})"));
@@ -537,9 +565,7 @@ TEST(StructuralTagFormatTest, TriggeredTagsFlags) {
 
 TEST(StructuralTagFormatTest, TagsWithSeparatorAndDispatch) {
     const auto separated = [](bool at_least_one, bool stop_after_first) {
-        return tag_spec(R"({"type": "tags_with_separator", "separator": "AA", "tags": )" + a_tags() +
-                        R"(, "at_least_one": )" + (at_least_one ? "true" : "false") + R"(, "stop_after_first": )" +
-                        (stop_after_first ? "true" : "false") + "}");
+        return over_a_tags(R"({"type": "tags_with_separator", "separator": "AA")", at_least_one, stop_after_first);
     };
     TagLanguage list(separated(false, false));
     EXPECT_TRUE(list.matches(""));

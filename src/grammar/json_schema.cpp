@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "grammar/json_text.h"
 #include "grammar/regex.h"
 
 namespace tessera::grammar {
@@ -456,12 +457,7 @@ class Converter {
 }  // namespace
 
 StatusOr<std::string> json_schema_to_regex(std::string_view schema, const JsonWhitespace& whitespace) {
-    Json root;
-    try {
-        root = Json::parse(schema);
-    } catch (const std::exception& e) {
-        return Status::InvalidArgument(std::string("json_schema is not valid JSON: ") + e.what());
-    }
+    TSR_ASSIGN_OR_RETURN(const Json root, parse_constraint_json(schema, "json_schema"));
     if (whitespace.mode == JsonWhitespace::Mode::kPattern) {
         TSR_RETURN_IF_ERROR(parse_regex(whitespace.pattern).status());
     }

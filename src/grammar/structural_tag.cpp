@@ -10,13 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/ebnf.h"
+#include "grammar/json_text.h"
 #include "grammar/nfa_builder.h"
 #include "grammar/tag_dispatch.h"
 
 namespace tessera::grammar {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // a schema's properties keep their order
 
 Status invalid(std::string message) { return Status::InvalidArgument(std::move(message)); }
 
@@ -439,7 +440,7 @@ StatusOr<Json> from_legacy(const Json& spec) {
 }  // namespace
 
 StatusOr<ByteNfa> structural_tag_nfa(std::string_view spec_text, const JsonWhitespace& whitespace) {
-    const Json spec = Json::parse(spec_text, nullptr, /*allow_exceptions=*/false);
+    TSR_ASSIGN_OR_RETURN(const Json spec, parse_constraint_json(spec_text, "structural_tag"));
     if (!spec.is_object())
         return invalid("structural_tag must be a JSON object: {\"type\": \"structural_tag\", \"format\": {...}}, or "
                        "the legacy {\"structures\": [...], \"triggers\": [...]}");

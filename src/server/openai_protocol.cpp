@@ -300,8 +300,8 @@ void read_response_format(FieldReader& r, GenerationParams& p) {
         return set_constraint(r, p, OutputConstraint::Kind::kJsonSchema, dump((*js)["schema"]), "response_format");
     }
     // serving_chat.py _build_sampling_params: the whole response_format becomes the
-    // structural_tag sampling parameter.
-    // The legacy shape, or xgrammar's {"type": "structural_tag", "format": {...}}.
+    // structural_tag sampling parameter, xgrammar's {"type": "structural_tag", "format": {...}}
+    // or the legacy shape.
     if (type == "structural_tag") {
         if (rf->contains("format") && !(*rf)["format"].is_object())
             return r.fail("response_format.format", "must be an object: xgrammar's structural tag format");
