@@ -11,7 +11,7 @@
 #include <optional>
 #include <vector>
 
-#include "grammar/json_text.h"
+#include "base/json_text.h"
 #include "grammar/regex.h"
 
 namespace tessera::grammar {
@@ -457,7 +457,7 @@ class Converter {
 }  // namespace
 
 StatusOr<std::string> json_schema_to_regex(std::string_view schema, const JsonWhitespace& whitespace) {
-    TSR_ASSIGN_OR_RETURN(const Json root, parse_constraint_json(schema, "json_schema"));
+    TSR_ASSIGN_OR_RETURN(const Json root, parse_json_text(schema, kMaxConstraintJsonDepth, "json_schema"));
     if (whitespace.mode == JsonWhitespace::Mode::kPattern) {
         TSR_RETURN_IF_ERROR(parse_regex(whitespace.pattern).status());
     }

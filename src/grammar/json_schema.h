@@ -22,6 +22,8 @@
 namespace tessera::grammar {
 
 inline constexpr int kMaxNesting = 5;
+// A schema (or structural tag) given as JSON text nests at most this deep.
+inline constexpr int kMaxConstraintJsonDepth = 256;
 
 // Where JSON allows whitespace, what the output may put there.
 struct JsonWhitespace {

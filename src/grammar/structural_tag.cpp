@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_text.h"
 #include "grammar/ebnf.h"
-#include "grammar/json_text.h"
 #include "grammar/nfa_builder.h"
 #include "grammar/tag_dispatch.h"
 
@@ -440,7 +440,7 @@ StatusOr<Json> from_legacy(const Json& spec) {
 }  // namespace
 
 StatusOr<ByteNfa> structural_tag_nfa(std::string_view spec_text, const JsonWhitespace& whitespace) {
-    TSR_ASSIGN_OR_RETURN(const Json spec, parse_constraint_json(spec_text, "structural_tag"));
+    TSR_ASSIGN_OR_RETURN(const Json spec, parse_json_text(spec_text, kMaxConstraintJsonDepth, "structural_tag"));
     if (!spec.is_object())
         return invalid("structural_tag must be a JSON object: {\"type\": \"structural_tag\", \"format\": {...}}, or "
                        "the legacy {\"structures\": [...], \"triggers\": [...]}");

@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 
+#include "base/json_text.h"
 #include "base/text.h"
 
 namespace tessera::server {
@@ -1117,20 +1118,9 @@ std::string openai_finish_reason(const std::string& backend_reason) { return bac
 std::optional<ApiError> parse_json_object(std::string_view body, Json& root) {
     if (const std::size_t bad = find_invalid_utf8(body); bad != std::string_view::npos)
         return invalid("", "request body is not valid UTF-8 (invalid byte at offset " + std::to_string(bad) + ")");
-    // Nesting is bounded while parsing: a deeper document is refused before it exists, as
-    // its copies and destruction recurse once per level (10^5 levels overflow the stack).
-    bool too_deep = false;
-    const Json::parser_callback_t bound_depth = [&](int depth, Json::parse_event_t, Json&) {
-        if (depth > kMaxJsonDepth) too_deep = true;
-        return !too_deep;
-    };
-    try {
-        root = Json::parse(body, bound_depth);
-    } catch (const Json::exception& e) {
-        return too_deep ? invalid("", "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels")
-                        : invalid("", std::string("request body is not valid JSON: ") + e.what());
-    }
-    if (too_deep) return invalid("", "request JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    auto parsed = parse_json_text(body, kMaxJsonDepth, "request body");
+    if (!parsed.ok()) return invalid("", parsed.status().message());
+    root = std::move(parsed).value();
     if (!root.is_object())
         return invalid("", std::string("request body must be a JSON object, got ") + root.type_name());
     return std::nullopt;

@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "server/backend.h"
 #include "server/completion_template.h"
+#include "server/json_limits.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
 
@@ -26,9 +27,6 @@ namespace tessera::server {
 // kEmbedding: POST /v1/embeddings (OpenAI); kEncode: SGLang's native POST /encode.
 enum class ApiKind { kChatCompletion, kCompletion, kGenerate, kEmbedding, kEncode, kScore };
 
-// Deepest nesting of arrays / objects a request body may have (tool schemas nest a few
-// levels; 10^5 levels would overflow the stack of any recursive walk of the value).
-constexpr int kMaxJsonDepth = 128;
 
 // An error answered to the client: HTTP status plus OpenAI's error object
 // {"error": {"message", "type", "param", "code"}}; empty param / code are sent as null.

@@ -3,15 +3,18 @@
 #include <string>
 #include <vector>
 
+#include "base/json_text.h"
+#include "server/json_limits.h"
+
 namespace tessera::server {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
 std::optional<Json> try_parse(const std::string& text) {
-    Json j = Json::parse(text, nullptr, false);
-    if (j.is_discarded()) return std::nullopt;
-    return j;
+    auto j = parse_json_text(text, kMaxJsonDepth, "partial JSON");
+    if (!j.ok()) return std::nullopt;
+    return std::move(j).value();
 }
 
 // What closes the open containers, innermost first.

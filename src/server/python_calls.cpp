@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/json_limits.h"
+
 namespace tessera::server {
 namespace {
 
@@ -67,8 +69,14 @@ class Reader {
         if (at_ >= text_.size()) return std::nullopt;
         const char c = text_[at_];
         if (c == '"' || c == '\'') return string();
-        if (c == '[' || c == '(') return sequence(c == '[' ? ']' : ')');
-        if (c == '{') return dict();
+        // Containers recurse: a model can be made to nest them deeper than any stack.
+        if (c == '[' || c == '(' || c == '{') {
+            if (depth_ >= kMaxJsonDepth) return std::nullopt;
+            ++depth_;
+            auto v = c == '{' ? dict() : sequence(c == '[' ? ']' : ')');
+            --depth_;
+            return v;
+        }
         if (c == '-' || c == '+' || c == '.' || std::isdigit(static_cast<unsigned char>(c))) return number();
         auto word = identifier();
         if (word == "True") return Json(true);
@@ -180,6 +188,7 @@ class Reader {
 
     std::string_view text_;
     std::size_t at_ = 0;
+    int depth_ = 0;  // containers open around the value being read
 };
 
 }  // namespace

@@ -7,8 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_text.h"
 #include "base/logging.h"
 #include "base/text.h"
+#include "server/json_limits.h"
 #include "server/named_formats.h"
 #include "server/partial_json.h"
 #include "server/python_calls.h"
@@ -19,6 +21,13 @@ namespace {
 // Insertion order: arguments keep the model's key order, as Python's json.dumps keeps it, and
 // a streamed call's settled text only grows.
 using Json = nlohmann::ordered_json;
+
+// A model's JSON (a call, its arguments), or a discarded value when it is not JSON or nests past
+// kMaxJsonDepth: a model can be made to write brackets deeper than any stack.
+Json read_model_json(std::string_view text) {
+    auto parsed = parse_json_text(text, kMaxJsonDepth, "tool call");
+    return parsed.ok() ? std::move(parsed).value() : Json(Json::value_t::discarded);
+}
 
 // DeepSeek's markers use U+FF5C (｜) and U+2581 (▁); V3 and V3.1 share them.
 #define TSR_DEEPSEEK_MARKER(what) "<\xEF\xBD\x9Ctool\xE2\x96\x81" what "\xEF\xBD\x9C>"
@@ -116,14 +125,14 @@ bool ToolCallDetector::decode(std::string_view payload, std::vector<ParsedToolCa
             return false;
         }
         actions = Json{{"name", std::string(id.substr(0, colon))},
-                       {"arguments", Json::parse(body.substr(sep + kKimiArguments.size()), nullptr, false)}};
+                       {"arguments", read_model_json(body.substr(sep + kKimiArguments.size()))}};
         if (actions["arguments"].is_discarded()) return false;
     } else if (format_.name == "deepseekv31") {
         // NAME<｜tool▁sep｜>ARGS (deepseekv31_detector.py)
         const std::size_t sep = body.find(kDeepSeekSep);
         if (sep == std::string::npos) return false;
         actions = Json{{"name", std::string(strip_whitespace(std::string_view(body).substr(0, sep)))},
-                       {"arguments", Json::parse(body.substr(sep + kDeepSeekSep.size()), nullptr, false)}};
+                       {"arguments", read_model_json(body.substr(sep + kDeepSeekSep.size()))}};
         if (actions["arguments"].is_discarded()) return false;
     } else if (format_.name == "deepseekv3") {
         // function<｜tool▁sep｜>NAME\n```json\nARGS\n```
@@ -134,10 +143,10 @@ bool ToolCallDetector::decode(std::string_view payload, std::vector<ParsedToolCa
         if (args_end == std::string::npos || args_end <= fence) return false;
         const std::string name = body.substr(sep + kDeepSeekSep.size(), fence - sep - kDeepSeekSep.size());
         const std::string args = body.substr(fence + 9, args_end - fence - 9);
-        actions = Json{{"name", name}, {"arguments", Json::parse(args, nullptr, false)}};
+        actions = Json{{"name", name}, {"arguments", read_model_json(args)}};
         if (actions["arguments"].is_discarded()) return false;
     } else {
-        actions = Json::parse(body, nullptr, false);
+        actions = read_model_json(body);
         if (actions.is_discarded()) {
             TSR_LOG(WARN, "Failed to parse JSON part: {}", body);
             return false;
@@ -188,7 +197,7 @@ std::size_t ToolCallDetector::take_json_calls(std::string_view text, std::vector
             while (json_at < rest.size() && is_space(rest[json_at])) ++json_at;
             const std::size_t len = json_value_end(rest.substr(json_at));
             if (len == std::string_view::npos) return read;
-            const Json arguments = Json::parse(rest.substr(json_at, len), nullptr, false);
+            const Json arguments = read_model_json(rest.substr(json_at, len));
             payload = Json{{"name", std::string(rest.substr(0, args))}, {"arguments", arguments}}.dump();
             used = json_at + len;
         }

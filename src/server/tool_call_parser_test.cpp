@@ -37,6 +37,28 @@ TEST(ToolCallParserTest, Qwen25WholeOutput) {
     EXPECT_EQ(detector("qwen25").parse_all("no calls").normal, "no calls");
 }
 
+// A model can be made to write arguments nested past any stack: such a call is dropped as
+// broken JSON, whole and streamed, instead of being read (and written again) level by level.
+TEST(ToolCallParserTest, ArgumentsNestedTooDeepAreDroppedNotRecursedInto) {
+    const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+    const std::string output = "<tool_call>\n{\"name\": \"add\", \"arguments\": " + deep + "}\n</tool_call>";
+    EXPECT_TRUE(detector("qwen25").parse_all(output).calls.empty());
+    ToolCallDetector streamed = detector("qwen25");
+    std::vector<ToolCallDelta> deltas;
+    const std::string shorter = "<tool_call>\n{\"name\": \"add\", \"arguments\": " + std::string(2000, '[') +
+                                std::string(2000, ']') + "}\n</tool_call>";
+    for (std::size_t at = 0; at < shorter.size(); at += 256) {
+        const ToolCallParts step = streamed.parse_increment(std::string_view(shorter).substr(at, 256));
+        deltas.insert(deltas.end(), step.deltas.begin(), step.deltas.end());
+    }
+    for (const ToolCallDelta& d : deltas) EXPECT_LT(d.arguments.size(), 1000u);
+    const std::string shallow = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": [[[1]]]}}\n</tool_call>";
+    ASSERT_EQ(detector("qwen25").parse_all(shallow).calls.size(), 1u);
+    // Python literals, read by tessera's own recursive reader.
+    EXPECT_TRUE(detector("pythonic").parse_all("[add(a=" + deep + ")]").calls.empty());
+    EXPECT_EQ(detector("pythonic").parse_all("[add(a=[[(1,)]])]").calls.size(), 1u);
+}
+
 // The calls a stream's deltas add up to: a name opens a call, arguments join the call at their index.
 void join(std::vector<ToolCallDelta>& deltas, std::vector<ParsedToolCall>& calls) {
     for (ToolCallDelta& d : deltas) {
