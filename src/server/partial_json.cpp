@@ -76,6 +76,8 @@ std::optional<Json> parse_partial_json(std::string_view text, bool partial_strin
                 break;
             case '{':
             case '[':
+                // Past the bound no completion would be read (and each cut costs the depth).
+                if (stack.size() >= static_cast<std::size_t>(kMaxJsonDepth)) return std::nullopt;
                 stack.push_back({c, c == '{'});
                 opens.push_back(c);
                 mark_cut(i + 1);
