@@ -14,6 +14,7 @@
 #include "base/thread_pool.h"
 #include "kernels/batch_invariance.h"
 #include "kernels/cpu/matmul_impl.h"
+#include "kernels/ops.h"
 
 namespace tessera::kernels {
 
@@ -25,6 +26,7 @@ using cpu::packed_panel_bytes;
 // Below this many elements of x, converting it on the calling thread is cheaper than a
 // second round trip through the pool.
 constexpr std::int64_t kParallelPrepareElements = 1 << 16;
+constexpr std::int64_t kParallelActivationRows = 8;
 // Rows per work item when the output is split by rows: a multiple of both ISA row tiles.
 constexpr std::int64_t kRowAlign = 12;
 // Rows per pass over the weight for tall inputs (see matmul()).
@@ -348,14 +350,35 @@ void unpack_weight(const PackedWeight& w, float* out) {
     }
 }
 
-void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool,
-            Isa isa, std::int64_t x_stride, std::int64_t y_stride) {
-    if (x_stride == 0) x_stride = w.k;
+namespace {
+
+// The rows matmul reads: x itself, or silu_and_mul of [gate | up] rows (matmul_silu_and_mul).
+enum class InputRows { kPlain, kSiluAndMul };
+
+// silu_and_mul of gate_up rows for the kernels that read f32 rows as they are; per calling
+// thread, apart from scratch<float>, which the AVX2 path prepares into, and as large at least.
+float* activation_rows(const float* gate_up, std::int64_t gate_up_stride, std::int64_t m, std::int64_t k,
+                       ThreadPool* pool) {
+    thread_local AlignedBuffer buffer;
+    const auto bytes = static_cast<std::size_t>(m * k) * sizeof(float);
+    if (buffer.size() < bytes) buffer = AlignedBuffer(std::max(bytes, kMinScratchBytes));
+    float* out = buffer.as<float>();
+    split(pool, m, 1, [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r)
+            silu_and_mul_row(gate_up + r * gate_up_stride, gate_up + r * gate_up_stride + k, out + r * k, k);
+    });
+    return out;
+}
+
+void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool, Isa isa,
+                 std::int64_t x_stride, std::int64_t y_stride, InputRows input) {
+    const std::int64_t row_width = input == InputRows::kSiluAndMul ? 2 * w.k : w.k;
+    if (x_stride == 0) x_stride = row_width;
     if (y_stride == 0) y_stride = w.n;
     TSR_CHECK(w.data.size() > 0 || w.n_padded * w.k_padded == 0)
         << "matmul: unpacked weight of type " << dtype_name(w.dtype);
-    TSR_CHECK(x_stride >= w.k && y_stride >= w.n)
-        << "matmul: strides (" << x_stride << ", " << y_stride << ") below k=" << w.k
+    TSR_CHECK(x_stride >= row_width && y_stride >= w.n)
+        << "matmul: strides (" << x_stride << ", " << y_stride << ") below k=" << row_width
         << ", n=" << w.n;
     if (m <= 0 || w.n == 0) return;
     if (m > kRowBlock) {
@@ -364,8 +387,8 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
         // where all rows of a 4096-row input would come from memory each time (measured
         // ~10 % slower). Re-reading the weight per block costs little next to the work.
         for (std::int64_t r0 = 0; r0 < m; r0 += kRowBlock)
-            matmul(x + r0 * x_stride, std::min(kRowBlock, m - r0), w, y + r0 * y_stride, pool, isa, x_stride,
-                   y_stride);
+            matmul_rows(x + r0 * x_stride, std::min(kRowBlock, m - r0), w, y + r0 * y_stride, pool, isa, x_stride,
+                        y_stride, input);
         return;
     }
     if (w.k == 0) {
@@ -375,6 +398,14 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
     if (isa != Isa::kReference && !isa_supported(isa)) isa = best_supported_isa();
 
     const std::int64_t n_panels = w.n_padded / kPanelWidth;
+    const bool avx512 = uses_avx512_bf16(isa);
+    // Only the AVX-512 preparation computes the activation row by row; the other paths read
+    // it from a buffer.
+    if (input == InputRows::kSiluAndMul && !(avx512 && w.dtype != DType::kF32)) {
+        x = activation_rows(x, x_stride, m, w.k, pool);
+        x_stride = w.k;
+        input = InputRows::kPlain;
+    }
     if (isa == Isa::kReference) {
         split(pool, n_panels, 1, [&](std::int64_t p0, std::int64_t p1) {
             matmul_packed_reference(x, x_stride, w, y, y_stride, 0, m, p0, p1);
@@ -382,7 +413,6 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
         return;
     }
 
-    const bool avx512 = uses_avx512_bf16(isa);
     // AMX tiles from kAmxMinRows rows, for bf16 weights and for fp8 ones dequantized to bf16;
     // never when batch-invariant, since a tile sums its products in another order than the
     // vector kernel that computes fewer rows.
@@ -404,7 +434,21 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
         void* dst = avx512 ? static_cast<void*>(scratch<std::uint16_t>(m * op.a_stride))
                            : static_cast<void*>(scratch<float>(m * op.a_stride));
         const auto prepare = [&](std::int64_t r0, std::int64_t r1) {
-            if (avx512) {
+            if (input == InputRows::kSiluAndMul) {
+                // The activation in pieces on the stack, each rounded while still in L1.
+                constexpr std::int64_t kPiece = 1024;  // even: bf16 pairs stay whole
+                alignas(64) float piece[kPiece];
+                auto* out = static_cast<std::uint16_t*>(dst);
+                for (std::int64_t r = r0; r < r1; ++r) {
+                    const float* gate = x + r * x_stride;
+                    for (std::int64_t c = 0; c < w.k; c += kPiece) {
+                        const std::int64_t len = std::min(kPiece, w.k - c);
+                        silu_and_mul_row(gate + c, gate + w.k + c, piece, len);
+                        const std::int64_t padded = c + kPiece < w.k ? len : w.k_padded - c;
+                        cpu::prepare_bf16_avx512(piece, len, len, padded, 0, 1, out + r * op.a_stride + c, op.a_stride);
+                    }
+                }
+            } else if (avx512) {
                 cpu::prepare_bf16_avx512(x, x_stride, w.k, w.k_padded, r0, r1,
                                          static_cast<std::uint16_t*>(dst), op.a_stride);
             } else {
@@ -412,7 +456,11 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
                                        static_cast<float*>(dst));
             }
         };
-        if (m * w.k >= kParallelPrepareElements) {
+        // The activation's exponentials cost more than the rounding: rows split as
+        // silu_and_mul splits them.
+        const bool parallel =
+            input == InputRows::kSiluAndMul ? m >= kParallelActivationRows : m * w.k >= kParallelPrepareElements;
+        if (parallel) {
             split(pool, m, 1, prepare);
         } else {
             prepare(0, m);
@@ -443,6 +491,18 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
             tile(op, cpu::OutputTile{r0, r1, 0, n_panels});
         });
     }
+}
+
+}  // namespace
+
+void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool, Isa isa,
+            std::int64_t x_stride, std::int64_t y_stride) {
+    matmul_rows(x, m, w, y, pool, isa, x_stride, y_stride, InputRows::kPlain);
+}
+
+void matmul_silu_and_mul(const float* gate_up, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool,
+                         Isa isa) {
+    matmul_rows(gate_up, m, w, y, pool, isa, 0, 0, InputRows::kSiluAndMul);
 }
 
 void matmul_reference(const float* x, std::int64_t m, const float* w, std::int64_t n,

@@ -79,6 +79,11 @@ void unpack_weight(const PackedWeight& w, float* out);
 void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool,
             Isa isa = active_isa(), std::int64_t x_stride = 0, std::int64_t y_stride = 0);
 
+// y f32 [m, n] = silu_and_mul(gate_up) · Wᵀ, gate_up f32 [m, 2k] (kernels/ops.h): the MLP's down
+// projection with its activation computed row by row into the operand the kernels read, not
+// into an [m, k] buffer of its own. Equals silu_and_mul followed by matmul.
+void matmul_silu_and_mul(const float* gate_up, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool,
+                         Isa isa = active_isa());
 // Plain triple loop over a row-major f32 [n, k] weight: the trusted twin in tests.
 void matmul_reference(const float* x, std::int64_t m, const float* w, std::int64_t n,
                       std::int64_t k, float* y);

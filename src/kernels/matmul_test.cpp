@@ -18,6 +18,7 @@
 #include "base/thread_pool.h"
 #include "kernels/batch_invariance.h"
 #include "kernels/cpu/matmul_impl.h"
+#include "kernels/ops.h"
 #include "tensor/fp8_blocks.h"
 
 namespace tessera::kernels {
@@ -170,6 +171,35 @@ TEST_P(MatmulPaths, TallInputsMatchReference) {
     ThreadPool pool(2);
     check_paths({1100, 40, 64}, GetParam(), &pool, 3, 2, 400);
     check_paths({513, 17, 33}, GetParam(), nullptr, 0, 0, 401);
+}
+
+// The down projection with its activation fused (matmul_silu_and_mul) gives the same bits as
+// silu_and_mul into a buffer and matmul of it, on every path: single rows, decode batches,
+// AMX row tiles, a tall input cut into row blocks, odd K and a K of several pieces of the
+// activation, with and without workers.
+TEST_P(MatmulPaths, SiluAndMulInputEqualsTheActivationBuffer) {
+    ThreadPool pool(2);
+    std::uint32_t seed = 500;
+    for (Shape s : {Shape{1, 33, 31}, Shape{5, 100, 130}, Shape{16, 70, 64}, Shape{40, 47, 257}, Shape{600, 40, 96},
+                    Shape{9, 20, 2051}}) {
+        std::vector<float> w = random_values(s.n * s.k, seed++);
+        std::vector<float> gate_up = random_values(s.m * 2 * s.k, seed++);
+        for (float& v : gate_up) v *= 6.0f;  // gates well into both tails of the SiLU
+        const PackedWeight packed = pack_for_test(w, s.n, s.k, GetParam());
+        std::vector<float> act(s.m * s.k);
+        silu_and_mul(gate_up.data(), act.data(), s.m, s.k);
+        for (Isa isa : paths_to_test()) {
+            for (ThreadPool* workers : {static_cast<ThreadPool*>(nullptr), &pool}) {
+                std::vector<float> expected(s.m * s.n), fused(s.m * s.n, NAN);
+                matmul(act.data(), s.m, packed, expected.data(), workers, isa);
+                matmul_silu_and_mul(gate_up.data(), s.m, packed, fused.data(), workers, isa);
+                for (std::size_t i = 0; i < expected.size(); ++i)
+                    ASSERT_EQ(fused[i], expected[i]) << isa_name(isa) << " " << dtype_name(GetParam()) << " m=" << s.m
+                                                     << " n=" << s.n << " k=" << s.k << " at " << i
+                                                     << (workers ? " pool" : "");
+            }
+        }
+    }
 }
 
 // Checkpoints with narrower blocks (weight_block_size [32, 32], [4, 4]) keep one scale per block.

@@ -35,6 +35,8 @@ inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
 // silu(g) · u over a row, 8 lanes at a time. exp(-g) is clamped at e^88 (finite), where
 // g / (1 + e^88) is already -0 in f32.
+}  // namespace
+
 void silu_and_mul_row(const float* g, const float* u, float* o, std::int64_t dim) {
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 max_arg = _mm256_set1_ps(88.0f);
@@ -47,7 +49,6 @@ void silu_and_mul_row(const float* g, const float* u, float* o, std::int64_t dim
     }
     for (; i < dim; ++i) o[i] = silu(g[i]) * u[i];
 }
-}  // namespace
 
 void l2_normalize(float* x, std::int64_t dim) {
     double sum = 0.0;
@@ -96,8 +97,36 @@ void store_kv_row(const float* src, void* base, std::int64_t offset, std::int64_
     }
 }
 
-void add_inplace(float* x, const float* residual, std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i) x[i] += residual[i];
+// Elements below which add_inplace stays on the calling thread: a decode batch's residual
+// (16 rows of 1024) costs less than waking the workers.
+constexpr std::int64_t kParallelAddElements = std::int64_t{1} << 16;
+
+void add_inplace(float* x, const float* residual, std::int64_t n, ThreadPool* pool) {
+    const auto add = [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) x[i] += residual[i];
+    };
+    if (pool == nullptr || n < kParallelAddElements) {
+        add(0, n);
+        return;
+    }
+    pool->parallel_for(n, add);
+}
+
+void add_rms_norm(float* x, const float* residual, const float* weight, float* y, std::int64_t rows,
+                  std::int64_t dim, float eps, ThreadPool* pool) {
+    const auto rows_of = [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r) {
+            float* xr = x + r * dim;
+            const float* rr = residual + r * dim;
+            for (std::int64_t i = 0; i < dim; ++i) xr[i] += rr[i];
+            rms_norm_rows(x, weight, y, r, r + 1, dim, eps);
+        }
+    };
+    if (pool == nullptr || rows < 8) {
+        rows_of(0, rows);
+        return;
+    }
+    pool->parallel_for(rows, rows_of);
 }
 
 void rope_angles(const std::int32_t* positions, std::int64_t n_tokens, const float* inv_freq, std::int64_t half,

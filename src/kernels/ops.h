@@ -21,8 +21,14 @@ void rms_norm(const float* x, const float* weight, float* y, std::int64_t rows, 
 // x f32 [dim] /= max(‖x‖₂, 1e-12), as torch.nn.functional.normalize(p=2): a zero row stays zero.
 void l2_normalize(float* x, std::int64_t dim);
 
-// x f32 [rows, dim] += residual f32 [rows, dim]
-void add_inplace(float* x, const float* residual, std::int64_t n);
+// x f32 [n] += residual f32 [n], split over `pool` when n is large.
+void add_inplace(float* x, const float* residual, std::int64_t n, ThreadPool* pool = nullptr);
+
+// x f32 [rows, dim] += residual, then y = rms_norm(x) with `weight`, in one pass over each row:
+// the decoder's residual add before a norm (SGLang's layernorm.py RMSNorm.forward_native with
+// a residual). Bit for bit add_inplace followed by rms_norm. y may alias residual.
+void add_rms_norm(float* x, const float* residual, const float* weight, float* y, std::int64_t rows,
+                  std::int64_t dim, float eps, ThreadPool* pool = nullptr);
 
 // Writes n values of src into a K/V cache at element `offset` of `base`, in `type`: f32, bf16
 // (round to nearest even) or fp8 as src / fp8_scale (the checkpoint's k_scale or v_scale; 1
@@ -49,6 +55,8 @@ void rope_rotate(float* x, std::int64_t n_heads, std::int64_t head_dim, const fl
 // out f32 [rows, dim] = silu(gate_up[:, :dim]) * gate_up[:, dim:], gate_up f32 [rows, 2·dim].
 void silu_and_mul(const float* gate_up, float* out, std::int64_t rows, std::int64_t dim,
                   ThreadPool* pool = nullptr);
+// One row of it on the calling thread: out f32 [dim] = silu(gate) * up.
+void silu_and_mul_row(const float* gate, const float* up, float* out, std::int64_t dim);
 
 // out f32 [n, dim] = table[ids[i]] for a row-major table of `table_type` [vocab, dim].
 void embedding_lookup(const void* table, DType table_type, const std::int32_t* ids, std::int64_t n,

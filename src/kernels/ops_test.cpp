@@ -37,6 +37,31 @@ TEST(OpsTest, RmsNormMatchesTheFormulaOnOddSizes) {
     }
 }
 
+// The residual add fused into the norm, and the add split over workers, give the bits of the
+// plain add followed by the norm: a decode batch (on the caller) and a prefill's rows (split).
+TEST(OpsTest, AddRmsNormEqualsTheAddThenTheNorm) {
+    ThreadPool pool(2);
+    for (std::int64_t rows : {3, 16, 300}) {
+        const std::int64_t dim = 1024;
+        const auto x0 = random_vector(rows * dim, 3);
+        const auto branch = random_vector(rows * dim, 4);
+        const auto w = random_vector(dim, 5);
+        std::vector<float> x_plain = x0, y_plain(x0.size());
+        add_inplace(x_plain.data(), branch.data(), rows * dim);
+        rms_norm(x_plain.data(), w.data(), y_plain.data(), rows, dim, 1e-6f);
+        for (ThreadPool* workers : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> x_fused = x0, y_fused(x0.size(), NAN), x_split = x0;
+            add_rms_norm(x_fused.data(), branch.data(), w.data(), y_fused.data(), rows, dim, 1e-6f, workers);
+            add_inplace(x_split.data(), branch.data(), rows * dim, workers);
+            for (std::size_t i = 0; i < x0.size(); ++i) {
+                ASSERT_EQ(x_fused[i], x_plain[i]) << rows << " rows at " << i;
+                ASSERT_EQ(y_fused[i], y_plain[i]) << rows << " rows at " << i;
+                ASSERT_EQ(x_split[i], x_plain[i]) << rows << " rows at " << i;
+            }
+        }
+    }
+}
+
 TEST(OpsTest, L2NormalizeGivesUnitRowsAndKeepsZero) {
     std::vector<float> x = {3.0f, -4.0f, 0.0f};
     l2_normalize(x.data(), 3);

@@ -104,7 +104,6 @@ void LocalExperts::forward_pass(const float* x, std::int64_t m, const std::int32
         for (Scratch::ExpertWorker& w : scratch.expert_workers) {
             w.in.reserve(static_cast<std::size_t>(most_rows * H));
             w.mlp.gate_up.reserve(static_cast<std::size_t>(most_rows * 2 * width));
-            w.mlp.act.reserve(static_cast<std::size_t>(most_rows * width));
         }
         std::atomic<std::size_t> next{0};
         pool->run([&](int worker, int) {

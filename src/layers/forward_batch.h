@@ -34,7 +34,7 @@ struct LayerBatch {
 
 // A gated MLP's intermediate rows: gate and up side by side, then SiLU(gate) · up.
 struct MlpBuffers {
-    std::vector<float> gate_up, act;
+    std::vector<float> gate_up;
 };
 
 // Buffers the layers of one model reuse (one forward at a time).

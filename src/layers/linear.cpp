@@ -209,11 +209,18 @@ void Linear::forward(const float* x, std::int64_t m, float* y, ThreadPool* pool)
 void Linear::forward(const float* x, std::int64_t m, float* y, ThreadPool* pool, std::int64_t x_stride,
                      std::int64_t y_stride) const {
     kernels::matmul(x, m, weight_, y, pool, kernels::active_isa(), x_stride, y_stride);
+    add_bias(m, y, y_stride > 0 ? y_stride : weight_.n);
+}
+
+void Linear::forward_silu_and_mul(const float* gate_up, std::int64_t m, float* y, ThreadPool* pool) const {
+    kernels::matmul_silu_and_mul(gate_up, m, weight_, y, pool);
+    add_bias(m, y, weight_.n);
+}
+
+void Linear::add_bias(std::int64_t m, float* y, std::int64_t y_stride) const {
     if (bias_.empty()) return;
-    const std::int64_t n = weight_.n;
-    const std::int64_t stride = y_stride > 0 ? y_stride : n;
     for (std::int64_t r = 0; r < m; ++r)
-        for (std::int64_t i = 0; i < n; ++i) y[r * stride + i] += bias_[i];
+        for (std::int64_t i = 0; i < weight_.n; ++i) y[r * y_stride + i] += bias_[i];
 }
 
 }  // namespace tessera::layers

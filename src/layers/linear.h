@@ -63,6 +63,9 @@ class Linear {
     // The same with rows of x `x_stride` and rows of y `y_stride` floats apart (0: dense).
     void forward(const float* x, std::int64_t m, float* y, ThreadPool* pool, std::int64_t x_stride,
                  std::int64_t y_stride) const;
+    // y = silu_and_mul(gate_up) · Wᵀ + b, gate_up f32 [m, 2·in] (kernels::matmul_silu_and_mul):
+    // a gated MLP's down projection.
+    void forward_silu_and_mul(const float* gate_up, std::int64_t m, float* y, ThreadPool* pool) const;
 
     std::int64_t in_features() const { return weight_.k; }
     std::int64_t out_features() const { return weight_.n; }
@@ -82,6 +85,7 @@ class Linear {
 
  private:
     Status load_bias(const loader::WeightSource& source, const LinearSpec& spec, std::int64_t total_rows);
+    void add_bias(std::int64_t m, float* y, std::int64_t y_stride) const;
 
     kernels::PackedWeight weight_;
     std::vector<float> bias_;  // f32 [out] or empty

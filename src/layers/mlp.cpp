@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "kernels/ops.h"
 #include "loader/weight_source.h"
 
 namespace tessera::layers {
@@ -76,10 +75,8 @@ void GatedMlp::forward(const float* x, std::int64_t m, float* out, Scratch& scra
 void GatedMlp::forward(const float* x, std::int64_t m, float* out, MlpBuffers& buffers, ThreadPool* pool) const {
     const std::int64_t width = slice_width();
     buffers.gate_up.resize(static_cast<std::size_t>(m * 2 * width));
-    buffers.act.resize(static_cast<std::size_t>(m * width));
     gate_up_.forward(x, m, buffers.gate_up.data(), pool);
-    kernels::silu_and_mul(buffers.gate_up.data(), buffers.act.data(), m, width, pool);
-    down_.forward(buffers.act.data(), m, out, pool);
+    down_.forward_silu_and_mul(buffers.gate_up.data(), m, out, pool);
 }
 
 Status GatedMlp::forward_reduced(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool,

@@ -478,15 +478,15 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
     if (gathered == nullptr) {
         if (n == 0) return Status::Ok();
         const layers::LayerParallel& ffn_par = std::holds_alternative<layers::GatedMlp>(layer.ffn) ? dense_par_ : par_;
-        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
-        kernels::rms_norm(x_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden, eps, pool);
+        kernels::add_rms_norm(x_.data(), branch_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden, eps,
+                              pool);
         if (routed_out_ != nullptr && moe != nullptr) record_routing(*moe, h_.data(), n, pool);
         TSR_RETURN_IF_ERROR(ffn_forward(layer, h_.data(), n, branch_.data(), pool, ffn_par));
-        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+        kernels::add_inplace(x_.data(), branch_.data(), n * hidden, pool);
         return Status::Ok();
     }
     // The residual joins once per group: from its attention-TP rank 0.
-    if (n > 0 && dpa_.tp_rank == 0) kernels::add_inplace(branch_.data(), x_.data(), n * hidden);
+    if (n > 0 && dpa_.tp_rank == 0) kernels::add_inplace(branch_.data(), x_.data(), n * hidden, pool);
     const std::int64_t rows = gathered->rows;
     TSR_RETURN_IF_ERROR(layers::dp_gather({branch_.data(), static_cast<std::size_t>(n * hidden)}, hidden, *gathered,
                                           /*partial=*/true, dpa_, x_all_));
@@ -507,7 +507,7 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
     }
     if (n == 0) return Status::Ok();
     layers::dp_scatter(x_all_, hidden, *gathered, dpa_, x_.data());
-    kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+    kernels::add_inplace(x_.data(), branch_.data(), n * hidden, pool);
     return Status::Ok();
 }
 
@@ -515,8 +515,7 @@ Status Decoder::scattered_moe_forward(layers::MoeLayer& moe, std::int64_t n, std
                                      ThreadPool* pool, float eps, const std::vector<float>& norm) {
     const std::int64_t hidden = config_.hidden_size;
     if (n > 0) {
-        kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
-        kernels::rms_norm(x_.data(), norm.data(), h_.data(), n, hidden, eps, pool);
+        kernels::add_rms_norm(x_.data(), branch_.data(), norm.data(), h_.data(), n, hidden, eps, pool);
         if (routed_out_ != nullptr) record_routing(moe, h_.data(), n, pool);
     }
     // The attention-TP ranks of a group hold the same rows: each sends its slice, and the
@@ -530,7 +529,7 @@ Status Decoder::scattered_moe_forward(layers::MoeLayer& moe, std::int64_t n, std
                                                   rows, slice_out_.data(), scratch_, pool, par_));
         TSR_RETURN_IF_ERROR(layers::attn_tp_gather_slices(slice_out_, n, hidden, dpa_, group_out_, branch_.data()));
     }
-    if (n > 0) kernels::add_inplace(x_.data(), branch_.data(), n * hidden);
+    if (n > 0) kernels::add_inplace(x_.data(), branch_.data(), n * hidden, pool);
     return Status::Ok();
 }
 
