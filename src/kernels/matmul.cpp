@@ -352,27 +352,49 @@ void unpack_weight(const PackedWeight& w, float* out) {
 
 namespace {
 
-// The rows matmul reads: x itself, or silu_and_mul of [gate | up] rows (matmul_silu_and_mul).
-enum class InputRows { kPlain, kSiluAndMul };
+// The rows matmul reads: x itself, silu_and_mul of [gate | up] rows (matmul_silu_and_mul), or
+// rms_norm of x (matmul_rms_norm).
+struct InputRows {
+    enum Kind { kPlain, kSiluAndMul, kRmsNorm } kind = kPlain;
+    const float* norm_weight = nullptr;
+    float eps = 0.0f;
+};
 
-// silu_and_mul of gate_up rows for the kernels that read f32 rows as they are; per calling
-// thread, apart from scratch<float>, which the AVX2 path prepares into, and as large at least.
-float* activation_rows(const float* gate_up, std::int64_t gate_up_stride, std::int64_t m, std::int64_t k,
-                       ThreadPool* pool) {
+// Columns [c, c + len) of input row `row` (x_stride floats apart) as `input` makes them, into
+// out: the activation, or the normed row given its factor `inv` (rms_inverse).
+void input_piece(const float* x, std::int64_t x_stride, std::int64_t k, std::int64_t row, const InputRows& input,
+                 float inv, std::int64_t c, std::int64_t len, float* out) {
+    const float* src = x + row * x_stride;
+    if (input.kind == InputRows::kSiluAndMul) {
+        silu_and_mul_row(src + c, src + k + c, out, len);
+    } else {
+        for (std::int64_t j = 0; j < len; ++j) out[j] = src[c + j] * inv * input.norm_weight[c + j];
+    }
+}
+
+float row_factor(const float* x, std::int64_t x_stride, std::int64_t k, std::int64_t row, const InputRows& input) {
+    return input.kind == InputRows::kRmsNorm ? rms_inverse(x + row * x_stride, k, input.eps) : 1.0f;
+}
+
+// The input rows as `input` makes them, for the kernels that read f32 rows as they are; per
+// calling thread, apart from scratch<float>, which the AVX2 path prepares into, and as large
+// at least.
+float* computed_rows(const float* x, std::int64_t x_stride, std::int64_t m, std::int64_t k, const InputRows& input,
+                     ThreadPool* pool) {
     thread_local AlignedBuffer buffer;
     const auto bytes = static_cast<std::size_t>(m * k) * sizeof(float);
     if (buffer.size() < bytes) buffer = AlignedBuffer(std::max(bytes, kMinScratchBytes));
     float* out = buffer.as<float>();
     split(pool, m, 1, [&](std::int64_t r0, std::int64_t r1) {
         for (std::int64_t r = r0; r < r1; ++r)
-            silu_and_mul_row(gate_up + r * gate_up_stride, gate_up + r * gate_up_stride + k, out + r * k, k);
+            input_piece(x, x_stride, k, r, input, row_factor(x, x_stride, k, r, input), 0, k, out + r * k);
     });
     return out;
 }
 
 void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool, Isa isa,
                  std::int64_t x_stride, std::int64_t y_stride, InputRows input) {
-    const std::int64_t row_width = input == InputRows::kSiluAndMul ? 2 * w.k : w.k;
+    const std::int64_t row_width = input.kind == InputRows::kSiluAndMul ? 2 * w.k : w.k;
     if (x_stride == 0) x_stride = row_width;
     if (y_stride == 0) y_stride = w.n;
     TSR_CHECK(w.data.size() > 0 || w.n_padded * w.k_padded == 0)
@@ -399,12 +421,12 @@ void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y
 
     const std::int64_t n_panels = w.n_padded / kPanelWidth;
     const bool avx512 = uses_avx512_bf16(isa);
-    // Only the AVX-512 preparation computes the activation row by row; the other paths read
-    // it from a buffer.
-    if (input == InputRows::kSiluAndMul && !(avx512 && w.dtype != DType::kF32)) {
-        x = activation_rows(x, x_stride, m, w.k, pool);
+    // Only the AVX-512 preparation computes the rows piece by piece; the other paths read them
+    // from a buffer.
+    if (input.kind != InputRows::kPlain && !(avx512 && w.dtype != DType::kF32)) {
+        x = computed_rows(x, x_stride, m, w.k, input, pool);
         x_stride = w.k;
-        input = InputRows::kPlain;
+        input = InputRows{};
     }
     if (isa == Isa::kReference) {
         split(pool, n_panels, 1, [&](std::int64_t p0, std::int64_t p1) {
@@ -434,16 +456,16 @@ void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y
         void* dst = avx512 ? static_cast<void*>(scratch<std::uint16_t>(m * op.a_stride))
                            : static_cast<void*>(scratch<float>(m * op.a_stride));
         const auto prepare = [&](std::int64_t r0, std::int64_t r1) {
-            if (input == InputRows::kSiluAndMul) {
-                // The activation in pieces on the stack, each rounded while still in L1.
+            if (input.kind != InputRows::kPlain) {
+                // The rows in pieces on the stack, each rounded while still in L1.
                 constexpr std::int64_t kPiece = 1024;  // even: bf16 pairs stay whole
                 alignas(64) float piece[kPiece];
                 auto* out = static_cast<std::uint16_t*>(dst);
                 for (std::int64_t r = r0; r < r1; ++r) {
-                    const float* gate = x + r * x_stride;
+                    const float inv = row_factor(x, x_stride, w.k, r, input);
                     for (std::int64_t c = 0; c < w.k; c += kPiece) {
                         const std::int64_t len = std::min(kPiece, w.k - c);
-                        silu_and_mul_row(gate + c, gate + w.k + c, piece, len);
+                        input_piece(x, x_stride, w.k, r, input, inv, c, len, piece);
                         const std::int64_t padded = c + kPiece < w.k ? len : w.k_padded - c;
                         cpu::prepare_bf16_avx512(piece, len, len, padded, 0, 1, out + r * op.a_stride + c, op.a_stride);
                     }
@@ -456,10 +478,10 @@ void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y
                                        static_cast<float*>(dst));
             }
         };
-        // The activation's exponentials cost more than the rounding: rows split as
-        // silu_and_mul splits them.
+        // The activation's exponentials and the norm's sums cost more than the rounding: rows
+        // split as silu_and_mul and rms_norm split them.
         const bool parallel =
-            input == InputRows::kSiluAndMul ? m >= kParallelActivationRows : m * w.k >= kParallelPrepareElements;
+            input.kind != InputRows::kPlain ? m >= kParallelActivationRows : m * w.k >= kParallelPrepareElements;
         if (parallel) {
             split(pool, m, 1, prepare);
         } else {
@@ -497,12 +519,18 @@ void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y
 
 void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool, Isa isa,
             std::int64_t x_stride, std::int64_t y_stride) {
-    matmul_rows(x, m, w, y, pool, isa, x_stride, y_stride, InputRows::kPlain);
+    matmul_rows(x, m, w, y, pool, isa, x_stride, y_stride, InputRows{});
 }
 
 void matmul_silu_and_mul(const float* gate_up, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool,
                          Isa isa) {
-    matmul_rows(gate_up, m, w, y, pool, isa, 0, 0, InputRows::kSiluAndMul);
+    matmul_rows(gate_up, m, w, y, pool, isa, 0, 0, InputRows{.kind = InputRows::kSiluAndMul});
+}
+
+void matmul_rms_norm(const float* x, std::int64_t m, const float* norm_weight, float eps, const PackedWeight& w,
+                     float* y, ThreadPool* pool, Isa isa) {
+    matmul_rows(x, m, w, y, pool, isa, 0, 0,
+                InputRows{.kind = InputRows::kRmsNorm, .norm_weight = norm_weight, .eps = eps});
 }
 
 void matmul_reference(const float* x, std::int64_t m, const float* w, std::int64_t n,

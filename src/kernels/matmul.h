@@ -84,6 +84,11 @@ void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, Thr
 // into an [m, k] buffer of its own. Equals silu_and_mul followed by matmul.
 void matmul_silu_and_mul(const float* gate_up, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool,
                          Isa isa = active_isa());
+// y f32 [m, n] = rms_norm(x, norm_weight, eps) · Wᵀ, x f32 [m, k] (kernels/ops.h): a layer's
+// input norm computed row by row into its first projection's operand. Equals rms_norm into a
+// buffer followed by matmul.
+void matmul_rms_norm(const float* x, std::int64_t m, const float* norm_weight, float eps, const PackedWeight& w,
+                     float* y, ThreadPool* pool, Isa isa = active_isa());
 // Plain triple loop over a row-major f32 [n, k] weight: the trusted twin in tests.
 void matmul_reference(const float* x, std::int64_t m, const float* w, std::int64_t n,
                       std::int64_t k, float* y);

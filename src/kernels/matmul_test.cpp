@@ -202,6 +202,32 @@ TEST_P(MatmulPaths, SiluAndMulInputEqualsTheActivationBuffer) {
     }
 }
 
+// The same for a layer's input norm (matmul_rms_norm against rms_norm into a buffer).
+TEST_P(MatmulPaths, RmsNormInputEqualsTheNormBuffer) {
+    ThreadPool pool(2);
+    std::uint32_t seed = 600;
+    for (Shape s : {Shape{1, 33, 31}, Shape{5, 100, 130}, Shape{16, 70, 64}, Shape{40, 47, 257}, Shape{600, 40, 96},
+                    Shape{9, 20, 2051}}) {
+        std::vector<float> w = random_values(s.n * s.k, seed++);
+        const std::vector<float> x = random_values(s.m * s.k, seed++);
+        const std::vector<float> norm_weight = random_values(s.k, seed++);
+        const PackedWeight packed = pack_for_test(w, s.n, s.k, GetParam());
+        std::vector<float> normed(s.m * s.k);
+        rms_norm(x.data(), norm_weight.data(), normed.data(), s.m, s.k, 1e-6f);
+        for (Isa isa : paths_to_test()) {
+            for (ThreadPool* workers : {static_cast<ThreadPool*>(nullptr), &pool}) {
+                std::vector<float> expected(s.m * s.n), fused(s.m * s.n, NAN);
+                matmul(normed.data(), s.m, packed, expected.data(), workers, isa);
+                matmul_rms_norm(x.data(), s.m, norm_weight.data(), 1e-6f, packed, fused.data(), workers, isa);
+                for (std::size_t i = 0; i < expected.size(); ++i)
+                    ASSERT_EQ(fused[i], expected[i]) << isa_name(isa) << " " << dtype_name(GetParam()) << " m=" << s.m
+                                                     << " n=" << s.n << " k=" << s.k << " at " << i
+                                                     << (workers ? " pool" : "");
+            }
+        }
+    }
+}
+
 // Checkpoints with narrower blocks (weight_block_size [32, 32], [4, 4]) keep one scale per block.
 TEST(MatmulFp8, NarrowScaleBlocksMatchReference) {
     ThreadPool pool(2);

@@ -18,15 +18,7 @@ void rms_norm_rows(const float* x, const float* weight, float* y, std::int64_t b
     for (std::int64_t r = begin; r < end; ++r) {
         const float* xr = x + r * dim;
         float* yr = y + r * dim;
-        // Eight partial sums let the compiler vectorise without reassociating one chain.
-        float partial[8] = {};
-        std::int64_t i = 0;
-        for (; i + 8 <= dim; i += 8)
-            for (int l = 0; l < 8; ++l) partial[l] += xr[i + l] * xr[i + l];
-        float sum = 0.0f;
-        for (float p : partial) sum += p;
-        for (; i < dim; ++i) sum += xr[i] * xr[i];
-        const float inv = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
+        const float inv = rms_inverse(xr, dim, eps);
         for (std::int64_t j = 0; j < dim; ++j) yr[j] = xr[j] * inv * weight[j];
     }
 }
@@ -48,6 +40,18 @@ void silu_and_mul_row(const float* g, const float* u, float* o, std::int64_t dim
         _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
     }
     for (; i < dim; ++i) o[i] = silu(g[i]) * u[i];
+}
+
+float rms_inverse(const float* x, std::int64_t dim, float eps) {
+    // Eight partial sums let the compiler vectorise without reassociating one chain.
+    float partial[8] = {};
+    std::int64_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int l = 0; l < 8; ++l) partial[l] += x[i + l] * x[i + l];
+    float sum = 0.0f;
+    for (float p : partial) sum += p;
+    for (; i < dim; ++i) sum += x[i] * x[i];
+    return 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
 }
 
 void l2_normalize(float* x, std::int64_t dim) {

@@ -17,6 +17,9 @@ namespace tessera::kernels {
 // y f32 [rows, dim] = x / sqrt(mean(x²) + eps) * weight f32 [dim]. y may alias x.
 void rms_norm(const float* x, const float* weight, float* y, std::int64_t rows, std::int64_t dim,
               float eps, ThreadPool* pool = nullptr);
+// The factor of one row of it: y[i] = x[i] * rms_inverse(x, dim, eps) * weight[i] is rms_norm's
+// y bit for bit.
+float rms_inverse(const float* x, std::int64_t dim, float eps);
 
 // x f32 [dim] /= max(‖x‖₂, 1e-12), as torch.nn.functional.normalize(p=2): a zero row stays zero.
 void l2_normalize(float* x, std::int64_t dim);

@@ -44,8 +44,8 @@ double GqaAttention::flops_per_token() const {
                   static_cast<double>(o_proj_.in_features()) * o_proj_.out_features());
 }
 
-Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_cache, void* v_cache, DType kv_dtype,
-                             float* out, Scratch& scratch, const LayerParallel& par) const {
+Status GqaAttention::forward(const LayerInput& input, const LayerBatch& batch, void* k_cache, void* v_cache,
+                             DType kv_dtype, float* out, Scratch& scratch, const LayerParallel& par) const {
     const std::int64_t n = batch.n_tokens;
     const std::int64_t q_dim = heads_ * head_dim_;
     const std::int64_t kv_dim = kv_heads_ * head_dim_;
@@ -53,7 +53,7 @@ Status GqaAttention::forward(const float* h, const LayerBatch& batch, void* k_ca
     const std::int64_t half = head_dim_ / 2;
     scratch.qkv.resize(static_cast<std::size_t>(n * qkv_dim));
     scratch.attn.resize(static_cast<std::size_t>(n * q_dim));
-    qkv_proj_.forward(h, n, scratch.qkv.data(), batch.pool);
+    qkv_proj_.forward(input, n, scratch.qkv.data(), batch.pool);
     const float k_scale = is_fp8(kv_dtype) ? kv_scales_.k : 1.0f;
     const float v_scale = is_fp8(kv_dtype) ? kv_scales_.v : 1.0f;
     // Per token: q/k norms, the rotation with this pass's angles, K/V into the token's cache row.

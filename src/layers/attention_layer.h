@@ -31,9 +31,10 @@ class GqaAttention {
     static StatusOr<GqaAttention> load(const loader::WeightSource& source, const AttentionSpec& spec,
                                        const LayerParallel& par);
 
-    // out f32 [n, hidden] (complete: all-reduced) from h f32 [n, hidden]; writes the new
-    // tokens' K and V (kv_dtype: f32, bf16 or fp8) into k_cache / v_cache rows.
-    Status forward(const float* h, const LayerBatch& batch, void* k_cache, void* v_cache, DType kv_dtype,
+    // out f32 [n, hidden] (complete: all-reduced) from the input rows f32 [n, hidden] (normed
+    // by the qkv projection when the input carries a norm); writes the new tokens' K and V
+    // (kv_dtype: f32, bf16 or fp8) into k_cache / v_cache rows.
+    Status forward(const LayerInput& input, const LayerBatch& batch, void* k_cache, void* v_cache, DType kv_dtype,
                    float* out, Scratch& scratch, const LayerParallel& par) const;
 
     // The fp8 KV cache scales (applied only when kv_dtype is fp8).

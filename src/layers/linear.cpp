@@ -212,6 +212,12 @@ void Linear::forward(const float* x, std::int64_t m, float* y, ThreadPool* pool,
     add_bias(m, y, y_stride > 0 ? y_stride : weight_.n);
 }
 
+void Linear::forward(const LayerInput& input, std::int64_t m, float* y, ThreadPool* pool) const {
+    if (input.norm_weight == nullptr) return forward(input.x, m, y, pool);
+    kernels::matmul_rms_norm(input.x, m, input.norm_weight, input.eps, weight_, y, pool);
+    add_bias(m, y, weight_.n);
+}
+
 void Linear::forward_silu_and_mul(const float* gate_up, std::int64_t m, float* y, ThreadPool* pool) const {
     kernels::matmul_silu_and_mul(gate_up, m, weight_, y, pool);
     add_bias(m, y, weight_.n);

@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "kernels/matmul.h"
+#include "layers/layer_input.h"
 
 namespace tessera {
 class ThreadPool;
@@ -63,6 +64,8 @@ class Linear {
     // The same with rows of x `x_stride` and rows of y `y_stride` floats apart (0: dense).
     void forward(const float* x, std::int64_t m, float* y, ThreadPool* pool, std::int64_t x_stride,
                  std::int64_t y_stride) const;
+    // y = input's rows · Wᵀ + b: x, or rms_norm(x) when the input carries a norm.
+    void forward(const LayerInput& input, std::int64_t m, float* y, ThreadPool* pool) const;
     // y = silu_and_mul(gate_up) · Wᵀ + b, gate_up f32 [m, 2·in] (kernels::matmul_silu_and_mul):
     // a gated MLP's down projection.
     void forward_silu_and_mul(const float* gate_up, std::int64_t m, float* y, ThreadPool* pool) const;

@@ -73,15 +73,20 @@ void GatedMlp::forward(const float* x, std::int64_t m, float* out, Scratch& scra
 }
 
 void GatedMlp::forward(const float* x, std::int64_t m, float* out, MlpBuffers& buffers, ThreadPool* pool) const {
+    forward(LayerInput{.x = x}, m, out, buffers, pool);
+}
+
+void GatedMlp::forward(const LayerInput& input, std::int64_t m, float* out, MlpBuffers& buffers,
+                       ThreadPool* pool) const {
     const std::int64_t width = slice_width();
     buffers.gate_up.resize(static_cast<std::size_t>(m * 2 * width));
-    gate_up_.forward(x, m, buffers.gate_up.data(), pool);
+    gate_up_.forward(input, m, buffers.gate_up.data(), pool);
     down_.forward_silu_and_mul(buffers.gate_up.data(), m, out, pool);
 }
 
-Status GatedMlp::forward_reduced(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool,
-                                 const LayerParallel& par) const {
-    forward(x, m, out, scratch, pool);
+Status GatedMlp::forward_reduced(const LayerInput& input, std::int64_t m, float* out, Scratch& scratch,
+                                 ThreadPool* pool, const LayerParallel& par) const {
+    forward(input, m, out, scratch.mlp, pool);
     return par.all_reduce({out, static_cast<std::size_t>(m * down_.out_features())});
 }
 

@@ -35,8 +35,10 @@ class GatedMlp {
     void forward(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool) const;
     // The same on the caller's buffers (several experts at once, one per thread).
     void forward(const float* x, std::int64_t m, float* out, MlpBuffers& buffers, ThreadPool* pool) const;
+    // The same from a layer input (its norm fused into the gate / up projection).
+    void forward(const LayerInput& input, std::int64_t m, float* out, MlpBuffers& buffers, ThreadPool* pool) const;
     // The same, summed over the TP group.
-    Status forward_reduced(const float* x, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool,
+    Status forward_reduced(const LayerInput& input, std::int64_t m, float* out, Scratch& scratch, ThreadPool* pool,
                            const LayerParallel& par) const;
 
     std::int64_t slice_width() const { return down_.in_features(); }

@@ -444,7 +444,8 @@ Status Decoder::check_dp_attention(const BatchInput& batch) const {
 
 Status Decoder::ffn_forward(DecoderLayer& layer, const float* h, std::int64_t rows, float* out, ThreadPool* pool,
                             const layers::LayerParallel& par, std::span<const std::uint8_t> padding) {
-    if (auto* mlp = std::get_if<layers::GatedMlp>(&layer.ffn)) return mlp->forward_reduced(h, rows, out, scratch_, pool, par);
+    if (auto* mlp = std::get_if<layers::GatedMlp>(&layer.ffn))
+        return mlp->forward_reduced(layers::LayerInput{.x = h}, rows, out, scratch_, pool, par);
     return std::get<layers::MoeLayer>(layer.ffn).forward(h, rows, out, scratch_, pool, par, padding);
 }
 
@@ -464,12 +465,14 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
     layers::LayerParallel attn = attn_par_;
     attn.defer_reduce = gathered != nullptr && !scattered;
     if (n > 0) {
-        kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
         if (auto* mla = std::get_if<layers::MlaAttention>(&layer.attention)) {
+            kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
             TSR_RETURN_IF_ERROR(mla->forward(h_.data(), lb, kv.k[l], kv.dtype, branch_.data(), scratch_, attn));
         } else {
+            // The input norm runs inside the qkv projection's operand (layers/layer_input.h).
+            const layers::LayerInput normed{.x = x_.data(), .norm_weight = layer.input_norm.data(), .eps = eps};
             TSR_RETURN_IF_ERROR(std::get<layers::GqaAttention>(layer.attention)
-                                    .forward(h_.data(), lb, kv.k[l], kv.v[l], kv.dtype, branch_.data(), scratch_, attn));
+                                    .forward(normed, lb, kv.k[l], kv.v[l], kv.dtype, branch_.data(), scratch_, attn));
         }
     }
     if (scattered)
@@ -478,10 +481,19 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
     if (gathered == nullptr) {
         if (n == 0) return Status::Ok();
         const layers::LayerParallel& ffn_par = std::holds_alternative<layers::GatedMlp>(layer.ffn) ? dense_par_ : par_;
-        kernels::add_rms_norm(x_.data(), branch_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden, eps,
-                              pool);
-        if (routed_out_ != nullptr && moe != nullptr) record_routing(*moe, h_.data(), n, pool);
-        TSR_RETURN_IF_ERROR(ffn_forward(layer, h_.data(), n, branch_.data(), pool, ffn_par));
+        if (moe == nullptr) {
+            // A dense MLP's norm runs inside its gate / up projection's operand.
+            kernels::add_inplace(x_.data(), branch_.data(), n * hidden, pool);
+            const layers::LayerInput normed{.x = x_.data(), .norm_weight = layer.post_attention_norm.data(), .eps = eps};
+            TSR_RETURN_IF_ERROR(std::get<layers::GatedMlp>(layer.ffn)
+                                    .forward_reduced(normed, n, branch_.data(), scratch_, pool, ffn_par));
+        } else {
+            // The router and the experts read the same normed rows.
+            kernels::add_rms_norm(x_.data(), branch_.data(), layer.post_attention_norm.data(), h_.data(), n, hidden,
+                                  eps, pool);
+            if (routed_out_ != nullptr) record_routing(*moe, h_.data(), n, pool);
+            TSR_RETURN_IF_ERROR(ffn_forward(layer, h_.data(), n, branch_.data(), pool, ffn_par));
+        }
         kernels::add_inplace(x_.data(), branch_.data(), n * hidden, pool);
         return Status::Ok();
     }
