@@ -484,7 +484,8 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
         if (moe == nullptr) {
             // A dense MLP's norm runs inside its gate / up projection's operand.
             kernels::add_inplace(x_.data(), branch_.data(), n * hidden, pool);
-            const layers::LayerInput normed{.x = x_.data(), .norm_weight = layer.post_attention_norm.data(), .eps = eps};
+            const layers::LayerInput normed{
+                .x = x_.data(), .norm_weight = layer.post_attention_norm.data(), .eps = eps};
             TSR_RETURN_IF_ERROR(std::get<layers::GatedMlp>(layer.ffn)
                                     .forward_reduced(normed, n, branch_.data(), scratch_, pool, ffn_par));
         } else {
