@@ -26,6 +26,8 @@ using cpu::packed_panel_bytes;
 // Below this many elements of x, converting it on the calling thread is cheaper than a
 // second round trip through the pool.
 constexpr std::int64_t kParallelPrepareElements = 1 << 16;
+// Rows from which a computed input (matmul_silu_and_mul, matmul_rms_norm) is prepared on the
+// workers, as silu_and_mul and rms_norm split theirs.
 constexpr std::int64_t kParallelActivationRows = 8;
 // Rows per work item when the output is split by rows: a multiple of both ISA row tiles.
 constexpr std::int64_t kRowAlign = 12;

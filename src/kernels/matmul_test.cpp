@@ -173,56 +173,42 @@ TEST_P(MatmulPaths, TallInputsMatchReference) {
     check_paths({513, 17, 33}, GetParam(), nullptr, 0, 0, 401);
 }
 
-// The down projection with its activation fused (matmul_silu_and_mul) gives the same bits as
-// silu_and_mul into a buffer and matmul of it, on every path: single rows, decode batches,
-// AMX row tiles, a tall input cut into row blocks, odd K and a K of several pieces of the
-// activation, with and without workers.
-TEST_P(MatmulPaths, SiluAndMulInputEqualsTheActivationBuffer) {
+// A fused input gives the same bits as its buffer: matmul_silu_and_mul as silu_and_mul into a
+// buffer and matmul of it (the down projection), matmul_rms_norm as rms_norm and matmul (a
+// layer's first projection). On every path: single rows, decode batches, AMX row tiles, a tall
+// input cut into row blocks, odd K and a K of several pieces, with and without workers.
+TEST_P(MatmulPaths, FusedInputsEqualTheirBuffers) {
     ThreadPool pool(2);
     std::uint32_t seed = 500;
-    for (Shape s : {Shape{1, 33, 31}, Shape{5, 100, 130}, Shape{16, 70, 64}, Shape{40, 47, 257}, Shape{600, 40, 96},
-                    Shape{9, 20, 2051}}) {
-        std::vector<float> w = random_values(s.n * s.k, seed++);
-        std::vector<float> gate_up = random_values(s.m * 2 * s.k, seed++);
-        for (float& v : gate_up) v *= 6.0f;  // gates well into both tails of the SiLU
-        const PackedWeight packed = pack_for_test(w, s.n, s.k, GetParam());
-        std::vector<float> act(s.m * s.k);
-        silu_and_mul(gate_up.data(), act.data(), s.m, s.k);
-        for (Isa isa : paths_to_test()) {
-            for (ThreadPool* workers : {static_cast<ThreadPool*>(nullptr), &pool}) {
-                std::vector<float> expected(s.m * s.n), fused(s.m * s.n, NAN);
-                matmul(act.data(), s.m, packed, expected.data(), workers, isa);
-                matmul_silu_and_mul(gate_up.data(), s.m, packed, fused.data(), workers, isa);
-                for (std::size_t i = 0; i < expected.size(); ++i)
-                    ASSERT_EQ(fused[i], expected[i]) << isa_name(isa) << " " << dtype_name(GetParam()) << " m=" << s.m
-                                                     << " n=" << s.n << " k=" << s.k << " at " << i
-                                                     << (workers ? " pool" : "");
+    for (bool silu : {true, false}) {
+        for (Shape s : {Shape{1, 33, 31}, Shape{5, 100, 130}, Shape{16, 70, 64}, Shape{40, 47, 257},
+                        Shape{600, 40, 96}, Shape{9, 20, 2051}}) {
+            std::vector<float> w = random_values(s.n * s.k, seed++);
+            std::vector<float> x = random_values(s.m * (silu ? 2 : 1) * s.k, seed++);
+            if (silu)
+                for (float& v : x) v *= 6.0f;  // gates well into both tails of the SiLU
+            const std::vector<float> norm_weight = random_values(s.k, seed++);
+            const PackedWeight packed = pack_for_test(w, s.n, s.k, GetParam());
+            std::vector<float> buffer(s.m * s.k);
+            if (silu) {
+                silu_and_mul(x.data(), buffer.data(), s.m, s.k);
+            } else {
+                rms_norm(x.data(), norm_weight.data(), buffer.data(), s.m, s.k, 1e-6f);
             }
-        }
-    }
-}
-
-// The same for a layer's input norm (matmul_rms_norm against rms_norm into a buffer).
-TEST_P(MatmulPaths, RmsNormInputEqualsTheNormBuffer) {
-    ThreadPool pool(2);
-    std::uint32_t seed = 600;
-    for (Shape s : {Shape{1, 33, 31}, Shape{5, 100, 130}, Shape{16, 70, 64}, Shape{40, 47, 257}, Shape{600, 40, 96},
-                    Shape{9, 20, 2051}}) {
-        std::vector<float> w = random_values(s.n * s.k, seed++);
-        const std::vector<float> x = random_values(s.m * s.k, seed++);
-        const std::vector<float> norm_weight = random_values(s.k, seed++);
-        const PackedWeight packed = pack_for_test(w, s.n, s.k, GetParam());
-        std::vector<float> normed(s.m * s.k);
-        rms_norm(x.data(), norm_weight.data(), normed.data(), s.m, s.k, 1e-6f);
-        for (Isa isa : paths_to_test()) {
-            for (ThreadPool* workers : {static_cast<ThreadPool*>(nullptr), &pool}) {
-                std::vector<float> expected(s.m * s.n), fused(s.m * s.n, NAN);
-                matmul(normed.data(), s.m, packed, expected.data(), workers, isa);
-                matmul_rms_norm(x.data(), s.m, norm_weight.data(), 1e-6f, packed, fused.data(), workers, isa);
-                for (std::size_t i = 0; i < expected.size(); ++i)
-                    ASSERT_EQ(fused[i], expected[i]) << isa_name(isa) << " " << dtype_name(GetParam()) << " m=" << s.m
-                                                     << " n=" << s.n << " k=" << s.k << " at " << i
-                                                     << (workers ? " pool" : "");
+            for (Isa isa : paths_to_test()) {
+                for (ThreadPool* workers : {static_cast<ThreadPool*>(nullptr), &pool}) {
+                    std::vector<float> expected(s.m * s.n), fused(s.m * s.n, NAN);
+                    matmul(buffer.data(), s.m, packed, expected.data(), workers, isa);
+                    if (silu) {
+                        matmul_silu_and_mul(x.data(), s.m, packed, fused.data(), workers, isa);
+                    } else {
+                        matmul_rms_norm(x.data(), s.m, norm_weight.data(), 1e-6f, packed, fused.data(), workers, isa);
+                    }
+                    for (std::size_t i = 0; i < expected.size(); ++i)
+                        ASSERT_EQ(fused[i], expected[i])
+                            << (silu ? "silu " : "norm ") << isa_name(isa) << " " << dtype_name(GetParam())
+                            << " m=" << s.m << " n=" << s.n << " k=" << s.k << " at " << i << (workers ? " pool" : "");
+                }
             }
         }
     }

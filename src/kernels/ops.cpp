@@ -25,10 +25,10 @@ void rms_norm_rows(const float* x, const float* weight, float* y, std::int64_t b
 
 inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
-// silu(g) · u over a row, 8 lanes at a time. exp(-g) is clamped at e^88 (finite), where
-// g / (1 + e^88) is already -0 in f32.
 }  // namespace
 
+// silu(g) · u over a row, 8 lanes at a time. exp(-g) is clamped at e^88 (finite), where
+// g / (1 + e^88) is already -0 in f32.
 void silu_and_mul_row(const float* g, const float* u, float* o, std::int64_t dim) {
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 max_arg = _mm256_set1_ps(88.0f);
