@@ -80,15 +80,15 @@ double MlaAttention::flops_per_token() const {
     return 2.0 * macs;
 }
 
-Status MlaAttention::forward(const float* h, const LayerBatch& batch, void* cache, DType cache_dtype, float* out,
-                             Scratch& scratch, const LayerParallel& par, MlaForm form) const {
+Status MlaAttention::forward(const LayerInput& input, const LayerBatch& batch, void* cache, DType cache_dtype,
+                             float* out, Scratch& scratch, const LayerParallel& par, MlaForm form) const {
     const std::int64_t n = batch.n_tokens;
     const std::int64_t r = mla_.kv_lora_rank, dr = mla_.qk_rope_head_dim, dn = mla_.qk_nope_head_dim;
     const std::int64_t qk = dn + dr, dv = mla_.v_head_dim, width = cache_width();
     const std::int64_t proj_width = in_proj_.out_features();
     const std::int64_t q_in = mla_.q_lora_rank > 0 ? mla_.q_lora_rank : heads_ * qk;  // q part of in_proj
     scratch.mla_proj.resize(static_cast<std::size_t>(n * proj_width));
-    in_proj_.forward(h, n, scratch.mla_proj.data(), batch.pool);
+    in_proj_.forward(input, n, scratch.mla_proj.data(), batch.pool);
     const float cache_scale = is_fp8(cache_dtype) ? kv_scales_.k : 1.0f;
     // Per token: the latent's norm, the rope key, the cache row; the q_a norm.
     const auto finish_kv = [&](std::int64_t t_begin, std::int64_t t_end) {

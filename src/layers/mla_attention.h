@@ -46,10 +46,11 @@ class MlaAttention {
     static StatusOr<MlaAttention> load(const loader::WeightSource& source, const MlaSpec& spec,
                                        const LayerParallel& par);
 
-    // out f32 [n, hidden] (all-reduced) from h f32 [n, hidden]; writes each new token's latent
-    // row into `latent_cache` (row width kv_lora_rank + qk_rope_head_dim).
-    Status forward(const float* h, const LayerBatch& batch, void* latent_cache, DType cache_dtype, float* out,
-                   Scratch& scratch, const LayerParallel& par, MlaForm form = MlaForm::kAuto) const;
+    // out f32 [n, hidden] (all-reduced) from the input rows f32 [n, hidden] (normed by the input
+    // projection when the input carries a norm); writes each new token's latent row into
+    // `latent_cache` (row width kv_lora_rank + qk_rope_head_dim).
+    Status forward(const LayerInput& input, const LayerBatch& batch, void* latent_cache, DType cache_dtype,
+                   float* out, Scratch& scratch, const LayerParallel& par, MlaForm form = MlaForm::kAuto) const;
 
     // The fp8 cache's scales (attn_mqa.k_scale / v_scale): the latent takes k.
     const KvScales& kv_scales() const { return kv_scales_; }

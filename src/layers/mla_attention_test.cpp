@@ -84,7 +84,8 @@ class MlaAttentionTest : public ::testing::TestWithParam<bool> {  // param: q_lo
         const LayerBatch batch{n, rows.data(), cos.data(), sin.data(), {&seq, 1}, pool};
         std::vector<float> out(static_cast<std::size_t>(n * H));
         Scratch scratch;
-        EXPECT_TRUE(mla.forward(x.data() + start * H, batch, cache.data(), cache_dtype, out.data(), scratch, {}, form).ok());
+        const LayerInput input{.x = x.data() + start * H};
+        EXPECT_TRUE(mla.forward(input, batch, cache.data(), cache_dtype, out.data(), scratch, {}, form).ok());
         return out;
     }
 

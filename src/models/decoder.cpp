@@ -465,12 +465,11 @@ Status Decoder::layer_forward(DecoderLayer& layer, const kvcache::KvView& kv, st
     layers::LayerParallel attn = attn_par_;
     attn.defer_reduce = gathered != nullptr && !scattered;
     if (n > 0) {
+        // The input norm runs inside the attention's first projection (layers/layer_input.h).
+        const layers::LayerInput normed{.x = x_.data(), .norm_weight = layer.input_norm.data(), .eps = eps};
         if (auto* mla = std::get_if<layers::MlaAttention>(&layer.attention)) {
-            kernels::rms_norm(x_.data(), layer.input_norm.data(), h_.data(), n, hidden, eps, pool);
-            TSR_RETURN_IF_ERROR(mla->forward(h_.data(), lb, kv.k[l], kv.dtype, branch_.data(), scratch_, attn));
+            TSR_RETURN_IF_ERROR(mla->forward(normed, lb, kv.k[l], kv.dtype, branch_.data(), scratch_, attn));
         } else {
-            // The input norm runs inside the qkv projection's operand (layers/layer_input.h).
-            const layers::LayerInput normed{.x = x_.data(), .norm_weight = layer.input_norm.data(), .eps = eps};
             TSR_RETURN_IF_ERROR(std::get<layers::GqaAttention>(layer.attention)
                                     .forward(normed, lb, kv.k[l], kv.v[l], kv.dtype, branch_.data(), scratch_, attn));
         }
