@@ -387,7 +387,8 @@ float* computed_rows(const float* x, std::int64_t x_stride, std::int64_t m, std:
     const auto bytes = static_cast<std::size_t>(m * k) * sizeof(float);
     if (buffer.size() < bytes) buffer = AlignedBuffer(std::max(bytes, kMinScratchBytes));
     float* out = buffer.as<float>();
-    split(pool, m, 1, [&](std::int64_t r0, std::int64_t r1) {
+    // A decode step's few rows stay on the caller, as in the AVX-512 preparation.
+    split(m >= kParallelActivationRows ? pool : nullptr, m, 1, [&](std::int64_t r0, std::int64_t r1) {
         for (std::int64_t r = r0; r < r1; ++r)
             input_piece(x, x_stride, k, r, input, row_factor(x, x_stride, k, r, input), 0, k, out + r * k);
     });
