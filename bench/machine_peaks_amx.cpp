@@ -23,13 +23,13 @@ namespace {
 // Every tile 16 rows × 64 bytes; returns the kernels' configuration for keep_result_and_restore().
 AmxTileConfig load_square_config() {
     AmxTileConfig kernels_config;
-    _tile_storeconfig(&kernels_config);
+    store_tile_config(kernels_config);
     AmxTileConfig config;
     for (int t = 0; t < 8; ++t) {
         config.rows[t] = 16;
         config.colsb[t] = 64;
     }
-    _tile_loadconfig(&config);
+    load_tile_config(config);
     return kernels_config;
 }
 
@@ -41,7 +41,7 @@ void keep_result_and_restore(const AmxTileConfig& kernels_config) {
     volatile float sink = out[0];
     (void)sink;
     if (kernels_config.palette != 0) {
-        _tile_loadconfig(&kernels_config);
+        load_tile_config(kernels_config);
     } else {
         _tile_release();
     }

@@ -86,7 +86,7 @@ void configure(std::int64_t rows0, std::int64_t rows1) {
             c.rows[tile] = static_cast<std::uint8_t>(tile < 5 ? rows0 : kTileSteps);
             c.colsb[tile] = static_cast<std::uint16_t>(kStepBytes);
         }
-        _tile_loadconfig(&c);
+        load_tile_config(c);
         t_configured_rows0 = rows0;
         t_configured_rows1 = rows1;
         return;
@@ -104,7 +104,7 @@ void configure(std::int64_t rows0, std::int64_t rows1) {
     set(5, rows1);
     set(6, kTileSteps);
     set(7, kTileSteps);
-    _tile_loadconfig(&c);
+    load_tile_config(c);
     t_configured_rows0 = rows0;
     t_configured_rows1 = rows1;
 }
