@@ -64,10 +64,11 @@ void split(ThreadPool* pool, std::int64_t n, std::int64_t align, F&& fn) {
 // Scratch for x converted for a bf16 kernel; grows, never shrinks. Per calling thread, so
 // concurrent matmul() calls from different threads do not share it. At least
 // kMinScratchBytes, so that decode-sized inputs (16 rows of 32K columns) never grow it: a
-// thread running whole MoE experts meets their row counts in no set order.
+// thread running whole MoE experts meets their row counts in no set order. Slot 1 holds a
+// gated MLP's activation while slot 0 still holds its input.
 constexpr std::size_t kMinScratchBytes = std::size_t{1} << 20;
 
-template <typename T>
+template <typename T, int kSlot = 0>
 T* scratch(std::int64_t elements) {
     thread_local AlignedBuffer buffer;
     const auto bytes = static_cast<std::size_t>(elements) * sizeof(T);
@@ -395,6 +396,55 @@ float* computed_rows(const float* x, std::int64_t x_stride, std::int64_t m, std:
     return out;
 }
 
+// Row stride of a bf16 operand of k_padded columns for AMX tiles: a tile reads one 64-byte
+// line of 16 rows, and rows an odd number of lines apart fall in different L1 sets (2 KB
+// apart, the 16 rows would share two sets).
+std::int64_t amx_row_stride(std::int64_t k_padded) { return ((k_padded + 31) / 32 | 1) * 32; }
+
+// x's rows as the bf16 kernels read them, rounded to bf16 with a zero pad column (see
+// matmul_impl.h) and made by `input` on the way, in the calling thread's scratch; *a_stride is
+// set to their row stride.
+const void* prepare_input(const float* x, std::int64_t x_stride, std::int64_t m, const PackedWeight& w,
+                          const InputRows& input, bool avx512, bool amx, ThreadPool* pool, std::int64_t* a_stride) {
+    const std::int64_t stride = amx ? amx_row_stride(w.k_padded) : w.k_padded;
+    *a_stride = stride;
+    void* dst = avx512 ? static_cast<void*>(scratch<std::uint16_t>(m * stride))
+                       : static_cast<void*>(scratch<float>(m * stride));
+    const auto prepare = [&](std::int64_t r0, std::int64_t r1) {
+        if (input.kind != InputRows::kPlain) {
+            // The rows in pieces on the stack, each rounded while still in L1.
+            constexpr std::int64_t kPiece = 1024;  // even: bf16 pairs stay whole
+            alignas(64) float piece[kPiece];
+            auto* out = static_cast<std::uint16_t*>(dst);
+            for (std::int64_t r = r0; r < r1; ++r) {
+                const float inv = row_factor(x, x_stride, w.k, r, input);
+                for (std::int64_t c = 0; c < w.k; c += kPiece) {
+                    const std::int64_t len = std::min(kPiece, w.k - c);
+                    input_piece(x, x_stride, w.k, r, input, inv, c, len, piece);
+                    const std::int64_t padded = c + kPiece < w.k ? len : w.k_padded - c;
+                    cpu::prepare_bf16_avx512(piece, len, len, padded, 0, 1, out + r * stride + c, stride);
+                }
+            }
+        } else if (avx512) {
+            cpu::prepare_bf16_avx512(x, x_stride, w.k, w.k_padded, r0, r1,
+                                     static_cast<std::uint16_t*>(dst), stride);
+        } else {
+            cpu::prepare_bf16_avx2(x, x_stride, w.k, w.k_padded, r0, r1,
+                                   static_cast<float*>(dst));
+        }
+    };
+    // The activation's exponentials and the norm's sums cost more than the rounding: rows
+    // split as silu_and_mul and rms_norm split them.
+    const bool parallel =
+        input.kind != InputRows::kPlain ? m >= kParallelActivationRows : m * w.k >= kParallelPrepareElements;
+    if (parallel) {
+        split(pool, m, 1, prepare);
+    } else {
+        prepare(0, m);
+    }
+    return dst;
+}
+
 void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool, Isa isa,
                  std::int64_t x_stride, std::int64_t y_stride, InputRows input) {
     const std::int64_t row_width = input.kind == InputRows::kSiluAndMul ? 2 * w.k : w.k;
@@ -452,45 +502,7 @@ void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y
         op.a = x;
         op.a_stride = x_stride;
     } else {
-        // The kernels read x rounded to bf16 with a zero pad column (see matmul_impl.h).
-        // An AMX tile reads one 64-byte line of 16 rows: rows an odd number of lines apart
-        // fall in different L1 sets (2 KB apart, the 16 rows would share two sets).
-        op.a_stride = amx ? ((w.k_padded + 31) / 32 | 1) * 32 : w.k_padded;
-        void* dst = avx512 ? static_cast<void*>(scratch<std::uint16_t>(m * op.a_stride))
-                           : static_cast<void*>(scratch<float>(m * op.a_stride));
-        const auto prepare = [&](std::int64_t r0, std::int64_t r1) {
-            if (input.kind != InputRows::kPlain) {
-                // The rows in pieces on the stack, each rounded while still in L1.
-                constexpr std::int64_t kPiece = 1024;  // even: bf16 pairs stay whole
-                alignas(64) float piece[kPiece];
-                auto* out = static_cast<std::uint16_t*>(dst);
-                for (std::int64_t r = r0; r < r1; ++r) {
-                    const float inv = row_factor(x, x_stride, w.k, r, input);
-                    for (std::int64_t c = 0; c < w.k; c += kPiece) {
-                        const std::int64_t len = std::min(kPiece, w.k - c);
-                        input_piece(x, x_stride, w.k, r, input, inv, c, len, piece);
-                        const std::int64_t padded = c + kPiece < w.k ? len : w.k_padded - c;
-                        cpu::prepare_bf16_avx512(piece, len, len, padded, 0, 1, out + r * op.a_stride + c, op.a_stride);
-                    }
-                }
-            } else if (avx512) {
-                cpu::prepare_bf16_avx512(x, x_stride, w.k, w.k_padded, r0, r1,
-                                         static_cast<std::uint16_t*>(dst), op.a_stride);
-            } else {
-                cpu::prepare_bf16_avx2(x, x_stride, w.k, w.k_padded, r0, r1,
-                                       static_cast<float*>(dst));
-            }
-        };
-        // The activation's exponentials and the norm's sums cost more than the rounding: rows
-        // split as silu_and_mul and rms_norm split them.
-        const bool parallel =
-            input.kind != InputRows::kPlain ? m >= kParallelActivationRows : m * w.k >= kParallelPrepareElements;
-        if (parallel) {
-            split(pool, m, 1, prepare);
-        } else {
-            prepare(0, m);
-        }
-        op.a = dst;
+        op.a = prepare_input(x, x_stride, m, w, input, avx512, amx, pool, &op.a_stride);
     }
 
     const std::int64_t group = avx512 ? cpu::panel_group_avx512() : cpu::panel_group_avx2();
@@ -518,6 +530,52 @@ void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y
     }
 }
 
+// matmul_gated_mlp over row blocks: on AMX tiles the activation goes from the gate / up
+// accumulators into down's operand; otherwise through gate_up_rows.
+void matmul_gated(const float* x, std::int64_t m, const PackedWeight& gate_up, const PackedWeight& down,
+                  float* gate_up_rows, float* y, ThreadPool* pool, Isa isa, const InputRows& input) {
+    if (isa != Isa::kReference && !isa_supported(isa)) isa = best_supported_isa();
+    const std::int64_t k = down.k;
+    const bool fusable = isa == Isa::kAmx && !batch_invariant() && gate_up.dtype == DType::kBF16 &&
+                         down.dtype == DType::kBF16 && gate_up.n == 2 * k && k > 0 && k % kPanelWidth == 0;
+    const auto unfused = [&](std::int64_t r0, std::int64_t rows) {
+        float* projected = gate_up_rows + r0 * gate_up.n;
+        matmul_rows(x + r0 * gate_up.k, rows, gate_up, projected, pool, isa, 0, 0, input);
+        matmul_rows(projected, rows, down, y + r0 * down.n, pool, isa, 0, 0, InputRows{.kind = InputRows::kSiluAndMul});
+    };
+    if (!fusable) {
+        unfused(0, m);
+        return;
+    }
+    for (std::int64_t r0 = 0; r0 < m; r0 += kRowBlock) {
+        const std::int64_t rows = std::min(kRowBlock, m - r0);
+        if (rows < cpu::kAmxMinRows) {
+            unfused(r0, rows);
+            continue;
+        }
+        std::int64_t a_stride = 0;
+        const auto* a = static_cast<const std::uint16_t*>(
+            prepare_input(x + r0 * gate_up.k, gate_up.k, rows, gate_up, input, true, true, pool, &a_stride));
+        cpu::MatmulOperands op;
+        op.m = rows;
+        op.w = &down;
+        op.y = y + r0 * down.n;
+        op.y_stride = down.n;
+        op.a_stride = amx_row_stride(down.k_padded);
+        auto* act = scratch<std::uint16_t, 1>(rows * op.a_stride);
+        const std::int64_t pairs = k / kPanelWidth;
+        const std::int64_t panel_bytes = packed_panel_bytes(gate_up);
+        const std::byte* gate = gate_up.data.data();
+        split(pool, pairs, 1, [&](std::int64_t p0, std::int64_t p1) {
+            cpu::gemm_gated_panels_amx(a, a_stride, rows, gate + p0 * panel_bytes, panel_bytes, p1 - p0,
+                                       pairs * panel_bytes, gate_up.k_padded / 2, act + p0 * kPanelWidth,
+                                       op.a_stride);
+        });
+        op.a = act;
+        matmul_amx(op, down.n_padded / kPanelWidth, pool);
+    }
+}
+
 }  // namespace
 
 void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool, Isa isa,
@@ -534,6 +592,15 @@ void matmul_rms_norm(const float* x, std::int64_t m, const float* norm_weight, f
                      float* y, ThreadPool* pool, Isa isa) {
     matmul_rows(x, m, w, y, pool, isa, 0, 0,
                 InputRows{.kind = InputRows::kRmsNorm, .norm_weight = norm_weight, .eps = eps});
+}
+
+void matmul_gated_mlp(const float* x, std::int64_t m, const float* norm_weight, float eps,
+                      const PackedWeight& gate_up, const PackedWeight& down, float* gate_up_rows, float* y,
+                      ThreadPool* pool, Isa isa) {
+    const InputRows input = norm_weight == nullptr
+                                ? InputRows{}
+                                : InputRows{.kind = InputRows::kRmsNorm, .norm_weight = norm_weight, .eps = eps};
+    matmul_gated(x, m, gate_up, down, gate_up_rows, y, pool, isa, input);
 }
 
 void matmul_reference(const float* x, std::int64_t m, const float* w, std::int64_t n,

@@ -214,6 +214,53 @@ TEST_P(MatmulPaths, FusedInputsEqualTheirBuffers) {
     }
 }
 
+// A gated MLP in one call gives the same bits as its two matmuls through a buffer, on every
+// path. On AMX tiles with bf16 weights the activation comes straight from the gate / up
+// accumulators: this covers a single row (not fused), a decode batch, a short second row tile,
+// row blocks of a tall input (its last block of 3 rows not fused), an intermediate size that is
+// not a multiple of 16 (not fused), and (bf16 only) a weight too large for the caches, whose
+// accumulators park between K slices.
+TEST_P(MatmulPaths, GatedMlpEqualsItsTwoMatmuls) {
+    struct GatedShape {
+        std::int64_t m, hidden, intermediate, out;
+        bool with_pool;
+    };
+    ThreadPool pool(2);
+    std::uint32_t seed = 700;
+    for (GatedShape s : {GatedShape{1, 64, 48, 40, true}, GatedShape{16, 100, 48, 33, true},
+                         GatedShape{40, 64, 32, 70, true}, GatedShape{515, 96, 64, 40, true},
+                         GatedShape{9, 130, 40, 20, true}, GatedShape{64, 1536, 1024, 24, false}}) {
+        if (s.hidden > 1024 && GetParam() != DType::kBF16) continue;
+        std::vector<float> gate_up_w = random_values(2 * s.intermediate * s.hidden, seed++);
+        std::vector<float> down_w = random_values(s.out * s.intermediate, seed++);
+        std::vector<float> x = random_values(s.m * s.hidden, seed++);
+        for (float& v : x) v *= 4.0f;  // gates well into both tails of the SiLU
+        const std::vector<float> norm_weight = random_values(s.hidden, seed++);
+        const PackedWeight gate_up = pack_for_test(gate_up_w, 2 * s.intermediate, s.hidden, GetParam());
+        const PackedWeight down = pack_for_test(down_w, s.out, s.intermediate, GetParam());
+        ThreadPool* workers = s.with_pool ? &pool : nullptr;
+        for (Isa isa : paths_to_test()) {
+            for (bool normed : {false, true}) {
+                const float* norm = normed ? norm_weight.data() : nullptr;
+                std::vector<float> rows(s.m * 2 * s.intermediate), expected(s.m * s.out);
+                if (normed) {
+                    matmul_rms_norm(x.data(), s.m, norm, 1e-6f, gate_up, rows.data(), workers, isa);
+                } else {
+                    matmul(x.data(), s.m, gate_up, rows.data(), workers, isa);
+                }
+                matmul_silu_and_mul(rows.data(), s.m, down, expected.data(), workers, isa);
+                std::vector<float> scratch_rows(rows.size()), fused(expected.size(), NAN);
+                matmul_gated_mlp(x.data(), s.m, norm, 1e-6f, gate_up, down, scratch_rows.data(), fused.data(),
+                                 workers, isa);
+                for (std::size_t i = 0; i < expected.size(); ++i)
+                    ASSERT_EQ(fused[i], expected[i])
+                        << isa_name(isa) << " " << dtype_name(GetParam()) << " m=" << s.m << " hidden=" << s.hidden
+                        << " intermediate=" << s.intermediate << (normed ? " normed" : "") << " at " << i;
+            }
+        }
+    }
+}
+
 // Checkpoints with narrower blocks (weight_block_size [32, 32], [4, 4]) keep one scale per block.
 TEST(MatmulFp8, NarrowScaleBlocksMatchReference) {
     ThreadPool pool(2);

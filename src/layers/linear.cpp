@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/check.h"
 #include "loader/weight_source.h"
 #include "tensor/fp8_blocks.h"
 
@@ -218,9 +219,10 @@ void Linear::forward(const LayerInput& input, std::int64_t m, float* y, ThreadPo
     add_bias(m, y, weight_.n);
 }
 
-void Linear::forward_silu_and_mul(const float* gate_up, std::int64_t m, float* y, ThreadPool* pool) const {
-    kernels::matmul_silu_and_mul(gate_up, m, weight_, y, pool);
-    add_bias(m, y, weight_.n);
+void Linear::forward_gated_mlp(const LayerInput& input, std::int64_t m, const Linear& down, float* gate_up_rows,
+                               float* y, ThreadPool* pool) const {
+    TSR_CHECK(bias_.empty() && down.bias_.empty()) << "forward_gated_mlp: a gated MLP's projections have no bias";
+    kernels::matmul_gated_mlp(input.x, m, input.norm_weight, input.eps, weight_, down.weight_, gate_up_rows, y, pool);
 }
 
 void Linear::add_bias(std::int64_t m, float* y, std::int64_t y_stride) const {

@@ -66,9 +66,11 @@ class Linear {
                  std::int64_t y_stride) const;
     // y = input's rows · Wᵀ + b: x, or rms_norm(x) when the input carries a norm.
     void forward(const LayerInput& input, std::int64_t m, float* y, ThreadPool* pool) const;
-    // y = silu_and_mul(gate_up) · Wᵀ + b, gate_up f32 [m, 2·in] (kernels::matmul_silu_and_mul):
-    // a gated MLP's down projection.
-    void forward_silu_and_mul(const float* gate_up, std::int64_t m, float* y, ThreadPool* pool) const;
+    // y = silu_and_mul(input's rows · Wᵀ) · downᵀ, this being a gated MLP's gate_up projection
+    // (kernels::matmul_gated_mlp; neither has a bias). gate_up_rows, f32 [m, out], holds the
+    // projection where the kernels do not make the activation straight from it.
+    void forward_gated_mlp(const LayerInput& input, std::int64_t m, const Linear& down, float* gate_up_rows, float* y,
+                           ThreadPool* pool) const;
 
     std::int64_t in_features() const { return weight_.k; }
     std::int64_t out_features() const { return weight_.n; }

@@ -80,8 +80,7 @@ void GatedMlp::forward(const LayerInput& input, std::int64_t m, float* out, MlpB
                        ThreadPool* pool) const {
     const std::int64_t width = slice_width();
     buffers.gate_up.resize(static_cast<std::size_t>(m * 2 * width));
-    gate_up_.forward(input, m, buffers.gate_up.data(), pool);
-    down_.forward_silu_and_mul(buffers.gate_up.data(), m, out, pool);
+    gate_up_.forward_gated_mlp(input, m, down_, buffers.gate_up.data(), out, pool);
 }
 
 Status GatedMlp::forward_reduced(const LayerInput& input, std::int64_t m, float* out, Scratch& scratch,

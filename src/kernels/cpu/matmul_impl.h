@@ -134,6 +134,15 @@ void gemm_bf16_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::in
                           std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
                           std::int64_t y_stride, std::int64_t n_valid, bool accumulate);
 
+// A gated MLP's gate and up projections on AMX tiles, with its activation made as the
+// accumulators leave the tiles: act bf16 [m][16·n_pairs] (rows act_stride apart) =
+// silu(a · Gᵀ) · (a · Uᵀ) rounded to nearest even, G being n_pairs panels from `gate` and U as
+// many from gate + up_offset_bytes. The same bits as gemm_bf16_panels_amx into f32, then
+// silu_and_mul_row and prepare_bf16_avx512.
+void gemm_gated_panels_amx(const std::uint16_t* a, std::int64_t a_stride, std::int64_t m, const void* gate,
+                           std::int64_t panel_bytes, std::int64_t n_pairs, std::int64_t up_offset_bytes,
+                           std::int64_t steps, std::uint16_t* act, std::int64_t act_stride);
+
 // The same for the AVX2 kernel, whose a is f32 rounded to bf16 precision (prepare_bf16_avx2).
 void gemm_bf16_panels_avx2(const float* a, std::int64_t a_stride, std::int64_t m, const void* b,
                            std::int64_t panel_bytes, std::int64_t n_panels, std::int64_t steps, float* y,
