@@ -4,9 +4,11 @@
 // to defeat the L3 cache, as a real decode step does, and so does a 16-row decode batch;
 // prefill (m = 512, and 4096: a batch of 16 prompts of 256 tokens) reuses one copy, unless
 // --cold asks for the copies at every m (an MoE expert's weight is read once per layer).
+// --gated times a bf16 gated MLP instead (the small presets' dense MLP and expert), in one call
+// (matmul_gated_mlp) against its two matmuls through a buffer, alternating within one run.
 //
 // Usage: matmul_bench [--isa=amx|avx512|avx2|reference] [--m=N (any)] [--n=N] [--dtype=bf16|f32|fp8_e4m3]
-//                     [--threads=N] [--no-peaks] [--cold]
+//                     [--threads=N] [--no-peaks] [--cold] [--gated]
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +44,7 @@ struct Options {
     int only_threads = 0;
     bool peaks = true;
     bool cold = false;  // weights from memory at every m, as an MoE expert's between uses
+    bool gated = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -55,6 +58,8 @@ Options parse(int argc, char** argv) {
             o.peaks = false;
         } else if (arg == "--cold") {
             o.cold = true;
+        } else if (arg == "--gated") {
+            o.gated = true;
         } else if (auto v = value("--m="); !v.empty()) {
             o.only_m = std::stoll(std::string(v));
         } else if (auto v = value("--n="); !v.empty()) {
@@ -164,6 +169,74 @@ void run_shape(const Options& opt, std::int64_t k, std::int64_t n, DType dtype,
     }
 }
 
+// A gated MLP of `intermediate` features on `hidden`: matmul_gated_mlp against matmul then
+// matmul_silu_and_mul, each the best of its calls, the two taking turns. Decode sizes (or
+// --cold) cycle through copies of the weights, as run_shape does.
+void run_gated(const Options& opt, std::int64_t hidden, std::int64_t intermediate, ThreadPool* pools[2]) {
+    std::vector<float> gate_up_f32(static_cast<std::size_t>(2 * intermediate * hidden));
+    std::vector<float> down_f32(static_cast<std::size_t>(hidden * intermediate));
+    fill(gate_up_f32, 11);
+    fill(down_f32, 12);
+    struct Weights {
+        PackedWeight gate_up, down;
+    };
+    std::vector<Weights> copies;
+    const auto add_copy = [&] {
+        copies.push_back({pack_weight(gate_up_f32.data(), DType::kF32, 2 * intermediate, hidden, DType::kBF16),
+                          pack_weight(down_f32.data(), DType::kF32, hidden, intermediate, DType::kBF16)});
+    };
+    add_copy();
+    const std::size_t bytes = copies[0].gate_up.bytes() + copies[0].down.bytes();
+    const std::vector<std::int64_t> ms =
+        opt.only_m != 0 ? std::vector<std::int64_t>{opt.only_m} : std::vector<std::int64_t>{1, 16, 512};
+    for (std::int64_t m : ms) {
+        const bool cold = opt.cold || m <= kDecodeRows;
+        while (cold && copies.size() < std::min<std::size_t>(kMaxColdCopies, (kColdBytes + bytes - 1) / bytes))
+            add_copy();
+        std::vector<float> x(static_cast<std::size_t>(m * hidden));
+        fill(x, 13);
+        std::vector<float> rows(static_cast<std::size_t>(m * 2 * intermediate));
+        std::vector<float> y(static_cast<std::size_t>(m * hidden));
+        for (int t = 0; t < 2; ++t) {
+            if (opt.only_threads != 0 && t + 1 != opt.only_threads) continue;
+            ThreadPool* pool = pools[t];
+            const std::size_t n_copies = cold ? copies.size() : 1;
+            std::size_t next = 0;
+            const auto time_batch = [&](bool gated) {
+                const double t0 = now_seconds();
+                for (std::size_t b = 0; b < n_copies; ++b) {
+                    const Weights& w = copies[next];
+                    next = (next + 1) % n_copies;
+                    if (gated) {
+                        matmul_gated_mlp(x.data(), m, nullptr, 0.0f, w.gate_up, w.down, rows.data(), y.data(), pool,
+                                         opt.isa);
+                    } else {
+                        matmul(x.data(), m, w.gate_up, rows.data(), pool, opt.isa);
+                        matmul_silu_and_mul(rows.data(), m, w.down, y.data(), pool, opt.isa);
+                    }
+                }
+                return (now_seconds() - t0) / static_cast<double>(n_copies);
+            };
+            time_batch(true);  // warm up
+            time_batch(false);
+            double best_gated = 1e30, best_two = 1e30;
+            const double start = now_seconds();
+            for (int reps = 0; reps < kMinRepetitions || now_seconds() - start < 2 * kMinSeconds; ++reps) {
+                best_gated = std::min(best_gated, time_batch(true));
+                best_two = std::min(best_two, time_batch(false));
+            }
+            std::printf(
+                "{\"bench\":\"gated_mlp\",\"isa\":\"%s\",\"m\":%lld,\"hidden\":%lld,\"intermediate\":%lld,"
+                "\"threads\":%d,\"gated_us\":%.1f,\"two_matmuls_us\":%.1f,\"gated_over_two_matmuls\":%.3f,"
+                "\"cold_copies\":%zu}\n",
+                std::string(isa_name(opt.isa)).c_str(), static_cast<long long>(m), static_cast<long long>(hidden),
+                static_cast<long long>(intermediate), t + 1, best_gated * 1e6, best_two * 1e6, best_gated / best_two,
+                n_copies);
+            std::fflush(stdout);
+        }
+    }
+}
+
 }  // namespace
 }  // namespace tessera::kernels
 
@@ -189,6 +262,12 @@ int main(int argc, char** argv) {
         }
     }
 
+    if (opt.gated) {
+        // The small presets' dense MLP and Qwen3-MoE expert.
+        for (const auto& [hidden, intermediate] : {std::pair<std::int64_t, std::int64_t>{1024, 3072}, {1024, 768}})
+            run_gated(opt, hidden, intermediate, pools);
+        return 0;
+    }
     const std::pair<std::int64_t, std::int64_t> shapes[] = {
         {1024, 2048}, {1024, 3072}, {3072, 1024}, {1024, 151936},
         // The small preset's fused projections: qkv, o, gate_up.
