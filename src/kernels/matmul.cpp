@@ -530,20 +530,27 @@ void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y
     }
 }
 
+Isa usable_isa(Isa isa) { return isa != Isa::kReference && !isa_supported(isa) ? best_supported_isa() : isa; }
+
+// Whether matmul_gated_mlp makes the activation from the accumulators: row blocks of at least
+// kAmxMinRows rows on AMX tiles, for bf16 weights whose gate and up halves start on a panel.
+bool gated_mlp_fuses(const PackedWeight& gate_up, const PackedWeight& down, Isa isa) {
+    return usable_isa(isa) == Isa::kAmx && !batch_invariant() && gate_up.dtype == DType::kBF16 &&
+           down.dtype == DType::kBF16 && gate_up.n == 2 * down.k && down.k > 0 && down.k % kPanelWidth == 0;
+}
+
 // matmul_gated_mlp over row blocks: on AMX tiles the activation goes from the gate / up
 // accumulators into down's operand; otherwise through gate_up_rows.
 void matmul_gated(const float* x, std::int64_t m, const PackedWeight& gate_up, const PackedWeight& down,
                   float* gate_up_rows, float* y, ThreadPool* pool, Isa isa, const InputRows& input) {
-    if (isa != Isa::kReference && !isa_supported(isa)) isa = best_supported_isa();
+    isa = usable_isa(isa);
     const std::int64_t k = down.k;
-    const bool fusable = isa == Isa::kAmx && !batch_invariant() && gate_up.dtype == DType::kBF16 &&
-                         down.dtype == DType::kBF16 && gate_up.n == 2 * k && k > 0 && k % kPanelWidth == 0;
     const auto unfused = [&](std::int64_t r0, std::int64_t rows) {
-        float* projected = gate_up_rows + r0 * gate_up.n;
-        matmul_rows(x + r0 * gate_up.k, rows, gate_up, projected, pool, isa, 0, 0, input);
-        matmul_rows(projected, rows, down, y + r0 * down.n, pool, isa, 0, 0, InputRows{.kind = InputRows::kSiluAndMul});
+        matmul_rows(x + r0 * gate_up.k, rows, gate_up, gate_up_rows, pool, isa, 0, 0, input);
+        matmul_rows(gate_up_rows, rows, down, y + r0 * down.n, pool, isa, 0, 0,
+                    InputRows{.kind = InputRows::kSiluAndMul});
     };
-    if (!fusable) {
+    if (!gated_mlp_fuses(gate_up, down, isa)) {
         unfused(0, m);
         return;
     }
@@ -592,6 +599,11 @@ void matmul_rms_norm(const float* x, std::int64_t m, const float* norm_weight, f
                      float* y, ThreadPool* pool, Isa isa) {
     matmul_rows(x, m, w, y, pool, isa, 0, 0,
                 InputRows{.kind = InputRows::kRmsNorm, .norm_weight = norm_weight, .eps = eps});
+}
+
+std::int64_t gated_mlp_rows_floats(std::int64_t m, const PackedWeight& gate_up, const PackedWeight& down, Isa isa) {
+    if (m <= 0) return 0;
+    return (gated_mlp_fuses(gate_up, down, isa) ? std::min(m, cpu::kAmxMinRows - 1) : m) * gate_up.n;
 }
 
 void matmul_gated_mlp(const float* x, std::int64_t m, const float* norm_weight, float eps,

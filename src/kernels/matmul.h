@@ -93,11 +93,15 @@ void matmul_rms_norm(const float* x, std::int64_t m, const float* norm_weight, f
 // norm_weight, eps) when norm_weight is set: a gated MLP, gate_up [2k, in] holding its k gate
 // rows then its k up rows, down [n, k]. On AMX tiles (bf16 weights, k a multiple of 16) the
 // activation is made from the gate and up accumulators as they leave the tiles, into down's
-// bf16 operand; otherwise the projection goes through gate_up_rows (f32 [m, 2k]). Either way
-// the same bits as matmul (or matmul_rms_norm) into gate_up_rows, then matmul_silu_and_mul.
+// bf16 operand; otherwise the projection goes through gate_up_rows, f32 rows of 2k. Either way
+// the same bits as matmul (or matmul_rms_norm) into a buffer, then matmul_silu_and_mul.
 void matmul_gated_mlp(const float* x, std::int64_t m, const float* norm_weight, float eps,
                       const PackedWeight& gate_up, const PackedWeight& down, float* gate_up_rows, float* y,
                       ThreadPool* pool, Isa isa = active_isa());
+// Floats of gate_up_rows enough for matmul_gated_mlp of up to m rows: all m rows' projection, or
+// on AMX tiles that of a last row block too short for them (at most 7 rows).
+std::int64_t gated_mlp_rows_floats(std::int64_t m, const PackedWeight& gate_up, const PackedWeight& down,
+                                   Isa isa = active_isa());
 // Plain triple loop over a row-major f32 [n, k] weight: the trusted twin in tests.
 void matmul_reference(const float* x, std::int64_t m, const float* w, std::int64_t n,
                       std::int64_t k, float* y);

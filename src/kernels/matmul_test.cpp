@@ -249,9 +249,18 @@ TEST_P(MatmulPaths, GatedMlpEqualsItsTwoMatmuls) {
                     matmul(x.data(), s.m, gate_up, rows.data(), workers, isa);
                 }
                 matmul_silu_and_mul(rows.data(), s.m, down, expected.data(), workers, isa);
-                std::vector<float> scratch_rows(rows.size()), fused(expected.size(), NAN);
+                // Exactly the rows it asks for, then a guard that must stay untouched.
+                constexpr std::size_t kGuard = 64;
+                const auto buffer_floats = static_cast<std::size_t>(gated_mlp_rows_floats(s.m, gate_up, down, isa));
+                const bool fuses = isa == Isa::kAmx && GetParam() == DType::kBF16 && s.intermediate % 16 == 0;
+                EXPECT_EQ(buffer_floats,
+                          fuses ? static_cast<std::size_t>(std::min<std::int64_t>(s.m, 7) * 2 * s.intermediate)
+                                : rows.size());
+                std::vector<float> scratch_rows(buffer_floats + kGuard, -7.0f), fused(expected.size(), NAN);
                 matmul_gated_mlp(x.data(), s.m, norm, 1e-6f, gate_up, down, scratch_rows.data(), fused.data(),
                                  workers, isa);
+                for (std::size_t i = buffer_floats; i < scratch_rows.size(); ++i)
+                    ASSERT_EQ(scratch_rows[i], -7.0f) << isa_name(isa) << " m=" << s.m << " wrote past the rows";
                 for (std::size_t i = 0; i < expected.size(); ++i)
                     ASSERT_EQ(fused[i], expected[i])
                         << isa_name(isa) << " " << dtype_name(GetParam()) << " m=" << s.m << " hidden=" << s.hidden

@@ -100,10 +100,10 @@ void LocalExperts::forward_pass(const float* x, std::int64_t m, const std::int32
         if (scratch.expert_workers.size() < static_cast<std::size_t>(workers))
             scratch.expert_workers.resize(static_cast<std::size_t>(workers));
         const std::int64_t most_rows = begin[order.front() + 1] - begin[order.front()];
-        const std::int64_t width = experts_[order.front()].slice_width();
+        const std::int64_t gate_up_floats = experts_[order.front()].gate_up_rows_floats(most_rows);
         for (Scratch::ExpertWorker& w : scratch.expert_workers) {
             w.in.reserve(static_cast<std::size_t>(most_rows * H));
-            w.mlp.gate_up.reserve(static_cast<std::size_t>(most_rows * 2 * width));
+            w.mlp.gate_up.reserve(static_cast<std::size_t>(gate_up_floats));
         }
         std::atomic<std::size_t> next{0};
         pool->run([&](int worker, int) {

@@ -67,10 +67,14 @@ class Linear {
     // y = input's rows · Wᵀ + b: x, or rms_norm(x) when the input carries a norm.
     void forward(const LayerInput& input, std::int64_t m, float* y, ThreadPool* pool) const;
     // y = silu_and_mul(input's rows · Wᵀ) · downᵀ, this being a gated MLP's gate_up projection
-    // (kernels::matmul_gated_mlp; neither has a bias). gate_up_rows, f32 [m, out], holds the
-    // projection where the kernels do not make the activation straight from it.
+    // (kernels::matmul_gated_mlp; neither has a bias). gate_up_rows holds the projection's rows
+    // where the kernels do not make the activation straight from it: gated_mlp_rows_floats for
+    // up to m rows.
     void forward_gated_mlp(const LayerInput& input, std::int64_t m, const Linear& down, float* gate_up_rows, float* y,
                            ThreadPool* pool) const;
+    std::int64_t gated_mlp_rows_floats(std::int64_t m, const Linear& down) const {
+        return kernels::gated_mlp_rows_floats(m, weight_, down.weight_);
+    }
 
     std::int64_t in_features() const { return weight_.k; }
     std::int64_t out_features() const { return weight_.n; }

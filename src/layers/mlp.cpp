@@ -78,8 +78,7 @@ void GatedMlp::forward(const float* x, std::int64_t m, float* out, MlpBuffers& b
 
 void GatedMlp::forward(const LayerInput& input, std::int64_t m, float* out, MlpBuffers& buffers,
                        ThreadPool* pool) const {
-    const std::int64_t width = slice_width();
-    buffers.gate_up.resize(static_cast<std::size_t>(m * 2 * width));
+    buffers.gate_up.resize(static_cast<std::size_t>(gate_up_rows_floats(m)));
     gate_up_.forward_gated_mlp(input, m, down_, buffers.gate_up.data(), out, pool);
 }
 

@@ -42,6 +42,8 @@ class GatedMlp {
                            const LayerParallel& par) const;
 
     std::int64_t slice_width() const { return down_.in_features(); }
+    // MlpBuffers::gate_up floats that forward() needs for up to m rows.
+    std::int64_t gate_up_rows_floats(std::int64_t m) const { return gate_up_.gated_mlp_rows_floats(m, down_); }
     std::size_t weight_bytes() const { return gate_up_.weight_bytes() + down_.weight_bytes(); }
     DType weight_dtype() const { return down_.weight_dtype(); }
     double flops_per_token() const;
