@@ -445,6 +445,10 @@ const void* prepare_input(const float* x, std::int64_t x_stride, std::int64_t m,
     return dst;
 }
 
+// The ISA a call asks for, or the best this CPU has when it lacks it (the reference path is
+// always there).
+Isa usable_isa(Isa isa) { return isa != Isa::kReference && !isa_supported(isa) ? best_supported_isa() : isa; }
+
 void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool, Isa isa,
                  std::int64_t x_stride, std::int64_t y_stride, InputRows input) {
     const std::int64_t row_width = input.kind == InputRows::kSiluAndMul ? 2 * w.k : w.k;
@@ -470,7 +474,7 @@ void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y
         for (std::int64_t r = 0; r < m; ++r) std::fill_n(y + r * y_stride, w.n, 0.0f);
         return;
     }
-    if (isa != Isa::kReference && !isa_supported(isa)) isa = best_supported_isa();
+    isa = usable_isa(isa);
 
     const std::int64_t n_panels = w.n_padded / kPanelWidth;
     const bool avx512 = uses_avx512_bf16(isa);
@@ -530,8 +534,6 @@ void matmul_rows(const float* x, std::int64_t m, const PackedWeight& w, float* y
     }
 }
 
-Isa usable_isa(Isa isa) { return isa != Isa::kReference && !isa_supported(isa) ? best_supported_isa() : isa; }
-
 // Whether matmul_gated_mlp makes the activation from the accumulators: row blocks of at least
 // kAmxMinRows rows on AMX tiles, for bf16 weights whose gate and up halves start on a panel.
 bool gated_mlp_fuses(const PackedWeight& gate_up, const PackedWeight& down, Isa isa) {
@@ -539,10 +541,16 @@ bool gated_mlp_fuses(const PackedWeight& gate_up, const PackedWeight& down, Isa 
            down.dtype == DType::kBF16 && gate_up.n == 2 * down.k && down.k > 0 && down.k % kPanelWidth == 0;
 }
 
-// matmul_gated_mlp over row blocks: on AMX tiles the activation goes from the gate / up
-// accumulators into down's operand; otherwise through gate_up_rows.
-void matmul_gated(const float* x, std::int64_t m, const PackedWeight& gate_up, const PackedWeight& down,
-                  float* gate_up_rows, float* y, ThreadPool* pool, Isa isa, const InputRows& input) {
+}  // namespace
+
+// Row blocks of kRowBlock, as matmul_rows takes them: on AMX tiles the activation goes from the
+// gate / up accumulators into down's operand; otherwise through gate_up_rows.
+void matmul_gated_mlp(const float* x, std::int64_t m, const float* norm_weight, float eps,
+                      const PackedWeight& gate_up, const PackedWeight& down, float* gate_up_rows, float* y,
+                      ThreadPool* pool, Isa isa) {
+    const InputRows input = norm_weight == nullptr
+                                ? InputRows{}
+                                : InputRows{.kind = InputRows::kRmsNorm, .norm_weight = norm_weight, .eps = eps};
     isa = usable_isa(isa);
     const std::int64_t k = down.k;
     const auto unfused = [&](std::int64_t r0, std::int64_t rows) {
@@ -583,8 +591,6 @@ void matmul_gated(const float* x, std::int64_t m, const PackedWeight& gate_up, c
     }
 }
 
-}  // namespace
-
 void matmul(const float* x, std::int64_t m, const PackedWeight& w, float* y, ThreadPool* pool, Isa isa,
             std::int64_t x_stride, std::int64_t y_stride) {
     matmul_rows(x, m, w, y, pool, isa, x_stride, y_stride, InputRows{});
@@ -604,15 +610,6 @@ void matmul_rms_norm(const float* x, std::int64_t m, const float* norm_weight, f
 std::int64_t gated_mlp_rows_floats(std::int64_t m, const PackedWeight& gate_up, const PackedWeight& down, Isa isa) {
     if (m <= 0) return 0;
     return (gated_mlp_fuses(gate_up, down, isa) ? std::min(m, cpu::kAmxMinRows - 1) : m) * gate_up.n;
-}
-
-void matmul_gated_mlp(const float* x, std::int64_t m, const float* norm_weight, float eps,
-                      const PackedWeight& gate_up, const PackedWeight& down, float* gate_up_rows, float* y,
-                      ThreadPool* pool, Isa isa) {
-    const InputRows input = norm_weight == nullptr
-                                ? InputRows{}
-                                : InputRows{.kind = InputRows::kRmsNorm, .norm_weight = norm_weight, .eps = eps};
-    matmul_gated(x, m, gate_up, down, gate_up_rows, y, pool, isa, input);
 }
 
 void matmul_reference(const float* x, std::int64_t m, const float* w, std::int64_t n,

@@ -91,10 +91,11 @@ void matmul_rms_norm(const float* x, std::int64_t m, const float* norm_weight, f
                      float* y, ThreadPool* pool, Isa isa = active_isa());
 // y f32 [m, n] = silu_and_mul(x' · gate_upᵀ) · downᵀ, x' = x f32 [m, in], or rms_norm(x,
 // norm_weight, eps) when norm_weight is set: a gated MLP, gate_up [2k, in] holding its k gate
-// rows then its k up rows, down [n, k]. On AMX tiles (bf16 weights, k a multiple of 16) the
-// activation is made from the gate and up accumulators as they leave the tiles, into down's
-// bf16 operand; otherwise the projection goes through gate_up_rows, f32 rows of 2k. Either way
-// the same bits as matmul (or matmul_rms_norm) into a buffer, then matmul_silu_and_mul.
+// rows then its k up rows, down [n, k]. On AMX tiles (bf16 weights, k a multiple of 16, row
+// blocks of at least 8 rows) the activation is made from the gate and up accumulators as they
+// leave the tiles, into down's bf16 operand; otherwise the projection goes through
+// gate_up_rows, f32 rows of 2k. Either way the same bits as matmul (or matmul_rms_norm) into a
+// buffer, then matmul_silu_and_mul.
 void matmul_gated_mlp(const float* x, std::int64_t m, const float* norm_weight, float eps,
                       const PackedWeight& gate_up, const PackedWeight& down, float* gate_up_rows, float* y,
                       ThreadPool* pool, Isa isa = active_isa());
