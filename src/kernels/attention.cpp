@@ -26,6 +26,11 @@ using namespace attention_detail;
 
 constexpr std::int64_t kKeyBlock = 64;    // keys per online-softmax step
 constexpr std::int64_t kQueryBlock = 64;  // query tokens sharing one transposed key block
+// Most query tokens per task of the bf16 block kernel. Each of its key and value blocks is
+// packed for the AMX / dot-product layout once per task, so larger tasks pack a long prompt's
+// cache fewer times (512 tokens: 1024 rows at GQA group 2, ~1.2 MB of scratch, within L2).
+constexpr std::int64_t kBf16QueryBlockMax = 512;
+constexpr std::int64_t kTasksPerWorker = 4;  // enough for the causal blocks' unequal costs to even out
 constexpr std::int64_t kMaxHeadDim = 512;
 
 
@@ -397,6 +402,9 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
         args.push_back(with_default_strides(a, shape));
         n_decode += is_decode(a) ? 1 : 0;
     }
+    // Prefill blocks over a bf16 cache take the BF16 dot-product kernel where the CPU has it.
+    const bool bf16_blocks =
+        uses_avx512_bf16(active_isa()) && cpu::attend_block_bf16_supported(shape);
     const int n_workers = pool == nullptr ? 1 : pool->size();
     const std::int64_t decode_heads = kv_heads_per_decode_task(n_decode, shape.n_kv_heads, n_workers);
     thread_local std::vector<Task> tls_tasks;
@@ -450,8 +458,14 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
         }
         // Query blocks interleaved over KV heads so that early (cheap) and late (expensive)
         // blocks under the causal mask mix.
-        for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += kQueryBlock) {
-            const std::int64_t q_end = std::min(a.n_q, q_begin + kQueryBlock);
+        std::int64_t q_block = kQueryBlock;
+        if (a.kv_dtype == DType::kBF16 && bf16_blocks) {
+            const std::int64_t even_share = a.n_q * shape.n_kv_heads / (kTasksPerWorker * n_workers);
+            q_block = std::clamp((even_share + kQueryBlock - 1) / kQueryBlock * kQueryBlock, kQueryBlock,
+                                 kBf16QueryBlockMax);
+        }
+        for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += q_block) {
+            const std::int64_t q_end = std::min(a.n_q, q_begin + q_block);
             // Without the decode kernel, batch-invariant rows take the direct per-row sweep.
             const bool direct = batch_invariant() || (q_end - q_begin) * group <= kDirectRowLimit;
             const Kind kind = direct ? Kind::kDirect : Kind::kBlock;
@@ -473,9 +487,6 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
             next_floats = p.sum + rows;
         }
     }
-    // Prefill blocks over a bf16 cache take the BF16 dot-product kernel where the CPU has it.
-    const bool bf16_blocks =
-        uses_avx512_bf16(active_isa()) && cpu::attend_block_bf16_supported(shape);
     auto run_task = [&](const Task& t) {
         const AttentionArgs& a = args[t.seq];
         switch (t.kind) {
