@@ -26,11 +26,6 @@ using namespace attention_detail;
 
 constexpr std::int64_t kKeyBlock = 64;    // keys per online-softmax step
 constexpr std::int64_t kQueryBlock = 64;  // query tokens sharing one transposed key block
-// Most query tokens per task of the bf16 block kernel. Each of its key and value blocks is
-// packed for the AMX / dot-product layout once per task, so larger tasks pack a long prompt's
-// cache fewer times (512 tokens: 1024 rows at GQA group 2, ~1.2 MB of scratch, within L2).
-constexpr std::int64_t kBf16QueryBlockMax = 512;
-constexpr std::int64_t kTasksPerWorker = 4;  // enough for the causal blocks' unequal costs to even out
 constexpr std::int64_t kMaxHeadDim = 512;
 
 
@@ -373,6 +368,17 @@ std::int64_t attention_detail::decode_key_parts(std::int64_t n_decode_seqs, std:
     return std::max<std::int64_t>(1, std::min(parts, n_keys / kMinKeysPerDecodePart));
 }
 
+std::int64_t attention_detail::bf16_prefill_query_tokens(std::int64_t n_q, std::int64_t n_kv_heads, int n_workers) {
+    // Each of a task's key and value blocks is packed for the AMX / dot-product layout once per
+    // task, so larger tasks pack a long prompt's cache fewer times (512 tokens: 1024 rows at GQA
+    // group 2, ~1.2 MB of scratch, within L2). Four tasks per worker let the causal blocks'
+    // unequal costs even out.
+    constexpr std::int64_t kMaxTokens = 512;
+    constexpr std::int64_t kTasksPerWorker = 4;
+    const std::int64_t even_share = n_q * n_kv_heads / (kTasksPerWorker * static_cast<std::int64_t>(n_workers));
+    return std::clamp((even_share + kQueryBlock - 1) / kQueryBlock * kQueryBlock, kQueryBlock, kMaxTokens);
+}
+
 void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape& shape, ThreadPool* pool) {
     check_shape(shape);
     enum class Kind { kDecode, kDirect, kBlock, kInParts };
@@ -458,12 +464,9 @@ void attention_batch(std::span<const AttentionArgs> batch, const AttentionShape&
         }
         // Query blocks interleaved over KV heads so that early (cheap) and late (expensive)
         // blocks under the causal mask mix.
-        std::int64_t q_block = kQueryBlock;
-        if (a.kv_dtype == DType::kBF16 && bf16_blocks) {
-            const std::int64_t even_share = a.n_q * shape.n_kv_heads / (kTasksPerWorker * n_workers);
-            q_block = std::clamp((even_share + kQueryBlock - 1) / kQueryBlock * kQueryBlock, kQueryBlock,
-                                 kBf16QueryBlockMax);
-        }
+        const std::int64_t q_block = a.kv_dtype == DType::kBF16 && bf16_blocks
+                                         ? bf16_prefill_query_tokens(a.n_q, shape.n_kv_heads, n_workers)
+                                         : kQueryBlock;
         for (std::int64_t q_begin = 0; q_begin < a.n_q; q_begin += q_block) {
             const std::int64_t q_end = std::min(a.n_q, q_begin + q_block);
             // Without the decode kernel, batch-invariant rows take the direct per-row sweep.

@@ -1,7 +1,8 @@
 #pragma once
 // kernels/attention_decode.h — what one decode-attention task covers and what it returns when
-// a sequence's keys are split between tasks (flash decoding). Internal to kernels/; plain
-// structs, so any ISA's file may include it.
+// a sequence's keys are split between tasks (flash decoding), and how many query tokens a
+// prefill task of the bf16 block kernel takes. Internal to kernels/; plain structs, so any
+// ISA's file may include it.
 
 #include <cstdint>
 #include <limits>
@@ -28,5 +29,10 @@ struct DecodePartial {
 // How many key ranges each of `n_decode_seqs` decoding sequences with `n_keys` cached keys
 // splits into, for `n_workers` threads: 1 when the batch alone keeps every worker busy.
 std::int64_t decode_key_parts(std::int64_t n_decode_seqs, std::int64_t n_keys, int n_workers);
+
+// Query tokens per task of the bf16 block kernel for a prompt of n_q tokens over n_kv_heads KV
+// heads and n_workers threads: as many as leave four tasks per worker, in steps of 64, from 64
+// to 512.
+std::int64_t bf16_prefill_query_tokens(std::int64_t n_q, std::int64_t n_kv_heads, int n_workers);
 
 }  // namespace tessera::kernels::attention_detail

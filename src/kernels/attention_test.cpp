@@ -345,6 +345,16 @@ TEST(AttentionTest, FewLongSequencesSplitTheirKeys) {
     EXPECT_EQ(decode_key_parts(8, 4096, 2), 1);   // the batch keeps the workers busy
 }
 
+TEST(AttentionTest, LongPromptsTakeLargerPrefillTasks) {
+    using attention_detail::bf16_prefill_query_tokens;
+    EXPECT_EQ(bf16_prefill_query_tokens(512, 8, 2), 512);   // eight tasks: four per worker
+    EXPECT_EQ(bf16_prefill_query_tokens(4096, 8, 2), 512);  // at most 512
+    EXPECT_EQ(bf16_prefill_query_tokens(600, 2, 2), 192);   // rounded up to 64 tokens
+    EXPECT_EQ(bf16_prefill_query_tokens(600, 2, 1), 320);
+    EXPECT_EQ(bf16_prefill_query_tokens(512, 1, 2), 64);    // one KV head (TP over eight): as before
+    EXPECT_EQ(bf16_prefill_query_tokens(16, 8, 2), 64);     // at least 64
+}
+
 // One or two decoding sequences with long caches: their keys are split between tasks and the
 // parts combined (flash decoding). Odd groups (a query head without a partner), head dims
 // from 16 to 128, one and two new tokens, parts that the second token's extra key reaches.
