@@ -21,6 +21,7 @@
 #include "executor/tp_batch_runner.h"
 #include "kernels/batch_invariance.h"
 #include "kernels/isa.h"
+#include "kvcache/prefix_cache.h"
 #include "models/reloadable_model.h"
 #include "planner/plan.h"
 #include "scheduler/memory_plan.h"
@@ -146,6 +147,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.priority_preemption_threshold = args.priority_scheduling_preemption_threshold;
     sc.retract_by_priority = args.retraction_policy == "priority";
     sc.disable_radix_cache = args.disable_radix_cache;
+    TSR_ASSIGN_OR_RETURN(sc.radix_eviction_policy, kvcache::parse_eviction_policy(args.radix_eviction_policy));
     sc.max_cached_tokens = args.max_cached_tokens.value_or(
         scheduler::default_max_cached_tokens(capacity, request.kv_bytes_per_token));
     sc.new_token_ratio.schedule_conservativeness = args.schedule_conservativeness;

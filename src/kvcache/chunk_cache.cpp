@@ -15,8 +15,8 @@ class ChunkCache final : public PrefixCache {
 
     // ---- PrefixCache ----------------------------------------------------------------------
     MatchResult match_prefix(std::span<const std::int32_t> /*tokens*/) override { return {}; }
-    NodeId insert(std::span<const std::int32_t> /*tokens*/,
-                  std::span<const std::int32_t> slots) override {
+    NodeId insert(std::span<const std::int32_t> /*tokens*/, std::span<const std::int32_t> slots,
+                  const InsertOptions& /*options*/) override {
         allocator_.free(std::vector<std::int32_t>(slots.begin(), slots.end()));
         return 0;
     }

@@ -9,11 +9,15 @@
 //     so is session_ref (session references, also on root paths; a leaf that is evicted
 //     takes its references off its ancestors);
 //   * evictable_ + protected_ == Σ key lengths; a node counts as protected iff lock_ref > 0.
+// Eviction order, hit counts and priorities follow SGLang's radix_cache.py (_insert_helper,
+// _split_node, evict) and mem_cache/evict_policy.py.
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <memory>
 #include <queue>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 
@@ -35,20 +39,41 @@ struct Node {
     std::int64_t lock_ref = 0;
     std::int64_t session_ref = 0;
     std::uint64_t last_access = 0;  // logical clock: deterministic LRU order
+    std::int64_t hit_count = 0;     // inserts through this node, chunks of a prompt aside
+    std::int64_t priority = 0;      // the highest priority of a request that inserted through it
 };
+
+// SGLang's SLRUStrategy: a node inserted through this often is in the protected segment.
+constexpr std::int64_t kSlruProtectedHits = 2;
+
+// A leaf's place in the eviction order (smaller first): unreferenced by a session before
+// referenced, then the policy's key, then the id, so the order never depends on hash-map
+// iteration.
+using EvictionKey = std::tuple<bool, std::int64_t, std::uint64_t, NodeId>;
+
+EvictionKey eviction_key(const Node& n, EvictionPolicy policy) {
+    std::int64_t first = 0;
+    switch (policy) {
+        case EvictionPolicy::kLru: break;
+        case EvictionPolicy::kLfu: first = n.hit_count; break;
+        case EvictionPolicy::kSlru: first = n.hit_count >= kSlruProtectedHits ? 1 : 0; break;
+        case EvictionPolicy::kPriority: first = n.priority; break;
+    }
+    return {n.session_ref > 0, first, n.last_access, n.id};
+}
 
 class RadixCache final : public PrefixCache {
  public:
-    RadixCache(SlotAllocator& allocator, std::int64_t page_size)
-        : allocator_(allocator), page_size_(page_size) {
+    RadixCache(SlotAllocator& allocator, std::int64_t page_size, EvictionPolicy policy)
+        : allocator_(allocator), page_size_(page_size), policy_(policy) {
         TSR_CHECK(page_size >= 1) << "page_size " << page_size;
         init_root();
     }
 
     // ---- PrefixCache ----------------------------------------------------------------------
     MatchResult match_prefix(std::span<const std::int32_t> tokens) override;
-    NodeId insert(std::span<const std::int32_t> tokens,
-                  std::span<const std::int32_t> slots) override;
+    NodeId insert(std::span<const std::int32_t> tokens, std::span<const std::int32_t> slots,
+                  const InsertOptions& options) override;
     void inc_lock_ref(NodeId node) override;
     void dec_lock_ref(NodeId node) override;
     void inc_session_ref(NodeId node) override;
@@ -74,9 +99,15 @@ class RadixCache final : public PrefixCache {
     Node* split(Node* child, std::int64_t len);
     Node* node_of(NodeId id) const;
     void erase_leaf(Node* leaf);
+    // An insert passing through `node`.
+    static void record_insert(Node* node, const InsertOptions& options) {
+        node->priority = std::max(node->priority, options.priority);
+        if (!options.chunked) ++node->hit_count;
+    }
 
     SlotAllocator& allocator_;
     const std::int64_t page_size_;
+    const EvictionPolicy policy_;
     std::unordered_map<NodeId, std::unique_ptr<Node>> nodes_;
     Node* root_ = nullptr;
     NodeId next_id_ = 0;
@@ -130,6 +161,8 @@ Node* RadixCache::split(Node* child, std::int64_t len) {
     mid->lock_ref = child->lock_ref;
     mid->session_ref = child->session_ref;
     mid->last_access = child->last_access;
+    mid->hit_count = child->hit_count;
+    mid->priority = child->priority;
     child->key.erase(child->key.begin(), child->key.begin() + len);
     child->value.erase(child->value.begin(), child->value.begin() + len);
     child->parent = mid;
@@ -165,8 +198,8 @@ MatchResult RadixCache::match_prefix(std::span<const std::int32_t> tokens) {
     return result;
 }
 
-NodeId RadixCache::insert(std::span<const std::int32_t> tokens,
-                          std::span<const std::int32_t> slots) {
+NodeId RadixCache::insert(std::span<const std::int32_t> tokens, std::span<const std::int32_t> slots,
+                          const InsertOptions& options) {
     TSR_CHECK_EQ(tokens.size(), slots.size());
     // Only whole pages are cached; the caller keeps (and frees) a trailing partial page.
     const std::int64_t n = aligned(tokens.size());
@@ -184,6 +217,8 @@ NodeId RadixCache::insert(std::span<const std::int32_t> tokens,
             leaf->key.assign(tokens.begin() + pos, tokens.begin() + n);
             leaf->value.assign(slots.begin() + pos, slots.begin() + n);
             leaf->last_access = now;
+            leaf->priority = options.priority;
+            record_insert(leaf, options);
             node->children.emplace(page_at(tokens, pos), leaf);
             nodes_.emplace(leaf->id, std::move(owned));
             evictable_ += n - pos;
@@ -200,6 +235,7 @@ NodeId RadixCache::insert(std::span<const std::int32_t> tokens,
             if (slots[pos + i] != child->value[i]) duplicates.push_back(slots[pos + i]);
         }
         if (len < static_cast<std::int64_t>(child->key.size())) child = split(child, len);
+        record_insert(child, options);
         node = child;
         pos += len;
     }
@@ -251,18 +287,14 @@ void RadixCache::erase_leaf(Node* leaf) {
 }
 
 std::int64_t RadixCache::evict(std::int64_t n_tokens) {
-    // Min-heap of unlocked leaves by (referenced by a session, last access, id): those no
-    // session references first, least recently used first; the id breaks ties so the order
-    // does not depend on hash-map iteration.
-    using Entry = std::tuple<bool, std::uint64_t, NodeId>;
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-    const auto entry = [](const Node& n) { return Entry{n.session_ref > 0, n.last_access, n.id}; };
+    std::priority_queue<EvictionKey, std::vector<EvictionKey>, std::greater<>> heap;
+    const auto entry = [this](const Node& n) { return eviction_key(n, policy_); };
     for (const auto& [id, node] : nodes_) {
         if (node.get() != root_ && node->children.empty() && node->lock_ref == 0) heap.push(entry(*node));
     }
     std::int64_t freed = 0;
     while (freed < n_tokens && !heap.empty()) {
-        Node* leaf = node_of(std::get<2>(heap.top()));
+        Node* leaf = node_of(std::get<3>(heap.top()));
         heap.pop();
         Node* parent = leaf->parent;
         freed += static_cast<std::int64_t>(leaf->key.size());
@@ -283,8 +315,20 @@ bool RadixCache::reset() {
 
 }  // namespace
 
-std::unique_ptr<PrefixCache> make_radix_cache(SlotAllocator& allocator, std::int64_t page_size) {
-    return std::make_unique<RadixCache>(allocator, page_size);
+StatusOr<EvictionPolicy> parse_eviction_policy(std::string_view name) {
+    std::string lowered(name);
+    for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lowered == "lru") return EvictionPolicy::kLru;
+    if (lowered == "lfu") return EvictionPolicy::kLfu;
+    if (lowered == "slru") return EvictionPolicy::kSlru;
+    if (lowered == "priority") return EvictionPolicy::kPriority;
+    return Status::InvalidArgument("--radix-eviction-policy " + std::string(name) +
+                                   " is not a policy; use lru, lfu, slru or priority");
+}
+
+std::unique_ptr<PrefixCache> make_radix_cache(SlotAllocator& allocator, std::int64_t page_size,
+                                              EvictionPolicy policy) {
+    return std::make_unique<RadixCache>(allocator, page_size, policy);
 }
 
 }  // namespace tessera::kvcache

@@ -1,4 +1,7 @@
 #include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -15,12 +18,12 @@ using Tokens = std::vector<std::int32_t>;
 class RadixCacheTest : public ::testing::TestWithParam<std::int64_t> {
  protected:
     std::int64_t page() const { return GetParam(); }
-    void make(std::int64_t n_slots) {
+    void make(std::int64_t n_slots, EvictionPolicy policy = EvictionPolicy::kLru) {
         alloc_ = std::make_unique<SlotAllocator>(n_slots, page());
-        cache_ = make_radix_cache(*alloc_, page());
+        cache_ = make_radix_cache(*alloc_, page(), policy);
     }
     // Computes `tokens` reusing the cached prefix, caches it, frees the unaligned tail.
-    NodeId run_request(const Tokens& tokens) {
+    NodeId run_request(const Tokens& tokens, const InsertOptions& options = {}) {
         MatchResult m = cache_->match_prefix(tokens);
         std::vector<std::int32_t> slots = m.slots;
         const std::int32_t last = slots.empty() ? -1 : slots.back();
@@ -28,7 +31,7 @@ class RadixCacheTest : public ::testing::TestWithParam<std::int64_t> {
         EXPECT_TRUE(fresh.has_value());
         slots.insert(slots.end(), fresh->begin(), fresh->end());
         const auto aligned = tokens.size() / page() * page();
-        NodeId node = cache_->insert(std::span(tokens).first(aligned), std::span(slots).first(aligned));
+        NodeId node = cache_->insert(std::span(tokens).first(aligned), std::span(slots).first(aligned), options);
         alloc_->free(std::vector<std::int32_t>(slots.begin() + aligned, slots.end()));
         return node;
     }
@@ -141,6 +144,108 @@ TEST_P(RadixCacheTest, EvictsLeastRecentlyUsedUnlockedLeavesFirst) {
     EXPECT_TRUE(cache_->reset());
     EXPECT_EQ(cache_->total_size(), 0);
     EXPECT_EQ(alloc_->available(), alloc_->capacity());
+}
+
+// Evicts one leaf at a time and returns the names of the sequences in the order they went.
+// Presence is checked by matching the survivors oldest first, which keeps their recency order.
+std::vector<std::string> eviction_order(PrefixCache& cache, std::vector<std::pair<std::string, Tokens>> by_recency) {
+    std::vector<std::string> order;
+    while (!by_recency.empty()) {
+        if (cache.evict(1) == 0) break;
+        for (auto it = by_recency.begin(); it != by_recency.end();) {
+            if (cache.match_prefix(it->second).slots.empty()) {
+                order.push_back(it->first);
+                it = by_recency.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    return order;
+}
+
+// Four prompts cached in this order: a three times (priority 0), b twice (5), c once (5), d
+// once (-1). Each of SGLang's policies evicts them in its own order.
+TEST_P(RadixCacheTest, EachEvictionPolicyHasItsOrder) {
+    const std::int64_t P = page();
+    const Tokens a = seq(1000, 2 * P), b = seq(2000, 2 * P), c = seq(3000, 2 * P), d = seq(4000, 2 * P);
+    const std::pair<EvictionPolicy, std::vector<std::string>> expected[] = {
+        {EvictionPolicy::kLru, {"a", "b", "c", "d"}},       // oldest first
+        {EvictionPolicy::kLfu, {"c", "d", "b", "a"}},       // 1, 1, 2, 3 inserts
+        {EvictionPolicy::kSlru, {"c", "d", "a", "b"}},      // inserted once, then the protected by age
+        {EvictionPolicy::kPriority, {"d", "a", "b", "c"}},  // -1, 0, then 5 by age
+    };
+    for (const auto& [policy, order] : expected) {
+        make(256, policy);
+        for (int i = 0; i < 3; ++i) run_request(a, {.priority = 0});
+        for (int i = 0; i < 2; ++i) run_request(b, {.priority = 5});
+        run_request(c, {.priority = 5});
+        run_request(d, {.priority = -1});
+        EXPECT_EQ(eviction_order(*cache_, {{"a", a}, {"b", b}, {"c", c}, {"d", d}}), order)
+            << "policy " << static_cast<int>(policy);
+        expect_whole();
+    }
+}
+
+// The chunks of a prompt still prefilling are no hits; a node cut in two keeps its count on
+// both sides; a prefix shared by requests keeps the highest priority of them.
+TEST_P(RadixCacheTest, HitsAndPrioritiesFollowInsertsAcrossSplits) {
+    const std::int64_t P = page();
+    make(256, EvictionPolicy::kLfu);
+    const Tokens old_once = seq(1000, 2 * P), chunked = seq(2000, 2 * P);
+    run_request(old_once);
+    for (int i = 0; i < 3; ++i) run_request(chunked, {.chunked = true});
+    EXPECT_EQ(eviction_order(*cache_, {{"old_once", old_once}, {"chunked", chunked}}),
+              (std::vector<std::string>{"chunked", "old_once"}));
+
+    // e twice, then f once sharing e's first page, then l twice. The split leaves e's tail 2
+    // hits and their shared page 3 (2 + f's), f's tail 1. So f's tail goes first although e
+    // is older, then e's tail (2, older than l), then l (2) before the shared page (3).
+    make(256, EvictionPolicy::kLfu);
+    const Tokens e = seq(3000, 3 * P), l = seq(6000, 2 * P);
+    Tokens f = seq(3000, P);
+    const Tokens f_tail = seq(7000, 2 * P);
+    f.insert(f.end(), f_tail.begin(), f_tail.end());
+    run_request(e);
+    run_request(e);
+    run_request(f);
+    run_request(l);
+    run_request(l);
+    EXPECT_EQ(cache_->evict(1), 2 * P);
+    EXPECT_EQ(static_cast<std::int64_t>(cache_->match_prefix(f).slots.size()), P) << "f's own tail went";
+    EXPECT_EQ(cache_->evict(1), 2 * P);
+    EXPECT_EQ(static_cast<std::int64_t>(cache_->match_prefix(e).slots.size()), P) << "e's tail went";
+    EXPECT_EQ(cache_->evict(1), 2 * P);
+    EXPECT_TRUE(cache_->match_prefix(l).slots.empty()) << "l went before the shared page";
+    EXPECT_EQ(static_cast<std::int64_t>(cache_->match_prefix(e).slots.size()), P);
+    expect_whole();
+
+    // Under priority: g (9) shares its first page with h (1), which came later. h's tail goes
+    // first; then g's tail and the shared page (9) outlast i (2), cached after both.
+    make(256, EvictionPolicy::kPriority);
+    const Tokens g = seq(5000, 2 * P), i = seq(9000, 2 * P);
+    Tokens h = seq(5000, P);
+    const Tokens h_tail = seq(8000, P);
+    h.insert(h.end(), h_tail.begin(), h_tail.end());
+    run_request(g, {.priority = 9});
+    run_request(h, {.priority = 1});
+    run_request(i, {.priority = 2});
+    EXPECT_EQ(cache_->evict(1), P);
+    EXPECT_EQ(static_cast<std::int64_t>(cache_->match_prefix(h).slots.size()), P);
+    EXPECT_EQ(cache_->evict(1), 2 * P);
+    EXPECT_TRUE(cache_->match_prefix(i).slots.empty());
+    EXPECT_EQ(static_cast<std::int64_t>(cache_->match_prefix(g).slots.size()), 2 * P);
+    expect_whole();
+}
+
+TEST(EvictionPolicyTest, ParsesSglangsNamesInAnyCase) {
+    EXPECT_EQ(parse_eviction_policy("lru").value(), EvictionPolicy::kLru);
+    EXPECT_EQ(parse_eviction_policy("LFU").value(), EvictionPolicy::kLfu);
+    EXPECT_EQ(parse_eviction_policy("slru").value(), EvictionPolicy::kSlru);
+    EXPECT_EQ(parse_eviction_policy("Priority").value(), EvictionPolicy::kPriority);
+    const auto fifo = parse_eviction_policy("fifo");
+    ASSERT_FALSE(fifo.ok());
+    EXPECT_EQ(fifo.status().message(), "--radix-eviction-policy fifo is not a policy; use lru, lfu, slru or priority");
 }
 
 TEST_P(RadixCacheTest, EvictionCascadesToParentsAndLocksCoverThePath) {

@@ -119,7 +119,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, executor::BatchRunner& runne
     // Streaming sessions keep their KV in a radix tree even under --disable-radix-cache.
     cache_ = config.disable_radix_cache && !config.enable_streaming_session
                  ? kvcache::make_chunk_cache(*allocator_)
-                 : kvcache::make_radix_cache(*allocator_, config.page_size);
+                 : kvcache::make_radix_cache(*allocator_, config.page_size, config.radix_eviction_policy);
     last_decode_log_time_ = clock_();
     if (config.prefill_delayer) {
         delayer_.emplace(*config.prefill_delayer);
@@ -466,8 +466,9 @@ void Scheduler::cache_finished_req(Req& req) {
         return;
     }
     // The tree takes the whole pages (returning duplicates); the partial tail page is ours.
-    const kvcache::NodeId end =
-        cache_->insert(req.fill_ids(0, aligned), std::span(req.slots).first(static_cast<std::size_t>(aligned)));
+    const kvcache::NodeId end = cache_->insert(req.fill_ids(0, aligned),
+                                               std::span(req.slots).first(static_cast<std::size_t>(aligned)),
+                                               {.priority = req.priority});
     allocator_->free(std::vector<std::int32_t>(req.slots.begin() + aligned, req.slots.end()));
     // A turn that ended well (not aborted, nor failed) is what the session's next turn continues.
     const bool ended_well = req.finish_reason == FinishReason::kStop || req.finish_reason == FinishReason::kLength;
@@ -482,7 +483,7 @@ void Scheduler::cache_finished_req(Req& req) {
     req.last_node = 0;
 }
 
-void Scheduler::cache_unfinished_req(Req& req) {
+void Scheduler::cache_unfinished_req(Req& req, bool chunked) {
     // Without a radix tree there is nothing to share; the request keeps its slots.
     if (config_.disable_radix_cache) return;
     // Only positions whose K/V is computed: with overlap a decode step may already be in
@@ -490,7 +491,8 @@ void Scheduler::cache_unfinished_req(Req& req) {
     const std::int64_t computed = std::min(req.kv_len(), req.fill_len() - 1);
     const std::int64_t aligned = computed / config_.page_size * config_.page_size;
     const std::vector<std::int32_t> tokens = req.fill_ids(0, aligned);
-    cache_->insert(tokens, std::span(req.slots).first(static_cast<std::size_t>(aligned)));
+    cache_->insert(tokens, std::span(req.slots).first(static_cast<std::size_t>(aligned)),
+                   {.priority = req.priority, .chunked = chunked});
     // Duplicates were freed by insert: switch to the tree's slots and lock the new end.
     kvcache::MatchResult m = cache_->match_prefix(tokens);
     TSR_CHECK_EQ(static_cast<std::int64_t>(m.slots.size()), aligned);
@@ -1206,7 +1208,7 @@ void Scheduler::apply_prefill_results(const InFlightStep& step, const std::vecto
             // the insert would publish K/V that chunk has not written (nor will, if it
             // fails), and a swap to the tree's slots would move its slots under it. The last
             // chunk inserts the whole prompt anyway.
-            if (r.in_flight_steps == 0) cache_unfinished_req(r);
+            if (r.in_flight_steps == 0) cache_unfinished_req(r, /*chunked=*/true);
             continue;
         }
         erase_ptr(prefilling_, &r);

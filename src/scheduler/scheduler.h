@@ -55,8 +55,9 @@ struct SchedulerConfig {
     std::int64_t context_len = 0;            // 0: bounded by the pool only
     SchedulePolicy schedule_policy = SchedulePolicy::kFcfs;
     bool disable_radix_cache = false;
+    kvcache::EvictionPolicy radix_eviction_policy = kvcache::EvictionPolicy::kLru;  // --radix-eviction-policy
     // --max-cached-tokens: the most tokens the prefix cache keeps once no request uses them
-    // (its evictable share); least recently used beyond that are evicted after each step.
+    // (its evictable share); beyond that the policy's first leaves are evicted after each step.
     // -1: no cap, as SGLang (the cache may fill the whole pool).
     std::int64_t max_cached_tokens = -1;
     bool schedule_low_priority_values_first = false;
@@ -321,7 +322,8 @@ class Scheduler {
     bool alloc_slots(Req& req, std::int64_t n);
     void drop_uncomputed_tail(Req& req);
     void cache_finished_req(Req& req);
-    void cache_unfinished_req(Req& req);
+    // `chunked`: a chunk of a prompt still prefilling (its inserts do not count as hits).
+    void cache_unfinished_req(Req& req, bool chunked = false);
     // Whether `req` matches and fills the prefix cache: always, but under --disable-radix-cache
     // only a turn of a streaming session.
     bool shares_prefixes(const Req& req) const {

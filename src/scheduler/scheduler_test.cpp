@@ -872,6 +872,42 @@ TEST_P(SchedulerTest, CachedTokensStayUnderTheCap) {
     EXPECT_GE(uncapped.sched_.stats().touched_tokens, 40 * 80);
 }
 
+// --radix-eviction-policy through the scheduler: a 90-token prompt of priority 9 cached
+// first, then twelve of 30 tokens of priority 0, under a cap that holds about half of them. LRU lets the first go; priority keeps it; LFU keeps it when it was computed twice. In
+// chunks of 32 tokens (the others fit in one) its chunks' inserts are no hits: computed once,
+// it ties with the others and goes as the oldest.
+TEST_P(SchedulerTest, EvictionPolicyChoosesWhatTheCapKeeps) {
+    const auto cached_again = [&](kvcache::EvictionPolicy policy, int first_runs, std::int64_t chunk) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.max_cached_tokens = 200;
+        cfg.radix_eviction_policy = policy;
+        cfg.chunked_prefill_size = chunk;
+        Harness h(cfg);
+        for (int run = 0; run < first_runs; ++run) {
+            Req first = make_req("first" + std::to_string(run), prompt(500, 90), 4);
+            first.priority = 9;
+            h.add(std::move(first));
+            h.run();
+        }
+        for (int i = 0; i < 12; ++i) {
+            h.add(make_req("r" + std::to_string(i), prompt(100 + i, 30), 4));
+            h.run();
+        }
+        Tokens again = prompt(500, 90);
+        again.push_back(7);
+        h.add(make_req("again", again, 3));
+        h.run();
+        EXPECT_EQ(h.results_["again"].tokens, expected(make_req("again", again, 3)));
+        return h.results_["again"].cached_tokens;
+    };
+    const std::int64_t whole = 90 / page() * page();
+    EXPECT_EQ(cached_again(kvcache::EvictionPolicy::kLru, 1, -1), 0);
+    EXPECT_EQ(cached_again(kvcache::EvictionPolicy::kPriority, 1, -1), whole);
+    EXPECT_EQ(cached_again(kvcache::EvictionPolicy::kLfu, 1, -1), 0);
+    EXPECT_EQ(cached_again(kvcache::EvictionPolicy::kLfu, 2, -1), whole);
+    EXPECT_EQ(cached_again(kvcache::EvictionPolicy::kLfu, 1, 32), 0);
+}
+
 TEST_P(SchedulerTest, IdenticalPromptsInFlightTogetherShareOneCachedCopy) {
     // Computed side by side, the second insert finds the tokens cached and returns its own
     // slots; the request must continue on the tree's copy.

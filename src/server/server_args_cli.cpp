@@ -343,7 +343,11 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     optional(app, t, "--max-cached-tokens", a.max_cached_tokens,
              "tessera: tokens the prefix cache keeps once no request uses them (least recently used go first); "
              "default an eighth of the rank's memory, -1 = no cap (SGLang)", kServe);
-    value(app, t, "--radix-eviction-policy", a.radix_eviction_policy, "prefix cache eviction", kNotYet)
+    value(app, t, "--radix-eviction-policy", a.radix_eviction_policy,
+          "which cached prefix goes first when KV is needed: lru (least recently used), lfu (fewest requests "
+          "cached through it, then lru), slru (those cached through fewer than twice first, lru within each) or "
+          "priority (lowest request priority first, then lru)",
+          kYes)
         ->check(CLI::IsMember({"lru", "lfu", "slru", "priority"}));
     flag(app, t, "--disable-overlap-schedule", a.disable_overlap_schedule,
          "run each step to completion before scheduling the next (turns off overlap scheduling)", kYes);

@@ -234,6 +234,12 @@ TEST(FlagTableTest, TokenCountsTakeSglangsHumanReadableSuffixes) {
 TEST(FlagTableTest, ChoicesAreChecked) {
     EXPECT_FALSE(parse({"--schedule-policy", "sjf"}).status.ok());
     EXPECT_FALSE(parse({"--moe-a2a-backend", "nccl"}).status.ok());
+    for (const char* policy : {"lru", "lfu", "slru", "priority"}) {
+        Parsed p = parse({"--radix-eviction-policy", policy});
+        EXPECT_TRUE(p.status.ok()) << policy << ": " << p.status.to_string();
+        EXPECT_EQ(p.args.radix_eviction_policy, policy);
+    }
+    EXPECT_FALSE(parse({"--radix-eviction-policy", "fifo"}).status.ok()) << "not among SGLang's choices";
 }
 
 // SGLang's rules, then what this build runs, as `tessera serve` applies them.

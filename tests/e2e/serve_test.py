@@ -145,6 +145,7 @@ def main():
         if a.tp == 1 and a.pp == 1:
             check_memory_pressure(tessera, model, port, a.workdir)
             check_cache_cap(tessera, model, a.workdir)
+            check_eviction_policy(tessera, model, a.workdir)
             check_priority_order(tessera, model, a.workdir)
             check_priority_preemption(tessera, model, a.workdir)
             check_queue_cap(tessera, model, a.workdir)
@@ -297,6 +298,33 @@ def check_cache_cap(tessera, model, workdir):
     finally:
         stop_server(server)
         log.close()
+
+
+def check_eviction_policy(tessera, model, workdir):
+    """--radix-eviction-policy priority under the same cap: a prompt sent with priority 3 outlives
+    eight later prompts of priority 0 (least recently used, it would be the first to go), and
+    /get_server_info reports the policy."""
+    side = start_side_server(tessera, model, workdir, "eviction_policy",
+                             ["--max-cached-tokens", "64", "--radix-eviction-policy", "priority"])
+    if side is None:
+        return
+    server, port, _ = side
+    try:
+        _, info = request(port, "GET", "/get_server_info")
+        check("/get_server_info reports --radix-eviction-policy",
+              json.loads(info).get("radix_eviction_policy") == "priority", info[:500])
+        kept = [(13 * j) % 5000 + 10 for j in range(40)]
+        post(port, "/generate", {"input_ids": kept, "priority": 3, "sampling_params": {
+            "max_new_tokens": 8, "temperature": 0}})
+        for i in range(8):
+            generate_ids(port, [(11 * i + 5 * j) % 5000 + 20 for j in range(40)], 8)
+        status, body = post(port, "/generate", {"input_ids": kept + [7], "sampling_params": {
+            "max_new_tokens": 2, "temperature": 0}})
+        cached = body["meta_info"].get("cached_tokens", 0) if status == 200 else -1
+        check("the priority-3 prompt is still cached after eight of priority 0", cached >= 40,
+              f"{status} {str(body)[:300]}")
+    finally:
+        stop_server(server)
 
 
 def generate_with_priority(port, priority, tokens):
