@@ -147,6 +147,7 @@ StatusOr<std::unique_ptr<ModelRank>> setup_model_rank(const server::ServerArgs& 
     sc.priority_preemption_threshold = args.priority_scheduling_preemption_threshold;
     sc.retract_by_priority = args.retraction_policy == "priority";
     sc.disable_radix_cache = args.disable_radix_cache;
+    sc.prefill_decode_interval = args.prefill_decode_interval;
     TSR_ASSIGN_OR_RETURN(sc.radix_eviction_policy, kvcache::parse_eviction_policy(args.radix_eviction_policy));
     sc.max_cached_tokens = args.max_cached_tokens.value_or(
         scheduler::default_max_cached_tokens(capacity, request.kv_bytes_per_token));

@@ -55,6 +55,9 @@ Status SchedulerConfig::validate() const {
     if (enable_session_radix_cache && disable_radix_cache)
         return Status::InvalidArgument("--enable-session-radix-cache references sessions' KV in the radix cache, which "
                                        "--disable-radix-cache turns off: drop one of the two");
+    if (prefill_decode_interval < 0)
+        return Status::InvalidArgument(
+            fmt::format("prefill_decode_interval ({}) must be >= 0", prefill_decode_interval));
     if (max_prefill_tokens < 1)
         return Status::InvalidArgument(fmt::format("max_prefill_tokens ({}) must be >= 1", max_prefill_tokens));
     if (chunked_prefill_size != -1 && chunked_prefill_size < page_size) {
@@ -606,16 +609,31 @@ void Scheduler::merge_last_prefill() {
 }
 
 bool Scheduler::launch_next_batch() {
-    std::vector<PrefillItem> items = get_new_batch_prefill();
-    if (!items.empty()) {
-        launch_prefill(items, mixed_decode_batch());
-        return true;
+    // --prefill-decode-interval (SGLang's _should_defer_prefill, armed by every extend step):
+    // while decode steps are owed, the running requests decode and the queue waits.
+    const bool defer_prefill = decode_steps_owed_ > 0;
+    if (!defer_prefill) {
+        std::vector<PrefillItem> items = get_new_batch_prefill();
+        if (!items.empty()) {
+            launch_prefill(items, mixed_decode_batch());
+            decode_steps_owed_ = config_.prefill_decode_interval;
+            return true;
+        }
     }
     // A preemption waits for the steps in flight that hold its victims; launching another
     // decode step would keep them in flight.
     if (preemption_waits_ && !in_flight_.empty()) return false;
     const std::vector<Req*> decode = update_running_batch();
-    if (decode.empty()) return false;
+    if (decode.empty()) {
+        // Nothing decodes now. A prompt's last chunk in flight brings its request to decode:
+        // wait for it. Otherwise the owed steps lapse (SGLang's loop spends them on idle
+        // rounds) and the queue is served, so a long prompt's chunks (pipelined under PP) do
+        // not wait on a decode that nobody needs.
+        if (!defer_prefill || !prefilling_.empty()) return false;
+        decode_steps_owed_ = 0;
+        return launch_next_batch();
+    }
+    if (defer_prefill) --decode_steps_owed_;
     launch_decode(decode);
     return true;
 }

@@ -56,6 +56,10 @@ struct SchedulerConfig {
     SchedulePolicy schedule_policy = SchedulePolicy::kFcfs;
     bool disable_radix_cache = false;
     kvcache::EvictionPolicy radix_eviction_policy = kvcache::EvictionPolicy::kLru;  // --radix-eviction-policy
+    // --prefill-decode-interval: after a prefill step (a chunk, a mixed step), this many decode
+    // steps run before the next prefill may (SGLang's scheduler.py _should_defer_prefill); 0: a
+    // waiting request is prefilled as soon as it fits.
+    std::int64_t prefill_decode_interval = 0;
     // --max-cached-tokens: the most tokens the prefix cache keeps once no request uses them
     // (its evictable share); beyond that the policy's first leaves are evicted after each step.
     // -1: no cap, as SGLang (the cache may fill the whole pool).
@@ -371,6 +375,7 @@ class Scheduler {
     Req* chunked_req_ = nullptr;      // partially prefilled, continued first next round
     bool preemption_waits_ = false;   // a preemption needs the steps in flight collected first
     bool batch_is_full_ = false;      // skip prefill until the running batch shrinks
+    std::int64_t decode_steps_owed_ = 0;  // --prefill-decode-interval: decode steps before the next prefill
     std::deque<InFlightStep> in_flight_;  // launched, not yet collected; oldest first
     // --enable-return-routed-experts: I32 [KV slots, routed_experts_width], the experts of the
     // token whose K/V each slot holds (SGLang's routed-experts capturer's host buffer).

@@ -908,6 +908,51 @@ TEST_P(SchedulerTest, EvictionPolicyChoosesWhatTheCapKeeps) {
     EXPECT_EQ(cached_again(kvcache::EvictionPolicy::kLfu, 1, 32), 0);
 }
 
+// --prefill-decode-interval 2: after each prefill step the running requests decode twice
+// before the queue's next request is prefilled (one per prefill here); at 0 the queue goes
+// first. A prompt alone, in chunks, has nothing to decode between them and is not held up.
+TEST_P(SchedulerTest, PrefillDecodeIntervalPutsDecodeStepsBetweenPrefills) {
+    const auto kinds = [&](std::int64_t interval, std::int64_t chunk, const std::vector<Req>& reqs,
+                           bool overlap = false) {
+        SchedulerConfig cfg = overlap ? overlapped(page()) : roomy(page());
+        cfg.prefill_max_requests = 1;
+        cfg.prefill_decode_interval = interval;
+        cfg.chunked_prefill_size = chunk;
+        Harness h(cfg, /*queued=*/overlap);
+        for (const Req& r : reqs) h.add(r);
+        std::string seen;
+        for (int i = 0; i < 1000 && !h.sched_.idle(); ++i) {
+            const StepKind k = h.sched_.step();
+            seen += k == StepKind::kPrefill ? 'P' : k == StepKind::kDecode ? 'D' : '.';
+        }
+        EXPECT_TRUE(h.sched_.idle());
+        h.expect_pool_whole();
+        for (const Req& r : reqs) EXPECT_EQ(h.results_[r.rid].tokens, expected(r)) << r.rid;
+        return seen;
+    };
+    std::vector<Req> reqs = {make_req("long", prompt(1, 20), 12)};
+    for (int i = 0; i < 3; ++i) reqs.push_back(make_req("w" + std::to_string(i), prompt(10 + i, 20), 3));
+    EXPECT_EQ(kinds(2, -1, reqs).substr(0, 10), "PDDPDDPDDP");
+    EXPECT_EQ(kinds(0, -1, reqs).substr(0, 5), "PPPPD");
+    const std::string alone = kinds(3, 64, {make_req("chunky", prompt(3, 200), 4)});
+    EXPECT_EQ(alone.substr(0, 4), "PPPP") << alone;
+    EXPECT_EQ(alone.find('.'), std::string::npos) << alone;
+    // With overlap scheduling (a prefill in flight while the next step is chosen) nothing stalls.
+    kinds(2, -1, reqs, /*overlap=*/true);
+    kinds(3, 64, {make_req("chunky", prompt(3, 200), 4)}, /*overlap=*/true);
+    // Pipelined as under PP (three steps in flight), a long prompt's chunks still overlap.
+    SchedulerConfig piped = roomy(page());
+    piped.chunked_prefill_size = 48;
+    piped.max_in_flight_steps = 3;
+    piped.prefill_decode_interval = 3;
+    Harness h(piped, /*queued=*/true);
+    const Req long_prompt = make_req("long", prompt(4, 300), 4);
+    h.add(long_prompt);
+    h.run();
+    EXPECT_GT(h.runner_.overlapped_chunks, 0);
+    EXPECT_EQ(h.results_["long"].tokens, expected(long_prompt));
+}
+
 TEST_P(SchedulerTest, IdenticalPromptsInFlightTogetherShareOneCachedCopy) {
     // Computed side by side, the second insert finds the tokens cached and returns its own
     // slots; the request must continue on the tree's copy.

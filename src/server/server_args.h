@@ -92,7 +92,6 @@ struct ServerArgs {
     std::optional<std::int64_t> max_cached_tokens;  // tessera: cap on the prefix cache's unused tokens (-1: none)
     std::string radix_eviction_policy = "lru";
     bool disable_overlap_schedule = false;
-    int num_continuous_decode_steps = 1;
     int scheduler_recv_interval = 1;
     bool enable_mixed_chunk = false;
     bool enable_memory_saver = false;  // /release_memory_occupation gives memory back

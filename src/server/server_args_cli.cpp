@@ -315,7 +315,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     value(app, t, "--max-prefill-tokens", a.max_prefill_tokens, "max tokens in one prefill batch", kYes)
         ->transform(human_readable_int());
     optional(app, t, "--prefill-max-requests", a.prefill_max_requests, "max requests in one prefill batch", kYes);
-    value(app, t, "--prefill-decode-interval", a.prefill_decode_interval, "decode rounds between prefills", kNotYet);
+    value(app, t, "--prefill-decode-interval", a.prefill_decode_interval,
+          "decode steps the running requests take after each prefill step before the next prefill (0: a waiting "
+          "request is prefilled as soon as it fits; more: steadier inter-token latency, later first tokens)",
+          kYes);
     value(app, t, "--schedule-policy", a.schedule_policy, "waiting-queue order", kYes)
         ->check(CLI::IsMember({"lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key"}));
     flag(app, t, "--enable-priority-scheduling", a.enable_priority_scheduling,
@@ -351,8 +354,6 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
         ->check(CLI::IsMember({"lru", "lfu", "slru", "priority"}));
     flag(app, t, "--disable-overlap-schedule", a.disable_overlap_schedule,
          "run each step to completion before scheduling the next (turns off overlap scheduling)", kYes);
-    value(app, t, "--num-continuous-decode-steps", a.num_continuous_decode_steps, "decode steps per schedule",
-          kNotYet);
     value(app, t, "--scheduler-recv-interval", a.scheduler_recv_interval,
           "decode steps between reads of new requests (a prefill step always reads after it)", kServe);
     flag(app, t, "--enable-memory-saver", a.enable_memory_saver,

@@ -141,6 +141,22 @@ TEST(FlagTableTest, GpuFlagsAreAcceptedAndNamedAsIgnored) {
     EXPECT_FALSE(parse({"--cuda-graph-max-bs", "many"}).status.ok());
 }
 
+// SGLang defines --num-continuous-decode-steps but its scheduler never reads it: any count is
+// accepted and named as having no effect, as a number.
+TEST(FlagTableTest, ContinuousDecodeStepsHaveNoEffectAsInSglang) {
+    ServerArgs args;
+    CLI::App app("test");
+    FlagTable table(app, args, FlagTable::Mode::kServe);
+    ASSERT_TRUE(table.parse({"--model-path", "/m", "--num-continuous-decode-steps", "4"}).ok());
+    ASSERT_TRUE(table.resolve().ok());
+    ASSERT_TRUE(table.check_supported().ok());
+    const std::vector<std::string> ignored = table.ignored_flags();
+    ASSERT_EQ(ignored.size(), 1u);
+    EXPECT_EQ(ignored[0], "--num-continuous-decode-steps (SGLang's scheduler does not read it either; only its "
+                          "server_args.py defines it)");
+    EXPECT_FALSE(parse({"--num-continuous-decode-steps", "two"}).status.ok());
+}
+
 // The memory saver is tessera's to implement; the CPU backups it takes on a GPU are named as
 // having no effect (a resume reads the served folder again).
 TEST(FlagTableTest, MemorySaverIsImplementedAndItsBackupsIgnored) {

@@ -139,6 +139,11 @@ def main():
         with open(os.path.join(a.workdir, "server.log")) as f:
             check(f"overlap scheduling {'on' if overlap else 'off'}",
                   ("overlap scheduling: steps run on their own thread" in f.read()) == overlap)
+        for arg in a.serve_arg:
+            if arg.startswith("--prefill-decode-interval="):
+                _, info = request(port, "GET", "/get_server_info")
+                check("/get_server_info reports --prefill-decode-interval",
+                      json.loads(info).get("prefill_decode_interval") == int(arg.split("=", 1)[1]), info[:300])
         run_checks(tessera, model, port, a.tp)
         if "--enable-mixed-chunk" in a.serve_arg:
             check_prefill_while_decoding(tessera, model, port, a.tp)
