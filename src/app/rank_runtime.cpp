@@ -262,6 +262,9 @@ StatusOr<models::LoadOptions> model_load_options(const server::ServerArgs& args,
     load.pp_size = args.pp_size;
     load.layer_partition = env().pp_layer_partition;
     TSR_ASSIGN_OR_RETURN(load.moe.backend, layers::parse_moe_a2a_backend(args.moe_a2a_backend));
+    if (args.moe_a2a_backend == "deepep" && rt.coords.global_rank == 0)
+        TSR_LOG(INFO, "--moe-a2a-backend deepep: tokens go to their experts' ranks and back by tessera's all_to_all "
+                      "exchange (DeepEP's GPU kernels, normal and low-latency alike, are not on CPU)");
     load.moe.ep_rank = rt.coords.moe_ep_rank;
     load.moe.ep_size = args.ep_size;
     load.moe.moe_tp_rank = rt.coords.moe_tp_rank;

@@ -6,9 +6,12 @@ namespace tessera::layers {
 
 StatusOr<MoeA2aBackend> parse_moe_a2a_backend(const std::string& name) {
     if (name == "none") return MoeA2aBackend::kNone;
-    if (name == "all_to_all") return MoeA2aBackend::kAllToAll;
+    // DeepEP's GPU kernels (normal and low-latency alike) send each token to its experts' ranks
+    // and back: the exchange tessera's all_to_all runs.
+    if (name == "all_to_all" || name == "deepep") return MoeA2aBackend::kAllToAll;
     return Status::InvalidArgument("--moe-a2a-backend " + name +
-                                   " is a GPU backend of SGLang; this build supports none and all_to_all");
+                                   " is a GPU backend of SGLang; this build supports none, all_to_all and deepep "
+                                   "(run as all_to_all)");
 }
 
 const char* moe_a2a_backend_name(MoeA2aBackend backend) {

@@ -213,9 +213,12 @@ std::vector<Traffic> traffic_of(const PlanRequest& req, const dist::ParallelLayo
     const auto row_bytes = static_cast<double>(H * act_bytes);
     auto ring = [](int n, double bytes) { return 2.0 * (n - 1) / n * bytes; };
     const bool expert_parallel = c.is_moe() && a.ep_size > 1;
-    const bool all_to_all = expert_parallel && a.moe_a2a_backend == "all_to_all";
-    // SGLang's DeepEP, planned as SGLang runs it on GPUs (tessera serve refuses it).
-    const bool deepep = expert_parallel && a.moe_a2a_backend == "deepep";
+    // SGLang's DeepEP, planned as SGLang runs it on GPUs; on this CPU tessera serve runs it as
+    // its all_to_all exchange, and it is planned so.
+    const bool on_gpus = req.device.memory_bytes > 0;
+    const bool deepep = expert_parallel && a.moe_a2a_backend == "deepep" && on_gpus;
+    const bool all_to_all = expert_parallel && (a.moe_a2a_backend == "all_to_all" ||
+                                                (a.moe_a2a_backend == "deepep" && !on_gpus));
     const bool dense_replicated = a.moe_dense_tp_size == 1;
     if (!a.enable_dp_attention && tp > 1) {
         // With an all-to-all dispatcher a MoE layer's output returns through the combine,

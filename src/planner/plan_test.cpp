@@ -273,6 +273,13 @@ TEST(PlanTest, DeepEpTrafficFollowsItsKernels) {
     EXPECT_LT(ll.all_groups_prefill_tokens_per_s, auto_mode.all_groups_prefill_tokens_per_s);
     EXPECT_DOUBLE_EQ(ll.batch_decode_step_s, auto_mode.batch_decode_step_s);
     EXPECT_GT(auto_mode.all_groups_prefill_tokens_per_s, a2a.all_groups_prefill_tokens_per_s);
+
+    // On this CPU tessera serve runs deepep as its all_to_all exchange, and plans it so.
+    PlanRequest cpu = request("deepseek-v3", "cpu", [](server::ServerArgs& a) { deepseek_prefill_layout(a, "deepep"); });
+    cpu.prompt_len = 2000;
+    const Plan here = plan_of(cpu);
+    ASSERT_EQ(here.traffic.size(), 1u);
+    EXPECT_EQ(here.traffic[0].kind, "ep dispatch + combine");
 }
 
 // tessera's all_to_all under DP-attention with two attention-TP ranks per group: attention is

@@ -371,10 +371,12 @@ Status ServerArgs::check_tessera_runs() const {
         return invalid("--eplb-algorithm " + eplb_algorithm +
                        " is not implemented yet; use auto, deepseek or deepseek_hierarchical (deepseek_vec places "
                        "experts as deepseek does)");
-    if (!one_of(moe_a2a_backend, {"none", "all_to_all"}))
+    // The names layers::parse_moe_a2a_backend maps to a dispatcher.
+    if (!one_of(moe_a2a_backend, {"none", "all_to_all", "deepep"}))
         return invalid("--moe-a2a-backend " + moe_a2a_backend +
                        " is one of SGLang's GPU backends; this build supports none (masked EP, then the TP "
-                       "all-reduce) and all_to_all (tokens sent only to their experts' ranks)");
+                       "all-reduce), all_to_all (tokens sent only to their experts' ranks) and deepep (run as "
+                       "all_to_all, the exchange DeepEP's kernels make)");
     // SGLang reads the flag alone, or a value that is no file, as a Hugging Face repository to
     // fetch the digests from.
     std::error_code ec;
@@ -383,9 +385,6 @@ Status ServerArgs::check_tessera_runs() const {
                        ": tessera checks the model files against a local manifest file, not the Hugging Face Hub; "
                        "give the path of SGLang's checksums JSON (`tessera checksum --model-path DIR > "
                        "checksums.json` writes one)");
-    if (moe_runner_backend != "auto")
-        return invalid("--moe-runner-backend " + moe_runner_backend +
-                       " is one of SGLang's GPU kernel backends; this build runs experts on CPU: use auto");
     return Status::Ok();
 }
 

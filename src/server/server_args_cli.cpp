@@ -543,15 +543,20 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
 
     // MoE / EP / EPLB (§1.3).
     value(app, t, "--moe-a2a-backend", a.moe_a2a_backend,
-          "MoE dispatch/combine backend: none (masked EP + all-reduce) or all_to_all (tokens sent to their "
-          "experts' ranks); SGLang's GPU backends are refused",
+          "MoE dispatch/combine backend: none (masked EP + all-reduce), all_to_all (tokens sent to their "
+          "experts' ranks) or deepep (run as all_to_all: the exchange DeepEP's GPU kernels make); SGLang's other GPU "
+          "backends are refused",
           kYes)
         ->check(CLI::IsMember({"none", "all_to_all", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep",
                                "flashinfer", "megamoe", "deepep_v2", "pplx", "ascend_tp"}));
     value(app, t, "--moe-runner-backend", a.moe_runner_backend,
-          "MoE expert kernel backend (auto: grouped GEMMs per expert on CPU)", kYes);
-    value(app, t, "--deepep-mode", a.deepep_mode, "DeepEP mode", kNotYet)
-        ->check(CLI::IsMember({"auto", "normal", "low_latency"}));
+          "SGLang's MoE expert kernels (no effect on CPU: experts run as tessera's grouped GEMMs)", kGpu)
+        ->check(catalogue_check("--moe-runner-backend"));
+    value(app, t, "--deepep-mode", a.deepep_mode,
+          "DeepEP's normal or low-latency kernels (no effect on CPU: --moe-a2a-backend deepep runs tessera's one "
+          "all_to_all exchange in prefill and decode)",
+          kGpu)
+        ->check(catalogue_check("--deepep-mode"));
     value(app, t, "--ep-num-redundant-experts", a.ep_num_redundant_experts, "extra physical expert slots (copies of hot experts); physical experts must divide by --ep-size", kYes);
     value(app, t, "--ep-dispatch-algorithm", a.ep_dispatch_algorithm, "which copy serves a token: static (per-rank table), dynamic (hashed per token), fake (uniform random router for load tests)", kYes)
         ->check(CLI::IsMember({"static", "dynamic", "fake", "lp"}));

@@ -428,24 +428,49 @@ TEST(ServerArgsTest, RewritesDefaultsAsSglang) {
 }
 
 TEST(ServerArgsTest, GpuOnlyMoeBackendsNameWhatThisBuildRuns) {
-    for (const char* backend : {"deepep", "mooncake", "mori", "megamoe"}) {
+    for (const char* backend : {"mooncake", "mori", "megamoe"}) {
         ServerArgs a;
         a.model_path = "/m";
         a.tp_size = 2;
         a.moe_a2a_backend = backend;
         Status s = resolve_and_check(a);
         ASSERT_FALSE(s.ok()) << backend;
-        EXPECT_NE(s.message().find("this build supports none (masked EP, then the TP all-reduce) and all_to_all"),
+        EXPECT_NE(s.message().find("this build supports none (masked EP, then the TP all-reduce), all_to_all (tokens "
+                                   "sent only to their experts' ranks) and deepep (run as all_to_all"),
                   std::string::npos)
             << s.message();
     }
+    // DeepEP's exchange is all_to_all's: it runs, EP spanning the TP group as SGLang sets it.
+    ServerArgs d;
+    d.model_path = "/m";
+    d.tp_size = 2;
+    d.moe_a2a_backend = "deepep";
+    d.deepep_mode = "low_latency";
+    const Status deepep = resolve_and_check(d);
+    EXPECT_TRUE(deepep.ok()) << deepep.to_string();
+    EXPECT_EQ(d.ep_size, 2);
+    // An expert kernel backend is GPU machinery: accepted (named as having no effect).
     ServerArgs r;
     r.model_path = "/m";
-    r.moe_runner_backend = "triton";
-    Status s = resolve_and_check(r);
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("--moe-runner-backend triton is one of SGLang's GPU kernel backends"), std::string::npos)
-        << s.message();
+    r.moe_runner_backend = "deep_gemm";
+    EXPECT_TRUE(resolve_and_check(r).ok());
+}
+
+TEST(FlagTableTest, MoeKernelBackendsAndDeepepModesAreNamedAsIgnored) {
+    ServerArgs args;
+    CLI::App app("test");
+    FlagTable table(app, args, FlagTable::Mode::kServe);
+    ASSERT_TRUE(table.parse({"--model-path", "/m", "--tp", "2", "--moe-a2a-backend", "deepep", "--deepep-mode",
+                             "low_latency", "--moe-runner-backend", "deep_gemm"})
+                    .ok());
+    ASSERT_TRUE(table.resolve().ok());
+    const std::vector<std::string> ignored = table.ignored_flags();
+    ASSERT_EQ(ignored.size(), 2u);
+    EXPECT_EQ(ignored[0], "--moe-runner-backend (tunes GPU machinery)");
+    EXPECT_EQ(ignored[1], "--deepep-mode (tunes GPU machinery)");
+    EXPECT_EQ(args.ep_size, 2);
+    EXPECT_FALSE(parse({"--deepep-mode", "fast"}).status.ok());
+    EXPECT_FALSE(parse({"--moe-runner-backend", "cuda"}).status.ok());
 }
 
 }  // namespace

@@ -137,8 +137,14 @@ def main():
             return 1
         overlap = a.pp == 1 and "--disable-overlap-schedule" not in a.serve_arg
         with open(os.path.join(a.workdir, "server.log")) as f:
-            check(f"overlap scheduling {'on' if overlap else 'off'}",
-                  ("overlap scheduling: steps run on their own thread" in f.read()) == overlap)
+            log_text = f.read()
+        check(f"overlap scheduling {'on' if overlap else 'off'}",
+              ("overlap scheduling: steps run on their own thread" in log_text) == overlap)
+        if a.moe_a2a_backend == "deepep":
+            check("--moe-a2a-backend deepep runs tessera's all_to_all exchange, said once",
+                  log_text.count("--moe-a2a-backend deepep: tokens go to their experts' ranks") == 1, log_text[-2000:])
+            check("--deepep-mode and --moe-runner-backend are named as having no effect",
+                  "--moe-runner-backend" in log_text and "--deepep-mode" in log_text, log_text[-2000:])
         for arg in a.serve_arg:
             if arg.startswith("--prefill-decode-interval="):
                 _, info = request(port, "GET", "/get_server_info")
