@@ -344,12 +344,13 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     optional(app, t, "--page-size", a.page_size, "tokens per KV page (default 1)", kYes);
     flag(app, t, "--disable-radix-cache", a.disable_radix_cache, "no prefix reuse", kYes);
     optional(app, t, "--max-cached-tokens", a.max_cached_tokens,
-             "tessera: tokens the prefix cache keeps once no request uses them (least recently used go first); "
+             "tessera: tokens the prefix cache keeps once no request uses them (--radix-eviction-policy's first "
+             "choices go); "
              "default an eighth of the rank's memory, -1 = no cap (SGLang)", kServe);
     value(app, t, "--radix-eviction-policy", a.radix_eviction_policy,
-          "which cached prefix goes first when KV is needed: lru (least recently used), lfu (fewest requests "
-          "cached through it, then lru), slru (those cached through fewer than twice first, lru within each) or "
-          "priority (lowest request priority first, then lru)",
+          "which cached prefix goes first when KV is needed: lru (least recently used), lfu (fewest inserts "
+          "through it, then lru; a finished request inserts its prompt twice, its output once), slru (those "
+          "inserted fewer than twice first, lru within each) or priority (lowest request priority first, then lru)",
           kYes)
         ->check(CLI::IsMember({"lru", "lfu", "slru", "priority"}));
     flag(app, t, "--disable-overlap-schedule", a.disable_overlap_schedule,
