@@ -583,7 +583,10 @@ FlagTable::FlagTable(CLI::App& app, ServerArgs& a, Mode mode) : impl_(new Impl),
     flag(app, t, "--enable-single-batch-overlap", a.enable_single_batch_overlap, "single-batch overlap", kNotYet);
     flag(app, t, "--disable-shared-experts-fusion", a.disable_shared_experts_fusion,
          "keep shared experts apart (as tessera always does)", kYes);
-    flag(app, t, "--enforce-shared-experts-fusion", a.enforce_shared_experts_fusion, "fuse shared experts", kNotYet);
+    flag(app, t, "--enforce-shared-experts-fusion", a.enforce_shared_experts_fusion,
+         "SGLang's fused MoE kernel with the shared experts as extra experts (no effect on CPU: tessera adds the "
+         "shared experts' output to the routed ones', the same sum)",
+         kGpu);
 
     register_sglang_flags(app, t);
 }

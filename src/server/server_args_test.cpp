@@ -69,12 +69,11 @@ TEST(FlagTableTest, ValidationRunsBeforeTheUnimplementedCheck) {
         Parsed p = parse(same);
         EXPECT_TRUE(p.status.ok()) << same.front() << ": " << p.status.to_string();
     }
-    Parsed fusion = parse({"--enforce-shared-experts-fusion"});
-    EXPECT_EQ(fusion.status.code(), StatusCode::kUnimplemented);
-    EXPECT_EQ(fusion.status.message().rfind("--enforce-shared-experts-fusion true: tessera does not implement it yet", 0),
-              0u)
-        << fusion.status.message();
-    EXPECT_NE(fusion.status.message().find("or give false"), std::string::npos) << fusion.status.message();
+    Parsed sbo = parse({"--enable-single-batch-overlap"});
+    EXPECT_EQ(sbo.status.code(), StatusCode::kUnimplemented);
+    EXPECT_EQ(sbo.status.message().rfind("--enable-single-batch-overlap true: tessera does not implement it yet", 0), 0u)
+        << sbo.status.message();
+    EXPECT_NE(sbo.status.message().find("or give false"), std::string::npos) << sbo.status.message();
     // Priority scheduling runs; SGLang's warnings become start-up notes.
     Parsed priority = parse({"--enable-priority-scheduling", "--schedule-policy", "lof", "--retraction-policy", "priority"});
     EXPECT_TRUE(priority.status.ok()) << priority.status.to_string();
@@ -471,6 +470,12 @@ TEST(FlagTableTest, MoeKernelBackendsAndDeepepModesAreNamedAsIgnored) {
     EXPECT_EQ(args.ep_size, 2);
     EXPECT_FALSE(parse({"--deepep-mode", "fast"}).status.ok());
     EXPECT_FALSE(parse({"--moe-runner-backend", "cuda"}).status.ok());
+    // Fusing the shared experts into the routed kernel computes the same sum: no effect here,
+    // but SGLang's rule against also disabling it still holds.
+    Parsed fused = parse({"--enforce-shared-experts-fusion"});
+    EXPECT_TRUE(fused.status.ok()) << fused.status.to_string();
+    Parsed both = parse({"--enforce-shared-experts-fusion", "--disable-shared-experts-fusion"});
+    EXPECT_FALSE(both.status.ok());
 }
 
 }  // namespace
