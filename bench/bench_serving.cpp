@@ -484,6 +484,7 @@ std::string metrics_json_line(const BenchServeOptions& o, int num_prompts, const
         j[fmt::format("median_{}", name)] = s.median;
         j[fmt::format("p90_{}", name)] = s.p90;
         j[fmt::format("p99_{}", name)] = s.p99;
+        j[fmt::format("max_{}", name)] = s.max;
         j[fmt::format("std_{}", name)] = s.std;
     };
     put("ttft_ms", m.ttft_ms);
