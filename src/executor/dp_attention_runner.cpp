@@ -226,7 +226,7 @@ Status DpAttentionLeaderRunner::round(const ForwardBatch& batch, RoundKind kind,
     if (others_busy != nullptr) *others_busy = agreed.any_tokens;
     if (agreed.all_stopping) stopped_ = true;
     if (agreed.any_stopping) peers_stopping_.store(true, std::memory_order_relaxed);
-    InFlight f{kind != RoundKind::kStep, batch.seqs.size(), std::nullopt};
+    InFlight f{kind != RoundKind::kStep, batch.seqs.size(), std::nullopt, agreed.step.any_extend};
     if (local) {
         std::vector<float> hidden;
         std::vector<std::int32_t> routing;
@@ -309,6 +309,7 @@ StatusOr<std::vector<SampledToken>> DpAttentionLeaderRunner::collect() {
         in_flight_.pop_front();
         if (f.internal) continue;  // an idle round's (empty) tokens
         if (!f.result->ok()) return note_failure(f.result->status());
+        last_round_extended_ = f.any_extend;
         return std::move(*f.result);
     }
 }

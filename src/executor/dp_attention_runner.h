@@ -99,6 +99,7 @@ class DpAttentionLeaderRunner final : public BatchRunner {
     std::int64_t rounds() const override { return sync_.rounds(); }
     StatusOr<bool> idle_step() override;
     LockstepStats lockstep_stats() const override;
+    bool last_round_extended() const override { return last_round_extended_; }
     bool lockstep_stopping() const override { return peers_stopping_.load(std::memory_order_relaxed); }
     // --enable-prefill-delayer: the leaders agree over `leaders` (the kAttnDp group of this
     // rank) before every round; idle and stopping rounds agree "nothing to admit" themselves.
@@ -119,6 +120,7 @@ class DpAttentionLeaderRunner final : public BatchRunner {
         bool internal = false;
         std::size_t n_seqs = 0;
         std::optional<StatusOr<std::vector<SampledToken>>> result;  // unset: due from the last stage
+        bool any_extend = false;  // some group ran a prefill in this round
     };
     enum class RoundKind {
         kStep,      // the scheduler's, collected by it
@@ -143,6 +145,7 @@ class DpAttentionLeaderRunner final : public BatchRunner {
     std::optional<StageLinks> stages_;
     std::optional<StageOutbox> outbox_;
     std::deque<InFlight> in_flight_;
+    bool last_round_extended_ = false;  // the collected step's round (InFlight::any_extend)
     std::vector<std::int32_t> tokens_;
     bool stopped_ = false;
     std::atomic<std::int64_t> forwards_{0}, idle_steps_{0}, group_tokens_{0};

@@ -135,6 +135,10 @@ class BatchRunner {
         std::int64_t tokens = 0;      // this group's tokens through the model
     };
     virtual LockstepStats lockstep_stats() const { return {}; }
+    // Whether some attention-DP group ran a prefill in the round of the step collected last
+    // (SGLang's ForwardBatch.is_extend_in_batch): lockstep runners only; others see just their
+    // own steps, which the scheduler knows.
+    virtual bool last_round_extended() const { return false; }
 
     // SGLang's prefill delayer (managers/prefill_delayer.py negotiate): before deciding whether
     // to admit new requests, each attention-DP group's scheduler states what it could run and

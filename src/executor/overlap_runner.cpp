@@ -39,6 +39,7 @@ StatusOr<std::vector<SampledToken>> OverlapRunner::collect() {
     done_.pop_front();
     --uncollected_;
     lock.unlock();
+    last_round_extended_ = done.extended;
     rounds_.fetch_add(1, std::memory_order_relaxed);
     if (!done.fatal.ok()) (void)note_failure(done.fatal);
     return std::move(done.result);
@@ -76,7 +77,7 @@ void OverlapRunner::loop() {
         StatusOr<std::vector<SampledToken>> result =
             resolved.ok() ? inner_.run(batch) : StatusOr<std::vector<SampledToken>>(std::move(resolved));
         futures_.record(batch, result);
-        Done done{.result = std::move(result), .fatal = inner_.fatal_error()};
+        Done done{.result = std::move(result), .fatal = inner_.fatal_error(), .extended = inner_.last_round_extended()};
         {
             std::lock_guard lock(mu_);
             done_.push_back(std::move(done));

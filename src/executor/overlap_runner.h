@@ -48,6 +48,7 @@ class OverlapRunner final : public BatchRunner {
     // its scheduler has nothing in flight).
     StatusOr<bool> idle_step() override;
     LockstepStats lockstep_stats() const override { return inner_.lockstep_stats(); }
+    bool last_round_extended() const override { return last_round_extended_; }
     // On the caller's thread: the agreement travels over a group of its own, not the step's.
     StatusOr<PrefillAgreement> agree_prefill(const PrefillIntent& mine) override { return inner_.agree_prefill(mine); }
     Status before_round() override { return inner_.before_round(); }
@@ -57,6 +58,7 @@ class OverlapRunner final : public BatchRunner {
     struct Done {
         StatusOr<std::vector<SampledToken>> result;
         Status fatal;  // the inner runner's fatal error right after this step
+        bool extended = false;  // the inner runner's last_round_extended() right after it
     };
     void loop();
 
@@ -69,6 +71,7 @@ class OverlapRunner final : public BatchRunner {
     std::int64_t uncollected_ = 0;  // launched, not yet collected
     std::int64_t unfinished_ = 0;   // launched, not yet run to the end
     std::atomic<std::int64_t> rounds_{0};  // the caller's: collect() and idle_step()
+    bool last_round_extended_ = false;     // the caller's: set by collect()
     bool stopping_ = false;
     std::thread thread_;  // last: starts once the members above exist
 };

@@ -23,6 +23,7 @@ class InnerRunner final : public BatchRunner {
             seen.push_back(batch);
         }
         if (fail_step == static_cast<int>(seen.size()) - 1) return note_failure(failure);
+        extended = extended_step == static_cast<int>(seen.size()) - 1;
         std::vector<SampledToken> out;
         for (const ForwardSequence& s : batch.seqs)
             out.push_back({.token = s.need_token ? 100 * static_cast<std::int32_t>(seen.size()) + s.tokens.back() : -1});
@@ -45,6 +46,10 @@ class InnerRunner final : public BatchRunner {
     int fail_step = -1;
     Status failure = Status::Internal("injected");
     std::vector<ForwardBatch> seen;
+    // As a DP-attention runner: the step whose round another group prefilled in.
+    bool last_round_extended() const override { return extended; }
+    int extended_step = -1;
+    bool extended = false;
 };
 
 ForwardBatch decode(std::vector<std::pair<std::string, std::int32_t>> seqs) {
@@ -80,6 +85,22 @@ TEST(OverlapRunnerTest, LaunchReturnsWhileTheStepRunsAndFutureTokensAreResolved)
     auto third = runner.run(decode({{"c", kFutureToken}}));
     ASSERT_TRUE(third.ok());
     EXPECT_EQ((*third)[0].token, 300 + 209);
+}
+
+// Whether another DP group prefilled in a step's round reaches the scheduler with that step,
+// though the step thread has run later steps since.
+TEST(OverlapRunnerTest, EachCollectedStepCarriesItsRoundsPrefillFlag) {
+    InnerRunner inner;
+    inner.extended_step = 1;
+    OverlapRunner runner(inner);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(runner.launch(decode({{"a", 5 + i}})).ok());
+    runner.wait_idle();  // all three ran: the inner runner's own flag is the last step's
+    std::vector<bool> flags;
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(runner.collect().ok());
+        flags.push_back(runner.last_round_extended());
+    }
+    EXPECT_EQ(flags, (std::vector<bool>{false, true, false}));
 }
 
 TEST(OverlapRunnerTest, AFailedStepFailsTheStepFedItsTokens) {

@@ -609,7 +609,8 @@ void Scheduler::merge_last_prefill() {
 }
 
 bool Scheduler::launch_next_batch() {
-    // --prefill-decode-interval (SGLang's _should_defer_prefill, armed by every extend step):
+    // --prefill-decode-interval (SGLang's _should_defer_prefill, armed by every extend step:
+    // here at its launch, and at collect_oldest for a round another DP group prefilled in):
     // while decode steps are owed, the running requests decode and the queue waits.
     const bool defer_prefill = decode_steps_owed_ > 0;
     if (!defer_prefill) {
@@ -1199,6 +1200,11 @@ StepKind Scheduler::collect_oldest() {
         return step.kind;
     }
     TSR_CHECK_EQ(result->size(), step.seqs.size());
+    // Under DP-attention a decode step of this group may have run beside another group's
+    // prefill: SGLang arms the interval on such a round too (_arm_prefill_decode_interval reads
+    // the batch's is_extend_in_batch, which all groups agree on).
+    if (step.kind == StepKind::kDecode && runner_.last_round_extended())
+        decode_steps_owed_ = config_.prefill_decode_interval;
     if (config_.routed_experts_width > 0) record_routed_experts(step, reqs, *result);
     if (step.kind == StepKind::kPrefill) {
         apply_prefill_results(step, reqs, *result);

@@ -89,6 +89,11 @@ class FakeRunner final : public executor::BatchRunner {
     int overlapped_chunks = 0;
     int chunk_mismatches = 0;
 
+    // ---- DP-attention rounds ---------------------------------------------------------------
+    // Another group prefilled in the round of the step collected last (set by the test).
+    bool other_group_prefilled = false;
+    bool last_round_extended() const override { return other_group_prefilled; }
+
     // ---- prefill delayer ------------------------------------------------------------------
     // The other attention-DP groups' statements at each agreement (unset: this group alone).
     // Agreements pair with rounds as a DP-attention leader's do.
@@ -940,6 +945,27 @@ TEST_P(SchedulerTest, PrefillDecodeIntervalPutsDecodeStepsBetweenPrefills) {
     // With overlap scheduling (a prefill in flight while the next step is chosen) nothing stalls.
     kinds(2, -1, reqs, /*overlap=*/true);
     kinds(3, 64, {make_req("chunky", prompt(3, 200), 4)}, /*overlap=*/true);
+    // Under DP-attention a decode round in which another group prefilled arms the interval
+    // too (SGLang's is_extend_in_batch): a request arriving then waits two decode steps.
+    for (bool other : {false, true}) {
+        SchedulerConfig cfg = roomy(page());
+        cfg.prefill_decode_interval = 2;
+        Harness h(cfg);
+        const Req running = make_req("running", prompt(5, 20), 12), late = make_req("late", prompt(6, 20), 3);
+        h.add(running);
+        ASSERT_EQ(h.sched_.step(), StepKind::kPrefill);
+        for (int i = 0; i < 3; ++i) ASSERT_EQ(h.sched_.step(), StepKind::kDecode);  // two owed, one more
+        h.runner_.other_group_prefilled = other;
+        ASSERT_EQ(h.sched_.step(), StepKind::kDecode);
+        h.runner_.other_group_prefilled = false;
+        h.add(late);
+        std::string seen;
+        for (int i = 0; i < 3; ++i) seen += h.sched_.step() == StepKind::kPrefill ? 'P' : 'D';
+        EXPECT_EQ(seen, other ? "DDP" : "PDD") << "another group prefilled: " << other;
+        h.run();
+        EXPECT_EQ(h.results_["late"].tokens, expected(late));
+        EXPECT_EQ(h.results_["running"].tokens, expected(running));
+    }
     // Pipelined as under PP (three steps in flight), a long prompt's chunks still overlap.
     SchedulerConfig piped = roomy(page());
     piped.chunked_prefill_size = 48;
